@@ -1,0 +1,222 @@
+//! Loading manifests from their sources into a de-duplicated catalog.
+//!
+//! A source is the set of manifests bundled into the binary or an operator
+//! directory. Loading never fails as a whole: an unreadable or invalid file
+//! becomes a [`LoadProblem`] and the other files are still loaded, so one bad
+//! manifest can never take the daemon (or its valid neighbours) down.
+//!
+//! Name collisions are common in the wild (the reference corpus has three).
+//! The policy is precedence, like `$PATH`: operator directories in the order
+//! they are configured, then the bundled set; inside one directory, files in
+//! byte order of their names. The first manifest with a given id wins, every
+//! later one is reported as a [`Collision`] naming both locations. This lets
+//! an operator override a bundled manifest by dropping a file with the same
+//! name into their directory.
+
+use std::fs;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+use oap_manifest::{Diagnostic, Manifest, MAX_MANIFEST_BYTES};
+use serde::{Deserialize, Serialize};
+
+/// Upper bound on files read from one directory; protects start-up time and
+/// memory against a directory that is not what the operator thinks it is.
+pub const MAX_FILES_PER_DIR: usize = 100_000;
+
+/// How far a manifest is trusted. Stored with every indexed manifest and
+/// shown in discovery results; execution policy (stdio is allowed only for
+/// local manifests) keys off it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Trust {
+    /// Installed on this machine by the operator or shipped with the daemon.
+    Local,
+    /// Advertised on the local network (mDNS).
+    Lan,
+    /// Fetched from a domain on the internet.
+    Internet,
+}
+
+/// Where one manifest came from.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Origin {
+    /// `bundled`, `dir`, `lan` or `crawl`.
+    pub kind: String,
+    /// File path, `bundled:<file>`, or URL.
+    pub location: String,
+}
+
+/// A configured source of manifests, in precedence order.
+#[derive(Debug, Clone)]
+pub enum Source {
+    /// Manifests compiled into the binary: `(file name, bytes)`.
+    Bundled(Vec<(String, Vec<u8>)>),
+    /// A directory of `*.json` manifests owned by the operator.
+    Dir(PathBuf),
+}
+
+/// One valid manifest ready to index.
+#[derive(Debug, Clone)]
+pub struct CatalogEntry {
+    /// Stable id: `local/<slug of name>` for local manifests.
+    pub id: String,
+    pub manifest: Manifest,
+    /// sha256 of the raw document; drives incremental re-indexing.
+    pub content_hash: String,
+    pub origin: Origin,
+    pub trust: Trust,
+    pub warnings: Vec<Diagnostic>,
+}
+
+/// A file that could not be loaded, and why.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct LoadProblem {
+    pub location: String,
+    pub message: String,
+}
+
+/// A manifest skipped because an earlier source already provided its id.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Collision {
+    pub id: String,
+    pub kept: String,
+    pub skipped: String,
+}
+
+/// Everything loading found: the entries, and what went wrong.
+#[derive(Debug, Default)]
+pub struct Catalog {
+    pub entries: Vec<CatalogEntry>,
+    pub problems: Vec<LoadProblem>,
+    pub collisions: Vec<Collision>,
+}
+
+/// The id of a manifest installed on this machine.
+pub fn local_id(manifest: &Manifest) -> String {
+    format!("local/{}", oap_manifest::slug(&manifest.name))
+}
+
+impl Catalog {
+    /// Loads every source in precedence order (first wins on id collisions).
+    pub fn load(sources: &[Source]) -> Catalog {
+        let mut catalog = Catalog::default();
+        for source in sources {
+            match source {
+                Source::Bundled(files) => {
+                    for (name, bytes) in files {
+                        let origin = Origin {
+                            kind: "bundled".into(),
+                            location: format!("bundled:{name}"),
+                        };
+                        catalog.add_document(bytes, origin, Trust::Local);
+                    }
+                }
+                Source::Dir(dir) => catalog.load_dir(dir),
+            }
+        }
+        catalog
+    }
+
+    fn load_dir(&mut self, dir: &Path) {
+        let listing = match fs::read_dir(dir) {
+            Ok(listing) => listing,
+            Err(err) => {
+                self.problem(
+                    dir.display().to_string(),
+                    format!("cannot read directory: {err}"),
+                );
+                return;
+            }
+        };
+        let mut files: Vec<PathBuf> = listing
+            .filter_map(|entry| entry.ok().map(|e| e.path()))
+            .filter(|path| path.extension().is_some_and(|ext| ext == "json"))
+            .collect();
+        files.sort();
+        if files.len() > MAX_FILES_PER_DIR {
+            self.problem(
+                dir.display().to_string(),
+                format!(
+                    "{} manifest files, only the first {MAX_FILES_PER_DIR} are read",
+                    files.len()
+                ),
+            );
+            files.truncate(MAX_FILES_PER_DIR);
+        }
+        for path in files {
+            let location = path.display().to_string();
+            match read_capped(&path) {
+                Ok(bytes) => {
+                    let origin = Origin {
+                        kind: "dir".into(),
+                        location,
+                    };
+                    self.add_document(&bytes, origin, Trust::Local);
+                }
+                Err(message) => self.problem(location, message),
+            }
+        }
+    }
+
+    /// Parses, validates and adds one document, recording why when it cannot.
+    pub fn add_document(&mut self, bytes: &[u8], origin: Origin, trust: Trust) {
+        let parsed = match oap_manifest::parse(bytes) {
+            Ok(parsed) => parsed,
+            Err(err) => {
+                self.problem(origin.location, err.to_string());
+                return;
+            }
+        };
+        let manifest = parsed.manifest;
+        let id = local_id(&manifest);
+        if let Some(existing) = self.entries.iter().find(|e| e.id == id) {
+            self.collisions.push(Collision {
+                id,
+                kept: existing.origin.location.clone(),
+                skipped: origin.location,
+            });
+            return;
+        }
+        self.entries.push(CatalogEntry {
+            id,
+            content_hash: oap_manifest::content_hash(bytes),
+            manifest,
+            origin,
+            trust,
+            warnings: parsed.warnings.diagnostics,
+        });
+    }
+
+    fn problem(&mut self, location: String, message: String) {
+        self.problems.push(LoadProblem { location, message });
+    }
+}
+
+/// Reads a regular file, refusing anything over the manifest size cap without
+/// reading it all (a 10 GB file in the directory must not exhaust memory).
+fn read_capped(path: &Path) -> Result<Vec<u8>, String> {
+    let meta = fs::metadata(path).map_err(|err| format!("cannot stat: {err}"))?;
+    if !meta.is_file() {
+        return Err("not a regular file".into());
+    }
+    let cap = MAX_MANIFEST_BYTES as u64;
+    if meta.len() > cap {
+        return Err(format!(
+            "file is {} bytes, larger than the {} byte manifest limit",
+            meta.len(),
+            cap
+        ));
+    }
+    let file = fs::File::open(path).map_err(|err| format!("cannot open: {err}"))?;
+    let mut bytes = Vec::with_capacity(meta.len() as usize);
+    file.take(cap + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|err| format!("cannot read: {err}"))?;
+    if bytes.len() as u64 > cap {
+        return Err(format!(
+            "file grew past the {cap} byte manifest limit while reading"
+        ));
+    }
+    Ok(bytes)
+}

@@ -1,0 +1,630 @@
+//! The discovery engine: builds the on-disk index from a catalog and answers
+//! "which capability fits this task?".
+//!
+//! Readers never block: the mapped index sits behind an `ArcSwap`, a rebuild
+//! writes a new file (atomically renamed into place), maps it and swaps the
+//! pointer. Queries in flight keep the old mapping alive until they finish.
+
+use std::collections::{HashMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use arc_swap::ArcSwap;
+use oap_embed::Embedder;
+use oap_index::{DocInput, Index, IndexError, IndexWriter, RowInput, VectorDtype};
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use crate::catalog::{Catalog, CatalogEntry, Collision, LoadProblem, Origin, Source, Trust};
+use crate::document::{self, RowWeights, RECIPE_VERSION};
+use crate::query;
+use crate::scoring::{self, Mode, ScoreParts, Scoring};
+
+/// File name of the index inside the data directory.
+pub const INDEX_FILE: &str = "index.oapx";
+
+/// Texts embedded per forward pass while indexing.
+const EMBED_BATCH: usize = 32;
+
+/// Settings of the engine (the daemon maps its config onto this).
+#[derive(Debug, Clone)]
+pub struct EngineConfig {
+    pub data_dir: PathBuf,
+    pub dtype: VectorDtype,
+    pub scoring: Scoring,
+    pub row_weights: RowWeights,
+}
+
+impl EngineConfig {
+    pub fn new(data_dir: impl Into<PathBuf>) -> Self {
+        EngineConfig {
+            data_dir: data_dir.into(),
+            dtype: VectorDtype::F32,
+            scoring: Scoring::default(),
+            row_weights: RowWeights::default(),
+        }
+    }
+
+    pub fn index_path(&self) -> PathBuf {
+        self.data_dir.join(INDEX_FILE)
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    #[error("cannot create data directory {path}: {source}")]
+    DataDir {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("embedding failed: {0}")]
+    Embed(#[from] oap_embed::EmbedError),
+    #[error("index: {0}")]
+    Index(#[from] IndexError),
+    #[error("index build lock poisoned by an earlier panic")]
+    Poisoned,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum DiscoverError {
+    #[error("task is empty")]
+    EmptyTask,
+    #[error("embedding the task failed: {0}")]
+    Embed(#[from] oap_embed::EmbedError),
+}
+
+/// What the index stores per manifest (opaque to the index crate).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct StoredRecord {
+    pub id: String,
+    pub trust: Trust,
+    pub origin: Origin,
+    pub content_hash: String,
+    pub manifest: serde_json::Value,
+    /// Validation warnings, rendered, so `GET /v1/manifests/{id}` can show them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
+}
+
+/// Index-level metadata, stored as the index's meta blob.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+struct IndexMeta {
+    format: String,
+    recipe: u32,
+    model_id: Option<String>,
+    fingerprint: String,
+    built_at_unix: u64,
+}
+
+/// What a build or an open did; the daemon logs it and `/health` shows it.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct BuildReport {
+    pub docs: usize,
+    pub rows: usize,
+    /// Rows embedded by this build (0 when an unchanged index was reused).
+    pub embedded_rows: usize,
+    /// Rows whose vectors were carried over from the previous index.
+    pub reused_rows: usize,
+    /// The existing index matched the catalog and was mapped as it was.
+    pub reused_index: bool,
+    /// Why an existing index file could not be used, if it could not.
+    pub previous_index_problem: Option<String>,
+    pub problems: Vec<LoadProblem>,
+    pub collisions: Vec<Collision>,
+    pub elapsed_ms: f64,
+}
+
+/// A candidate capability in a discovery answer.
+#[derive(Debug, Clone, Serialize)]
+pub struct Candidate {
+    pub id: String,
+    /// The publishing domain for crawled manifests, the id for local ones
+    /// (the reference service's `domain` field).
+    pub domain: String,
+    pub name: String,
+    pub description: String,
+    pub invoke: serde_json::Value,
+    pub score: f32,
+    pub trust: Trust,
+    pub scores: ScoreParts,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct DiscoverMeta {
+    pub total_ms: f64,
+    pub embed_ms: f64,
+    pub search_ms: f64,
+    pub mode: Mode,
+    pub threshold: f32,
+    pub index_docs: usize,
+    pub model: Option<String>,
+    /// The instruction part of the task that retrieval used.
+    pub query: String,
+}
+
+/// The answer to a discovery request, in the reference service's shape.
+#[derive(Debug, Clone, Serialize)]
+pub struct Discovery {
+    pub task: String,
+    #[serde(rename = "match")]
+    pub best: Option<Candidate>,
+    pub candidates: Vec<Candidate>,
+    pub meta: DiscoverMeta,
+}
+
+/// Summary row for listings.
+#[derive(Debug, Clone, Serialize)]
+pub struct ManifestSummary {
+    pub id: String,
+    pub domain: String,
+    pub name: String,
+    pub description: String,
+    pub trust: Trust,
+}
+
+/// Size and state, for `/health`.
+#[derive(Debug, Clone, Serialize)]
+pub struct EngineStats {
+    pub docs: usize,
+    pub rows: usize,
+    pub index_bytes: u64,
+    pub dtype: &'static str,
+    pub model: Option<String>,
+    pub mode: Mode,
+}
+
+struct Snapshot {
+    index: Index,
+    model_id: Option<String>,
+}
+
+pub struct Engine {
+    config: EngineConfig,
+    sources: Vec<Source>,
+    embedder: Option<Arc<dyn Embedder>>,
+    snapshot: ArcSwap<Snapshot>,
+    build_lock: Mutex<()>,
+}
+
+impl Engine {
+    /// Loads the catalog and opens the index, rebuilding it only when the
+    /// catalog, the model or the recipe changed (or the file is damaged).
+    pub fn open(
+        config: EngineConfig,
+        sources: Vec<Source>,
+        embedder: Option<Arc<dyn Embedder>>,
+    ) -> Result<(Engine, BuildReport), EngineError> {
+        std::fs::create_dir_all(&config.data_dir).map_err(|source| EngineError::DataDir {
+            path: config.data_dir.clone(),
+            source,
+        })?;
+        let started = Instant::now();
+        let catalog = Catalog::load(&sources);
+        let model_id = embedder.as_ref().map(|e| e.model_id().to_string());
+        let fingerprint = fingerprint(&catalog, model_id.as_deref(), config.dtype);
+        let path = config.index_path();
+
+        let mut report = BuildReport::default();
+        let previous = match Index::open(&path) {
+            Ok(index) => Some(index),
+            Err(IndexError::NotFound { .. }) => None,
+            Err(err) => {
+                tracing::error!(path = %path.display(), error = %err, "index file unusable, rebuilding it");
+                report.previous_index_problem = Some(err.to_string());
+                None
+            }
+        };
+        let (index, mut built) = match previous {
+            Some(index) if read_meta(&index).is_some_and(|m| m.fingerprint == fingerprint) => {
+                let report = BuildReport {
+                    docs: index.len(),
+                    rows: index.rows(),
+                    reused_index: true,
+                    ..BuildReport::default()
+                };
+                (index, report)
+            }
+            previous => build_index(
+                &config,
+                &catalog,
+                embedder.as_deref(),
+                previous.as_ref(),
+                &fingerprint,
+            )?,
+        };
+        built.previous_index_problem = report.previous_index_problem.take();
+        built.problems = catalog.problems;
+        built.collisions = catalog.collisions;
+        built.elapsed_ms = started.elapsed().as_secs_f64() * 1e3;
+        let snapshot = Snapshot { index, model_id };
+        let engine = Engine {
+            config,
+            sources,
+            embedder,
+            snapshot: ArcSwap::from_pointee(snapshot),
+            build_lock: Mutex::new(()),
+        };
+        Ok((engine, built))
+    }
+
+    /// Re-reads the sources and rebuilds the index; `force` re-embeds
+    /// everything instead of reusing unchanged vectors. Queries keep being
+    /// served from the old snapshot until the new one is swapped in; on
+    /// failure the old snapshot stays.
+    pub fn rebuild(&self, force: bool) -> Result<BuildReport, EngineError> {
+        let _guard = self.build_lock.lock().map_err(|_| EngineError::Poisoned)?;
+        let started = Instant::now();
+        let catalog = Catalog::load(&self.sources);
+        let model_id = self.embedder.as_ref().map(|e| e.model_id().to_string());
+        let fingerprint = fingerprint(&catalog, model_id.as_deref(), self.config.dtype);
+        let current = self.snapshot.load_full();
+        let reuse = if force { None } else { Some(&current.index) };
+        let (index, mut report) = build_index(
+            &self.config,
+            &catalog,
+            self.embedder.as_deref(),
+            reuse,
+            &fingerprint,
+        )?;
+        report.problems = catalog.problems;
+        report.collisions = catalog.collisions;
+        report.elapsed_ms = started.elapsed().as_secs_f64() * 1e3;
+        self.snapshot.store(Arc::new(Snapshot { index, model_id }));
+        Ok(report)
+    }
+
+    pub fn mode(&self) -> Mode {
+        if self.embedder.is_some() {
+            self.config.scoring.mode
+        } else {
+            Mode::Lexical
+        }
+    }
+
+    pub fn model_id(&self) -> Option<&str> {
+        self.embedder.as_ref().map(|e| e.model_id())
+    }
+
+    /// Finds the manifests that fit `task`, best first.
+    pub fn discover(&self, task: &str, top_k: usize) -> Result<Discovery, DiscoverError> {
+        self.discover_with(task, top_k, self.mode())
+    }
+
+    /// Like [`Engine::discover`] with an explicit retrieval mode (benchmarks
+    /// compare the modes on one index).
+    pub fn discover_with(
+        &self,
+        task: &str,
+        top_k: usize,
+        mode: Mode,
+    ) -> Result<Discovery, DiscoverError> {
+        let started = Instant::now();
+        if task.trim().is_empty() {
+            return Err(DiscoverError::EmptyTask);
+        }
+        let top_k = top_k.max(1);
+        let snapshot = self.snapshot.load_full();
+        let views = query::views(task);
+
+        // The vectors in the index must come from the model that embeds the
+        // query; otherwise dense scores are meaningless.
+        let dense_usable = mode != Mode::Lexical
+            && self.embedder.is_some()
+            && snapshot.model_id.is_some()
+            && snapshot.index.rows() > 0;
+        let mode = if dense_usable || mode == Mode::Lexical {
+            mode
+        } else {
+            Mode::Lexical
+        };
+
+        let embed_started = Instant::now();
+        let query_vector = match (&self.embedder, mode) {
+            (Some(embedder), Mode::Dense | Mode::Hybrid) => Some(embedder.embed_one(&views.dense)?),
+            _ => None,
+        };
+        let embed_ms = embed_started.elapsed().as_secs_f64() * 1e3;
+
+        let search_started = Instant::now();
+        let terms = oap_index::tokenize(&views.lexical);
+        let scored = scoring::rank(
+            &snapshot.index,
+            &self.config.scoring,
+            mode,
+            query_vector.as_deref(),
+            &terms,
+            top_k,
+        );
+        let threshold = self.config.scoring.threshold(mode);
+        let candidates: Vec<Candidate> = scored
+            .into_iter()
+            .filter_map(|(doc, parts)| candidate(&snapshot.index, doc, parts))
+            .collect();
+        let search_ms = search_started.elapsed().as_secs_f64() * 1e3;
+        let best = candidates.first().filter(|c| c.score >= threshold).cloned();
+        Ok(Discovery {
+            task: task.to_string(),
+            best,
+            candidates,
+            meta: DiscoverMeta {
+                total_ms: started.elapsed().as_secs_f64() * 1e3,
+                embed_ms,
+                search_ms,
+                mode,
+                threshold,
+                index_docs: snapshot.index.len(),
+                model: snapshot.model_id.clone(),
+                query: views.dense,
+            },
+        })
+    }
+
+    /// All indexed manifests, in id order.
+    pub fn list(&self) -> Vec<ManifestSummary> {
+        let snapshot = self.snapshot.load_full();
+        let mut out: Vec<ManifestSummary> = (0..snapshot.index.len() as u32)
+            .filter_map(|doc| stored_record(&snapshot.index, doc))
+            .map(|record| summary(&record))
+            .collect();
+        out.sort_by(|a, b| a.id.cmp(&b.id));
+        out
+    }
+
+    /// The stored record of one manifest.
+    pub fn get(&self, id: &str) -> Option<StoredRecord> {
+        let snapshot = self.snapshot.load_full();
+        let doc = snapshot.index.find(id)?;
+        stored_record(&snapshot.index, doc)
+    }
+
+    pub fn stats(&self) -> EngineStats {
+        let snapshot = self.snapshot.load_full();
+        EngineStats {
+            docs: snapshot.index.len(),
+            rows: snapshot.index.rows(),
+            index_bytes: snapshot.index.file_len(),
+            dtype: match snapshot.index.dtype() {
+                VectorDtype::F32 => "f32",
+                VectorDtype::I8 => "i8",
+            },
+            model: snapshot.model_id.clone(),
+            mode: self.mode(),
+        }
+    }
+
+    pub fn config(&self) -> &EngineConfig {
+        &self.config
+    }
+}
+
+fn summary(record: &StoredRecord) -> ManifestSummary {
+    ManifestSummary {
+        id: record.id.clone(),
+        domain: domain_of(record),
+        name: string_field(&record.manifest, "name"),
+        description: string_field(&record.manifest, "description"),
+        trust: record.trust,
+    }
+}
+
+fn candidate(index: &Index, doc: u32, scores: ScoreParts) -> Option<Candidate> {
+    let record = stored_record(index, doc)?;
+    Some(Candidate {
+        domain: domain_of(&record),
+        name: string_field(&record.manifest, "name"),
+        description: string_field(&record.manifest, "description"),
+        invoke: record
+            .manifest
+            .get("invoke")
+            .cloned()
+            .unwrap_or(serde_json::Value::Null),
+        id: record.id,
+        score: scores.fused,
+        trust: record.trust,
+        scores,
+    })
+}
+
+/// Local manifests have no domain; the reference used the id in its place.
+fn domain_of(record: &StoredRecord) -> String {
+    record.id.clone()
+}
+
+fn string_field(manifest: &serde_json::Value, key: &str) -> String {
+    manifest
+        .get(key)
+        .and_then(|v| v.as_str())
+        .unwrap_or_default()
+        .to_string()
+}
+
+fn stored_record(index: &Index, doc: u32) -> Option<StoredRecord> {
+    let bytes = index.record(doc)?;
+    match serde_json::from_slice(bytes) {
+        Ok(record) => Some(record),
+        Err(err) => {
+            // The file's checksums passed, so this is a writer bug, not
+            // disk damage; skip the record rather than fail the query.
+            tracing::error!(doc, error = %err, "undecodable record in index");
+            None
+        }
+    }
+}
+
+fn read_meta(index: &Index) -> Option<IndexMeta> {
+    serde_json::from_slice(index.meta()).ok()
+}
+
+/// Identity of what an index was built from. Equal fingerprints mean the
+/// existing file can be mapped as it is.
+fn fingerprint(catalog: &Catalog, model_id: Option<&str>, dtype: VectorDtype) -> String {
+    let mut hasher = Sha256::new();
+    hasher.update(RECIPE_VERSION.to_le_bytes());
+    hasher.update(model_id.unwrap_or("-").as_bytes());
+    hasher.update([0, matches!(dtype, VectorDtype::I8) as u8]);
+    let mut entries: Vec<&CatalogEntry> = catalog.entries.iter().collect();
+    entries.sort_by(|a, b| a.id.cmp(&b.id));
+    for entry in entries {
+        for part in [
+            entry.id.as_str(),
+            entry.content_hash.as_str(),
+            entry.origin.location.as_str(),
+        ] {
+            hasher.update(part.as_bytes());
+            hasher.update([0]);
+        }
+        hasher.update([entry.trust as u8]);
+    }
+    hex::encode(hasher.finalize())
+}
+
+/// Builds and writes a new index, reusing vectors of unchanged texts from
+/// `previous` when it was built by the same model.
+fn build_index(
+    config: &EngineConfig,
+    catalog: &Catalog,
+    embedder: Option<&dyn Embedder>,
+    previous: Option<&Index>,
+    fingerprint: &str,
+) -> Result<(Index, BuildReport), EngineError> {
+    let model_id = embedder.map(|e| e.model_id().to_string());
+    let dim = embedder.map_or(0, |e| e.dim());
+
+    // Vectors from the previous index, keyed by (model, text) hash. Keys
+    // include the model id, so a model change can never reuse a vector.
+    let mut reusable: HashMap<[u8; 16], Vec<f32>> = HashMap::new();
+    if let (Some(previous), Some(_)) = (previous, &model_id) {
+        if previous.dim() == dim {
+            for doc in 0..previous.len() as u32 {
+                for row in previous.rows_of(doc) {
+                    reusable.insert(row.key, row.vector);
+                }
+            }
+        }
+    }
+
+    struct PlannedDoc {
+        record: Vec<u8>,
+        id: String,
+        rows: Vec<(document::RowText, [u8; 16])>,
+        lexical: Vec<(String, f32)>,
+    }
+    let mut planned = Vec::with_capacity(catalog.entries.len());
+    let mut to_embed: Vec<String> = Vec::new();
+    let mut queued: HashSet<[u8; 16]> = HashSet::new();
+    for entry in &catalog.entries {
+        let record = StoredRecord {
+            id: entry.id.clone(),
+            trust: entry.trust,
+            origin: entry.origin.clone(),
+            content_hash: entry.content_hash.clone(),
+            manifest: serde_json::to_value(&entry.manifest).unwrap_or(serde_json::Value::Null),
+            warnings: entry.warnings.iter().map(|w| w.to_string()).collect(),
+        };
+        let record = match serde_json::to_vec(&record) {
+            Ok(bytes) => bytes,
+            Err(err) => {
+                tracing::error!(id = %entry.id, error = %err, "cannot serialise record, skipping");
+                continue;
+            }
+        };
+        let rows = match &model_id {
+            Some(model_id) => document::rows(&entry.manifest, config.row_weights)
+                .into_iter()
+                .map(|row| {
+                    let key = document::row_key(model_id, &row.text);
+                    if !reusable.contains_key(&key) && queued.insert(key) {
+                        to_embed.push(row.text.clone());
+                    }
+                    (row, key)
+                })
+                .collect(),
+            None => Vec::new(),
+        };
+        planned.push(PlannedDoc {
+            record,
+            id: entry.id.clone(),
+            rows,
+            lexical: document::lexical_terms(&entry.manifest),
+        });
+    }
+
+    let mut embedded_rows = 0;
+    let mut reused_rows = 0;
+    if let (Some(embedder), Some(model_id)) = (embedder, &model_id) {
+        for batch in to_embed.chunks(EMBED_BATCH) {
+            let texts: Vec<&str> = batch.iter().map(String::as_str).collect();
+            let vectors = embedder.embed(&texts)?;
+            for (text, vector) in batch.iter().zip(vectors) {
+                reusable.insert(document::row_key(model_id, text), vector);
+            }
+            embedded_rows += batch.len();
+        }
+    }
+
+    let meta = IndexMeta {
+        format: "oapd-index".into(),
+        recipe: RECIPE_VERSION,
+        model_id: model_id.clone(),
+        fingerprint: fingerprint.to_string(),
+        built_at_unix: SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or(0),
+    };
+    let meta = serde_json::to_vec(&meta).unwrap_or_default();
+    let mut writer = IndexWriter::new(dim, config.dtype, meta)?;
+    writer.reserve(planned.len(), planned.iter().map(|d| d.rows.len()).sum());
+    let mut rows_total = 0;
+    let docs = planned.len();
+    for doc in planned {
+        let mut rows = Vec::with_capacity(doc.rows.len());
+        for (row, key) in doc.rows {
+            let Some(vector) = reusable.get(&key) else {
+                continue;
+            };
+            if !queued.contains(&key) {
+                reused_rows += 1;
+            }
+            rows.push(RowInput {
+                key,
+                weight: row.weight,
+                vector: vector.clone(),
+            });
+        }
+        rows_total += rows.len();
+        writer.add(DocInput {
+            id: doc.id,
+            record: doc.record,
+            rows,
+            lexical: doc.lexical,
+        })?;
+    }
+    let path = config.index_path();
+    writer.write_atomic(&path)?;
+    let index = Index::open(&path)?;
+    tracing::info!(
+        docs,
+        rows = rows_total,
+        embedded_rows,
+        reused_rows,
+        path = %path.display(),
+        "index written"
+    );
+    Ok((
+        index,
+        BuildReport {
+            docs,
+            rows: rows_total,
+            embedded_rows,
+            reused_rows,
+            ..BuildReport::default()
+        },
+    ))
+}
+
+/// The index path for a data directory (used by the CLI).
+pub fn index_path(data_dir: &Path) -> PathBuf {
+    data_dir.join(INDEX_FILE)
+}

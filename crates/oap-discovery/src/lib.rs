@@ -1,0 +1,19 @@
+//! Discovery: from configured manifest sources to ranked capabilities.
+//!
+//! [`catalog`] loads and de-duplicates manifests, [`document`] decides what
+//! is embedded and matched lexically, [`query`] separates a task's
+//! instruction from its inline data, [`scoring`] fuses dense and lexical
+//! scores, and [`engine`] ties them to the memory-mapped index.
+
+pub mod catalog;
+pub mod document;
+pub mod engine;
+pub mod query;
+pub mod scoring;
+
+pub use catalog::{Catalog, CatalogEntry, Collision, LoadProblem, Origin, Source, Trust};
+pub use engine::{
+    BuildReport, Candidate, DiscoverError, Discovery, Engine, EngineConfig, EngineError,
+    EngineStats, ManifestSummary, StoredRecord,
+};
+pub use scoring::{Mode, ScoreParts, Scoring};

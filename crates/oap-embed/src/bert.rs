@@ -1,0 +1,439 @@
+//! [`BertEmbedder`]: a sentence-transformers BERT model on candle's CPU backend.
+//!
+//! Pipeline (the same as sentence-transformers' `Transformer -> Pooling(mean)
+//! -> Normalize` for all-MiniLM-L6-v2, so scores match its published numbers):
+//! tokenize with truncation, run `BertModel`, average the token vectors that the
+//! attention mask marks as real, divide by the L2 norm.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use candle_core::{DType, Device, Tensor};
+use candle_nn::VarBuilder;
+use candle_transformers::models::bert::{BertModel, Config};
+use sha2::{Digest, Sha256};
+use tokenizers::{Encoding, Tokenizer, TruncationParams};
+
+use crate::{EmbedError, Embedder};
+
+/// File names of a sentence-transformers model directory, in the order they are
+/// hashed into the model id.
+pub(crate) const CONFIG_FILE: &str = "config.json";
+pub(crate) const TOKENIZER_FILE: &str = "tokenizer.json";
+pub(crate) const WEIGHTS_FILE: &str = "model.safetensors";
+
+/// Cap on input bytes per token budget before tokenizing. Truncation to
+/// `max_tokens` happens after tokenization, so without a cap a multi-megabyte
+/// request body would be normalised and word-pieced in full only to be thrown
+/// away. 512 bytes per token is far above what real text needs (WordPiece
+/// emits at least one token per ~100 characters, even for unknown words), so the
+/// cap never changes the result for ordinary input.
+const MAX_INPUT_BYTES_PER_TOKEN: usize = 512;
+
+/// Tuning knobs for [`BertEmbedder`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EmbedOptions {
+    /// Tokens per text, including `[CLS]` and `[SEP]`; longer texts are
+    /// truncated. 256 is all-MiniLM-L6-v2's `max_seq_length` (what
+    /// sentence-transformers uses), so scores match the reference.
+    pub max_tokens: usize,
+    /// Texts per forward pass. Larger batches amortise per-call overhead but pad
+    /// more; 16 keeps padding waste low once inputs are sorted by length.
+    pub batch_size: usize,
+    /// Worker threads for inference. `None` uses candle's own pool, sized by
+    /// `RAYON_NUM_THREADS` or else the number of physical cores. `Some(n)` runs
+    /// inference in a dedicated rayon pool of `n` threads, which keeps the
+    /// embedder from starving other work on a small board.
+    ///
+    /// Caveat: candle also sizes its matmul work split and a small internal
+    /// spin pool for element-wise ops from `RAYON_NUM_THREADS` /
+    /// `CANDLE_NUM_THREADS`, read from the environment. For a hard cap set
+    /// `RAYON_NUM_THREADS=n` in the service environment as well (systemd
+    /// `Environment=`); a library cannot set it safely once threads exist.
+    pub threads: Option<usize>,
+}
+
+impl Default for EmbedOptions {
+    fn default() -> Self {
+        Self {
+            max_tokens: 256,
+            batch_size: 16,
+            threads: None,
+        }
+    }
+}
+
+/// Sentence embedder backed by candle-transformers' `BertModel` (CPU, F32).
+pub struct BertEmbedder {
+    model: BertModel,
+    tokenizer: Tokenizer,
+    device: Device,
+    dim: usize,
+    pad_id: u32,
+    model_id: String,
+    content_sha256: String,
+    dir: PathBuf,
+    opts: EmbedOptions,
+    pool: Option<rayon::ThreadPool>,
+}
+
+impl fmt::Debug for BertEmbedder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("BertEmbedder")
+            .field("model_id", &self.model_id)
+            .field("dim", &self.dim)
+            .field("dir", &self.dir)
+            .field("opts", &self.opts)
+            .finish_non_exhaustive()
+    }
+}
+
+impl BertEmbedder {
+    /// Loads a sentence-transformers BERT directory holding `config.json`,
+    /// `tokenizer.json` and `model.safetensors`.
+    ///
+    /// The weights are read into memory once and that single buffer is both
+    /// hashed (for [`Embedder::model_id`]) and parsed, so the model id costs no
+    /// extra disk I/O. Reading instead of mmapping also avoids the undefined
+    /// behaviour mmap has if the file is rewritten while mapped; the buffer is
+    /// freed after the tensors are copied out.
+    pub fn load(dir: &Path, opts: EmbedOptions) -> Result<Self, EmbedError> {
+        let started = Instant::now();
+        if opts.batch_size == 0 {
+            return Err(EmbedError::InvalidOptions("batch_size must be >= 1".into()));
+        }
+        if opts.max_tokens < 2 {
+            return Err(EmbedError::InvalidOptions(
+                "max_tokens must be >= 2 ([CLS] and [SEP])".into(),
+            ));
+        }
+        if opts.threads == Some(0) {
+            return Err(EmbedError::InvalidOptions("threads must be >= 1".into()));
+        }
+        if !dir.is_dir() {
+            return Err(EmbedError::ModelDirNotFound {
+                path: dir.to_path_buf(),
+            });
+        }
+        // Canonical path so that `models/x/.` and a symlink give the same name.
+        let dir = dir.canonicalize().map_err(|source| EmbedError::Io {
+            path: dir.to_path_buf(),
+            source,
+        })?;
+        let config_path = dir.join(CONFIG_FILE);
+        let tokenizer_path = dir.join(TOKENIZER_FILE);
+        let weights_path = dir.join(WEIGHTS_FILE);
+
+        let config_bytes = read_file(&config_path)?;
+        let cfg: Config =
+            serde_json::from_slice(&config_bytes).map_err(|e| EmbedError::BadConfig {
+                path: config_path.clone(),
+                reason: e.to_string(),
+            })?;
+        validate_config(&cfg).map_err(|reason| EmbedError::BadConfig {
+            path: config_path.clone(),
+            reason,
+        })?;
+        if opts.max_tokens > cfg.max_position_embeddings {
+            return Err(EmbedError::InvalidOptions(format!(
+                "max_tokens {} exceeds the model's max_position_embeddings {}",
+                opts.max_tokens, cfg.max_position_embeddings
+            )));
+        }
+        let pad_id = u32::try_from(cfg.pad_token_id).map_err(|_| EmbedError::BadConfig {
+            path: config_path.clone(),
+            reason: format!("pad_token_id {} does not fit in u32", cfg.pad_token_id),
+        })?;
+
+        let tokenizer_bytes = read_file(&tokenizer_path)?;
+        let mut tokenizer = Tokenizer::from_bytes(&tokenizer_bytes).map_err(|e| {
+            EmbedError::Tokenizer(format!("cannot load {}: {e}", tokenizer_path.display()))
+        })?;
+        // Upstream tokenizer.json files often carry their own padding (e.g.
+        // fixed 128) and truncation settings; replace both so that texts are
+        // padded only per batch, by us, and truncated at `max_tokens`.
+        tokenizer.with_padding(None);
+        tokenizer
+            .with_truncation(Some(TruncationParams {
+                max_length: opts.max_tokens,
+                ..Default::default()
+            }))
+            .map_err(|e| EmbedError::Tokenizer(format!("cannot set truncation: {e}")))?;
+        let vocab = tokenizer.get_vocab_size(true);
+        if vocab > cfg.vocab_size {
+            // Token ids beyond the embedding table would fail at the first query;
+            // catch the mismatched pair of files at load instead.
+            return Err(EmbedError::BadConfig {
+                path: config_path,
+                reason: format!(
+                    "vocab_size {} is smaller than the tokenizer's vocabulary ({vocab}) in {}",
+                    cfg.vocab_size,
+                    tokenizer_path.display()
+                ),
+            });
+        }
+
+        let weights = read_file(&weights_path)?;
+        let read_ms = started.elapsed().as_secs_f64() * 1e3;
+        let device = Device::Cpu;
+        // Hash on a second thread while the tensors are copied out of the same
+        // buffer: on a multi-core board the id then costs ~nothing in wall time.
+        let (content_sha256, model, hash_ms) = std::thread::scope(|s| {
+            let hasher = s.spawn(|| {
+                let t = Instant::now();
+                let digest = content_digest(&[&config_bytes, &tokenizer_bytes, &weights]);
+                (digest, t.elapsed().as_secs_f64() * 1e3)
+            });
+            let model = VarBuilder::from_slice_safetensors(&weights, DType::F32, &device)
+                .and_then(|vb| BertModel::load(vb, &cfg));
+            let (digest, hash_ms) = match hasher.join() {
+                Ok(r) => r,
+                Err(panic) => std::panic::resume_unwind(panic),
+            };
+            (digest, model, hash_ms)
+        });
+        let model = model.map_err(|e| EmbedError::BadWeights {
+            path: weights_path.clone(),
+            reason: e.to_string(),
+        })?;
+        drop(weights);
+
+        let pool = match opts.threads {
+            Some(n) => Some(
+                rayon::ThreadPoolBuilder::new()
+                    .num_threads(n)
+                    .thread_name(|i| format!("oap-embed-{i}"))
+                    .build()
+                    .map_err(|e| {
+                        EmbedError::InvalidOptions(format!("cannot start {n} threads: {e}"))
+                    })?,
+            ),
+            None => None,
+        };
+
+        let dir_name = dir
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "model".to_owned());
+        let model_id = format!("{dir_name}@{}", &content_sha256[..16]);
+        tracing::info!(
+            model_id = %model_id,
+            dim = cfg.hidden_size,
+            read_ms,
+            hash_ms,
+            load_ms = started.elapsed().as_secs_f64() * 1e3,
+            "embedding model loaded"
+        );
+        Ok(Self {
+            model,
+            tokenizer,
+            device,
+            dim: cfg.hidden_size,
+            pad_id,
+            model_id,
+            content_sha256,
+            dir,
+            opts,
+            pool,
+        })
+    }
+
+    /// Full hex sha256 of `config.json || tokenizer.json || model.safetensors`
+    /// (plain concatenation, so `cat config.json tokenizer.json
+    /// model.safetensors | sha256sum` reproduces it). [`Embedder::model_id`]
+    /// carries its first 16 hex digits.
+    pub fn content_sha256(&self) -> &str {
+        &self.content_sha256
+    }
+
+    /// Canonical path of the model directory.
+    pub fn model_dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The options the model was loaded with.
+    pub fn options(&self) -> &EmbedOptions {
+        &self.opts
+    }
+
+    fn embed_in_pool(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, EmbedError> {
+        let budget = self
+            .opts
+            .max_tokens
+            .saturating_mul(MAX_INPUT_BYTES_PER_TOKEN);
+        let inputs: Vec<&str> = texts.iter().map(|t| clip_utf8(t, budget)).collect();
+        let encodings = self
+            .tokenizer
+            .encode_batch_fast(inputs, true)
+            .map_err(|e| EmbedError::Tokenizer(e.to_string()))?;
+
+        // Sort by token count so each batch pads to a similar length; this
+        // matters for speed only, since padding is masked out (see `forward`).
+        let mut order: Vec<usize> = (0..encodings.len()).collect();
+        order.sort_by_key(|&i| encodings[i].len());
+
+        let mut out = vec![Vec::new(); encodings.len()];
+        for chunk in order.chunks(self.opts.batch_size) {
+            let batch: Vec<&Encoding> = chunk.iter().map(|&i| &encodings[i]).collect();
+            for (&i, v) in chunk.iter().zip(self.forward(&batch)?) {
+                out[i] = v;
+            }
+        }
+        Ok(out)
+    }
+
+    /// One forward pass over a batch, padded to its longest member.
+    fn forward(&self, batch: &[&Encoding]) -> Result<Vec<Vec<f32>>, EmbedError> {
+        let rows = batch.len();
+        let cols = batch.iter().map(|e| e.len()).max().unwrap_or(0);
+        if cols == 0 {
+            // Only possible with a tokenizer that adds no special tokens: an
+            // empty text has no tokens, and sentence-transformers yields a zero
+            // vector for it, so do the same instead of running an empty matmul.
+            return Ok(vec![vec![0.0; self.dim]; rows]);
+        }
+        let mut ids = vec![self.pad_id; rows * cols];
+        let mut mask = vec![0u32; rows * cols];
+        for (r, enc) in batch.iter().enumerate() {
+            let len = enc.len();
+            ids[r * cols..r * cols + len].copy_from_slice(enc.get_ids());
+            mask[r * cols..r * cols + len].fill(1);
+        }
+        let ids = Tensor::from_vec(ids, (rows, cols), &self.device)?;
+        let mask = Tensor::from_vec(mask, (rows, cols), &self.device)?;
+        let type_ids = ids.zeros_like()?;
+        // Padded keys get a -inf-like bias inside BertModel, so real tokens never
+        // attend to padding and their hidden states do not depend on batch shape.
+        let hidden = self.model.forward(&ids, &type_ids, Some(&mask))?; // [B, T, D]
+        let m = mask.to_dtype(DType::F32)?.unsqueeze(2)?; // [B, T, 1]
+        let summed = hidden.broadcast_mul(&m)?.sum(1)?; // [B, D]
+                                                        // Same clamp as sentence-transformers' mean pooling: no 0/0 for a row
+                                                        // without tokens.
+        let counts = m.sum(1)?.clamp(1e-9f32, f32::MAX)?; // [B, 1]
+        let pooled: Vec<Vec<f32>> = summed.broadcast_div(&counts)?.to_vec2()?;
+        Ok(pooled.into_iter().map(l2_normalise).collect())
+    }
+}
+
+impl Embedder for BertEmbedder {
+    fn model_id(&self) -> &str {
+        &self.model_id
+    }
+
+    fn dim(&self) -> usize {
+        self.dim
+    }
+
+    fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, EmbedError> {
+        if texts.is_empty() {
+            return Ok(Vec::new());
+        }
+        match &self.pool {
+            Some(pool) => pool.install(|| self.embed_in_pool(texts)),
+            // candle's own CPU pool keeps its workers warm between the many
+            // short parallel sections of a forward pass.
+            None => self.device.with_context(|| self.embed_in_pool(texts)),
+        }
+    }
+}
+
+fn read_file(path: &Path) -> Result<Vec<u8>, EmbedError> {
+    std::fs::read(path).map_err(|source| {
+        if source.kind() == std::io::ErrorKind::NotFound {
+            EmbedError::MissingFile {
+                path: path.to_path_buf(),
+            }
+        } else {
+            EmbedError::Io {
+                path: path.to_path_buf(),
+                source,
+            }
+        }
+    })
+}
+
+/// Checks the config fields candle's BERT would otherwise trip over later with
+/// a less helpful message (or a panic on a division by zero).
+fn validate_config(cfg: &Config) -> Result<(), String> {
+    if cfg.hidden_size == 0 || cfg.num_hidden_layers == 0 || cfg.vocab_size == 0 {
+        return Err("hidden_size, num_hidden_layers and vocab_size must be > 0".into());
+    }
+    if cfg.num_attention_heads == 0 || !cfg.hidden_size.is_multiple_of(cfg.num_attention_heads) {
+        return Err(format!(
+            "hidden_size {} is not a multiple of num_attention_heads {}",
+            cfg.hidden_size, cfg.num_attention_heads
+        ));
+    }
+    if cfg.max_position_embeddings < 2 {
+        return Err(format!(
+            "max_position_embeddings {} leaves no room for [CLS] and [SEP]",
+            cfg.max_position_embeddings
+        ));
+    }
+    Ok(())
+}
+
+fn content_digest(parts: &[&[u8]]) -> String {
+    let mut h = Sha256::new();
+    for p in parts {
+        h.update(p);
+    }
+    hex::encode(h.finalize())
+}
+
+/// Longest prefix of `s` of at most `max` bytes that ends on a char boundary.
+fn clip_utf8(s: &str, max: usize) -> &str {
+    if s.len() <= max {
+        return s;
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    &s[..end]
+}
+
+/// Divides by the L2 norm, with sentence-transformers' epsilon so a zero vector
+/// stays zero instead of becoming NaN.
+fn l2_normalise(mut v: Vec<f32>) -> Vec<f32> {
+    let norm = v
+        .iter()
+        .map(|x| f64::from(*x) * f64::from(*x))
+        .sum::<f64>()
+        .sqrt()
+        .max(1e-12);
+    for x in &mut v {
+        *x = (f64::from(*x) / norm) as f32;
+    }
+    v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn clip_respects_char_boundaries() {
+        assert_eq!(clip_utf8("héllo", 2), "h");
+        assert_eq!(clip_utf8("héllo", 3), "hé");
+        assert_eq!(clip_utf8("abc", 10), "abc");
+        assert_eq!(clip_utf8("", 0), "");
+    }
+
+    #[test]
+    fn normalise_handles_zero_and_scales_to_unit() {
+        assert_eq!(l2_normalise(vec![0.0, 0.0]), vec![0.0, 0.0]);
+        let v = l2_normalise(vec![3.0, 4.0]);
+        assert!((v[0] - 0.6).abs() < 1e-7 && (v[1] - 0.8).abs() < 1e-7);
+    }
+
+    #[test]
+    fn digest_is_plain_concatenation() {
+        assert_eq!(
+            content_digest(&[b"ab", b"c"]),
+            content_digest(&[b"abc"]),
+            "model_id must be reproducible with `cat ... | sha256sum`"
+        );
+    }
+}

@@ -1,0 +1,58 @@
+//! Error type for the embedding crate.
+//!
+//! Every variant that concerns a file names that file, because the most common
+//! operational failure is "the model directory is incomplete or was fetched from
+//! somewhere else", and the operator needs to know which file to look at.
+
+use std::path::PathBuf;
+
+/// Errors returned while loading a model or embedding text.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum EmbedError {
+    /// The model directory itself does not exist (or is not a directory).
+    #[error(
+        "model directory {} does not exist or is not a directory (run `cargo xtask fetch-model`)",
+        path.display()
+    )]
+    ModelDirNotFound { path: PathBuf },
+
+    /// A required file (config.json, tokenizer.json, model.safetensors) is absent.
+    #[error("model file {} is missing (run `cargo xtask fetch-model`)", path.display())]
+    MissingFile { path: PathBuf },
+
+    /// The file exists but could not be read.
+    #[error("cannot read {}: {source}", path.display())]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+
+    /// config.json is not valid JSON, is not a BERT config, or is inconsistent
+    /// with the tokenizer.
+    #[error("bad model config {}: {reason}", path.display())]
+    BadConfig { path: PathBuf, reason: String },
+
+    /// model.safetensors is truncated, corrupt, or lacks tensors the config asks for.
+    #[error("bad model weights {}: {reason}", path.display())]
+    BadWeights { path: PathBuf, reason: String },
+
+    /// tokenizer.json could not be loaded, or encoding a text failed.
+    #[error("tokenizer: {0}")]
+    Tokenizer(String),
+
+    /// A tensor operation failed at inference time.
+    #[error("candle: {0}")]
+    Candle(String),
+
+    /// `EmbedOptions` has a value the model cannot honour.
+    #[error("invalid embed options: {0}")]
+    InvalidOptions(String),
+}
+
+impl From<candle_core::Error> for EmbedError {
+    fn from(e: candle_core::Error) -> Self {
+        EmbedError::Candle(e.to_string())
+    }
+}

@@ -1,0 +1,58 @@
+//! Sentence embeddings for OAP manifest discovery.
+//!
+//! The daemon ranks manifests by cosine similarity between a task description
+//! and each manifest's text. This crate turns text into L2-normalised vectors
+//! with a local sentence-transformers BERT model (all-MiniLM-L6-v2 by default)
+//! running on candle's CPU backend, so that no network and no Python are needed
+//! on the edge board.
+//!
+//! Other crates depend only on the [`Embedder`] trait, so tests can use a fake
+//! embedder and the model can be swapped without touching the index code.
+
+mod bert;
+mod error;
+
+pub use bert::{BertEmbedder, EmbedOptions};
+pub use error::EmbedError;
+
+/// A text-to-vector model.
+///
+/// `Send + Sync` because the daemon shares one loaded model between request
+/// handlers; loading it once per request would cost ~100 ms and ~90 MB.
+pub trait Embedder: Send + Sync {
+    /// Identity of the model weights; stored in the index so vectors from
+    /// different models are never mixed.
+    fn model_id(&self) -> &str;
+
+    /// Length of every vector returned by [`Embedder::embed`].
+    fn dim(&self) -> usize;
+
+    /// L2-normalised sentence embeddings, one per input, in order. Batches
+    /// internally, so callers may pass any number of texts.
+    fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, EmbedError>;
+
+    /// Embeds a single text (a query, typically).
+    fn embed_one(&self, text: &str) -> Result<Vec<f32>, EmbedError> {
+        self.embed(&[text])?
+            .pop()
+            .ok_or_else(|| EmbedError::Candle("model returned no embedding".into()))
+    }
+}
+
+/// Cosine similarity of two vectors. For the L2-normalised vectors this crate
+/// returns it equals the dot product; the division keeps it correct for
+/// arbitrary inputs (tests, other embedders). Returns 0 for zero vectors.
+pub fn cosine(a: &[f32], b: &[f32]) -> f32 {
+    let (mut dot, mut na, mut nb) = (0f64, 0f64, 0f64);
+    for (x, y) in a.iter().zip(b) {
+        dot += f64::from(*x) * f64::from(*y);
+        na += f64::from(*x) * f64::from(*x);
+        nb += f64::from(*y) * f64::from(*y);
+    }
+    let denom = (na * nb).sqrt();
+    if denom == 0.0 {
+        0.0
+    } else {
+        (dot / denom) as f32
+    }
+}

@@ -1,0 +1,360 @@
+//! Tests against the real all-MiniLM-L6-v2 weights.
+//!
+//! They need `<repo>/models/all-MiniLM-L6-v2` (from `cargo xtask fetch-model`)
+//! or `OAPD_MODEL_DIR`. Without it they FAIL with instructions rather than
+//! skip: a silently skipped model test is how score regressions ship.
+//!
+//! Broken model directories for the error tests are built in temp dirs from
+//! symlinks to the good files, so the fetched model is never modified.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+use oap_embed::{cosine, BertEmbedder, EmbedError, EmbedOptions, Embedder};
+use sha2::{Digest, Sha256};
+
+fn model_dir() -> PathBuf {
+    match std::env::var_os("OAPD_MODEL_DIR") {
+        Some(d) => PathBuf::from(d),
+        None => Path::new(env!("CARGO_MANIFEST_DIR")).join("../../models/all-MiniLM-L6-v2"),
+    }
+}
+
+/// The model directory, or a test failure that says how to get it.
+fn require_model() -> PathBuf {
+    let dir = model_dir();
+    for f in ["config.json", "tokenizer.json", "model.safetensors"] {
+        assert!(
+            dir.join(f).is_file(),
+            "real model not found: {} is missing. Run `cargo xtask fetch-model` \
+             (or set OAPD_MODEL_DIR to a sentence-transformers BERT directory).",
+            dir.join(f).display()
+        );
+    }
+    dir
+}
+
+/// One shared model per test binary: loading is ~100 ms and ~90 MB.
+fn embedder() -> &'static BertEmbedder {
+    static E: OnceLock<BertEmbedder> = OnceLock::new();
+    E.get_or_init(|| {
+        BertEmbedder::load(&require_model(), EmbedOptions::default()).expect("load real model")
+    })
+}
+
+fn norm(v: &[f32]) -> f64 {
+    v.iter()
+        .map(|x| f64::from(*x) * f64::from(*x))
+        .sum::<f64>()
+        .sqrt()
+}
+
+fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
+    assert_eq!(a.len(), b.len());
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0, f32::max)
+}
+
+fn words(n: usize) -> String {
+    let vocab = [
+        "manifest",
+        "discovery",
+        "agent",
+        "weather",
+        "convert",
+        "image",
+        "to",
+        "pdf",
+        "the",
+        "quickly",
+        "edge",
+        "board",
+        "sensor",
+        "reads",
+        "temperature",
+        "and",
+        "reports",
+    ];
+    (0..n)
+        .map(|i| vocab[(i * 7 + i / 3) % vocab.len()])
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+#[test]
+fn reproduces_sentence_transformers_reference_scores() {
+    let e = embedder();
+    let v = e
+        .embed(&[
+            "The cat sits outside",
+            "The cat plays in the garden",
+            "I love pasta",
+            "Do you like pizza?",
+        ])
+        .unwrap();
+    let cat = cosine(&v[0], &v[1]);
+    let food = cosine(&v[2], &v[3]);
+    println!("cat={cat:.4} food={food:.4}");
+    assert!((cat - 0.6788).abs() < 5e-4, "cat pair: {cat:.4} != 0.6788");
+    assert!(
+        (food - 0.5096).abs() < 5e-4,
+        "food pair: {food:.4} != 0.5096"
+    );
+}
+
+#[test]
+fn dim_and_model_id() {
+    let e = embedder();
+    assert_eq!(e.dim(), 384);
+    assert_eq!(e.embed_one("hello").unwrap().len(), 384);
+
+    let dir = require_model();
+    let mut h = Sha256::new();
+    for f in ["config.json", "tokenizer.json", "model.safetensors"] {
+        h.update(fs::read(dir.join(f)).unwrap());
+    }
+    let full = hex::encode(h.finalize());
+    assert_eq!(e.content_sha256(), full);
+    let name = e.model_dir().file_name().unwrap().to_string_lossy();
+    assert_eq!(e.model_id(), format!("{name}@{}", &full[..16]));
+}
+
+#[test]
+fn batch_equals_single_and_keeps_input_order() {
+    let e = embedder();
+    let long = words(400);
+    let mut texts: Vec<String> = vec![
+        "".into(),
+        "weather".into(),
+        long.clone(),
+        "convert a png image to pdf".into(),
+        words(3),
+        words(60),
+        "Ünïcödé façade — naïve café 東京".into(),
+        "  \t\n ".into(),
+    ];
+    // Enough texts for two batches of 16, in no particular length order.
+    for i in 0..20 {
+        texts.push(words(1 + (i * 37) % 90));
+    }
+    let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+    let batch = e.embed(&refs).unwrap();
+    assert_eq!(batch.len(), texts.len());
+    let mut worst = 0f32;
+    for (t, b) in refs.iter().zip(&batch) {
+        let single = e.embed_one(t).unwrap();
+        let d = max_abs_diff(&single, b);
+        worst = worst.max(d);
+        assert!(d < 1e-5, "batch vs single differ by {d} for {t:?}");
+    }
+    println!("max |batch - single| = {worst:e}");
+    // The loop above proves order (vector i matches text i) only if different
+    // texts give different vectors; check that it is not vacuous.
+    assert!(max_abs_diff(&batch[1], &batch[3]) > 1e-3);
+}
+
+#[test]
+fn batch_size_does_not_change_results() {
+    let e = embedder();
+    let texts: Vec<String> = (0..10).map(|i| words(2 + i * 11)).collect();
+    let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+    let a = e.embed(&refs).unwrap();
+    let small = BertEmbedder::load(
+        &require_model(),
+        EmbedOptions {
+            batch_size: 3,
+            threads: Some(1),
+            ..EmbedOptions::default()
+        },
+    )
+    .unwrap();
+    let b = small.embed(&refs).unwrap();
+    for (x, y) in a.iter().zip(&b) {
+        assert!(max_abs_diff(x, y) < 1e-5);
+    }
+    assert_eq!(small.model_id(), e.model_id());
+}
+
+#[test]
+fn vectors_are_unit_length() {
+    let e = embedder();
+    let texts = ["", "a", "find a manifest for booking a flight", &words(300)];
+    for (t, v) in texts.iter().zip(e.embed(&texts).unwrap()) {
+        let n = norm(&v);
+        assert!((n - 1.0).abs() < 1e-5, "norm {n} for {t:?}");
+        assert!(v.iter().all(|x| x.is_finite()));
+    }
+}
+
+#[test]
+fn empty_inputs() {
+    let e = embedder();
+    assert!(e.embed(&[]).unwrap().is_empty());
+    let v = e.embed_one("").unwrap();
+    assert_eq!(v.len(), 384);
+    assert!((norm(&v) - 1.0).abs() < 1e-5);
+}
+
+#[test]
+fn long_input_is_truncated_not_rejected() {
+    let e = embedder();
+    let two_thousand = words(2000);
+    let longer = format!("{two_thousand} {}", words(1000));
+    let a = e.embed_one(&two_thousand).unwrap();
+    let b = e.embed_one(&longer).unwrap();
+    // Both exceed 256 tokens, so only the common prefix is seen.
+    assert!(
+        max_abs_diff(&a, &b) < 1e-6,
+        "text past max_tokens changed the vector"
+    );
+    // ...and the prefix that is seen does matter.
+    let short = e.embed_one(&words(20)).unwrap();
+    assert!(max_abs_diff(&a, &short) > 1e-3);
+    // A huge single input (1 MB) is cheap because it is clipped before tokenizing.
+    let huge = "x".repeat(1 << 20);
+    assert_eq!(e.embed_one(&huge).unwrap().len(), 384);
+}
+
+// ---------------------------------------------------------------- errors
+
+/// A temp model dir with symlinks to the good files, minus `skip`.
+fn partial_copy(skip: &[&str]) -> tempfile::TempDir {
+    let good = require_model().canonicalize().unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    for f in ["config.json", "tokenizer.json", "model.safetensors"] {
+        if !skip.contains(&f) {
+            std::os::unix::fs::symlink(good.join(f), tmp.path().join(f)).unwrap();
+        }
+    }
+    tmp
+}
+
+#[test]
+fn missing_dir() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("nope");
+    match BertEmbedder::load(&dir, EmbedOptions::default()) {
+        Err(EmbedError::ModelDirNotFound { path }) => assert_eq!(path, dir),
+        other => panic!("expected ModelDirNotFound, got {other:?}"),
+    }
+}
+
+#[test]
+fn missing_files() {
+    for f in ["config.json", "tokenizer.json", "model.safetensors"] {
+        let tmp = partial_copy(&[f]);
+        match BertEmbedder::load(tmp.path(), EmbedOptions::default()) {
+            Err(e @ EmbedError::MissingFile { .. }) => {
+                let EmbedError::MissingFile { path } = &e else {
+                    unreachable!()
+                };
+                assert!(path.ends_with(f), "{path:?} should name {f}");
+                assert!(e.to_string().contains(f), "message names the file: {e}");
+            }
+            other => panic!("expected MissingFile for {f}, got {other:?}"),
+        }
+    }
+}
+
+#[test]
+fn corrupt_config() {
+    for (body, why) in [
+        ("{ not json", "syntax"),
+        (r#"{"hidden_size": 384}"#, "missing fields"),
+    ] {
+        let tmp = partial_copy(&["config.json"]);
+        fs::write(tmp.path().join("config.json"), body).unwrap();
+        match BertEmbedder::load(tmp.path(), EmbedOptions::default()) {
+            Err(e @ EmbedError::BadConfig { .. }) => {
+                assert!(e.to_string().contains("config.json"), "{why}: {e}")
+            }
+            other => panic!("{why}: expected BadConfig, got {other:?}"),
+        }
+    }
+    // Valid JSON, wrong numbers: 384 is not a multiple of 5 heads.
+    let good: serde_json::Value =
+        serde_json::from_slice(&fs::read(require_model().join("config.json")).unwrap()).unwrap();
+    let mut bad = good.clone();
+    bad["num_attention_heads"] = 5.into();
+    let tmp = partial_copy(&["config.json"]);
+    fs::write(tmp.path().join("config.json"), bad.to_string()).unwrap();
+    assert!(matches!(
+        BertEmbedder::load(tmp.path(), EmbedOptions::default()),
+        Err(EmbedError::BadConfig { .. })
+    ));
+}
+
+#[test]
+fn corrupt_tokenizer() {
+    let tmp = partial_copy(&["tokenizer.json"]);
+    fs::write(tmp.path().join("tokenizer.json"), "{}").unwrap();
+    match BertEmbedder::load(tmp.path(), EmbedOptions::default()) {
+        Err(e @ EmbedError::Tokenizer(_)) => assert!(e.to_string().contains("tokenizer.json")),
+        other => panic!("expected Tokenizer, got {other:?}"),
+    }
+}
+
+#[test]
+fn truncated_weights() {
+    let good = fs::read(require_model().join("model.safetensors")).unwrap();
+    // Cut inside the tensor data, and inside the JSON header.
+    for cut in [good.len() / 2, 100] {
+        let tmp = partial_copy(&["model.safetensors"]);
+        fs::write(tmp.path().join("model.safetensors"), &good[..cut]).unwrap();
+        match BertEmbedder::load(tmp.path(), EmbedOptions::default()) {
+            Err(e @ EmbedError::BadWeights { .. }) => {
+                assert!(e.to_string().contains("model.safetensors"), "{e}")
+            }
+            other => panic!("cut at {cut}: expected BadWeights, got {other:?}"),
+        }
+    }
+}
+
+#[test]
+fn model_id_changes_when_weights_change() {
+    let mut bytes = fs::read(require_model().join("model.safetensors")).unwrap();
+    // Flip one byte near the end (inside the last tensor's data): still a valid
+    // file that loads, but different weights.
+    let i = bytes.len() - 7;
+    bytes[i] ^= 0x01;
+    let tmp = partial_copy(&["model.safetensors"]);
+    fs::write(tmp.path().join("model.safetensors"), &bytes).unwrap();
+    let changed = BertEmbedder::load(tmp.path(), EmbedOptions::default()).unwrap();
+    let original = embedder();
+    assert_ne!(changed.model_id(), original.model_id());
+    assert_ne!(changed.content_sha256(), original.content_sha256());
+}
+
+#[test]
+fn invalid_options() {
+    let dir = require_model();
+    for opts in [
+        EmbedOptions {
+            batch_size: 0,
+            ..EmbedOptions::default()
+        },
+        EmbedOptions {
+            max_tokens: 1,
+            ..EmbedOptions::default()
+        },
+        EmbedOptions {
+            max_tokens: 100_000,
+            ..EmbedOptions::default()
+        },
+        EmbedOptions {
+            threads: Some(0),
+            ..EmbedOptions::default()
+        },
+    ] {
+        assert!(
+            matches!(
+                BertEmbedder::load(&dir, opts.clone()),
+                Err(EmbedError::InvalidOptions(_))
+            ),
+            "{opts:?}"
+        );
+    }
+}

@@ -1,0 +1,176 @@
+//! Synthetic benchmark for oap-index.
+//!
+//! ```text
+//! cargo run --release -p oap-index --example search_bench -- [--sizes 1000,10000,100000,1000000] [--queries 50] [--dim 384]
+//! ```
+//!
+//! For each size and dtype (f32, i8) it builds an index of random L2-normalised
+//! vectors (one row per document) plus a synthetic Zipf-like vocabulary, writes it
+//! under `target/oap-index-bench/`, opens it (full validation) and times
+//! `dense_search(k = 10)` (default threads and 1 thread) and `lexical_search(k = 10)`.
+//! Files are deleted afterwards.
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use oap_index::{DocInput, Index, IndexWriter, RowInput, SearchConfig, VectorDtype};
+
+struct Rng(u64);
+
+impl Rng {
+    fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    fn sym(&mut self) -> f32 {
+        (self.next_u64() >> 40) as f32 / (1u64 << 23) as f32 - 1.0
+    }
+
+    fn unit_vec(&mut self, dim: usize) -> Vec<f32> {
+        let mut v: Vec<f32> = (0..dim).map(|_| self.sym()).collect();
+        let n = v.iter().map(|x| x * x).sum::<f32>().sqrt();
+        v.iter_mut().for_each(|x| *x /= n);
+        v
+    }
+
+    /// Zipf-ish term rank in [0, vocab): frequent terms are much more likely.
+    fn zipf(&mut self, vocab: usize) -> usize {
+        let u = (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64;
+        ((vocab as f64).powf(u) - 1.0) as usize % vocab
+    }
+}
+
+fn pct(sorted: &[Duration], p: f64) -> Duration {
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted.get(i).copied().unwrap_or_default()
+}
+
+fn ms(d: Duration) -> String {
+    format!("{:.3}", d.as_secs_f64() * 1e3)
+}
+
+fn time_queries(n: usize, mut f: impl FnMut(usize)) -> (Duration, Duration) {
+    for i in 0..3 {
+        f(i); // warm-up
+    }
+    let mut t: Vec<Duration> = (0..n)
+        .map(|i| {
+            let s = Instant::now();
+            f(i + 3);
+            s.elapsed()
+        })
+        .collect();
+    t.sort();
+    (pct(&t, 0.5), pct(&t, 0.99))
+}
+
+fn main() {
+    let mut sizes = vec![1_000usize, 10_000, 100_000, 1_000_000];
+    let mut queries = 50usize;
+    let mut dim = 384usize;
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        let v = it.next().map(String::as_str).unwrap_or("");
+        match a.as_str() {
+            "--sizes" => sizes = v.split(',').filter_map(|s| s.parse().ok()).collect(),
+            "--queries" => queries = v.parse().unwrap_or(queries),
+            "--dim" => dim = v.parse().unwrap_or(dim),
+            other => {
+                eprintln!("unknown argument {other}");
+                std::process::exit(2);
+            }
+        }
+    }
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/oap-index-bench");
+    std::fs::create_dir_all(&dir).expect("create bench dir");
+    let threads = SearchConfig::default().threads;
+    let vocab_size = 50_000;
+    let vocab: Vec<String> = (0..vocab_size).map(|i| format!("t{i}")).collect();
+
+    println!(
+        "dim {dim}, k = 10, {queries} queries, default threads = {threads}, simsimd dynamic dispatch = {}",
+        simsimd::capabilities::uses_dynamic_dispatch()
+    );
+    println!(
+        "| rows | dtype | file MB | bytes/row | build s | write s | open ms | dense p50 ms | dense p99 ms | dense 1-thr p50 ms | lexical p50 ms | lexical p99 ms |"
+    );
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|");
+    for &n in &sizes {
+        for dtype in [VectorDtype::F32, VectorDtype::I8] {
+            let path = dir.join(format!("bench-{n}-{dtype:?}.oapi"));
+            let mut rng = Rng(n as u64 * 31 + dtype as u64);
+            let t0 = Instant::now();
+            let mut w =
+                IndexWriter::new(dim, dtype, br#"{"model":"bench"}"#.to_vec()).expect("writer");
+            w.reserve(n, n);
+            for i in 0..n {
+                let lexical = (0..8)
+                    .map(|j| {
+                        (
+                            vocab[rng.zipf(vocab_size)].clone(),
+                            if j < 2 { 3.0 } else { 1.0 },
+                        )
+                    })
+                    .collect();
+                w.add(DocInput {
+                    id: format!("doc-{i:08}"),
+                    record: Vec::new(),
+                    rows: vec![RowInput {
+                        key: [0; 16],
+                        weight: 1.0,
+                        vector: rng.unit_vec(dim),
+                    }],
+                    lexical,
+                })
+                .expect("add");
+            }
+            let build = t0.elapsed();
+            let stats = w.write_atomic(&path).expect("write");
+            drop(w);
+            let t1 = Instant::now();
+            let mut idx = Index::open(&path).expect("open");
+            let open = t1.elapsed();
+
+            let qs: Vec<Vec<f32>> = (0..queries + 3).map(|_| rng.unit_vec(dim)).collect();
+            let (d50, d99) = time_queries(queries, |i| {
+                let h = idx.dense_search(&qs[i], 10).expect("search");
+                std::hint::black_box(h);
+            });
+            idx.set_search_config(SearchConfig {
+                threads: 1,
+                ..SearchConfig::default()
+            });
+            let (s50, _) = time_queries(queries, |i| {
+                let h = idx.dense_search(&qs[i], 10).expect("search");
+                std::hint::black_box(h);
+            });
+            let lq: Vec<Vec<String>> = (0..queries + 3)
+                .map(|_| (0..3).map(|_| vocab[rng.zipf(2_000)].clone()).collect())
+                .collect();
+            let (l50, l99) = time_queries(queries, |i| {
+                std::hint::black_box(idx.lexical_search(&lq[i], 10));
+            });
+            println!(
+                "| {n} | {dtype:?} | {:.1} | {:.0} | {:.2} | {:.2} | {} | {} | {} | {} | {} | {} |",
+                stats.bytes as f64 / 1e6,
+                stats.bytes as f64 / n as f64,
+                build.as_secs_f64(),
+                stats.elapsed.as_secs_f64(),
+                ms(open),
+                ms(d50),
+                ms(d99),
+                ms(s50),
+                ms(l50),
+                ms(l99),
+            );
+            drop(idx);
+            std::fs::remove_file(&path).expect("remove bench file");
+        }
+    }
+    let _ = std::fs::remove_dir(&dir);
+}

@@ -1,0 +1,279 @@
+//! The discovery API: `/v1/discover`, `/v1/manifests`, `/health`.
+//!
+//! Every error is JSON `{"error": "..."}` with a status that says whose fault
+//! it is; bad input never reaches the engine and never disturbs the index.
+
+use std::sync::Arc;
+
+use hyper::body::Incoming;
+use hyper::header::{HeaderValue, ALLOW, AUTHORIZATION};
+use hyper::{Method, Request, Response, StatusCode};
+use oap_discovery::{BuildReport, DiscoverError, Engine};
+use serde::{Deserialize, Serialize};
+
+use crate::http::{self, Body, Handler};
+
+/// Settings the handlers need, taken from the config at start.
+#[derive(Debug, Clone)]
+pub struct ApiSettings {
+    pub max_body_bytes: usize,
+    pub max_task_bytes: usize,
+    pub default_top_k: usize,
+    pub max_top_k: usize,
+    pub auth_token: Option<String>,
+}
+
+/// State of the embedding model, as `/health` reports it.
+#[derive(Debug, Clone, Serialize)]
+pub struct ModelState {
+    pub loaded: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+pub struct Api {
+    pub engine: Arc<Engine>,
+    pub settings: ApiSettings,
+    pub model: ModelState,
+    pub startup: BuildReport,
+}
+
+#[derive(Debug, Deserialize)]
+struct DiscoverRequest {
+    task: serde_json::Value,
+    #[serde(default)]
+    top_k: Option<serde_json::Value>,
+}
+
+impl Handler for Api {
+    async fn handle(self: Arc<Self>, request: Request<Incoming>) -> Response<Body> {
+        if !self.authorized(&request) {
+            let mut response = http::error(
+                StatusCode::UNAUTHORIZED,
+                "missing or wrong bearer token (Authorization: Bearer <token>)",
+            );
+            response
+                .headers_mut()
+                .insert("www-authenticate", HeaderValue::from_static("Bearer"));
+            return response;
+        }
+        let path = request.uri().path().to_string();
+        let method = request.method().clone();
+        let response = match (path.as_str(), &method) {
+            ("/health", &Method::GET) => self.health(),
+            ("/health", _) => method_not_allowed("GET"),
+            ("/v1/discover", &Method::POST) => self.discover(request).await,
+            ("/v1/discover", _) => method_not_allowed("POST"),
+            ("/v1/manifests", &Method::GET) => self.list(),
+            ("/v1/manifests", _) => method_not_allowed("GET"),
+            (p, m) if p.starts_with("/v1/manifests/") => {
+                if m == Method::GET {
+                    self.get_manifest(&p["/v1/manifests/".len()..])
+                } else {
+                    method_not_allowed("GET")
+                }
+            }
+            _ => http::error(StatusCode::NOT_FOUND, format!("no such endpoint: {path}")),
+        };
+        tracing::debug!(%method, %path, status = response.status().as_u16(), "request");
+        response
+    }
+}
+
+impl Api {
+    /// Constant-time comparison, so the token cannot be guessed byte by byte
+    /// from response timing.
+    fn authorized(&self, request: &Request<Incoming>) -> bool {
+        let Some(expected) = &self.settings.auth_token else {
+            return true;
+        };
+        let Some(given) = request
+            .headers()
+            .get(AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "))
+        else {
+            return false;
+        };
+        let (a, b) = (expected.as_bytes(), given.trim().as_bytes());
+        a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+    }
+
+    fn health(&self) -> Response<Body> {
+        let stats = self.engine.stats();
+        let status = if self.model.loaded { "ok" } else { "degraded" };
+        let retrieval = match stats.mode {
+            oap_discovery::Mode::Lexical if !self.model.loaded => {
+                "lexical only: the embedding model is not loaded"
+            }
+            oap_discovery::Mode::Lexical => "lexical",
+            oap_discovery::Mode::Dense => "dense",
+            oap_discovery::Mode::Hybrid => "hybrid",
+        };
+        http::json(
+            StatusCode::OK,
+            &serde_json::json!({
+                "status": status,
+                "version": env!("CARGO_PKG_VERSION"),
+                "retrieval": retrieval,
+                "model": self.model,
+                "index": {
+                    "manifests": stats.docs,
+                    "rows": stats.rows,
+                    "bytes": stats.index_bytes,
+                    "dtype": stats.dtype,
+                },
+                "load_problems": self.startup.problems.len(),
+                "collisions": self.startup.collisions.len(),
+            }),
+        )
+    }
+
+    async fn discover(&self, request: Request<Incoming>) -> Response<Body> {
+        let body = match http::read_body(request.into_body(), self.settings.max_body_bytes).await {
+            Ok(body) => body,
+            Err(err) => return err.into_response(),
+        };
+        let parsed: DiscoverRequest = match serde_json::from_slice(&body) {
+            Ok(parsed) => parsed,
+            Err(err) => {
+                return http::error(
+                    StatusCode::BAD_REQUEST,
+                    format!("request body is not a valid discover request: {err}"),
+                )
+            }
+        };
+        let task = match parsed.task {
+            serde_json::Value::String(task) => task,
+            other => {
+                return http::error(
+                    StatusCode::BAD_REQUEST,
+                    format!("task: expected a string, got {}", json_type(&other)),
+                )
+            }
+        };
+        if task.trim().is_empty() {
+            return http::error(StatusCode::BAD_REQUEST, "task: must not be empty");
+        }
+        if task.len() >= self.settings.max_task_bytes {
+            return http::error(
+                StatusCode::BAD_REQUEST,
+                format!(
+                    "task: {} bytes is too long (the limit is {} bytes)",
+                    task.len(),
+                    self.settings.max_task_bytes
+                ),
+            );
+        }
+        let top_k = match parsed.top_k {
+            None | Some(serde_json::Value::Null) => self.settings.default_top_k,
+            Some(value) => match value.as_u64() {
+                Some(k) if k >= 1 && k <= self.settings.max_top_k as u64 => k as usize,
+                _ => {
+                    return http::error(
+                        StatusCode::BAD_REQUEST,
+                        format!(
+                            "top_k: expected an integer from 1 to {}, got {value}",
+                            self.settings.max_top_k
+                        ),
+                    )
+                }
+            },
+        };
+        let engine = self.engine.clone();
+        // Embedding is CPU work: keep it off the async workers.
+        let result = tokio::task::spawn_blocking(move || engine.discover(&task, top_k)).await;
+        match result {
+            Ok(Ok(discovery)) => http::json(StatusCode::OK, &discovery),
+            Ok(Err(DiscoverError::EmptyTask)) => {
+                http::error(StatusCode::BAD_REQUEST, "task: must not be empty")
+            }
+            Ok(Err(err)) => {
+                tracing::error!(error = %err, "discovery failed");
+                http::error(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    format!("discovery failed: {err}"),
+                )
+            }
+            Err(err) => {
+                tracing::error!(error = %err, "discovery task panicked");
+                http::error(StatusCode::INTERNAL_SERVER_ERROR, "discovery failed")
+            }
+        }
+    }
+
+    fn list(&self) -> Response<Body> {
+        http::json(StatusCode::OK, &self.engine.list())
+    }
+
+    fn get_manifest(&self, raw_id: &str) -> Response<Body> {
+        let id = percent_decode(raw_id);
+        match self.engine.get(&id) {
+            Some(record) => http::json(StatusCode::OK, &record),
+            None => http::error(StatusCode::NOT_FOUND, format!("no manifest with id {id:?}")),
+        }
+    }
+}
+
+fn method_not_allowed(allow: &'static str) -> Response<Body> {
+    let mut response = http::error(
+        StatusCode::METHOD_NOT_ALLOWED,
+        format!("method not allowed; use {allow}"),
+    );
+    response
+        .headers_mut()
+        .insert(ALLOW, HeaderValue::from_static(allow));
+    response
+}
+
+fn json_type(value: &serde_json::Value) -> &'static str {
+    match value {
+        serde_json::Value::Null => "null",
+        serde_json::Value::Bool(_) => "a boolean",
+        serde_json::Value::Number(_) => "a number",
+        serde_json::Value::String(_) => "a string",
+        serde_json::Value::Array(_) => "an array",
+        serde_json::Value::Object(_) => "an object",
+    }
+}
+
+/// Decodes `%XX` escapes (ids may be sent as `local%2Fgrep`); invalid
+/// escapes are kept literally, and invalid UTF-8 is replaced, so a hostile
+/// path can only ever produce an id that is not found.
+fn percent_decode(raw: &str) -> String {
+    let bytes = raw.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' && i + 2 < bytes.len() + 0 && i + 2 <= bytes.len() - 1 {
+            let hex = std::str::from_utf8(&bytes[i + 1..i + 3])
+                .ok()
+                .and_then(|h| u8::from_str_radix(h, 16).ok());
+            if let Some(byte) = hex {
+                out.push(byte);
+                i += 3;
+                continue;
+            }
+        }
+        out.push(bytes[i]);
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::percent_decode;
+
+    #[test]
+    fn percent_decoding_handles_slashes_and_garbage() {
+        assert_eq!(percent_decode("local%2Fgrep"), "local/grep");
+        assert_eq!(percent_decode("local/grep"), "local/grep");
+        assert_eq!(percent_decode("bad%zz"), "bad%zz");
+        assert_eq!(percent_decode("trail%2"), "trail%2");
+        assert_eq!(percent_decode("%"), "%");
+        assert_eq!(percent_decode("%ff"), "\u{fffd}");
+    }
+}

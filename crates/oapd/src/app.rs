@@ -1,0 +1,241 @@
+//! Start-up: from a loaded [`Config`] to a running engine and server.
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use oap_discovery::{BuildReport, Engine, EngineConfig, Mode, Scoring, Source};
+use oap_embed::{BertEmbedder, EmbedOptions, Embedder};
+
+use crate::api::{Api, ApiSettings, ModelState};
+use crate::config::{Config, DiscoveryMode, VectorDtypeConfig};
+use crate::http::{self, Limits};
+
+/// How long in-flight requests may run after SIGTERM before they are cut.
+const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Loads the embedding model, or explains loudly why retrieval will be
+/// lexical only. A missing model never stops the daemon: it still serves,
+/// and `/health` says it is degraded.
+pub fn load_embedder(config: &Config) -> (Option<Arc<dyn Embedder>>, ModelState) {
+    if !config.embedding.enabled {
+        tracing::warn!("embedding disabled in config: discovery is lexical only (BM25)");
+        return (
+            None,
+            ModelState {
+                loaded: false,
+                id: None,
+                error: Some("disabled in config (embedding.enabled: false)".into()),
+            },
+        );
+    }
+    let options = EmbedOptions {
+        max_tokens: config.embedding.max_tokens,
+        batch_size: config.embedding.batch_size,
+        threads: config.embedding.threads,
+    };
+    match BertEmbedder::load(&config.embedding.model_dir, options) {
+        Ok(embedder) => {
+            let id = embedder.model_id().to_string();
+            tracing::info!(model = %id, dir = %config.embedding.model_dir.display(), "embedding model loaded");
+            (
+                Some(Arc::new(embedder)),
+                ModelState {
+                    loaded: true,
+                    id: Some(id),
+                    error: None,
+                },
+            )
+        }
+        Err(err) => {
+            tracing::error!(
+                dir = %config.embedding.model_dir.display(),
+                error = %err,
+                "EMBEDDING MODEL NOT LOADED: discovery falls back to lexical-only retrieval (BM25). \
+                 Run `cargo xtask fetch-model` or set embedding.model_dir"
+            );
+            (
+                None,
+                ModelState {
+                    loaded: false,
+                    id: None,
+                    error: Some(err.to_string()),
+                },
+            )
+        }
+    }
+}
+
+/// The manifest sources in precedence order: operator directories first,
+/// so an operator's manifest overrides a bundled one of the same name.
+pub fn sources(config: &Config) -> Vec<Source> {
+    let mut sources: Vec<Source> = config
+        .manifests
+        .dirs
+        .iter()
+        .map(|dir| Source::Dir(dir.clone()))
+        .collect();
+    if config.manifests.bundled {
+        sources.push(crate::bundled::source());
+    }
+    sources
+}
+
+pub fn engine_config(config: &Config) -> EngineConfig {
+    let mut engine = EngineConfig::new(&config.index.data_dir);
+    engine.dtype = match config.index.vector_dtype {
+        VectorDtypeConfig::F32 => oap_index::VectorDtype::F32,
+        VectorDtypeConfig::I8 => oap_index::VectorDtype::I8,
+    };
+    let mut scoring = Scoring {
+        mode: match config.discovery.mode {
+            DiscoveryMode::Hybrid => Mode::Hybrid,
+            DiscoveryMode::Dense => Mode::Dense,
+            DiscoveryMode::Lexical => Mode::Lexical,
+        },
+        ..Scoring::default()
+    };
+    if let Some(min_score) = config.discovery.min_score {
+        scoring.min_score_hybrid = min_score;
+        scoring.min_score_dense = min_score;
+        scoring.min_score_lexical = min_score;
+    }
+    engine.scoring = scoring;
+    engine
+}
+
+/// Opens (or builds) the index for `config`, logging what loading found.
+pub fn open_engine(
+    config: &Config,
+    embedder: Option<Arc<dyn Embedder>>,
+) -> anyhow::Result<(Engine, BuildReport)> {
+    let (engine, report) = Engine::open(engine_config(config), sources(config), embedder)
+        .with_context(|| {
+            format!(
+                "cannot open the index in {}",
+                config.index.data_dir.display()
+            )
+        })?;
+    log_report(&report);
+    Ok((engine, report))
+}
+
+pub fn log_report(report: &BuildReport) {
+    for problem in &report.problems {
+        tracing::warn!(location = %problem.location, problem = %problem.message, "manifest skipped");
+    }
+    for collision in &report.collisions {
+        tracing::warn!(
+            id = %collision.id,
+            kept = %collision.kept,
+            skipped = %collision.skipped,
+            "manifest id collision: the first source wins"
+        );
+    }
+    if let Some(problem) = &report.previous_index_problem {
+        tracing::error!(problem = %problem, "the previous index file was unusable and has been rebuilt");
+    }
+    tracing::info!(
+        manifests = report.docs,
+        rows = report.rows,
+        embedded = report.embedded_rows,
+        reused_index = report.reused_index,
+        elapsed_ms = report.elapsed_ms,
+        "index ready"
+    );
+}
+
+/// Runs the daemon until SIGINT or SIGTERM.
+pub async fn serve(config: Config) -> anyhow::Result<()> {
+    let addresses: Vec<SocketAddr> = config
+        .server
+        .listen
+        .iter()
+        .map(|a| {
+            a.parse()
+                .with_context(|| format!("server.listen: bad address {a:?}"))
+        })
+        .collect::<anyhow::Result<_>>()?;
+    // Bind first: a port in use should fail fast, before a slow model load.
+    let listeners = http::bind(&addresses).await?;
+
+    let blocking_config = config.clone();
+    let (engine, report, model) = tokio::task::spawn_blocking(move || {
+        let (embedder, model) = load_embedder(&blocking_config);
+        open_engine(&blocking_config, embedder).map(|(engine, report)| (engine, report, model))
+    })
+    .await
+    .context("start-up task failed")??;
+
+    let api = Arc::new(Api {
+        engine: Arc::new(engine),
+        settings: ApiSettings {
+            max_body_bytes: config.server.max_body_bytes,
+            max_task_bytes: config.server.max_task_bytes,
+            default_top_k: config.discovery.default_top_k,
+            max_top_k: config.discovery.max_top_k,
+            auth_token: config.server.auth_token.clone(),
+        },
+        model,
+        startup: report,
+    });
+    let limits = Limits {
+        max_connections: config.server.max_connections,
+        max_body_bytes: config.server.max_body_bytes,
+        header_read_timeout: Duration::from_secs(config.server.header_read_timeout),
+        request_timeout: Duration::from_secs(config.server.request_timeout),
+    };
+    for listener in &listeners {
+        if let Ok(address) = listener.local_addr() {
+            tracing::info!(%address, "listening");
+        }
+    }
+    http::serve(listeners, api, limits, shutdown_signal(), DRAIN_TIMEOUT).await;
+    Ok(())
+}
+
+async fn shutdown_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = match signal(SignalKind::terminate()) {
+        Ok(term) => term,
+        Err(err) => {
+            tracing::error!(error = %err, "cannot install SIGTERM handler");
+            let _ = tokio::signal::ctrl_c().await;
+            return;
+        }
+    };
+    tokio::select! {
+        _ = term.recv() => tracing::info!("SIGTERM received"),
+        _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT received"),
+    }
+}
+
+/// Lints manifest files, printing `FILE: severity: path: message` lines
+/// (or `FILE: ok`); returns whether any file had errors.
+pub fn lint(paths: &[impl AsRef<Path>], out: &mut impl std::io::Write) -> std::io::Result<bool> {
+    let mut any_error = false;
+    for path in paths {
+        let path = path.as_ref();
+        let shown = path.display().to_string();
+        let report = match std::fs::read(path) {
+            Ok(bytes) => match oap_manifest::parse(&bytes) {
+                Ok(parsed) => parsed.warnings,
+                Err(err) => err.report(),
+            },
+            Err(err) => {
+                writeln!(out, "{shown}: error: cannot read: {err}")?;
+                any_error = true;
+                continue;
+            }
+        };
+        any_error |= report.has_errors();
+        if report.is_empty() {
+            writeln!(out, "{shown}: ok")?;
+        } else {
+            write!(out, "{}", oap_manifest::lint_text(&shown, &report))?;
+        }
+    }
+    Ok(any_error)
+}

@@ -1,0 +1,10 @@
+//! The `oapd` daemon as a library: configuration, start-up, the HTTP API and
+//! its server shell. `main.rs` only parses the command line and calls in.
+
+pub mod api;
+pub mod app;
+pub mod bundled;
+pub mod config;
+pub mod http;
+pub mod logging;
+pub mod render;

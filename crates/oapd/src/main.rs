@@ -1,0 +1,149 @@
+//! `oapd`: OAP manifest discovery and tool bridge for local LLMs.
+//!
+//! The binary is thin: it parses the command line, loads the config, sets up
+//! logging and hands over to the library (`oapd::app`).
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+use oapd::config::Config;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "oapd",
+    version,
+    about = "Finds the OAP capability that fits a task, and bridges it to Ollama as tools",
+    long_about = "oapd indexes OAP manifests (one JSON file per capability) into a memory-mapped \
+index and answers \"which capability fits this task?\" with local embeddings and BM25, \
+without asking an LLM.\n\nConfiguration: built-in defaults, then --config FILE (YAML), then \
+OAP_<SECTION>_<KEY> environment variables (e.g. OAP_SERVER_LISTEN=0.0.0.0:8300)."
+)]
+struct Cli {
+    /// YAML configuration file (defaults are built in; see docs/config.example.yaml).
+    #[arg(long, short, global = true, env = "OAPD_CONFIG", value_name = "FILE")]
+    config: Option<PathBuf>,
+
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run the daemon: index the configured manifests and serve the HTTP API.
+    Serve,
+    /// Find the manifests that fit a task, from the command line.
+    Discover {
+        /// The task in plain language, e.g. "count the words in a text".
+        task: String,
+        /// How many candidates to show.
+        #[arg(long, short = 'k', default_value_t = 5)]
+        top_k: usize,
+        /// Print the full JSON answer (as the HTTP API returns it).
+        #[arg(long)]
+        json: bool,
+    },
+    /// Rebuild the index from the configured manifest sources.
+    Index {
+        /// Re-embed every manifest instead of reusing unchanged vectors.
+        #[arg(long)]
+        force: bool,
+    },
+    /// Work with manifest files.
+    Manifest {
+        #[command(subcommand)]
+        command: ManifestCommand,
+    },
+    /// Show the effective configuration (defaults + file + environment).
+    Config,
+}
+
+#[derive(Debug, Subcommand)]
+enum ManifestCommand {
+    /// Validate manifest files; exits non-zero if any has errors.
+    Lint {
+        /// Manifest files to check.
+        #[arg(required = true, value_name = "FILE")]
+        files: Vec<PathBuf>,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match run(cli) {
+        Ok(code) => code,
+        Err(err) => {
+            eprintln!("oapd: error: {err:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    match cli.command {
+        // Linting needs no config, model or index.
+        Command::Manifest {
+            command: ManifestCommand::Lint { files },
+        } => {
+            let mut stdout = std::io::stdout().lock();
+            let any_error = oapd::app::lint(&files, &mut stdout)?;
+            Ok(if any_error {
+                ExitCode::FAILURE
+            } else {
+                ExitCode::SUCCESS
+            })
+        }
+        command => {
+            let loaded = Config::load(cli.config.as_deref(), oapd::config::process_env())?;
+            oapd::logging::init(&loaded.config.log);
+            for warning in &loaded.warnings {
+                tracing::warn!(warning = %warning, "configuration");
+            }
+            run_with_config(command, loaded.config)?;
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+fn run_with_config(command: Command, config: Config) -> anyhow::Result<()> {
+    match command {
+        Command::Serve => {
+            let runtime = tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .build()
+                .context("cannot start the async runtime")?;
+            runtime.block_on(oapd::app::serve(config))?;
+        }
+        Command::Discover { task, top_k, json } => {
+            let (embedder, _) = oapd::app::load_embedder(&config);
+            let (engine, _) = oapd::app::open_engine(&config, embedder)?;
+            let discovery = engine.discover(&task, top_k)?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&discovery)?);
+            } else {
+                print!("{}", oapd::render::discovery(&discovery));
+            }
+        }
+        Command::Index { force } => {
+            let (embedder, _) = oapd::app::load_embedder(&config);
+            let (engine, mut report) = oapd::app::open_engine(&config, embedder)?;
+            if force {
+                report = engine.rebuild(true)?;
+            }
+            println!(
+                "{} manifests, {} rows ({} embedded, index {}), {} problems, {} collisions, {:.0} ms",
+                report.docs,
+                report.rows,
+                report.embedded_rows,
+                if report.reused_index { "unchanged" } else { "written" },
+                report.problems.len(),
+                report.collisions.len(),
+                report.elapsed_ms
+            );
+        }
+        Command::Config => println!("{}", config.effective_yaml()),
+        Command::Manifest { .. } => {}
+    }
+    Ok(())
+}

