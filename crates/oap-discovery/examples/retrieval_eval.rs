@@ -7,16 +7,41 @@
 //!     --tasks ../shared/bench/discovery-tasks.jsonl \
 //!     --dir ../shared/manifests/reference/oap-dev --dir ../shared/manifests/reference/manifest-repo
 //! ```
-//! Options: `--model DIR` (default models/all-MiniLM-L6-v2), `--base-names`
-//! (score `name#k` manifests by their base name, for the BFCL corpus),
-//! `--dtype i8`, `--misses` (print the tasks hybrid misses at 3).
+//!
+//! Options:
+//! - `--model DIR` (default models/all-MiniLM-L6-v2), `--dtype i8`;
+//! - `--base-names`: score `name#k` manifests by their base name (BFCL corpus);
+//! - `--rows desc|all`: which rows are embedded (default: the engine's);
+//! - `--lexical-weight W[,W...]`: hybrid weight(s); with several, one hybrid
+//!   row per weight (the query is embedded once);
+//! - `--no-hint`, `--lexical-hint`: the query-side data-shape hints;
+//! - `--soft-negatives ID,...`: negatives known to conflict with the corpus,
+//!   reported apart in the threshold curve;
+//! - `--curve`: positives and negatives rejected per hybrid threshold;
+//! - `--misses`: print the tasks hybrid misses at 3;
+//! - `--embed-cache FILE`: reuse embeddings across runs (speeds up the BFCL
+//!   corpus; latency is still measured with the uncached model);
+//! - `--dump FILE`: per task, the top 32 hybrid candidates with their score
+//!   parts, as JSON lines, for offline analysis.
+//!
+//! R@k counts a task as hit if any expected name is in the top k (the
+//! source harness's reading); `all@3` is recall over the expected names.
+//! Retrieval runs the engine's pipeline (query views, embedding, rank) on the
+//! engine's index so that query-side options can be compared in one run; the
+//! latency column and a consistency check use `Engine::discover_with`.
 
+use std::collections::HashMap;
+use std::io::Write;
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use oap_discovery::{Engine, EngineConfig, Mode, Source};
-use oap_embed::{BertEmbedder, EmbedOptions, Embedder};
+use oap_discovery::document::row_key;
+use oap_discovery::query::{self, QueryOptions};
+use oap_discovery::scoring::{self, Scoring};
+use oap_discovery::{Engine, EngineConfig, Mode, Source, StoredRecord};
+use oap_embed::{BertEmbedder, EmbedError, EmbedOptions, Embedder};
+use oap_index::Index;
 
 struct Task {
     id: String,
@@ -31,6 +56,14 @@ struct Args {
     base_names: bool,
     dtype_i8: bool,
     misses: bool,
+    rows: Option<String>,
+    name_in_description: bool,
+    lexical_weights: Vec<f32>,
+    query: QueryOptions,
+    soft_negatives: Vec<String>,
+    curve: bool,
+    embed_cache: Option<PathBuf>,
+    dump: Option<PathBuf>,
 }
 
 fn parse_args() -> Result<Args, String> {
@@ -41,18 +74,44 @@ fn parse_args() -> Result<Args, String> {
         base_names: false,
         dtype_i8: false,
         misses: false,
+        rows: None,
+        name_in_description: false,
+        lexical_weights: Vec::new(),
+        query: QueryOptions::default(),
+        soft_negatives: Vec::new(),
+        curve: false,
+        embed_cache: None,
+        dump: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
+        let mut value = |what: &str| it.next().ok_or(format!("{arg} needs {what}"));
         match arg.as_str() {
-            "--tasks" => args.tasks = it.next().ok_or("--tasks needs a file")?.into(),
-            "--dir" => args
-                .dirs
-                .push(it.next().ok_or("--dir needs a directory")?.into()),
-            "--model" => args.model = it.next().ok_or("--model needs a directory")?.into(),
+            "--tasks" => args.tasks = value("a file")?.into(),
+            "--dir" => args.dirs.push(value("a directory")?.into()),
+            "--model" => args.model = value("a directory")?.into(),
             "--base-names" => args.base_names = true,
-            "--dtype" => args.dtype_i8 = it.next().as_deref() == Some("i8"),
+            "--dtype" => args.dtype_i8 = value("f32 or i8")? == "i8",
             "--misses" => args.misses = true,
+            "--rows" => args.rows = Some(value("desc or all")?),
+            "--name-in-description" => args.name_in_description = true,
+            "--lexical-weight" => {
+                for w in value("a number")?.split(',') {
+                    let w: f32 = w.trim().parse().map_err(|_| format!("bad weight {w}"))?;
+                    args.lexical_weights.push(w);
+                }
+            }
+            "--no-hint" => args.query.dense_hint = false,
+            "--lexical-hint" => args.query.lexical_hint = true,
+            "--soft-negatives" => {
+                args.soft_negatives = value("task ids")?
+                    .split(',')
+                    .map(|s| s.trim().to_string())
+                    .collect()
+            }
+            "--curve" => args.curve = true,
+            "--embed-cache" => args.embed_cache = Some(value("a file")?.into()),
+            "--dump" => args.dump = Some(value("a file")?.into()),
             other => return Err(format!("unknown argument {other}")),
         }
     }
@@ -94,18 +153,120 @@ fn base_name(name: &str) -> &str {
     }
 }
 
+/// An embedder that remembers every vector, optionally on disk, so that
+/// reruns over a large corpus only embed what changed.
+struct Cached {
+    inner: Arc<dyn Embedder>,
+    vectors: Mutex<HashMap<[u8; 16], Vec<f32>>>,
+}
+
+impl Cached {
+    fn load(inner: Arc<dyn Embedder>, file: Option<&PathBuf>) -> Cached {
+        let mut vectors = HashMap::new();
+        let dim = inner.dim();
+        if let Some(bytes) = file.and_then(|f| std::fs::read(f).ok()) {
+            for entry in bytes.chunks_exact(16 + 4 * dim) {
+                let mut key = [0u8; 16];
+                key.copy_from_slice(&entry[..16]);
+                let vector = entry[16..]
+                    .chunks_exact(4)
+                    .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+                    .collect();
+                vectors.insert(key, vector);
+            }
+        }
+        Cached {
+            inner,
+            vectors: Mutex::new(vectors),
+        }
+    }
+
+    fn save(&self, file: &PathBuf) -> std::io::Result<()> {
+        let vectors = self.vectors.lock().map_err(|_| std::io::ErrorKind::Other)?;
+        let mut out = std::io::BufWriter::new(std::fs::File::create(file)?);
+        for (key, vector) in vectors.iter() {
+            out.write_all(key)?;
+            for x in vector {
+                out.write_all(&x.to_le_bytes())?;
+            }
+        }
+        out.flush()
+    }
+}
+
+impl Embedder for Cached {
+    fn model_id(&self) -> &str {
+        self.inner.model_id()
+    }
+    fn dim(&self) -> usize {
+        self.inner.dim()
+    }
+    fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, EmbedError> {
+        let keys: Vec<[u8; 16]> = texts
+            .iter()
+            .map(|t| row_key(self.inner.model_id(), t))
+            .collect();
+        let missing: Vec<&str> = {
+            let vectors = self.vectors.lock().map_err(|_| poisoned())?;
+            texts
+                .iter()
+                .zip(&keys)
+                .filter(|(_, k)| !vectors.contains_key(*k))
+                .map(|(t, _)| *t)
+                .collect()
+        };
+        let fresh = if missing.is_empty() {
+            Vec::new()
+        } else {
+            self.inner.embed(&missing)?
+        };
+        let mut vectors = self.vectors.lock().map_err(|_| poisoned())?;
+        for (text, vector) in missing.iter().zip(fresh) {
+            vectors.insert(row_key(self.inner.model_id(), text), vector);
+        }
+        keys.iter()
+            .map(|k| vectors.get(k).cloned().ok_or_else(poisoned))
+            .collect()
+    }
+}
+
+fn poisoned() -> EmbedError {
+    EmbedError::Candle("embedding cache poisoned".into())
+}
+
 #[derive(Default)]
 struct Tally {
     positives: usize,
     hits: [usize; 3], // @1, @3, @5
+    all_at_3: f64,
     mrr: f64,
     negatives: usize,
     negatives_rejected: usize,
     positives_matched_right: usize,
     positives_rejected: usize,
-    // (top score, is positive) for AUROC of the abstention signal
-    top_scores: Vec<(f32, bool)>,
-    latency_ms: Vec<f64>,
+    /// (top score, is positive, top-1 right, soft negative)
+    top_scores: Vec<(f32, bool, bool, bool)>,
+}
+
+impl Tally {
+    fn row(&self, label: &str, p50: Option<f64>) -> String {
+        let p = self.positives.max(1) as f64;
+        let scores: Vec<(f32, bool)> = self.top_scores.iter().map(|s| (s.0, s.1)).collect();
+        format!(
+            "| {label} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} | {}/{} | {:.3} | {:.3} | {:.3} | {} |",
+            self.hits[0] as f64 / p,
+            self.hits[1] as f64 / p,
+            self.hits[2] as f64 / p,
+            self.mrr / p,
+            self.all_at_3 / p,
+            self.negatives_rejected,
+            self.negatives,
+            self.positives_matched_right as f64 / p,
+            self.positives_rejected as f64 / p,
+            auroc(&scores),
+            p50.map_or("-".to_string(), |v| format!("{v:.1}")),
+        )
+    }
 }
 
 fn auroc(scores: &[(f32, bool)]) -> f64 {
@@ -129,38 +290,46 @@ fn auroc(scores: &[(f32, bool)]) -> f64 {
     wins / (pos.len() * neg.len()) as f64
 }
 
+fn fail(msg: String) -> ! {
+    eprintln!("retrieval_eval: {msg}");
+    std::process::exit(2)
+}
+
 fn main() {
-    let args = match parse_args() {
-        Ok(args) => args,
-        Err(err) => {
-            eprintln!("retrieval_eval: {err}");
-            std::process::exit(2);
-        }
-    };
-    let tasks = load_tasks(&args.tasks).unwrap_or_else(|e| {
-        eprintln!("retrieval_eval: {e}");
-        std::process::exit(2)
-    });
-    let embedder: Arc<dyn Embedder> = Arc::new(
-        BertEmbedder::load(&args.model, EmbedOptions::default()).unwrap_or_else(|e| {
-            eprintln!("retrieval_eval: model: {e}");
-            std::process::exit(2)
-        }),
+    let args = parse_args().unwrap_or_else(|e| fail(e));
+    let tasks = load_tasks(&args.tasks).unwrap_or_else(|e| fail(e));
+    let model: Arc<dyn Embedder> = Arc::new(
+        BertEmbedder::load(&args.model, EmbedOptions::default())
+            .unwrap_or_else(|e| fail(format!("model: {e}"))),
     );
+    let cached = Arc::new(Cached::load(model.clone(), args.embed_cache.as_ref()));
+
     let data = std::env::temp_dir().join(format!("oapd-eval-{}", std::process::id()));
     let mut config = EngineConfig::new(&data);
-    if let Ok(w) = std::env::var("OAPD_LEXW") {
-        config.scoring.lexical_weight = w.parse().unwrap_or(0.3);
+    if let Some(&w) = args.lexical_weights.first() {
+        config.scoring.lexical_weight = w;
     }
+    config.scoring.query = args.query;
+    match args.rows.as_deref() {
+        None => {}
+        Some("desc") => {
+            config.row_weights.name_usage = 0.0;
+            config.row_weights.example = 0.0;
+        }
+        Some("all") => {
+            config.row_weights.name_usage = 0.9;
+            config.row_weights.example = 0.9;
+        }
+        Some(other) => fail(format!("--rows {other}: expected desc or all")),
+    }
+    config.row_weights.name_in_description = args.name_in_description;
     if args.dtype_i8 {
         config.dtype = oap_index::VectorDtype::I8;
     }
     let sources: Vec<Source> = args.dirs.iter().cloned().map(Source::Dir).collect();
     let started = Instant::now();
-    let (engine, report) = Engine::open(config, sources, Some(embedder)).unwrap_or_else(|e| {
-        eprintln!("retrieval_eval: index: {e}");
-        std::process::exit(2)
-    });
+    let (engine, report) = Engine::open(config.clone(), sources.clone(), Some(cached.clone()))
+        .unwrap_or_else(|e| fail(format!("index: {e}")));
     println!(
         "corpus: {} manifests ({} rows), {} load problems, {} collisions; indexed in {:.1} s",
         report.docs,
@@ -170,96 +339,243 @@ fn main() {
         started.elapsed().as_secs_f64()
     );
     println!("tasks: {} ({})", tasks.len(), args.tasks.display());
-    println!();
-    println!("| mode | R@1 | R@3 | R@5 | MRR | neg. rejected | pos. matched right | pos. rejected | AUROC(top score) | p50 ms |");
-    println!("|---|---|---|---|---|---|---|---|---|---|");
+    println!(
+        "rows {:?}, query {:?}",
+        config.row_weights, config.scoring.query
+    );
+    let index =
+        Index::open(engine.config().index_path()).unwrap_or_else(|e| fail(format!("index: {e}")));
+    let names: Vec<String> = (0..index.len() as u32)
+        .map(|doc| {
+            index
+                .record(doc)
+                .and_then(|b| serde_json::from_slice::<StoredRecord>(b).ok())
+                .and_then(|r| r.manifest.get("name")?.as_str().map(str::to_string))
+                .unwrap_or_default()
+        })
+        .collect();
+    let display = |name: &str| -> String {
+        if args.base_names {
+            base_name(name).to_string()
+        } else {
+            name.to_string()
+        }
+    };
+
+    // One configuration per reported row: the three modes at the first
+    // weight, then hybrid at each further weight.
+    let weights = if args.lexical_weights.is_empty() {
+        vec![config.scoring.lexical_weight]
+    } else {
+        args.lexical_weights.clone()
+    };
+    let mut runs: Vec<(String, Mode, Scoring)> = Vec::new();
     for mode in [Mode::Lexical, Mode::Dense, Mode::Hybrid] {
-        let mut tally = Tally::default();
-        let mut misses = Vec::new();
-        for task in &tasks {
-            let Ok(found) = engine.discover_with(&task.query, 5, mode) else {
-                continue;
-            };
-            tally.latency_ms.push(found.meta.total_ms);
-            let names: Vec<&str> = found
-                .candidates
+        runs.push((format!("{mode:?}"), mode, config.scoring.clone()));
+    }
+    for &w in weights.iter().skip(1) {
+        let scoring = Scoring {
+            lexical_weight: w,
+            ..config.scoring.clone()
+        };
+        runs.push((format!("Hybrid w={w}"), Mode::Hybrid, scoring));
+    }
+    let mut tallies: Vec<Tally> = runs.iter().map(|_| Tally::default()).collect();
+    let mut misses = Vec::new();
+    let mut dump = args.dump.as_ref().map(|path| {
+        std::io::BufWriter::new(
+            std::fs::File::create(path).unwrap_or_else(|e| fail(format!("dump: {e}"))),
+        )
+    });
+
+    for task in &tasks {
+        let views = query::views_with(&task.query, &config.scoring.query);
+        let vector = cached
+            .embed_one(&views.dense)
+            .unwrap_or_else(|e| fail(format!("embed: {e}")));
+        let terms = oap_index::tokenize(&views.lexical);
+        let expected: Vec<String> = task.expected.iter().map(|e| display(e)).collect();
+        let soft = args.soft_negatives.contains(&task.id);
+        for ((label, mode, scoring), tally) in runs.iter().zip(tallies.iter_mut()) {
+            let scored = scoring::rank(&index, scoring, *mode, Some(&vector), &terms, 5);
+            let found: Vec<String> = scored
                 .iter()
-                .map(|c| {
-                    if args.base_names {
-                        base_name(&c.name)
-                    } else {
-                        c.name.as_str()
-                    }
-                })
+                .map(|(doc, _)| display(names.get(*doc as usize).map_or("", |n| n.as_str())))
                 .collect();
-            let expected: Vec<&str> = task
-                .expected
-                .iter()
-                .map(|e| {
-                    if args.base_names {
-                        base_name(e)
-                    } else {
-                        e.as_str()
-                    }
-                })
-                .collect();
-            let top = found.candidates.first().map_or(f32::MIN, |c| c.score);
+            let top = scored.first().map_or(f32::MIN, |s| s.1.fused);
+            let accepted = top >= scoring.threshold(*mode);
             if expected.is_empty() {
                 tally.negatives += 1;
-                tally.negatives_rejected += found.best.is_none() as usize;
-                tally.top_scores.push((top, false));
+                tally.negatives_rejected += !accepted as usize;
+                tally.top_scores.push((top, false, false, soft));
                 continue;
             }
             tally.positives += 1;
-            tally.top_scores.push((top, true));
-            let rank = names.iter().position(|n| expected.contains(n));
+            let rank = found.iter().position(|n| expected.contains(n));
+            tally.top_scores.push((top, true, rank == Some(0), false));
             for (slot, k) in [1, 3, 5].iter().enumerate() {
                 if rank.is_some_and(|r| r < *k) {
                     tally.hits[slot] += 1;
                 }
             }
+            let in_top3 = expected
+                .iter()
+                .filter(|e| found.iter().take(3).any(|n| n == *e))
+                .count();
+            tally.all_at_3 += in_top3 as f64 / expected.len() as f64;
             if let Some(r) = rank {
                 tally.mrr += 1.0 / (r + 1) as f64;
             }
-            match &found.best {
-                None => tally.positives_rejected += 1,
-                Some(_) if rank == Some(0) => tally.positives_matched_right += 1,
-                Some(_) => {}
+            match (accepted, rank) {
+                (false, _) => tally.positives_rejected += 1,
+                (true, Some(0)) => tally.positives_matched_right += 1,
+                _ => {}
             }
-            if mode == Mode::Hybrid && args.misses && rank.is_none_or(|r| r >= 3) {
+            if label == "Hybrid" && args.misses && rank.is_none_or(|r| r >= 3) {
                 misses.push(format!(
                     "  {} {:?} expected {:?} got {:?}",
                     task.id,
-                    task.query.lines().next().unwrap_or_default(),
+                    views.dense,
                     expected,
-                    &names[..names.len().min(3)]
+                    &found[..found.len().min(3)]
                 ));
             }
         }
-        tally.latency_ms.sort_by(f64::total_cmp);
-        let p50 = tally
-            .latency_ms
-            .get(tally.latency_ms.len() / 2)
-            .copied()
-            .unwrap_or(f64::NAN);
-        let p = tally.positives.max(1) as f64;
-        println!(
-            "| {:?} | {:.3} | {:.3} | {:.3} | {:.3} | {}/{} | {:.3} | {:.3} | {:.3} | {:.1} |",
-            mode,
-            tally.hits[0] as f64 / p,
-            tally.hits[1] as f64 / p,
-            tally.hits[2] as f64 / p,
-            tally.mrr / p,
-            tally.negatives_rejected,
-            tally.negatives,
-            tally.positives_matched_right as f64 / p,
-            tally.positives_rejected as f64 / p,
-            auroc(&tally.top_scores),
-            p50
-        );
-        for miss in misses {
-            println!("{miss}");
+        if let Some(out) = dump.as_mut() {
+            let pool = scoring::rank(
+                &index,
+                &config.scoring,
+                Mode::Hybrid,
+                Some(&vector),
+                &terms,
+                32,
+            );
+            let line = serde_json::json!({
+                "id": task.id,
+                "expected": expected,
+                "soft": soft,
+                "dense_text": views.dense,
+                "lexical_text": views.lexical,
+                "pool": pool.iter().map(|(doc, parts)| serde_json::json!([
+                    display(names.get(*doc as usize).map_or("", |n| n.as_str())),
+                    parts.dense, parts.lexical,
+                ])).collect::<Vec<_>>(),
+            });
+            if writeln!(out, "{line}").is_err() {
+                fail("dump: write failed".into());
+            }
         }
     }
+    if let Some(path) = &args.embed_cache {
+        if let Err(e) = cached.save(path) {
+            eprintln!("retrieval_eval: embedding cache not saved: {e}");
+        }
+    }
+
+    // Latency and consistency: the engine itself, with the uncached model
+    // (same model id, so the index just built is reused, not rebuilt).
+    let (raw_engine, raw_report) = Engine::open(config.clone(), sources, Some(model))
+        .unwrap_or_else(|e| fail(format!("index: {e}")));
+    if !raw_report.reused_index {
+        eprintln!("retrieval_eval: warning: the latency engine rebuilt the index");
+    }
+    let mut latency = Vec::new();
+    let mut disagreements = 0;
+    let check = config.scoring.query == QueryOptions::default();
+    for task in &tasks {
+        let Ok(found) = raw_engine.discover_with(&task.query, 5, Mode::Hybrid) else {
+            continue;
+        };
+        latency.push(found.meta.total_ms);
+        if check {
+            let views = query::views(&task.query);
+            let vector = cached.embed_one(&views.dense).unwrap_or_default();
+            let terms = oap_index::tokenize(&views.lexical);
+            let ours = scoring::rank(
+                &index,
+                &config.scoring,
+                Mode::Hybrid,
+                Some(&vector),
+                &terms,
+                5,
+            );
+            let same = ours.len() == found.candidates.len()
+                && ours
+                    .iter()
+                    .zip(&found.candidates)
+                    .all(|((doc, _), c)| names.get(*doc as usize) == Some(&c.name));
+            disagreements += !same as usize;
+        }
+    }
+    latency.sort_by(f64::total_cmp);
+    let percentile = |q: f64| {
+        latency
+            .get(((latency.len() as f64 * q) as usize).min(latency.len().saturating_sub(1)))
+            .copied()
+    };
+
+    println!();
+    println!("| mode | R@1 | R@3 | R@5 | MRR | all@3 | neg. rejected | pos. matched right | pos. rejected | AUROC(top score) | p50 ms |");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|");
+    for ((label, mode, _), tally) in runs.iter().zip(&tallies) {
+        let p50 = (*mode == Mode::Hybrid && label == "Hybrid")
+            .then(|| percentile(0.5))
+            .flatten();
+        println!("{}", tally.row(label, p50));
+    }
+    println!(
+        "engine hybrid latency: p50 {:.1} ms, p90 {:.1} ms over {} tasks{}",
+        percentile(0.5).unwrap_or(f64::NAN),
+        percentile(0.9).unwrap_or(f64::NAN),
+        latency.len(),
+        if check {
+            format!("; engine and eval rankings differ on {disagreements} tasks")
+        } else {
+            String::new()
+        }
+    );
+    for miss in misses {
+        println!("{miss}");
+    }
+    if args.curve {
+        print_curve(&runs, &tallies);
+    }
     let _ = std::fs::remove_dir_all(&data);
+}
+
+/// Negatives rejected and positives lost per threshold, for each hybrid run.
+fn print_curve(runs: &[(String, Mode, Scoring)], tallies: &[Tally]) {
+    for ((label, mode, scoring), tally) in runs.iter().zip(tallies) {
+        if *mode == Mode::Lexical {
+            continue;
+        }
+        let hard = tally.top_scores.iter().filter(|s| !s.1 && !s.3).count();
+        let soft = tally.top_scores.iter().filter(|s| !s.1 && s.3).count();
+        let pos = tally.positives.max(1) as f64;
+        println!();
+        println!(
+            "{label}: threshold curve (configured {:.2}); hard/soft negatives {hard}/{soft}",
+            scoring.threshold(*mode)
+        );
+        println!("| threshold | hard neg. rejected | soft neg. rejected | pos. rejected | pos. accepted with right top-1 |");
+        println!("|---|---|---|---|---|");
+        for step in 0..=20 {
+            let t = 0.20 + 0.02 * step as f32;
+            let below = |f: &dyn Fn(&(f32, bool, bool, bool)) -> bool| {
+                tally.top_scores.iter().filter(|s| f(s) && s.0 < t).count()
+            };
+            let right = tally
+                .top_scores
+                .iter()
+                .filter(|s| s.1 && s.2 && s.0 >= t)
+                .count();
+            println!(
+                "| {t:.2} | {}/{hard} | {}/{soft} | {:.3} | {:.3} |",
+                below(&|s| !s.1 && !s.3),
+                below(&|s| !s.1 && s.3),
+                below(&|s| s.1) as f64 / pos,
+                right as f64 / pos,
+            );
+        }
+    }
 }

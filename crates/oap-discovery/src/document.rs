@@ -31,14 +31,17 @@ pub struct RowText {
     pub weight: f32,
 }
 
-/// Relative weights of the row kinds. Description rows are the reference
-/// signal; name/usage and example rows are slightly discounted because they
-/// are short and match loosely.
+/// Relative weights of the row kinds; a weight of 0 (or less) leaves the
+/// row kind out of the index. Description rows are the reference signal;
+/// name/usage and example rows are slightly discounted because they are
+/// short and match loosely.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct RowWeights {
     pub description: f32,
     pub name_usage: f32,
     pub example: f32,
+    /// EXPERIMENT: prefix the description row with the humanised name.
+    pub name_in_description: bool,
 }
 
 impl Default for RowWeights {
@@ -47,6 +50,7 @@ impl Default for RowWeights {
             description: 1.0,
             name_usage: 0.9,
             example: 0.9,
+            name_in_description: false,
         }
     }
 }
@@ -55,15 +59,18 @@ impl Default for RowWeights {
 pub fn rows(manifest: &Manifest, weights: RowWeights) -> Vec<RowText> {
     let fields = manifest.search_fields();
     let mut rows = Vec::new();
-    push_row(&mut rows, &fields.description, weights.description);
-    if std::env::var("OAPD_EXP")
-        .unwrap_or_default()
-        .contains("desconly")
-    {
-        return rows;
+    let name = humanize_name(&fields.name);
+    if weights.name_in_description && !name.is_empty() {
+        push_row(
+            &mut rows,
+            &format!("{name}: {}", fields.description.trim()),
+            weights.description,
+        );
+    } else {
+        push_row(&mut rows, &fields.description, weights.description);
     }
 
-    let mut name_line = fields.name.clone();
+    let mut name_line = name;
     if !fields.tags.is_empty() {
         name_line.push_str(": ");
         name_line.push_str(&fields.tags.join(", "));
@@ -85,9 +92,40 @@ pub fn rows(manifest: &Manifest, weights: RowWeights) -> Vec<RowText> {
     rows
 }
 
+/// A manifest name as words: identifiers such as `get_current_weather`,
+/// `Weather_1_GetWeather` or `math.gcd` are split at separators and case
+/// changes, and tokens that are only digits (variant or version numbers,
+/// `name#2`) are dropped; they mean nothing to a sentence model.
+pub fn humanize_name(name: &str) -> String {
+    let mut words: Vec<String> = Vec::new();
+    for part in name.split(|c: char| !c.is_alphanumeric()) {
+        let mut word = String::new();
+        let mut prev: Option<char> = None;
+        for c in part.chars() {
+            let boundary = match prev {
+                Some(p) => p.is_lowercase() && c.is_uppercase(),
+                None => false,
+            };
+            if boundary && !word.is_empty() {
+                words.push(std::mem::take(&mut word));
+            }
+            word.push(c);
+            prev = Some(c);
+        }
+        if !word.is_empty() {
+            words.push(word);
+        }
+    }
+    words
+        .into_iter()
+        .filter(|w| !w.chars().all(|c| c.is_ascii_digit()))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
 fn push_row(rows: &mut Vec<RowText>, text: &str, weight: f32) {
     let text = truncate_on_char_boundary(text.trim(), MAX_ROW_TEXT);
-    if text.is_empty() || rows.iter().any(|row| row.text == text) {
+    if weight <= 0.0 || text.is_empty() || rows.iter().any(|row| row.text == text) {
         return;
     }
     rows.push(RowText {

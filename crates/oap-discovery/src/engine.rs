@@ -489,7 +489,9 @@ fn build_index(
     fingerprint: &str,
 ) -> Result<(Index, BuildReport), EngineError> {
     let model_id = embedder.map(|e| e.model_id().to_string());
-    let dim = embedder.map_or(0, |e| e.dim());
+    // A lexical-only index (no model) still needs a valid dimension; it
+    // simply has no rows.
+    let dim = embedder.map_or(1, |e| e.dim());
 
     // Vectors from the previous index, keyed by (model, text) hash. Keys
     // include the model id, so a model change can never reuse a vector.

@@ -1,14 +1,75 @@
 //! Turning a user's task into what is embedded and what is matched lexically.
 //!
 //! Voice and chat tasks often carry their data inline: "count the words in:
-//! <a paragraph>", "extract the name field from {...}". That data says
-//! nothing about which capability fits, and it drowns the instruction in a
-//! mean-pooled embedding and floods BM25 with irrelevant terms. So the
-//! instruction is separated from inline data before retrieval; the original
-//! task is still what the model later sees.
+//! <a paragraph>", "extract the name field from {...}". The data's content
+//! says nothing about which capability fits, and it drowns the instruction
+//! in a mean-pooled embedding and floods BM25 with irrelevant terms. Its
+//! *shape*, though, is often the strongest clue there is: "get the first
+//! element from: [10, 20, 30]" only names a JSON tool once one knows the data
+//! is JSON. So the data is cut out of the retrieval text and replaced by a
+//! few plain words describing its shape ("JSON data", "lines of text"), words
+//! a sentence-embedding model relates to capability descriptions. The
+//! original task is still what the model later sees.
+
+use serde_json::Value;
 
 /// Longest instruction kept, in bytes: retrieval needs the ask, not an essay.
 const MAX_INSTRUCTION: usize = 1_000;
+
+/// At most this many `{`/`[` positions are tried as the start of inline
+/// JSON; each try parses up to the end of the task, so this bounds the work
+/// a hostile task can cause.
+const MAX_JSON_TRIES: usize = 16;
+
+/// A data part is "prose" (more instruction, not data) when at least half
+/// of its non-empty lines have this many words; data lines (log lines, list
+/// items, table rows) are short.
+const PROSE_LINE_WORDS: usize = 6;
+
+/// What retrieval is allowed to add to a task.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QueryOptions {
+    /// Describe inline data by its shape in the embedded text.
+    pub dense_hint: bool,
+    /// Add the same words to the lexical text. Off by default: shape words
+    /// ("text", "lines", "JSON") occur in many descriptions and, unlike the
+    /// embedding, BM25 cannot tell a shape from a topic.
+    pub lexical_hint: bool,
+}
+
+impl Default for QueryOptions {
+    fn default() -> Self {
+        QueryOptions {
+            dense_hint: true,
+            lexical_hint: false,
+        }
+    }
+}
+
+/// The shape of the data a task carries, as far as retrieval cares.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DataShape {
+    /// A JSON object or array (inline or on the following lines).
+    Json,
+    /// Lines with the same number of tabs or commas: a delimited table.
+    Table,
+    /// Other lines of text.
+    Lines,
+    /// An arithmetic expression between numbers ("7 * 6", "2^10").
+    Arithmetic,
+}
+
+impl DataShape {
+    /// The words that stand for the data in the retrieval text.
+    pub fn words(self) -> &'static str {
+        match self {
+            DataShape::Json => "JSON data",
+            DataShape::Table => "a table of delimited fields",
+            DataShape::Lines => "lines of text",
+            DataShape::Arithmetic => "an arithmetic expression",
+        }
+    }
+}
 
 /// The views of a task used for retrieval.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -17,53 +78,225 @@ pub struct QueryViews {
     pub dense: String,
     /// Text tokenised for lexical retrieval.
     pub lexical: String,
+    /// The shapes of the inline data found, in order of appearance.
+    pub shapes: Vec<DataShape>,
 }
 
-/// Splits a task into its instruction and drops inline data.
+/// [`views_with`] under the default options.
 pub fn views(task: &str) -> QueryViews {
-    let task = task.trim();
-    let instruction = instruction_part(task);
-    let instruction = crate::document::truncate_on_char_boundary(instruction, MAX_INSTRUCTION);
-    let instruction = if instruction.trim().is_empty() {
-        crate::document::truncate_on_char_boundary(task, MAX_INSTRUCTION)
-    } else {
-        instruction.trim()
-    };
-    let exp = std::env::var("OAPD_EXP").unwrap_or_default();
-    let dense = if exp.contains("full") {
-        crate::document::truncate_on_char_boundary(task, MAX_INSTRUCTION).to_string()
-    } else if exp.contains("hint") {
-        let rest = &task[instruction.len().min(task.len())..];
-        let rest_trim = rest.trim_start();
-        let hint =
-            if rest_trim.starts_with('{') || rest_trim.starts_with('[') || task.contains("{\"") {
-                " (JSON data)"
-            } else if task.lines().count() > 1 {
-                " (lines of text)"
-            } else {
-                ""
-            };
-        format!("{instruction}{hint}")
-    } else {
-        instruction.to_string()
-    };
-    QueryViews {
-        dense,
-        lexical: strip_quoted_literals(instruction),
-    }
+    views_with(task, &QueryOptions::default())
 }
 
-/// The instruction is the first line, cut before an inline JSON/array
-/// payload that starts on the same line.
-fn instruction_part(task: &str) -> &str {
-    let first_line = task.lines().next().unwrap_or(task);
-    let mut cut = first_line.len();
-    for marker in ["{\"", "[{", "{'", "[\""] {
-        if let Some(pos) = first_line.find(marker) {
-            cut = cut.min(pos);
+/// Splits a task into its instruction and its inline data, and describes
+/// the data by its shape.
+pub fn views_with(task: &str, options: &QueryOptions) -> QueryViews {
+    let task = task.trim();
+    let split = split_task(task);
+    let mut shapes = split.shapes;
+    if let Some(shape) = split.trailing {
+        shapes.push(shape);
+    }
+    let instruction = cap(&split.instruction);
+    // A task that is only data keeps its text: there is no instruction to
+    // prefer, and an empty query would match nothing.
+    if instruction.trim().is_empty() {
+        let whole = cap(task).to_string();
+        return QueryViews {
+            lexical: strip_quoted_literals(&whole),
+            dense: whole,
+            shapes,
+        };
+    }
+    let instruction = instruction.trim();
+    if has_arithmetic(instruction) && !shapes.contains(&DataShape::Arithmetic) {
+        shapes.push(DataShape::Arithmetic);
+    }
+
+    let mut dense = instruction.to_string();
+    let mut lexical = strip_quoted_literals(instruction);
+    if !shapes.is_empty() {
+        let words = shapes
+            .iter()
+            .map(|s| s.words())
+            .collect::<Vec<_>>()
+            .join(", ");
+        if options.dense_hint {
+            // Appended rather than spliced in where the data was: the
+            // instruction reads unchanged and the hint is one clause.
+            dense = format!("{dense} ({words})");
+        }
+        if options.lexical_hint {
+            lexical.push(' ');
+            lexical.push_str(&words);
         }
     }
-    &first_line[..cut]
+    QueryViews {
+        dense,
+        lexical,
+        shapes,
+    }
+}
+
+fn cap(text: &str) -> &str {
+    crate::document::truncate_on_char_boundary(text, MAX_INSTRUCTION)
+}
+
+/// A task cut into instruction and data.
+struct Split {
+    /// The instruction with inline JSON cut out.
+    instruction: String,
+    /// Shapes of data cut out of the first line.
+    shapes: Vec<DataShape>,
+    /// Shape of the data on the lines after the first, if they are data.
+    trailing: Option<DataShape>,
+}
+
+/// The instruction is the first line with inline JSON removed; the lines
+/// after it are data, unless they read as prose (then the task simply goes
+/// on, e.g. a story followed by the questions it sets up).
+fn split_task(task: &str) -> Split {
+    let mut instruction = String::new();
+    let mut shapes = Vec::new();
+    let mut tries = 0;
+    let mut pos = 0;
+    let mut line_end = task.find('\n').unwrap_or(task.len());
+    let mut cursor = 0;
+    while cursor < line_end {
+        let Some(offset) = task[cursor..line_end].find(['{', '[']) else {
+            break;
+        };
+        let start = cursor + offset;
+        cursor = start + 1;
+        if tries >= MAX_JSON_TRIES {
+            break;
+        }
+        tries += 1;
+        if let Some(len) = json_span(&task[start..]) {
+            instruction.push_str(&task[pos..start]);
+            instruction.push(' ');
+            pos = start + len;
+            cursor = pos;
+            // JSON may run over several lines; the instruction goes on to
+            // the end of the line where it closes.
+            line_end = line_end.max(pos);
+            line_end = task[line_end..]
+                .find('\n')
+                .map_or(task.len(), |n| line_end + n);
+            if !shapes.contains(&DataShape::Json) {
+                shapes.push(DataShape::Json);
+            }
+        }
+    }
+    instruction.push_str(&task[pos..line_end]);
+    let rest = &task[line_end..];
+
+    let trailing = if rest.trim().is_empty() {
+        None
+    } else if is_prose(rest) {
+        instruction.push(' ');
+        instruction.push_str(rest);
+        None
+    } else {
+        Some(shape_of_lines(rest))
+    };
+    Split {
+        instruction: squash_spaces(&instruction),
+        shapes,
+        trailing,
+    }
+}
+
+/// Length in bytes of the JSON object or array that `text` starts with, if
+/// it is a real one: an object with a key or an array with two elements
+/// ("see [1]" in prose is not data).
+fn json_span(text: &str) -> Option<usize> {
+    let mut stream = serde_json::Deserializer::from_str(text).into_iter::<Value>();
+    let value = stream.next()?.ok()?;
+    let meaningful = match &value {
+        Value::Object(map) => !map.is_empty(),
+        Value::Array(items) => items.len() >= 2,
+        _ => false,
+    };
+    meaningful.then(|| stream.byte_offset())
+}
+
+fn is_prose(rest: &str) -> bool {
+    let lines: Vec<&str> = rest.lines().filter(|l| !l.trim().is_empty()).collect();
+    let long = lines
+        .iter()
+        .filter(|l| l.split_whitespace().count() >= PROSE_LINE_WORDS)
+        .count();
+    !lines.is_empty() && long * 2 >= lines.len()
+}
+
+fn shape_of_lines(rest: &str) -> DataShape {
+    let trimmed = rest.trim();
+    if (trimmed.starts_with('{') || trimmed.starts_with('['))
+        && json_span(trimmed).is_some_and(|len| trimmed[len..].trim().is_empty())
+    {
+        return DataShape::Json;
+    }
+    let lines: Vec<&str> = trimmed.lines().filter(|l| !l.trim().is_empty()).collect();
+    for delimiter in ['\t', ','] {
+        let count = |line: &&str| line.matches(delimiter).count();
+        if let Some(first) = lines.first().map(count) {
+            if lines.len() >= 2 && first >= 1 && lines.iter().all(|l| count(l) == first) {
+                return DataShape::Table;
+            }
+        }
+    }
+    DataShape::Lines
+}
+
+/// Whether the text holds `number operator number`. `-` and `/` count only
+/// with spaces around them, so dates (2024-06-15, 05/10/2023), ranges and
+/// version numbers are not taken for arithmetic.
+fn has_arithmetic(text: &str) -> bool {
+    let chars: Vec<char> = text.chars().collect();
+    let mut i = 0;
+    while i < chars.len() {
+        if !chars[i].is_ascii_digit() || (i > 0 && is_word_char(chars[i - 1])) {
+            i += 1;
+            continue;
+        }
+        // A number: digits with an optional decimal part.
+        let mut j = i;
+        while j < chars.len() && (chars[j].is_ascii_digit() || chars[j] == '.') {
+            j += 1;
+        }
+        let spaced_before = chars.get(j).is_some_and(|c| c.is_whitespace());
+        let mut k = j;
+        while k < chars.len() && chars[k].is_whitespace() {
+            k += 1;
+        }
+        let Some(&op) = chars.get(k) else {
+            break;
+        };
+        let mut m = k + 1;
+        let spaced_after = chars.get(m).is_some_and(|c| c.is_whitespace());
+        while m < chars.len() && (chars[m].is_whitespace() || chars[m] == '(') {
+            m += 1;
+        }
+        let operand = chars.get(m).is_some_and(|c| c.is_ascii_digit());
+        let operator = match op {
+            '+' | '*' | '^' | '×' | '÷' | '%' => true,
+            '-' | '/' => spaced_before && spaced_after,
+            _ => false,
+        };
+        if operator && operand {
+            return true;
+        }
+        i = j.max(i + 1);
+    }
+    false
+}
+
+fn is_word_char(c: char) -> bool {
+    c.is_alphanumeric() || c == '_' || c == '.'
+}
+
+fn squash_spaces(text: &str) -> String {
+    text.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
 /// Quoted literals are usually the data to search for ("error", "2024"):
@@ -93,26 +326,108 @@ fn strip_quoted_literals(text: &str) -> String {
 mod tests {
     use super::*;
 
+    fn plain() -> QueryOptions {
+        QueryOptions {
+            dense_hint: false,
+            lexical_hint: false,
+        }
+    }
+
     #[test]
-    fn inline_data_after_the_first_line_is_dropped() {
-        let v = views("find lines containing \"error\" in:\nfoo\nerror happened\nbar");
-        assert_eq!(v.dense, "find lines containing \"error\" in:");
+    fn inline_data_after_the_first_line_is_dropped_and_described() {
+        let task = "find lines containing \"error\" in:\nfoo\nerror happened\nbar";
+        let v = views(task);
+        assert_eq!(
+            v.dense,
+            "find lines containing \"error\" in: (lines of text)"
+        );
+        assert_eq!(v.shapes, [DataShape::Lines]);
         assert_eq!(
             v.lexical.split_whitespace().collect::<Vec<_>>(),
             ["find", "lines", "containing", "in:"]
         );
+        assert_eq!(
+            views_with(task, &plain()).dense,
+            "find lines containing \"error\" in:"
+        );
     }
 
     #[test]
-    fn inline_json_on_the_first_line_is_dropped() {
+    fn inline_json_is_cut_out_wherever_it_is() {
         let v = views("extract the name field from {\"name\": \"Ada\", \"age\": 36}");
-        assert_eq!(v.dense, "extract the name field from");
+        assert_eq!(v.dense, "extract the name field from (JSON data)");
+        let v = views("transform {\"first\":\"A\",\"last\":\"B\"} to get the full name");
+        assert_eq!(v.dense, "transform to get the full name (JSON data)");
+        let v = views("get the first element from: [10, 20, 30]");
+        assert_eq!(v.dense, "get the first element from: (JSON data)");
+    }
+
+    #[test]
+    fn json_spanning_lines_is_one_datum() {
+        let v = views("pretty-print this: {\n  \"a\": [1,\n 2]\n}");
+        assert_eq!(v.dense, "pretty-print this: (JSON data)");
+        let v = views("summarise:\n{\"a\": 1,\n \"b\": 2}");
+        assert_eq!(v.shapes, [DataShape::Json]);
+    }
+
+    #[test]
+    fn brackets_that_are_not_json_stay() {
+        let v = views("see [1] and {braces} in the text");
+        assert_eq!(v.dense, "see [1] and {braces} in the text");
+        assert!(v.shapes.is_empty());
+    }
+
+    #[test]
+    fn delimited_lines_are_a_table() {
+        let v = views("sum the second column:\na,1\nb,2\nc,3");
+        assert_eq!(v.shapes, [DataShape::Table]);
+        let v = views("find admin in:\nuser\tadmin\nuser\tguest");
+        assert_eq!(v.shapes, [DataShape::Table]);
+        let v = views("find commas in:\na,b\nc");
+        assert_eq!(v.shapes, [DataShape::Lines]);
+    }
+
+    #[test]
+    fn prose_after_the_first_line_is_more_instruction() {
+        let v = views(
+            "I have a plan for tomorrow.\nPlease book a table for four people at an Italian place.",
+        );
+        assert!(v.dense.contains("Italian"));
+        assert!(v.shapes.is_empty());
+    }
+
+    #[test]
+    fn arithmetic_is_recognised_but_dates_are_not() {
+        assert!(has_arithmetic("what is 7 * 6?"));
+        assert!(has_arithmetic("evaluate (10 + 5) * 3"));
+        assert!(has_arithmetic("compute 2^16"));
+        assert!(has_arithmetic("what is 100 - 37?"));
+        assert!(has_arithmetic("calculate 1 / 3"));
+        assert!(!has_arithmetic("logs from 2024-06-15"));
+        assert!(!has_arithmetic("check in on 05/10/2023"));
+        assert!(!has_arithmetic("a 5% markup on 1000 items"));
+        assert!(!has_arithmetic("version v2.3 of the api"));
+        assert_eq!(
+            views("what is 7 * 6?").dense,
+            "what is 7 * 6? (an arithmetic expression)"
+        );
     }
 
     #[test]
     fn a_task_that_is_only_data_is_kept_whole() {
         let v = views("{\"a\": 1}");
         assert_eq!(v.dense, "{\"a\": 1}");
+    }
+
+    #[test]
+    fn lexical_hint_is_optional() {
+        let options = QueryOptions {
+            dense_hint: true,
+            lexical_hint: true,
+        };
+        let v = views_with("count lines in:\na\nb", &options);
+        assert!(v.lexical.ends_with("lines of text"));
+        assert!(!views("count lines in:\na\nb").lexical.contains("text"));
     }
 
     #[test]
@@ -128,5 +443,7 @@ mod tests {
     fn very_long_instructions_are_capped() {
         let long = "word ".repeat(1_000);
         assert!(views(&long).dense.len() <= MAX_INSTRUCTION);
+        let json_heavy = "[".repeat(10_000);
+        assert!(views(&json_heavy).dense.len() <= MAX_INSTRUCTION);
     }
 }

@@ -11,6 +11,8 @@
 use oap_index::{Hit, Index};
 use serde::{Deserialize, Serialize};
 
+use crate::query::QueryOptions;
+
 /// BM25 parameters; must match the index crate's scorer.
 const BM25_K1: f32 = 1.2;
 
@@ -36,6 +38,8 @@ pub struct Scoring {
     pub min_score_hybrid: f32,
     pub min_score_dense: f32,
     pub min_score_lexical: f32,
+    /// How a task is turned into retrieval text (see [`crate::query`]).
+    pub query: QueryOptions,
 }
 
 impl Default for Scoring {
@@ -47,6 +51,7 @@ impl Default for Scoring {
             min_score_hybrid: 0.30,
             min_score_dense: 0.28,
             min_score_lexical: 0.15,
+            query: QueryOptions::default(),
         }
     }
 }

@@ -1,7 +1,7 @@
 //! Rough latency / throughput figures for the embedder, to compare boards.
 //!
 //! ```text
-//! cargo run --release -p oap-embed --example embed_bench -- [MODEL_DIR] [--threads N] [--runs N]
+//! cargo run --release -p oap-embed --example embed_bench -- [MODEL_DIR] [--threads N] [--runs N] [--batch N]
 //! ```
 //! MODEL_DIR defaults to `$OAPD_MODEL_DIR` or `<repo>/models/all-MiniLM-L6-v2`.
 //! Plain `Instant` timing instead of criterion: we want p50/p99 of a cold-ish
@@ -22,11 +22,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         });
     let mut threads = None;
     let mut runs = 200usize;
+    let mut batch_size = EmbedOptions::default().batch_size;
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         match a.as_str() {
             "--threads" => threads = Some(args.next().ok_or("--threads N")?.parse()?),
             "--runs" => runs = args.next().ok_or("--runs N")?.parse()?,
+            "--batch" => batch_size = args.next().ok_or("--batch N")?.parse()?,
             _ => dir = PathBuf::from(a),
         }
     }
@@ -39,6 +41,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     let opts = EmbedOptions {
         threads,
+        batch_size,
         ..EmbedOptions::default()
     };
     // First load in a fresh process, so VmHWM is the real load peak.

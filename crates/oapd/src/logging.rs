@@ -1,5 +1,7 @@
 //! Structured logging via `tracing`; `RUST_LOG` overrides the configured level.
 
+use std::io::IsTerminal;
+
 use tracing_subscriber::EnvFilter;
 
 use crate::config::{LogConfig, LogFormat};
@@ -11,7 +13,9 @@ pub fn init(config: &LogConfig) {
         .unwrap_or_else(|_| EnvFilter::new(format!("{},hyper=warn", config.level)));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr);
+        .with_writer(std::io::stderr)
+        // Colour codes only for a person at a terminal, never in journald or files.
+        .with_ansi(std::io::stderr().is_terminal());
     // A second init (tests, embedding the library) is not an error worth failing on.
     let _ = match config.format {
         LogFormat::Json => builder.json().try_init(),

@@ -484,7 +484,13 @@ fn env_float() {
     assert_eq!(c.discovery.min_score, Some(0.42));
     let c = ok(yaml_env("", &[("OAP_DISCOVERY_MIN_SCORE", "-1")]));
     assert_eq!(c.discovery.min_score, Some(-1.0));
-    for raw in ["NaN", "inf", "abc", ""] {
+    // An empty value unsets the optional threshold (the engine's default applies).
+    let c = ok(yaml_env(
+        "discovery:\n  min_score: 0.5\n",
+        &[("OAP_DISCOVERY_MIN_SCORE", "")],
+    ));
+    assert_eq!(c.discovery.min_score, None);
+    for raw in ["NaN", "inf", "abc"] {
         let e = err(yaml_env("", &[("OAP_DISCOVERY_MIN_SCORE", raw)]));
         assert!(
             e.to_string()

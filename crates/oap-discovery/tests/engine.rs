@@ -1,0 +1,435 @@
+//! The discovery engine against the real model and real index files.
+//!
+//! The embedder is the real all-MiniLM-L6-v2 (`cargo xtask fetch-model`);
+//! a thin wrapper only counts calls, so the tests can assert that unchanged
+//! manifests are not re-embedded. Without the model these tests FAIL with
+//! instructions: a silently skipped model test hides regressions.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
+
+use oap_discovery::{Engine, EngineConfig, Mode, Source, Trust};
+use oap_embed::{BertEmbedder, EmbedError, EmbedOptions, Embedder};
+
+fn model_dir() -> PathBuf {
+    match std::env::var_os("OAPD_MODEL_DIR") {
+        Some(dir) => PathBuf::from(dir),
+        None => Path::new(env!("CARGO_MANIFEST_DIR")).join("../../models/all-MiniLM-L6-v2"),
+    }
+}
+
+fn real_model() -> Arc<BertEmbedder> {
+    static MODEL: OnceLock<Arc<BertEmbedder>> = OnceLock::new();
+    MODEL
+        .get_or_init(|| {
+            let dir = model_dir();
+            assert!(
+                dir.join("model.safetensors").is_file(),
+                "real model not found in {}: run `cargo xtask fetch-model` (or set OAPD_MODEL_DIR)",
+                dir.display()
+            );
+            Arc::new(BertEmbedder::load(&dir, EmbedOptions::default()).expect("load model"))
+        })
+        .clone()
+}
+
+/// The real model, counting how many texts it embeds, optionally under
+/// another identity (to simulate a model change).
+struct Counting {
+    inner: Arc<BertEmbedder>,
+    id: String,
+    texts: AtomicUsize,
+}
+
+impl Counting {
+    fn new() -> Arc<Counting> {
+        let inner = real_model();
+        let id = inner.model_id().to_string();
+        Arc::new(Counting {
+            inner,
+            id,
+            texts: AtomicUsize::new(0),
+        })
+    }
+
+    fn renamed(id: &str) -> Arc<Counting> {
+        Arc::new(Counting {
+            inner: real_model(),
+            id: id.to_string(),
+            texts: AtomicUsize::new(0),
+        })
+    }
+
+    fn embedded(&self) -> usize {
+        self.texts.load(Ordering::SeqCst)
+    }
+}
+
+impl Embedder for Counting {
+    fn model_id(&self) -> &str {
+        &self.id
+    }
+    fn dim(&self) -> usize {
+        self.inner.dim()
+    }
+    fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, EmbedError> {
+        self.texts.fetch_add(texts.len(), Ordering::SeqCst);
+        self.inner.embed(texts)
+    }
+}
+
+fn reference_dir() -> PathBuf {
+    let dir =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/manifests/reference/oap-dev");
+    assert!(
+        dir.is_dir(),
+        "reference manifests not found at {} (the repo expects ../shared beside it)",
+        dir.display()
+    );
+    dir
+}
+
+/// A directory holding copies of some reference manifests.
+fn manifest_dir(names: &[&str]) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().expect("tempdir");
+    for name in names {
+        fs::copy(
+            reference_dir().join(format!("{name}.json")),
+            dir.path().join(format!("{name}.json")),
+        )
+        .expect("copy manifest");
+    }
+    dir
+}
+
+const CLI: &[&str] = &["grep", "wc", "jq", "date", "bc", "sed", "awk"];
+
+fn open(
+    data: &Path,
+    sources: Vec<Source>,
+    embedder: Option<Arc<dyn Embedder>>,
+) -> (Engine, oap_discovery::BuildReport) {
+    Engine::open(EngineConfig::new(data), sources, embedder).expect("engine opens")
+}
+
+#[test]
+fn discovers_the_fitting_tool_and_says_when_none_fits() {
+    let manifests = manifest_dir(CLI);
+    let data = tempfile::tempdir().unwrap();
+    let (engine, report) = open(
+        data.path(),
+        vec![Source::Dir(manifests.path().into())],
+        Some(Counting::new()),
+    );
+    assert_eq!(report.docs, CLI.len());
+    assert!(report.problems.is_empty(), "{:?}", report.problems);
+
+    let found = engine
+        .discover("count the words in this paragraph", 3)
+        .unwrap();
+    assert_eq!(found.meta.mode, Mode::Hybrid);
+    let best = found.best.expect("a match");
+    assert_eq!(best.id, "local/wc");
+    assert_eq!(best.trust, Trust::Local);
+    assert_eq!(found.candidates.len(), 3);
+    assert!(found
+        .candidates
+        .windows(2)
+        .all(|w| w[0].score >= w[1].score));
+
+    let found = engine.discover("what is 17 times 23?", 3).unwrap();
+    assert_eq!(found.candidates[0].id, "local/bc");
+
+    // Nothing in a corpus of text tools books flights.
+    let found = engine
+        .discover("book me a flight to Lisbon next Tuesday", 3)
+        .unwrap();
+    assert!(
+        found.best.is_none(),
+        "expected no match, got {:?} (threshold {})",
+        found.best.map(|b| (b.id, b.score)),
+        found.meta.threshold
+    );
+    assert!(!found.candidates.is_empty(), "candidates are still listed");
+}
+
+#[test]
+fn unchanged_manifests_are_not_re_embedded() {
+    let manifests = manifest_dir(CLI);
+    let data = tempfile::tempdir().unwrap();
+    let sources = || vec![Source::Dir(manifests.path().into())];
+
+    let first = Counting::new();
+    let (_, report) = open(data.path(), sources(), Some(first.clone()));
+    assert!(!report.reused_index);
+    assert!(first.embedded() >= CLI.len());
+    assert_eq!(report.embedded_rows, first.embedded());
+
+    // Same catalog, same model: the file is mapped as it is.
+    let second = Counting::new();
+    let (engine, report) = open(data.path(), sources(), Some(second.clone()));
+    assert!(report.reused_index);
+    assert_eq!(second.embedded(), 0);
+    assert_eq!(engine.stats().docs, CLI.len());
+
+    // One manifest changes: only its texts are embedded again.
+    let wc = manifests.path().join("wc.json");
+    let changed = fs::read_to_string(&wc)
+        .unwrap()
+        .replace("Count lines", "Tally lines");
+    fs::write(&wc, changed).unwrap();
+    let third = Counting::new();
+    let (engine, report) = open(data.path(), sources(), Some(third.clone()));
+    assert!(!report.reused_index);
+    assert!(third.embedded() >= 1, "the changed description is embedded");
+    assert!(
+        third.embedded() <= 3,
+        "only the changed manifest's rows are embedded, not {}",
+        third.embedded()
+    );
+    assert!(report.reused_rows > 0);
+    let wc = engine.get("local/wc").expect("wc indexed");
+    assert!(wc.manifest["description"]
+        .as_str()
+        .unwrap()
+        .starts_with("Tally"));
+}
+
+#[test]
+fn a_model_change_re_embeds_everything() {
+    let manifests = manifest_dir(&["grep", "wc"]);
+    let data = tempfile::tempdir().unwrap();
+    let sources = || vec![Source::Dir(manifests.path().into())];
+    let (_, _) = open(data.path(), sources(), Some(Counting::new()));
+    let other = Counting::renamed("another-model@0000");
+    let (engine, report) = open(data.path(), sources(), Some(other.clone()));
+    assert!(!report.reused_index);
+    assert_eq!(
+        report.reused_rows, 0,
+        "vectors of another model are never reused"
+    );
+    assert_eq!(other.embedded(), report.rows);
+    assert_eq!(engine.stats().model.as_deref(), Some("another-model@0000"));
+}
+
+#[test]
+fn invalid_and_oversized_files_are_reported_and_skipped() {
+    let manifests = manifest_dir(&["grep", "wc"]);
+    let dir = manifests.path();
+    fs::write(dir.join("broken.json"), b"{\"oap\": \"1.0\", \"name\": ").unwrap();
+    fs::write(
+        dir.join("put.json"),
+        br#"{"oap":"1.0","name":"putter","description":"d","invoke":{"method":"PUT","url":"https://example.com"}}"#,
+    )
+    .unwrap();
+    fs::write(dir.join("huge.json"), vec![b' '; 70 * 1024]).unwrap();
+    fs::create_dir(dir.join("a-directory.json")).unwrap();
+    fs::write(dir.join("notes.txt"), b"not a manifest").unwrap();
+    let data = tempfile::tempdir().unwrap();
+    let (engine, report) = open(
+        data.path(),
+        vec![
+            Source::Dir(dir.into()),
+            Source::Dir(dir.join("does-not-exist")),
+        ],
+        None,
+    );
+    assert_eq!(report.docs, 2, "the valid manifests are still indexed");
+    let problem = |file: &str| {
+        report
+            .problems
+            .iter()
+            .find(|p| p.location.ends_with(file))
+            .unwrap_or_else(|| panic!("no problem reported for {file}: {:?}", report.problems))
+            .message
+            .clone()
+    };
+    assert!(problem("broken.json").contains("line 1"));
+    assert!(problem("put.json").contains("invoke.method"));
+    assert!(problem("put.json").contains("\"PUT\""));
+    assert!(problem("huge.json").contains("limit"));
+    assert!(problem("a-directory.json").contains("not a regular file"));
+    assert!(problem("does-not-exist").contains("cannot read directory"));
+    assert_eq!(report.problems.len(), 5, "{:?}", report.problems);
+    assert!(engine.get("local/grep").is_some());
+}
+
+#[test]
+fn the_first_source_wins_a_name_collision() {
+    let operator = tempfile::tempdir().unwrap();
+    fs::write(
+        operator.path().join("my-grep.json"),
+        br#"{"oap":"1.0","name":"grep","description":"The operator's own grep wrapper.","invoke":{"method":"stdio","url":"/usr/local/bin/mygrep"}}"#,
+    )
+    .unwrap();
+    // Inside one directory, byte order of file names decides.
+    fs::write(
+        operator.path().join("z-grep.json"),
+        br#"{"oap":"1.0","name":"GREP","description":"A second grep.","invoke":{"method":"stdio","url":"grep"}}"#,
+    )
+    .unwrap();
+    let shipped = manifest_dir(&["grep", "wc"]);
+    let data = tempfile::tempdir().unwrap();
+    let (engine, report) = open(
+        data.path(),
+        vec![
+            Source::Dir(operator.path().into()),
+            Source::Dir(shipped.path().into()),
+        ],
+        None,
+    );
+    assert_eq!(report.docs, 2);
+    let grep = engine.get("local/grep").unwrap();
+    assert_eq!(grep.manifest["invoke"]["url"], "/usr/local/bin/mygrep");
+    assert_eq!(report.collisions.len(), 2, "{:?}", report.collisions);
+    for collision in &report.collisions {
+        assert_eq!(collision.id, "local/grep");
+        assert!(collision.kept.ends_with("my-grep.json"));
+    }
+    assert!(report
+        .collisions
+        .iter()
+        .any(|c| c.skipped.ends_with("z-grep.json")));
+}
+
+#[test]
+fn a_corrupt_index_is_detected_and_rebuilt() {
+    let manifests = manifest_dir(CLI);
+    let data = tempfile::tempdir().unwrap();
+    let sources = || vec![Source::Dir(manifests.path().into())];
+    let (_, _) = open(data.path(), sources(), Some(Counting::new()));
+    let path = data.path().join("index.oapx");
+    let mut bytes = fs::read(&path).unwrap();
+    let middle = bytes.len() / 2;
+    bytes[middle] ^= 0x55;
+    fs::write(&path, &bytes).unwrap();
+
+    let (engine, report) = open(data.path(), sources(), Some(Counting::new()));
+    let problem = report.previous_index_problem.expect("corruption reported");
+    assert!(problem.contains("corrupt"), "{problem}");
+    assert!(!report.reused_index);
+    let found = engine.discover("count the lines in this file", 1).unwrap();
+    assert_eq!(found.candidates[0].id, "local/wc");
+
+    // A truncated file too.
+    let bytes = fs::read(&path).unwrap();
+    fs::write(&path, &bytes[..bytes.len() / 3]).unwrap();
+    let (engine, report) = open(data.path(), sources(), Some(Counting::new()));
+    assert!(report.previous_index_problem.is_some());
+    assert_eq!(engine.stats().docs, CLI.len());
+}
+
+#[test]
+fn without_a_model_retrieval_is_lexical_and_upgrades_when_the_model_returns() {
+    let manifests = manifest_dir(CLI);
+    let data = tempfile::tempdir().unwrap();
+    let sources = || vec![Source::Dir(manifests.path().into())];
+    let (engine, report) = open(data.path(), sources(), None);
+    assert_eq!(report.rows, 0);
+    assert_eq!(engine.mode(), Mode::Lexical);
+    let found = engine
+        .discover("count words, lines and characters", 3)
+        .unwrap();
+    assert_eq!(found.meta.mode, Mode::Lexical);
+    assert_eq!(found.meta.model, None);
+    assert_eq!(found.candidates[0].id, "local/wc");
+    assert!(found.candidates[0].scores.dense.is_none());
+
+    let model = Counting::new();
+    let (engine, report) = open(data.path(), sources(), Some(model.clone()));
+    assert!(
+        !report.reused_index,
+        "a lexical-only index is rebuilt with vectors"
+    );
+    assert!(report.rows >= CLI.len());
+    assert_eq!(
+        engine.discover("count the words", 1).unwrap().meta.mode,
+        Mode::Hybrid
+    );
+}
+
+#[test]
+fn queries_are_served_while_the_index_is_rebuilt() {
+    let manifests = manifest_dir(CLI);
+    let data = tempfile::tempdir().unwrap();
+    let (engine, _) = open(
+        data.path(),
+        vec![Source::Dir(manifests.path().into())],
+        Some(Counting::new()),
+    );
+    let engine = Arc::new(engine);
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let reader = {
+        let engine = engine.clone();
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            let mut served = 0;
+            while !stop.load(Ordering::SeqCst) || served == 0 {
+                let found = engine.discover("search for lines matching a pattern", 1);
+                let found = found.expect("query served during rebuild");
+                assert_eq!(found.candidates[0].id, "local/grep");
+                served += 1;
+            }
+            served
+        })
+    };
+    for _ in 0..3 {
+        let report = engine.rebuild(true).expect("rebuild");
+        assert_eq!(report.docs, CLI.len());
+    }
+    stop.store(true, Ordering::SeqCst);
+    let served = reader.join().expect("reader thread");
+    assert!(served > 0);
+}
+
+#[test]
+fn an_empty_catalog_answers_with_no_candidates() {
+    let data = tempfile::tempdir().unwrap();
+    let empty = tempfile::tempdir().unwrap();
+    let (engine, report) = open(
+        data.path(),
+        vec![Source::Dir(empty.path().into())],
+        Some(Counting::new()),
+    );
+    assert_eq!(report.docs, 0);
+    let found = engine.discover("count words", 5).unwrap();
+    assert!(found.best.is_none());
+    assert!(found.candidates.is_empty());
+    assert!(engine.list().is_empty());
+    assert!(engine.get("local/wc").is_none());
+}
+
+#[test]
+fn empty_tasks_are_refused() {
+    let data = tempfile::tempdir().unwrap();
+    let manifests = manifest_dir(&["wc"]);
+    let (engine, _) = open(
+        data.path(),
+        vec![Source::Dir(manifests.path().into())],
+        None,
+    );
+    assert!(matches!(
+        engine.discover("   \n ", 3),
+        Err(oap_discovery::DiscoverError::EmptyTask)
+    ));
+}
+
+#[test]
+fn listing_and_lookup_use_stable_ids() {
+    let manifests = manifest_dir(&["grep", "wc", "earthquake"]);
+    let data = tempfile::tempdir().unwrap();
+    let (engine, _) = open(
+        data.path(),
+        vec![Source::Dir(manifests.path().into())],
+        None,
+    );
+    let ids: Vec<String> = engine.list().into_iter().map(|m| m.id).collect();
+    // earthquake.json's name is usgs-earthquake: ids follow names, not files.
+    assert_eq!(ids, ["local/grep", "local/usgs-earthquake", "local/wc"]);
+    let record = engine.get("local/usgs-earthquake").unwrap();
+    assert_eq!(record.origin.kind, "dir");
+    assert!(record.origin.location.ends_with("earthquake.json"));
+    assert_eq!(record.content_hash.len(), 64);
+}

@@ -1,0 +1,114 @@
+//! Everyday tasks: run the daemon, run the tests, run the benchmarks. Each
+//! fetches the model first, so a fresh clone needs nothing else.
+
+use std::path::Path;
+use std::process::Command;
+
+use anyhow::{bail, Context};
+
+use crate::repo_root;
+
+/// Runs a command in the repository root, failing if it fails.
+fn run_in_root(command: &mut Command) -> anyhow::Result<()> {
+    let shown = format!("{command:?}");
+    let status = command
+        .current_dir(repo_root())
+        .status()
+        .with_context(|| format!("cannot start {shown}"))?;
+    if !status.success() {
+        bail!("{shown} failed: {status}");
+    }
+    Ok(())
+}
+
+fn cargo() -> Command {
+    Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()))
+}
+
+fn fetch_model() -> anyhow::Result<()> {
+    crate::model::run(&[])
+}
+
+/// `cargo xtask run [OAPD ARGS...]`: the daemon on its built-in defaults and
+/// bundled manifests (`oapd serve` unless other arguments are given).
+pub fn run(args: &[String]) -> anyhow::Result<()> {
+    fetch_model()?;
+    let mut command = cargo();
+    command.args(["run", "--release", "--package", "oapd", "--"]);
+    if args.is_empty() {
+        command.arg("serve");
+    } else {
+        command.args(args);
+    }
+    run_in_root(&mut command)
+}
+
+/// `cargo xtask test [CARGO TEST ARGS...]`: the whole test suite, in
+/// release mode (candle inference in a debug build is too slow to test, and
+/// one profile means one build).
+pub fn test(args: &[String]) -> anyhow::Result<()> {
+    fetch_model()?;
+    let shared = repo_root().join("../shared/manifests/reference");
+    if !shared.is_dir() {
+        bail!(
+            "{} is missing: the tests use the shared reference manifests beside the repository",
+            shared.display()
+        );
+    }
+    run_in_root(
+        cargo()
+            .args(["test", "--release", "--workspace"])
+            .args(args),
+    )
+}
+
+/// `cargo xtask bench-retrieval [--bfcl-only|--shared-only]`: retrieval
+/// quality on the shared task set and on the BFCL-derived corpus.
+pub fn bench_retrieval(args: &[String]) -> anyhow::Result<()> {
+    fetch_model()?;
+    let root = repo_root();
+    run_in_root(cargo().args([
+        "build",
+        "--release",
+        "--package",
+        "oap-discovery",
+        "--example",
+        "retrieval_eval",
+    ]))?;
+    let eval = root.join("target/release/examples/retrieval_eval");
+    let only = args.first().map(String::as_str);
+    if only != Some("--bfcl-only") {
+        println!(
+            "== corpus (a): shared/bench/discovery-tasks.jsonl over shared/manifests/reference"
+        );
+        run_in_root(Command::new(&eval).args([
+            "--tasks",
+            "../shared/bench/discovery-tasks.jsonl",
+            "--dir",
+            "../shared/manifests/reference/oap-dev",
+            "--dir",
+            "../shared/manifests/reference/manifest-repo",
+        ]))?;
+    }
+    if only != Some("--shared-only") {
+        let out = root.join("target/bench/bfcl");
+        if !Path::new(&out).join("tasks.jsonl").is_file() {
+            run_in_root(
+                Command::new("python3")
+                    .arg("bench/bfcl_corpus.py")
+                    .arg("--out")
+                    .arg(&out),
+            )?;
+        }
+        println!("== corpus (b): BFCL v4 multiple/live_multiple/parallel_multiple (base names)");
+        run_in_root(
+            Command::new(&eval)
+                .arg("--tasks")
+                .arg(out.join("tasks.jsonl"))
+                .arg("--dir")
+                .arg(out.join("manifests"))
+                .arg("--base-names"),
+        )?;
+    }
+    Ok(())
+}
