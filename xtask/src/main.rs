@@ -5,6 +5,7 @@
 //! To add a command: write `fn run(args: &[String]) -> anyhow::Result<()>` in
 //! its own module and add a row to [`COMMANDS`].
 
+mod bench;
 mod model;
 mod tasks;
 
@@ -36,6 +37,13 @@ const COMMANDS: &[Command] = &[
         usage: "bench-retrieval [--shared-only|--bfcl-only]\n      \
                 Recall@k and MRR on the shared task set and the BFCL corpus",
         run: tasks::bench_retrieval,
+    },
+    Command {
+        name: "bench-speed",
+        usage: "bench-speed [--quick] [--runs N] [--corpus N]\n      \
+                embedding, search, /v1/discover load, RSS and start-to-ready\n      \
+                (10k-manifest corpus, index cached in target/bench/) in one run",
+        run: bench::run,
     },
     Command {
         name: "fetch-model",

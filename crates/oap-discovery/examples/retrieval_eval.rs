@@ -11,10 +11,15 @@
 //! Options:
 //! - `--model DIR` (default models/all-MiniLM-L6-v2), `--dtype i8`;
 //! - `--base-names`: score `name#k` manifests by their base name (BFCL corpus);
-//! - `--rows desc|all`: which rows are embedded (default: the engine's);
+//! - `--rows desc|desc+examples|all`: which rows are embedded (default: the
+//!   engine's, the description with its inputs); `--no-inputs-row` leaves the
+//!   input parameters out of the description row;
 //! - `--lexical-weight W[,W...]`: hybrid weight(s); with several, one hybrid
 //!   row per weight (the query is embedded once);
-//! - `--no-hint`, `--lexical-hint`: the query-side data-shape hints;
+//! - `--duplicate-similarity C`, `--variant-similarity C`: demotion of near
+//!   duplicates (a cosine above 1 turns it off);
+//! - `--no-hint`, `--no-lexical-hint`: leave the data-shape words out of
+//!   the embedded text, or out of the lexical text;
 //! - `--soft-negatives ID,...`: negatives known to conflict with the corpus,
 //!   reported apart in the threshold curve;
 //! - `--curve`: positives and negatives rejected per hybrid threshold;
@@ -26,6 +31,9 @@
 //!
 //! R@k counts a task as hit if any expected name is in the top k (the
 //! source harness's reading); `all@3` is recall over the expected names.
+//! A match is the best candidate when `Scoring::accepts` it (in hybrid
+//! mode: its cosine reaches the threshold); the AUROC column and `--curve`
+//! use the same number.
 //! Retrieval runs the engine's pipeline (query views, embedding, rank) on the
 //! engine's index so that query-side options can be compared in one run; the
 //! latency column and a consistency check use `Engine::discover_with`.
@@ -57,7 +65,9 @@ struct Args {
     dtype_i8: bool,
     misses: bool,
     rows: Option<String>,
-    name_in_description: bool,
+    no_inputs: bool,
+    variant_similarity: Option<f32>,
+    duplicate_similarity: Option<f32>,
     lexical_weights: Vec<f32>,
     query: QueryOptions,
     soft_negatives: Vec<String>,
@@ -75,7 +85,9 @@ fn parse_args() -> Result<Args, String> {
         dtype_i8: false,
         misses: false,
         rows: None,
-        name_in_description: false,
+        no_inputs: false,
+        variant_similarity: None,
+        duplicate_similarity: None,
         lexical_weights: Vec::new(),
         query: QueryOptions::default(),
         soft_negatives: Vec::new(),
@@ -93,16 +105,24 @@ fn parse_args() -> Result<Args, String> {
             "--base-names" => args.base_names = true,
             "--dtype" => args.dtype_i8 = value("f32 or i8")? == "i8",
             "--misses" => args.misses = true,
-            "--rows" => args.rows = Some(value("desc or all")?),
-            "--name-in-description" => args.name_in_description = true,
+            "--rows" => args.rows = Some(value("desc, desc+examples or all")?),
+            "--no-inputs-row" => args.no_inputs = true,
+            "--variant-similarity" => {
+                args.variant_similarity =
+                    Some(value("a cosine")?.parse().map_err(|_| "bad cosine")?)
+            }
             "--lexical-weight" => {
                 for w in value("a number")?.split(',') {
                     let w: f32 = w.trim().parse().map_err(|_| format!("bad weight {w}"))?;
                     args.lexical_weights.push(w);
                 }
             }
+            "--duplicate-similarity" => {
+                args.duplicate_similarity =
+                    Some(value("a cosine")?.parse().map_err(|_| "bad cosine")?)
+            }
             "--no-hint" => args.query.dense_hint = false,
-            "--lexical-hint" => args.query.lexical_hint = true,
+            "--no-lexical-hint" => args.query.lexical_hint = false,
             "--soft-negatives" => {
                 args.soft_negatives = value("task ids")?
                     .split(',')
@@ -234,6 +254,16 @@ fn poisoned() -> EmbedError {
     EmbedError::Candle("embedding cache poisoned".into())
 }
 
+/// The abstention score of a task's best candidate, and what it was.
+struct TopScore {
+    score: f32,
+    positive: bool,
+    /// A positive whose best candidate is expected.
+    right: bool,
+    /// A negative known to conflict with the corpus.
+    soft: bool,
+}
+
 #[derive(Default)]
 struct Tally {
     positives: usize,
@@ -245,13 +275,17 @@ struct Tally {
     positives_matched_right: usize,
     positives_rejected: usize,
     /// (top score, is positive, top-1 right, soft negative)
-    top_scores: Vec<(f32, bool, bool, bool)>,
+    top_scores: Vec<TopScore>,
 }
 
 impl Tally {
     fn row(&self, label: &str, p50: Option<f64>) -> String {
         let p = self.positives.max(1) as f64;
-        let scores: Vec<(f32, bool)> = self.top_scores.iter().map(|s| (s.0, s.1)).collect();
+        let scores: Vec<(f32, bool)> = self
+            .top_scores
+            .iter()
+            .map(|s| (s.score, s.positive))
+            .collect();
         format!(
             "| {label} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} | {}/{} | {:.3} | {:.3} | {:.3} | {} |",
             self.hits[0] as f64 / p,
@@ -310,19 +344,33 @@ fn main() {
         config.scoring.lexical_weight = w;
     }
     config.scoring.query = args.query;
+    if let Some(similarity) = args.duplicate_similarity {
+        config.scoring.duplicate_similarity = similarity;
+    }
+    if let Some(similarity) = args.variant_similarity {
+        config.scoring.variant_similarity = similarity;
+    }
     match args.rows.as_deref() {
         None => {}
         Some("desc") => {
             config.row_weights.name_usage = 0.0;
             config.row_weights.example = 0.0;
         }
+        Some("desc+examples") => {
+            config.row_weights.name_usage = 0.0;
+            config.row_weights.example = 0.9;
+        }
         Some("all") => {
             config.row_weights.name_usage = 0.9;
             config.row_weights.example = 0.9;
         }
-        Some(other) => fail(format!("--rows {other}: expected desc or all")),
+        Some(other) => fail(format!(
+            "--rows {other}: expected desc, desc+examples or all"
+        )),
     }
-    config.row_weights.name_in_description = args.name_in_description;
+    if args.no_inputs {
+        config.row_weights.inputs_in_description = false;
+    }
     if args.dtype_i8 {
         config.dtype = oap_index::VectorDtype::I8;
     }
@@ -402,17 +450,29 @@ fn main() {
                 .iter()
                 .map(|(doc, _)| display(names.get(*doc as usize).map_or("", |n| n.as_str())))
                 .collect();
-            let top = scored.first().map_or(f32::MIN, |s| s.1.fused);
-            let accepted = top >= scoring.threshold(*mode);
+            let top = scored
+                .first()
+                .map_or(f32::MIN, |s| scoring.abstention_score(&s.1));
+            let accepted = scored.first().is_some_and(|s| scoring.accepts(*mode, &s.1));
             if expected.is_empty() {
                 tally.negatives += 1;
                 tally.negatives_rejected += !accepted as usize;
-                tally.top_scores.push((top, false, false, soft));
+                tally.top_scores.push(TopScore {
+                    score: top,
+                    positive: false,
+                    right: false,
+                    soft,
+                });
                 continue;
             }
             tally.positives += 1;
             let rank = found.iter().position(|n| expected.contains(n));
-            tally.top_scores.push((top, true, rank == Some(0), false));
+            tally.top_scores.push(TopScore {
+                score: top,
+                positive: true,
+                right: rank == Some(0),
+                soft: false,
+            });
             for (slot, k) in [1, 3, 5].iter().enumerate() {
                 if rank.is_some_and(|r| r < *k) {
                     tally.hits[slot] += 1;
@@ -442,24 +502,24 @@ fn main() {
             }
         }
         if let Some(out) = dump.as_mut() {
-            let pool = scoring::rank(
-                &index,
-                &config.scoring,
-                Mode::Hybrid,
-                Some(&vector),
-                &terms,
-                32,
-            );
+            let raw_order = Scoring {
+                duplicate_similarity: 2.0,
+                variant_similarity: 2.0,
+                ..config.scoring.clone()
+            };
+            let pool = scoring::rank(&index, &raw_order, Mode::Hybrid, Some(&vector), &terms, 32);
             let line = serde_json::json!({
                 "id": task.id,
                 "expected": expected,
                 "soft": soft,
                 "dense_text": views.dense,
                 "lexical_text": views.lexical,
-                "pool": pool.iter().map(|(doc, parts)| serde_json::json!([
-                    display(names.get(*doc as usize).map_or("", |n| n.as_str())),
-                    parts.dense, parts.lexical,
-                ])).collect::<Vec<_>>(),
+                // [scored name, exact name, dense, lexical], in fused order
+                // before near duplicates are demoted.
+                "pool": pool.iter().map(|(doc, parts)| {
+                    let name = names.get(*doc as usize).map_or("", |n| n.as_str());
+                    serde_json::json!([display(name), name, parts.dense, parts.lexical])
+                }).collect::<Vec<_>>(),
             });
             if writeln!(out, "{line}").is_err() {
                 fail("dump: write failed".into());
@@ -480,6 +540,7 @@ fn main() {
         eprintln!("retrieval_eval: warning: the latency engine rebuilt the index");
     }
     let mut latency = Vec::new();
+    let mut search_latency = Vec::new();
     let mut disagreements = 0;
     let check = config.scoring.query == QueryOptions::default();
     for task in &tasks {
@@ -487,6 +548,7 @@ fn main() {
             continue;
         };
         latency.push(found.meta.total_ms);
+        search_latency.push(found.meta.search_ms);
         if check {
             let views = query::views(&task.query);
             let vector = cached.embed_one(&views.dense).unwrap_or_default();
@@ -508,6 +570,11 @@ fn main() {
         }
     }
     latency.sort_by(f64::total_cmp);
+    search_latency.sort_by(f64::total_cmp);
+    let search_p50 = search_latency
+        .get(search_latency.len() / 2)
+        .copied()
+        .unwrap_or(f64::NAN);
     let percentile = |q: f64| {
         latency
             .get(((latency.len() as f64 * q) as usize).min(latency.len().saturating_sub(1)))
@@ -524,9 +591,10 @@ fn main() {
         println!("{}", tally.row(label, p50));
     }
     println!(
-        "engine hybrid latency: p50 {:.1} ms, p90 {:.1} ms over {} tasks{}",
+        "engine hybrid latency: p50 {:.1} ms, p90 {:.1} ms (search and scoring p50 {:.2} ms) over {} tasks{}",
         percentile(0.5).unwrap_or(f64::NAN),
         percentile(0.9).unwrap_or(f64::NAN),
+        search_p50,
         latency.len(),
         if check {
             format!("; engine and eval rankings differ on {disagreements} tasks")
@@ -546,11 +614,21 @@ fn main() {
 /// Negatives rejected and positives lost per threshold, for each hybrid run.
 fn print_curve(runs: &[(String, Mode, Scoring)], tallies: &[Tally]) {
     for ((label, mode, scoring), tally) in runs.iter().zip(tallies) {
-        if *mode == Mode::Lexical {
-            continue;
-        }
-        let hard = tally.top_scores.iter().filter(|s| !s.1 && !s.3).count();
-        let soft = tally.top_scores.iter().filter(|s| !s.1 && s.3).count();
+        // Cosines for dense and hybrid, lexical evidence in lexical mode.
+        let (start, step) = match mode {
+            Mode::Lexical => (0.0, 0.1),
+            _ => (0.20, 0.02),
+        };
+        let hard = tally
+            .top_scores
+            .iter()
+            .filter(|s| !s.positive && !s.soft)
+            .count();
+        let soft = tally
+            .top_scores
+            .iter()
+            .filter(|s| !s.positive && s.soft)
+            .count();
         let pos = tally.positives.max(1) as f64;
         println!();
         println!(
@@ -559,21 +637,25 @@ fn print_curve(runs: &[(String, Mode, Scoring)], tallies: &[Tally]) {
         );
         println!("| threshold | hard neg. rejected | soft neg. rejected | pos. rejected | pos. accepted with right top-1 |");
         println!("|---|---|---|---|---|");
-        for step in 0..=20 {
-            let t = 0.20 + 0.02 * step as f32;
-            let below = |f: &dyn Fn(&(f32, bool, bool, bool)) -> bool| {
-                tally.top_scores.iter().filter(|s| f(s) && s.0 < t).count()
+        for i in 0..=20 {
+            let t = start + step * i as f32;
+            let below = |f: &dyn Fn(&TopScore) -> bool| {
+                tally
+                    .top_scores
+                    .iter()
+                    .filter(|s| f(s) && s.score < t)
+                    .count()
             };
             let right = tally
                 .top_scores
                 .iter()
-                .filter(|s| s.1 && s.2 && s.0 >= t)
+                .filter(|s| s.positive && s.right && s.score >= t)
                 .count();
             println!(
                 "| {t:.2} | {}/{hard} | {}/{soft} | {:.3} | {:.3} |",
-                below(&|s| !s.1 && !s.3),
-                below(&|s| !s.1 && s.3),
-                below(&|s| s.1) as f64 / pos,
+                below(&|s| !s.positive && !s.soft),
+                below(&|s| !s.positive && s.soft),
+                below(&|s| s.positive) as f64 / pos,
                 right as f64 / pos,
             );
         }

@@ -34,6 +34,8 @@ pub struct EngineConfig {
     pub dtype: VectorDtype,
     pub scoring: Scoring,
     pub row_weights: RowWeights,
+    /// Threads for a dense scan of a large index (default: all cores).
+    pub search_threads: Option<usize>,
 }
 
 impl EngineConfig {
@@ -43,6 +45,7 @@ impl EngineConfig {
             dtype: VectorDtype::F32,
             scoring: Scoring::default(),
             row_weights: RowWeights::default(),
+            search_threads: None,
         }
     }
 
@@ -206,7 +209,7 @@ impl Engine {
         let path = config.index_path();
 
         let mut report = BuildReport::default();
-        let previous = match Index::open(&path) {
+        let previous = match open_index(&config, &path) {
             Ok(index) => Some(index),
             Err(IndexError::NotFound { .. }) => None,
             Err(err) => {
@@ -605,7 +608,7 @@ fn build_index(
     }
     let path = config.index_path();
     writer.write_atomic(&path)?;
-    let index = Index::open(&path)?;
+    let index = open_index(config, &path)?;
     tracing::info!(
         docs,
         rows = rows_total,
@@ -624,6 +627,17 @@ fn build_index(
             ..BuildReport::default()
         },
     ))
+}
+
+/// Maps the index file and applies the configured search threads.
+fn open_index(config: &EngineConfig, path: &Path) -> Result<Index, IndexError> {
+    let mut index = Index::open(path)?;
+    if let Some(threads) = config.search_threads {
+        let mut search = index.search_config();
+        search.threads = threads.max(1);
+        index.set_search_config(search);
+    }
+    Ok(index)
 }
 
 /// The index path for a data directory (used by the CLI).

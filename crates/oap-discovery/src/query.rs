@@ -23,7 +23,7 @@ const MAX_JSON_TRIES: usize = 16;
 
 /// A data part is "prose" (more instruction, not data) when at least half
 /// of its non-empty lines have this many words; data lines (log lines, list
-/// items, table rows) are short.
+/// items, table rows, code) are short or not made of words.
 const PROSE_LINE_WORDS: usize = 6;
 
 /// What retrieval is allowed to add to a task.
@@ -31,9 +31,10 @@ const PROSE_LINE_WORDS: usize = 6;
 pub struct QueryOptions {
     /// Describe inline data by its shape in the embedded text.
     pub dense_hint: bool,
-    /// Add the same words to the lexical text. Off by default: shape words
-    /// ("text", "lines", "JSON") occur in many descriptions and, unlike the
-    /// embedding, BM25 cannot tell a shape from a topic.
+    /// Add the same words to the lexical text: capabilities that process
+    /// a kind of data name it ("Process JSON data", "Count lines ... in
+    /// text"). Shape words that many descriptions share get a low idf, so
+    /// they add little where they do not discriminate.
     pub lexical_hint: bool,
 }
 
@@ -41,7 +42,7 @@ impl Default for QueryOptions {
     fn default() -> Self {
         QueryOptions {
             dense_hint: true,
-            lexical_hint: false,
+            lexical_hint: true,
         }
     }
 }
@@ -224,9 +225,20 @@ fn is_prose(rest: &str) -> bool {
     let lines: Vec<&str> = rest.lines().filter(|l| !l.trim().is_empty()).collect();
     let long = lines
         .iter()
-        .filter(|l| l.split_whitespace().count() >= PROSE_LINE_WORDS)
+        .filter(|l| l.split_whitespace().filter(|w| is_word(w)).count() >= PROSE_LINE_WORDS)
         .count();
     !lines.is_empty() && long * 2 >= lines.len()
+}
+
+/// A word of prose: letters, possibly followed by punctuation ("done.",
+/// "it's,"); `main()`, `{`, `0;` and `key=value` are not.
+fn is_word(token: &str) -> bool {
+    let core = token.trim_end_matches(['.', ',', ';', ':', '!', '?', '"', '\'', ')']);
+    let core = core.trim_start_matches(['"', '\'', '(']);
+    core.chars().any(char::is_alphabetic)
+        && core
+            .chars()
+            .all(|c| c.is_alphabetic() || c == '\'' || c == '-')
 }
 
 fn shape_of_lines(rest: &str) -> DataShape {
@@ -248,10 +260,51 @@ fn shape_of_lines(rest: &str) -> DataShape {
     DataShape::Lines
 }
 
-/// Whether the text holds `number operator number`. `-` and `/` count only
-/// with spaces around them, so dates (2024-06-15, 05/10/2023), ranges and
-/// version numbers are not taken for arithmetic.
+/// English operator words, each a sequence of words between two numbers.
+const OPERATOR_WORDS: &[&[&str]] = &[
+    &["plus"],
+    &["minus"],
+    &["times"],
+    &["multiplied", "by"],
+    &["divided", "by"],
+    &["mod"],
+    &["modulo"],
+    &["to", "the", "power", "of"],
+];
+
+/// Whether the text holds `number operator number`, with the operator as a
+/// symbol or an English word ("17 times 23"). `-` and `/` count only with
+/// spaces around them, so dates (2024-06-15, 05/10/2023), ranges and version
+/// numbers are not taken for arithmetic.
 fn has_arithmetic(text: &str) -> bool {
+    has_symbolic_arithmetic(text) || has_worded_arithmetic(text)
+}
+
+fn has_worded_arithmetic(text: &str) -> bool {
+    let words: Vec<String> = text
+        .split_whitespace()
+        .map(|w| {
+            w.trim_matches(|c: char| !c.is_alphanumeric() && c != '.')
+                .trim_end_matches('.')
+                .to_lowercase()
+        })
+        .collect();
+    let is_number = |w: &String| {
+        w.chars().next().is_some_and(|c| c.is_ascii_digit())
+            && w.chars()
+                .all(|c| c.is_ascii_digit() || c == '.' || c == ',')
+    };
+    words.iter().enumerate().any(|(i, word)| {
+        is_number(word)
+            && OPERATOR_WORDS.iter().any(|op| {
+                let after = i + 1 + op.len();
+                words.get(i + 1..after).is_some_and(|w| w == *op)
+                    && words.get(after).is_some_and(is_number)
+            })
+    })
+}
+
+fn has_symbolic_arithmetic(text: &str) -> bool {
     let chars: Vec<char> = text.chars().collect();
     let mut i = 0;
     while i < chars.len() {
@@ -344,11 +397,13 @@ mod tests {
         assert_eq!(v.shapes, [DataShape::Lines]);
         assert_eq!(
             v.lexical.split_whitespace().collect::<Vec<_>>(),
-            ["find", "lines", "containing", "in:"]
+            ["find", "lines", "containing", "in:", "lines", "of", "text"]
         );
+        let v = views_with(task, &plain());
+        assert_eq!(v.dense, "find lines containing \"error\" in:");
         assert_eq!(
-            views_with(task, &plain()).dense,
-            "find lines containing \"error\" in:"
+            v.lexical.split_whitespace().collect::<Vec<_>>(),
+            ["find", "lines", "containing", "in:"]
         );
     }
 
@@ -397,6 +452,13 @@ mod tests {
     }
 
     #[test]
+    fn code_after_the_first_line_is_data_not_prose() {
+        let v = views("compile this program:\nint main() { return 0; }\nvoid f(int a, int b) {}");
+        assert_eq!(v.shapes, [DataShape::Lines]);
+        assert_eq!(v.dense, "compile this program: (lines of text)");
+    }
+
+    #[test]
     fn arithmetic_is_recognised_but_dates_are_not() {
         assert!(has_arithmetic("what is 7 * 6?"));
         assert!(has_arithmetic("evaluate (10 + 5) * 3"));
@@ -407,6 +469,11 @@ mod tests {
         assert!(!has_arithmetic("check in on 05/10/2023"));
         assert!(!has_arithmetic("a 5% markup on 1000 items"));
         assert!(!has_arithmetic("version v2.3 of the api"));
+        assert!(has_arithmetic("what is 17 times 23?"));
+        assert!(has_arithmetic("12.5 divided by 5"));
+        assert!(has_arithmetic("2 to the power of 10"));
+        assert!(!has_arithmetic("3 times a day"));
+        assert!(!has_arithmetic("times 2"));
         assert_eq!(
             views("what is 7 * 6?").dense,
             "what is 7 * 6? (an arithmetic expression)"
@@ -427,7 +494,12 @@ mod tests {
         };
         let v = views_with("count lines in:\na\nb", &options);
         assert!(v.lexical.ends_with("lines of text"));
-        assert!(!views("count lines in:\na\nb").lexical.contains("text"));
+        let off = QueryOptions {
+            lexical_hint: false,
+            ..options
+        };
+        let v = views_with("count lines in:\na\nb", &off);
+        assert!(!v.lexical.contains("text"));
     }
 
     #[test]

@@ -1,20 +1,30 @@
-//! Hybrid scoring: dense cosine plus a calibrated BM25 share.
+//! Hybrid scoring: dense cosine plus a calibrated amount of BM25 evidence.
 //!
 //! Rank fusion (RRF) throws the scores away, and on this corpus it falls
 //! below dense retrieval alone (shared/bench/BASELINES.md). Score fusion
 //! keeps a meaning for the number, which the "no fitting capability"
-//! threshold needs: the dense part is a cosine in [-1, 1], the lexical part
-//! is the BM25 score divided by the best score the query's terms could
-//! reach, so it is the share of the query's weight that the document
-//! matches, in [0, 1), whatever the query length or corpus size.
+//! threshold needs: the dense part is a cosine in [-1, 1]; the lexical part
+//! is the BM25 score measured in units of one perfectly specific query term
+//! (a term found in no other document, matched at saturation), capped.
+//!
+//! Why that unit rather than a share of what the query could reach: a share
+//! rewards short queries and punishes long ones. "get the count from: {...}"
+//! leaves the single term "get", and a document matching only "get" had
+//! 77 % of the attainable score, enough to outrank the right tool; a long
+//! request whose one rare term ("PostgreSQL") matches got a few percent. In
+//! absolute units the first is worth ~0.3 terms and the second ~0.8,
+//! whatever the query length, and the corpus size is accounted for by the
+//! idf of the unit.
 
-use oap_index::{Hit, Index};
+use oap_index::{Hit, Index, BM25_K1};
 use serde::{Deserialize, Serialize};
 
 use crate::query::QueryOptions;
 
-/// BM25 parameters; must match the index crate's scorer.
-const BM25_K1: f32 = 1.2;
+/// Lexical evidence is capped at this many perfectly specific terms, so
+/// that a long query repeating the words of one document cannot outweigh
+/// the embedding without bound.
+pub const MAX_LEXICAL: f32 = 2.0;
 
 /// Which retrieval signals are used.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -30,14 +40,25 @@ pub enum Mode {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Scoring {
     pub mode: Mode,
-    /// Weight of the normalised lexical share added to the cosine.
+    /// Weight of the lexical evidence added to the cosine.
     pub lexical_weight: f32,
     /// Candidates taken from each retriever before fusion, at least.
     pub min_pool: usize,
     /// A best candidate below this fused score is not a match (hybrid).
     pub min_score_hybrid: f32,
     pub min_score_dense: f32,
+    /// In lexical mode the score is the capped evidence (0..=MAX_LEXICAL).
     pub min_score_lexical: f32,
+    /// Candidates whose first embedded row has at least this cosine with
+    /// the first row of a better-ranked candidate are listed after the
+    /// distinct ones: the same capability published several times would
+    /// otherwise fill the whole candidate list. Above 1.0 turns this off.
+    pub duplicate_similarity: f32,
+    /// The same, for candidates whose ids are the same words once numbers
+    /// are ignored (`weather-2` and `weather-7`: variants or versions of one
+    /// capability); their descriptions may differ more. Above 1.0 turns
+    /// this off.
+    pub variant_similarity: f32,
     /// How a task is turned into retrieval text (see [`crate::query`]).
     pub query: QueryOptions,
 }
@@ -46,11 +67,13 @@ impl Default for Scoring {
     fn default() -> Self {
         Scoring {
             mode: Mode::Hybrid,
-            lexical_weight: 0.3,
+            lexical_weight: 0.25,
             min_pool: 32,
             min_score_hybrid: 0.30,
             min_score_dense: 0.28,
-            min_score_lexical: 0.15,
+            min_score_lexical: 0.20,
+            duplicate_similarity: 0.95,
+            variant_similarity: 0.80,
             query: QueryOptions::default(),
         }
     }
@@ -64,6 +87,28 @@ impl Scoring {
             Mode::Lexical => self.min_score_lexical,
         }
     }
+
+    /// The number the "no fitting capability" threshold is compared with:
+    /// the best candidate's cosine whenever there is one, its lexical
+    /// evidence otherwise. Lexical evidence helps to order candidates that
+    /// are all plausible, but it is poor evidence that any of them fits:
+    /// "play a song" shares words with a playlist API, "translate" with
+    /// `tr`. On the reference task set the cosine separates negatives from
+    /// positives far better than the fused score (AUROC 0.95 against 0.85,
+    /// docs/BENCHMARKS.md).
+    pub fn abstention_score(&self, parts: &ScoreParts) -> f32 {
+        parts.dense.unwrap_or(parts.lexical)
+    }
+
+    /// Whether the best candidate, scored in `mode`, is a match.
+    pub fn accepts(&self, mode: Mode, parts: &ScoreParts) -> bool {
+        let threshold = match (mode, parts.dense) {
+            // Dense scoring failed for this query: lexical units apply.
+            (_, None) => self.min_score_lexical,
+            (mode, Some(_)) => self.threshold(mode),
+        };
+        self.abstention_score(parts) >= threshold
+    }
 }
 
 /// The parts of a candidate's score, reported so operators can see why.
@@ -72,7 +117,8 @@ pub struct ScoreParts {
     /// Best weighted cosine over the document's rows (absent in lexical mode).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub dense: Option<f32>,
-    /// BM25 as a share of the query's attainable BM25.
+    /// BM25 in units of one perfectly specific query term, capped at
+    /// [`MAX_LEXICAL`].
     pub lexical: f32,
     /// The score results are ranked by.
     pub fused: f32,
@@ -117,16 +163,12 @@ pub fn rank(
     }
 
     let dense = query_vector.and_then(|v| index.dense_scores_for(v, &docs).ok());
-    let ceiling = attainable_bm25(index, terms);
-    let lexical: Vec<f32> = if ceiling > 0.0 {
-        index
-            .bm25_scores_for(terms, &docs)
-            .into_iter()
-            .map(|s| (s / ceiling).clamp(0.0, 1.0))
-            .collect()
-    } else {
-        vec![0.0; docs.len()]
-    };
+    let unit = specific_term_bm25(index);
+    let lexical: Vec<f32> = index
+        .bm25_scores_for(terms, &docs)
+        .into_iter()
+        .map(|s| (s / unit).clamp(0.0, MAX_LEXICAL))
+        .collect();
 
     let mut scored: Vec<(u32, ScoreParts)> = docs
         .iter()
@@ -150,25 +192,275 @@ pub fn rank(
         })
         .collect();
     scored.sort_by(|a, b| b.1.fused.total_cmp(&a.1.fused).then(a.0.cmp(&b.0)));
+    if scoring.duplicate_similarity <= 1.0 || scoring.variant_similarity <= 1.0 {
+        demote_near_duplicates(index, scoring, &mut scored, top_k);
+    }
     scored.truncate(top_k);
     scored
 }
 
-/// An upper bound of the BM25 score the query can reach: every distinct
-/// term at saturation, `idf * (k1 + 1)`. Terms the corpus has never seen
-/// count with the idf of a term in no document, so a query that is mostly
-/// unknown words gets a small lexical share, as it should.
-fn attainable_bm25(index: &Index, terms: &[String]) -> f32 {
-    let mut distinct: Vec<&String> = terms.iter().collect();
-    distinct.sort_unstable();
-    distinct.dedup();
+/// The BM25 score of one perfectly specific term: the idf of a term in no
+/// document (the largest idf the corpus can give) at tf saturation,
+/// `idf * (k1 + 1)`. Never 0 (`ln(1 + (n + 0.5) / 0.5) >= ln 2`).
+fn specific_term_bm25(index: &Index) -> f32 {
     let n = index.len() as f32;
-    distinct
-        .into_iter()
-        .map(|term| {
-            let df = index.doc_freq(term) as f32;
-            let idf = (1.0 + (n - df + 0.5) / (df + 0.5)).ln();
-            idf * (BM25_K1 + 1.0)
-        })
-        .sum()
+    (1.0 + (n + 0.5) / 0.5).ln() * (BM25_K1 + 1.0)
+}
+
+/// Stable partition of the best candidates: the first `top_k` distinct ones
+/// keep their order, near duplicates of a better candidate follow them.
+/// The best candidate never moves, so the match and its threshold are
+/// unaffected. Only the first few candidates are compared: the answer
+/// lists `top_k`, and each comparison reads a vector from the index.
+fn demote_near_duplicates(
+    index: &Index,
+    scoring: &Scoring,
+    scored: &mut Vec<(u32, ScoreParts)>,
+    top_k: usize,
+) {
+    struct Kept {
+        vector: Vec<f32>,
+        name: String,
+    }
+    let window = scored.len().min(top_k.saturating_mul(4).max(top_k + 8));
+    let mut kept: Vec<(usize, Kept)> = Vec::new();
+    let mut demoted: Vec<usize> = Vec::new();
+    for (i, (doc, _)) in scored.iter().enumerate().take(window) {
+        if kept.len() >= top_k {
+            break;
+        }
+        let this = Kept {
+            vector: index
+                .rows_of(*doc)
+                .next()
+                .map(|row| row.vector)
+                .unwrap_or_default(),
+            name: index.doc_id(*doc).map(name_words).unwrap_or_default(),
+        };
+        // Without a vector there is nothing to compare: such a candidate
+        // is always kept.
+        let duplicate = !this.vector.is_empty()
+            && kept.iter().any(|(_, other)| {
+                let cosine = dot(&this.vector, &other.vector);
+                cosine >= scoring.duplicate_similarity
+                    || (cosine >= scoring.variant_similarity
+                        && !this.name.is_empty()
+                        && this.name == other.name)
+            });
+        if duplicate {
+            demoted.push(i);
+        } else {
+            kept.push((i, this));
+        }
+    }
+    let Some(examined) = kept
+        .iter()
+        .map(|(i, _)| *i)
+        .chain(demoted.iter().copied())
+        .max()
+        .map(|i| i + 1)
+    else {
+        return;
+    };
+    if demoted.is_empty() {
+        return;
+    }
+    // Order: kept ones, then the demoted ones, then everything not examined.
+    let mut order: Vec<usize> = kept.iter().map(|(i, _)| *i).collect();
+    order.extend(demoted);
+    order.extend(examined..scored.len());
+    let mut slots: Vec<Option<(u32, ScoreParts)>> = scored.drain(..).map(Some).collect();
+    scored.extend(order.into_iter().filter_map(|i| slots.get_mut(i)?.take()));
+}
+
+/// An id as its words without numbers: `local/weather-2` and
+/// `local/weather-7` both become `local weather`.
+fn name_words(id: &str) -> String {
+    id.split(|c: char| !c.is_alphanumeric())
+        .filter(|w| !w.is_empty() && !w.chars().all(|c| c.is_ascii_digit()))
+        .map(str::to_lowercase)
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// Rows are stored L2-normalised, so the dot product is the cosine.
+fn dot(a: &[f32], b: &[f32]) -> f32 {
+    a.iter().zip(b).map(|(x, y)| x * y).sum()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use oap_index::{DocInput, IndexWriter, RowInput, VectorDtype};
+
+    /// A unit vector in 4 dimensions.
+    fn unit(v: [f32; 4]) -> Vec<f32> {
+        let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt();
+        v.iter().map(|x| x / norm).collect()
+    }
+
+    /// An index of `(id, vector, text)` documents, one row each.
+    fn index(docs: &[(&str, [f32; 4], &str)]) -> (tempfile::TempDir, Index) {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut writer = IndexWriter::new(4, VectorDtype::F32, b"{}".to_vec()).expect("writer");
+        for (id, vector, text) in docs {
+            writer
+                .add(DocInput {
+                    id: id.to_string(),
+                    record: Vec::new(),
+                    rows: vec![RowInput {
+                        key: [0; 16],
+                        weight: 1.0,
+                        vector: unit(*vector),
+                    }],
+                    lexical: oap_index::tokenize(text)
+                        .into_iter()
+                        .map(|t| (t, 1.0))
+                        .collect(),
+                })
+                .expect("add");
+        }
+        let path = dir.path().join("i.oapx");
+        writer.write_atomic(&path).expect("write");
+        let index = Index::open(&path).expect("open");
+        (dir, index)
+    }
+
+    fn terms(text: &str) -> Vec<String> {
+        oap_index::tokenize(text)
+    }
+
+    fn ids(index: &Index, ranked: &[(u32, ScoreParts)]) -> Vec<String> {
+        ranked
+            .iter()
+            .map(|(doc, _)| index.doc_id(*doc).unwrap_or_default().to_string())
+            .collect()
+    }
+
+    #[test]
+    fn lexical_evidence_does_not_grow_with_a_short_query() {
+        let (_dir, index) = index(&[
+            (
+                "a",
+                [1.0, 0.0, 0.0, 0.0],
+                "get playlists from the music service",
+            ),
+            ("b", [0.0, 1.0, 0.0, 0.0], "register a postgresql server"),
+            (
+                "c",
+                [0.0, 0.0, 1.0, 0.0],
+                "list the servers of an environment",
+            ),
+            ("d", [0.0, 0.0, 0.0, 1.0], "get the weather"),
+        ]);
+        let scoring = Scoring::default();
+        // One common word matched is little evidence...
+        let short = rank(&index, &scoring, Mode::Lexical, None, &terms("get"), 4);
+        let common = short[0].1.lexical;
+        // ...and a rare word in a long query is more, however long the query.
+        let long = terms("could you please register my new postgresql thing for me today");
+        let long = rank(&index, &scoring, Mode::Lexical, None, &long, 4);
+        assert_eq!(ids(&index, &long)[0], "b");
+        assert!(
+            long[0].1.lexical > common,
+            "{} vs {common}",
+            long[0].1.lexical
+        );
+        assert!(long.iter().all(|(_, p)| p.lexical <= MAX_LEXICAL));
+    }
+
+    #[test]
+    fn hybrid_adds_weighted_lexical_evidence_to_the_cosine() {
+        let (_dir, index) = index(&[
+            ("a", [1.0, 0.0, 0.0, 0.0], "alpha"),
+            ("b", [0.0, 1.0, 0.0, 0.0], "beta"),
+        ]);
+        let scoring = Scoring::default();
+        let q = unit([1.0, 0.2, 0.0, 0.0]);
+        let ranked = rank(&index, &scoring, Mode::Hybrid, Some(&q), &terms("beta"), 2);
+        for (_, parts) in &ranked {
+            let dense = parts.dense.expect("dense part");
+            let want = dense + scoring.lexical_weight * parts.lexical;
+            assert!((parts.fused - want).abs() < 1e-6);
+        }
+        let dense = rank(&index, &scoring, Mode::Dense, Some(&q), &terms("beta"), 2);
+        assert_eq!(ids(&index, &dense), ["a", "b"]);
+        assert!(dense.iter().all(|(_, p)| Some(p.fused) == p.dense));
+    }
+
+    #[test]
+    fn near_duplicates_follow_the_distinct_candidates() {
+        let (_dir, index) = index(&[
+            ("local/weather-1", [1.0, 0.0, 0.0, 0.0], "x"),
+            ("local/forecast", [1.0, 0.01, 0.0, 0.0], "x"),
+            ("local/weather-2", [1.0, 0.5, 0.0, 0.0], "x"),
+            ("local/news", [1.0, 0.6, 0.1, 0.0], "x"),
+            ("local/stocks", [1.0, 0.9, 0.5, 0.0], "x"),
+        ]);
+        let q = unit([1.0, 0.0, 0.0, 0.0]);
+        let off = Scoring {
+            duplicate_similarity: 2.0,
+            variant_similarity: 2.0,
+            ..Scoring::default()
+        };
+        let plain = rank(&index, &off, Mode::Dense, Some(&q), &[], 3);
+        assert_eq!(
+            ids(&index, &plain),
+            ["local/weather-1", "local/forecast", "local/weather-2"]
+        );
+        // `forecast` is a near copy of `weather-1` (cosine > 0.99): demoted.
+        // `weather-2` has the same name words and a cosine of 0.89: demoted
+        // as a variant, although it is no near copy.
+        let ranked = rank(&index, &Scoring::default(), Mode::Dense, Some(&q), &[], 3);
+        assert_eq!(
+            ids(&index, &ranked),
+            ["local/weather-1", "local/news", "local/stocks"]
+        );
+        // With a larger answer the demoted ones come back, after the others.
+        let ranked = rank(&index, &Scoring::default(), Mode::Dense, Some(&q), &[], 5);
+        assert_eq!(
+            ids(&index, &ranked),
+            [
+                "local/weather-1",
+                "local/news",
+                "local/stocks",
+                "local/forecast",
+                "local/weather-2"
+            ]
+        );
+    }
+
+    #[test]
+    fn names_without_numbers() {
+        assert_eq!(
+            name_words("local/get-current-weather-21"),
+            "local get current weather"
+        );
+        assert_eq!(name_words("local/v2-api"), "local v2 api");
+        assert_eq!(name_words("local/42"), "local");
+    }
+
+    #[test]
+    fn abstention_uses_the_cosine_when_there_is_one() {
+        let scoring = Scoring::default();
+        let strong_words = ScoreParts {
+            dense: Some(scoring.min_score_hybrid - 0.05),
+            lexical: MAX_LEXICAL,
+            fused: 1.0,
+        };
+        assert!(!scoring.accepts(Mode::Hybrid, &strong_words));
+        let fits = ScoreParts {
+            dense: Some(scoring.min_score_hybrid + 0.01),
+            lexical: 0.0,
+            fused: scoring.min_score_hybrid + 0.01,
+        };
+        assert!(scoring.accepts(Mode::Hybrid, &fits));
+        let lexical_only = ScoreParts {
+            dense: None,
+            lexical: scoring.min_score_lexical,
+            fused: scoring.min_score_lexical,
+        };
+        assert!(scoring.accepts(Mode::Lexical, &lexical_only));
+        assert!(scoring.accepts(Mode::Hybrid, &lexical_only));
+    }
 }

@@ -8,7 +8,10 @@
 //!   [`ManifestError`] that lists every problem;
 //! - [`validate`]: raw JSON -> [`Report`] of located errors and warnings;
 //! - [`Manifest::search_fields`], [`slug`], [`content_hash`]: what discovery
-//!   indexes and how manifests are identified.
+//!   indexes and how manifests are identified;
+//! - [`tool`]: manifests as Ollama/OpenAI tools ([`to_tool`], unique names
+//!   via [`assign_tool_names`]), argument checks before a call
+//!   ([`check_arguments`]) and the `/v1/tools` registry shape.
 //!
 //! The spec baseline is OAP 1.0. Fields real manifests use beyond it are
 //! modelled (`usage`, `input.parameters`, `invoke.params`); anything else is
@@ -36,6 +39,7 @@ mod diag;
 mod model;
 mod parse;
 mod search;
+pub mod tool;
 mod validate;
 
 pub use diag::{lint_text, Diagnostic, Report, Severity};
@@ -45,6 +49,11 @@ pub use model::{
 };
 pub use parse::{parse, parse_value, ManifestError, Parsed, MAX_JSON_DEPTH, MAX_MANIFEST_BYTES};
 pub use search::{content_hash, render_compact, slug, SearchFields};
+pub use tool::{
+    assign_tool_names, check_arguments, inspect_arguments, parameter_source, registry_entry,
+    to_tool, tool_name, tool_parameters, tools_and_registry, ArgumentCheck, ParameterSource,
+    MAX_TOOL_DESCRIPTION_CHARS, MAX_TOOL_NAME_CHARS,
+};
 pub use validate::{
     validate, KNOWN_INVOKE_FIELDS, KNOWN_TOP_LEVEL_FIELDS, MAX_DESCRIPTION_CHARS, MAX_NAME_CHARS,
     PARAMETER_TYPES, SPEC_DESCRIPTION_CHARS, SPEC_USAGE_CHARS,

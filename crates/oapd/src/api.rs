@@ -6,11 +6,12 @@
 use std::sync::Arc;
 
 use hyper::body::Incoming;
-use hyper::header::{HeaderValue, ALLOW, AUTHORIZATION};
+use hyper::header::{HeaderValue, ALLOW, AUTHORIZATION, ORIGIN};
 use hyper::{Method, Request, Response, StatusCode};
 use oap_discovery::{BuildReport, DiscoverError, Engine};
 use serde::{Deserialize, Serialize};
 
+use crate::chat::ChatService;
 use crate::http::{self, Body, Handler};
 
 /// Settings the handlers need, taken from the config at start.
@@ -21,6 +22,7 @@ pub struct ApiSettings {
     pub default_top_k: usize,
     pub max_top_k: usize,
     pub auth_token: Option<String>,
+    pub cors_origins: Vec<String>,
 }
 
 /// State of the embedding model, as `/health` reports it.
@@ -38,6 +40,32 @@ pub struct Api {
     pub settings: ApiSettings,
     pub model: ModelState,
     pub startup: BuildReport,
+    /// The Ollama-facing surface (chat bridge and pass-through).
+    pub chat: Arc<ChatService>,
+}
+
+/// Ollama routes forwarded untouched (streamed both ways).
+const PASS_THROUGH: &[&str] = &[
+    "/api/version",
+    "/api/tags",
+    "/api/ps",
+    "/api/show",
+    "/api/generate",
+    "/api/embed",
+    "/api/embeddings",
+    "/api/pull",
+    "/api/push",
+    "/api/create",
+    "/api/copy",
+    "/api/delete",
+    "/api/status",
+    "/v1/models",
+];
+
+fn is_pass_through(path: &str) -> bool {
+    PASS_THROUGH.contains(&path)
+        || path.starts_with("/api/blobs/")
+        || path.starts_with("/v1/models/")
 }
 
 #[derive(Debug, Deserialize)]
@@ -48,7 +76,62 @@ struct DiscoverRequest {
 }
 
 impl Handler for Api {
+    fn bounded_by_request_timeout(&self, request: &Request<Incoming>) -> bool {
+        let path = request.uri().path();
+        !(matches!(
+            path,
+            "/api/chat" | "/v1/chat" | "/v1/chat/completions" | "/"
+        ) || is_pass_through(path))
+    }
+
     async fn handle(self: Arc<Self>, request: Request<Incoming>) -> Response<Body> {
+        let origin = request.headers().get(ORIGIN).cloned();
+        if request.method() == Method::OPTIONS {
+            // CORS preflight: answered without auth (browsers send none).
+            return self.cors(origin.as_ref(), preflight());
+        }
+        let response = self.clone().route(request).await;
+        self.cors(origin.as_ref(), response)
+    }
+}
+
+fn preflight() -> Response<Body> {
+    let mut response = Response::new(http::full(Vec::new()));
+    *response.status_mut() = StatusCode::NO_CONTENT;
+    response
+}
+
+impl Api {
+    /// Adds CORS headers for configured origins (`*` allows any).
+    fn cors(&self, origin: Option<&HeaderValue>, mut response: Response<Body>) -> Response<Body> {
+        let Some(origin) = origin else {
+            return response;
+        };
+        let allowed = &self.settings.cors_origins;
+        let matches = allowed
+            .iter()
+            .any(|a| a == "*" || a.as_bytes() == origin.as_bytes());
+        if !matches {
+            return response;
+        }
+        let headers = response.headers_mut();
+        headers.insert("access-control-allow-origin", origin.clone());
+        headers.insert("vary", HeaderValue::from_static("Origin"));
+        headers.insert(
+            "access-control-allow-methods",
+            HeaderValue::from_static("GET, HEAD, POST, DELETE, OPTIONS"),
+        );
+        headers.insert(
+            "access-control-allow-headers",
+            HeaderValue::from_static(
+                "Authorization, Content-Type, User-Agent, Accept, X-Requested-With, OpenAI-Beta, X-Stainless-Lang, X-Stainless-Package-Version, X-Stainless-OS, X-Stainless-Arch, X-Stainless-Runtime, X-Stainless-Runtime-Version, X-Stainless-Retry-Count, X-Stainless-Timeout",
+            ),
+        );
+        headers.insert("access-control-max-age", HeaderValue::from_static("600"));
+        response
+    }
+
+    async fn route(self: Arc<Self>, request: Request<Incoming>) -> Response<Body> {
         if !self.authorized(&request) {
             let mut response = http::error(
                 StatusCode::UNAUTHORIZED,
@@ -66,6 +149,24 @@ impl Handler for Api {
             ("/health", _) => method_not_allowed("GET"),
             ("/v1/discover", &Method::POST) => self.discover(request).await,
             ("/v1/discover", _) => method_not_allowed("POST"),
+            ("/api/chat", &Method::POST) => self.chat.ollama_chat(request).await,
+            ("/v1/chat", &Method::POST) | ("/v1/tools", &Method::POST)
+                if !self.chat.settings.enabled =>
+            {
+                http::error(
+                    StatusCode::NOT_FOUND,
+                    "the tool bridge is disabled (tool_bridge.enabled: false)",
+                )
+            }
+            ("/v1/chat", &Method::POST) => self.chat.ollama_chat(request).await,
+            ("/v1/tools", &Method::POST) => {
+                self.chat
+                    .tools_endpoint(request, self.settings.max_task_bytes)
+                    .await
+            }
+            ("/api/chat", _) | ("/v1/chat", _) | ("/v1/tools", _) => method_not_allowed("POST"),
+            ("/", &Method::GET) | ("/", &Method::HEAD) => self.chat.passthrough(request).await,
+            (p, _) if is_pass_through(p) => self.chat.passthrough(request).await,
             ("/v1/manifests", &Method::GET) => self.list(),
             ("/v1/manifests", _) => method_not_allowed("GET"),
             (p, m) if p.starts_with("/v1/manifests/") => {
@@ -80,9 +181,7 @@ impl Handler for Api {
         tracing::debug!(%method, %path, status = response.status().as_u16(), "request");
         response
     }
-}
 
-impl Api {
     /// Constant-time comparison, so the token cannot be guessed byte by byte
     /// from response timing.
     fn authorized(&self, request: &Request<Incoming>) -> bool {
@@ -247,7 +346,7 @@ fn percent_decode(raw: &str) -> String {
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;
     while i < bytes.len() {
-        if bytes[i] == b'%' && i + 2 < bytes.len() + 0 && i + 2 <= bytes.len() - 1 {
+        if bytes[i] == b'%' && i + 2 < bytes.len() {
             let hex = std::str::from_utf8(&bytes[i + 1..i + 3])
                 .ok()
                 .and_then(|h| u8::from_str_radix(h, 16).ok());

@@ -10,8 +10,11 @@ use oap_discovery::{BuildReport, Engine, EngineConfig, Mode, Scoring, Source};
 use oap_embed::{BertEmbedder, EmbedOptions, Embedder};
 
 use crate::api::{Api, ApiSettings, ModelState};
+use crate::bridge::{BridgeSettings, Capabilities, ChatContext};
+use crate::chat::ChatService;
 use crate::config::{Config, DiscoveryMode, VectorDtypeConfig};
 use crate::http::{self, Limits};
+use crate::upstream::Upstream;
 
 /// How long in-flight requests may run after SIGTERM before they are cut.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
@@ -103,6 +106,7 @@ pub fn engine_config(config: &Config) -> EngineConfig {
         scoring.min_score_lexical = min_score;
     }
     engine.scoring = scoring;
+    engine.search_threads = config.index.search_threads;
     engine
 }
 
@@ -169,14 +173,18 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
     .await
     .context("start-up task failed")??;
 
+    let engine = Arc::new(engine);
+    let chat = Arc::new(chat_service(&config, engine.clone())?);
     let api = Arc::new(Api {
-        engine: Arc::new(engine),
+        chat,
+        engine,
         settings: ApiSettings {
             max_body_bytes: config.server.max_body_bytes,
             max_task_bytes: config.server.max_task_bytes,
             default_top_k: config.discovery.default_top_k,
             max_top_k: config.discovery.max_top_k,
             auth_token: config.server.auth_token.clone(),
+            cors_origins: config.server.cors_origins.clone(),
         },
         model,
         startup: report,
@@ -194,6 +202,34 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
     }
     http::serve(listeners, api, limits, shutdown_signal(), DRAIN_TIMEOUT).await;
     Ok(())
+}
+
+/// The chat bridge and pass-through wiring for `config`.
+pub fn chat_service(config: &Config, engine: Arc<Engine>) -> anyhow::Result<ChatService> {
+    let upstream = Upstream::new(
+        &config.ollama.base_url,
+        Duration::from_secs(config.ollama.timeout),
+    )
+    .context("ollama.base_url")?;
+    let runner = crate::tools::ExecRunner::new(config).context("tool execution setup")?;
+    let ctx = ChatContext {
+        upstream,
+        runner: Arc::new(runner),
+        capabilities: Arc::new(Capabilities::default()),
+        deadline: Duration::from_secs(config.ollama.chat_deadline),
+        max_parallel_tools: 4,
+    };
+    Ok(ChatService {
+        engine,
+        ctx: Arc::new(ctx),
+        settings: BridgeSettings {
+            enabled: config.tool_bridge.enabled,
+            default_top_k: config.tool_bridge.default_top_k,
+            max_rounds: config.tool_bridge.max_rounds,
+        },
+        max_request_bytes: config.ollama.max_request_bytes,
+        strips_authorization: config.server.auth_token.is_some(),
+    })
 }
 
 async fn shutdown_signal() {

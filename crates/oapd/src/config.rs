@@ -73,6 +73,10 @@ pub struct Config {
     /// The upstream Ollama server the chat proxy forwards to.
     #[serde(deserialize_with = "null_as_default")]
     pub ollama: OllamaConfig,
+    /// How oapd's own tools are executed: credentials, reachable networks,
+    /// local command directories, result sizes.
+    #[serde(deserialize_with = "null_as_default")]
+    pub tools: ToolsConfig,
     /// Logging output.
     #[serde(deserialize_with = "null_as_default")]
     pub log: LogConfig,
@@ -401,6 +405,46 @@ impl ToolBridgeConfig {
     }
 }
 
+/// `tools:` section.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ToolsConfig {
+    /// Credential store (YAML or JSON, keyed by domain) used for manifests
+    /// with `auth`; must be owned by the daemon's user with mode 0600.
+    /// Unset: no credentials, so tools that need auth report it.
+    pub credentials_file: Option<PathBuf>,
+    /// Address ranges HTTP tools of any trust level may reach (CIDR, e.g.
+    /// `192.168.1.0/24`). Internet manifests are otherwise refused
+    /// loopback, private, link-local, CGNAT and metadata addresses.
+    pub allow_private: Vec<String>,
+    /// Directories local (stdio) tools' executables may live in; also
+    /// their `PATH`.
+    pub stdio_dirs: Vec<PathBuf>,
+    /// Characters of a tool result the model sees (the rest is cut with a note).
+    pub max_result_chars: usize,
+    /// Bytes of an HTTP tool response read at most.
+    pub max_response_bytes: usize,
+    /// Tool calls of one model turn run at most this many at a time.
+    pub max_parallel: usize,
+}
+
+impl Default for ToolsConfig {
+    fn default() -> Self {
+        Self {
+            credentials_file: None,
+            allow_private: Vec::new(),
+            stdio_dirs: vec![
+                PathBuf::from("/usr/bin"),
+                PathBuf::from("/bin"),
+                PathBuf::from("/usr/local/bin"),
+            ],
+            max_result_chars: 16_000,
+            max_response_bytes: 1024 * 1024,
+            max_parallel: 4,
+        }
+    }
+}
+
 /// `ollama:` section.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -408,12 +452,24 @@ pub struct OllamaConfig {
     /// Base URL of the Ollama server (`http://` or `https://`, optionally with a path
     /// prefix when behind a reverse proxy). Default: the local Ollama.
     pub base_url: String,
+    /// Seconds to wait for Ollama's response headers (default 300: loading a
+    /// model from an SD card is slow); streamed bodies may run longer.
+    pub timeout: u64,
+    /// Seconds one bridged chat request may take in all, every tool round
+    /// and tool call included (default 300).
+    pub chat_deadline: u64,
+    /// Largest chat request body accepted, in bytes (default 64 MiB: chat
+    /// requests carry base64 images).
+    pub max_request_bytes: usize,
 }
 
 impl Default for OllamaConfig {
     fn default() -> Self {
         Self {
             base_url: "http://127.0.0.1:11434".to_owned(),
+            timeout: 300,
+            chat_deadline: 300,
+            max_request_bytes: 64 * 1024 * 1024,
         }
     }
 }
@@ -549,7 +605,8 @@ config_keys! {
     manifests { bundled, dirs }
     discovery { default_top_k, max_top_k, min_score, mode }
     tool_bridge { enabled, default_top_k, max_rounds, http_timeout, stdio_timeout }
-    ollama { base_url }
+    ollama { base_url, timeout, chat_deadline, max_request_bytes }
+    tools { credentials_file, allow_private, stdio_dirs, max_result_chars, max_response_bytes, max_parallel }
     log { level, format }
 }
 
@@ -1068,6 +1125,44 @@ impl Config {
         c.range("tool_bridge.http_timeout", tb.http_timeout, 1, 3600);
         c.range("tool_bridge.stdio_timeout", tb.stdio_timeout, 1, 3600);
 
+        let tools = &self.tools;
+        c.range(
+            "tools.max_result_chars",
+            tools.max_result_chars,
+            100,
+            10_000_000,
+        );
+        c.range(
+            "tools.max_response_bytes",
+            tools.max_response_bytes,
+            1024,
+            1024 * 1024 * 1024,
+        );
+        c.range("tools.max_parallel", tools.max_parallel, 1, 64);
+        for (i, range) in tools.allow_private.iter().enumerate() {
+            if range.parse::<oap_exec::Cidr>().is_err() {
+                c.fail(
+                    &format!("tools.allow_private[{i}]"),
+                    format!("expected an address or CIDR range like 192.168.1.0/24, got {range:?}"),
+                );
+            }
+        }
+        for (i, dir) in tools.stdio_dirs.iter().enumerate() {
+            if !dir.is_absolute() {
+                c.fail(
+                    &format!("tools.stdio_dirs[{i}]"),
+                    format!("must be an absolute path, got {}", dir.display()),
+                );
+            }
+        }
+        c.range("ollama.timeout", self.ollama.timeout, 1, 3600);
+        c.range("ollama.chat_deadline", self.ollama.chat_deadline, 1, 3600);
+        c.range(
+            "ollama.max_request_bytes",
+            self.ollama.max_request_bytes,
+            1024,
+            1024 * 1024 * 1024,
+        );
         if let Err(msg) = check_http_url(&self.ollama.base_url, false) {
             c.fail("ollama.base_url", msg);
         }

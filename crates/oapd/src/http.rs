@@ -45,6 +45,13 @@ pub trait Handler: Send + Sync + 'static {
         self: Arc<Self>,
         request: Request<Incoming>,
     ) -> impl Future<Output = Response<Body>> + Send;
+
+    /// Whether the server-wide request timeout bounds this request. Routes
+    /// with their own deadlines (the chat loop, streamed model pulls)
+    /// opt out.
+    fn bounded_by_request_timeout(&self, _request: &Request<Incoming>) -> bool {
+        true
+    }
 }
 
 /// A full response body from bytes.

@@ -3,8 +3,12 @@
 
 pub mod api;
 pub mod app;
+pub mod bridge;
 pub mod bundled;
+pub mod chat;
 pub mod config;
 pub mod http;
 pub mod logging;
 pub mod render;
+pub mod tools;
+pub mod upstream;

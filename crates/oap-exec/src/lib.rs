@@ -1,0 +1,442 @@
+//! Executes OAP manifests as tools, safely.
+//!
+//! oapd runs tools described by documents from the internet on a board in
+//! someone's home network, so this crate is mostly a list of refusals.
+//! [`Executor::execute`] takes a validated [`Manifest`], the [`Trust`] level
+//! of where it came from and the model's arguments, and returns a
+//! [`ToolOutcome`]: text for the model (never a panic, never an unbounded
+//! string) plus a flag and a log detail.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! use oap_exec::{CredentialStore, ExecPolicy, Executor, Trust};
+//!
+//! let exec = Executor::new(ExecPolicy::default())?
+//!     .with_credentials(CredentialStore::load("/etc/oapd/credentials.yaml")?);
+//! let manifest = oap_manifest::parse(br#"{"oap": "1.0", "name": "wc",
+//!   "description": "Counts lines, words and bytes of text on stdin.",
+//!   "invoke": {"method": "stdio", "url": "wc"}}"#)?.manifest;
+//! let arguments = serde_json::json!({"args": "-l", "stdin": "a\nb\n"});
+//! let outcome = exec
+//!     .execute(&manifest, Trust::Local, arguments.as_object().unwrap())
+//!     .await;
+//! assert!(outcome.ok);
+//! assert_eq!(outcome.content.trim(), "2");
+//! # Ok(()) }
+//! ```
+//!
+//! # HTTP (`GET`, `POST`)
+//!
+//! The request follows the spec's "Constructing a Request":
+//! - method and URL from `invoke`; `Content-Type` from `input.format`,
+//!   `Accept` from `output.format`;
+//! - GET: arguments become query parameters, merged key by key over the
+//!   query already in `invoke.url` (open-meteo bakes units in) and over the
+//!   non-spec static `invoke.params`; arrays repeat the key;
+//! - GET with `text/*` input, no `input.parameters`, a URL path ending in
+//!   `/` and exactly one scalar argument: the value is appended to the path
+//!   (Wikipedia, dictionary, country-info). It is split at `/` (zip-lookup
+//!   takes `us/97201`), each piece percent-encoded (`?`, `#`, `%`, `\`
+//!   stay in the path), `.` and `..` refused;
+//! - POST: the arguments as a JSON object body; for `text/*` input the raw
+//!   text of the `input` (or first string) argument; for
+//!   `application/x-www-form-urlencoded` a form. `invoke.params` and a query
+//!   credential go to the query string, never into the body;
+//! - `invoke.headers` are merged, except `Host`, `Content-Length`,
+//!   `Transfer-Encoding`, hop-by-hop headers, `Expect`, and the header that
+//!   carries the credential: those are ignored (and logged);
+//! - one deadline ([`ExecPolicy::http_timeout`]) covers the whole call,
+//!   every hop included; the body is read up to
+//!   [`ExecPolicy::max_response_bytes`] and the connection dropped there;
+//!   non-2xx is a tool error with the status and the start of the body;
+//! - redirects (301/302/303/307/308) are followed by hand, at most
+//!   [`ExecPolicy::max_redirects`], each hop re-checked (scheme, address).
+//!   303, and 301/302 after a POST, continue as GET without a body.
+//!
+//! # Credentials
+//!
+//! A [`CredentialStore`] maps exact host names to a secret. A manifest with
+//! `auth` gets the secret filed under its URL's host, placed per `auth`
+//! (`bearer`/`oauth2`: `Bearer <token>`; `api_key`: the raw key), `auth_in`
+//! (header or query) and `auth_name` (defaults `Authorization`, `X-API-Key`;
+//! `access_token` for a bearer token in the query). The secret is bound to
+//! that origin (host and port, and never sent from https down to http): a
+//! redirect elsewhere continues without it, and any query value equal to the
+//! secret is stripped from the new URL. A missing credential is a tool
+//! error naming the host and the store; nothing is sent. An internet
+//! manifest's credential is never sent over plain http. A secret (of six or
+//! more characters) that a server echoes back, raw or URL-encoded, is
+//! replaced by `[redacted]` in what the model and the logs see.
+//!
+//! # Address policy (SSRF)
+//!
+//! Every hop's host is resolved **once** through the [`Resolver`]; every
+//! address returned must pass, otherwise the call is refused before any
+//! connection; the connection goes to those checked addresses (no second
+//! lookup, so no DNS rebinding). IP literals (including forms such as
+//! `http://2130706433/`) and names like `localhost` go through the same
+//! check. IPv4-mapped, NAT64 (`64:ff9b::/96`) and 6to4 addresses are judged
+//! by the IPv4 address they embed.
+//!
+//! | destination ([`AddressClass`]) | `Local` | `Lan` | `Internet` |
+//! |---|---|---|---|
+//! | public unicast | yes | yes | yes |
+//! | private: 10/8, 172.16/12, 192.168/16, fc00::/7 | yes | yes | no |
+//! | loopback: 127/8, ::1 | yes | no | no |
+//! | link-local: 169.254/16 (cloud metadata), fe80::/10 | yes | no | no |
+//! | CGNAT 100.64/10 | yes | no | no |
+//! | multicast, broadcast, unspecified (0/8, ::) | yes | no | no |
+//! | documentation, benchmarking, reserved | yes | no | no |
+//! | stdio tools | yes | **refused** | **refused** |
+//!
+//! `Local` manifests come from the operator (bundled or an operator
+//! directory) and may call local services such as `localhost:8305`. An
+//! [`ExecPolicy::allow_private`] entry makes a range reachable for every
+//! trust level (e.g. `192.168.1.20/32` for one LAN device an internet
+//! manifest may call, or `127.0.0.0/8` in tests).
+//!
+//! # stdio
+//!
+//! Only for [`Trust::Local`]. The command (`invoke.url`, a bare name looked
+//! up in order, or an absolute path; never arguments) must resolve,
+//! symlinks followed, to a regular executable file inside
+//! [`ExecPolicy::stdio_dirs`]. No shell: argv comes from the `args`
+//! argument, split by quote-aware rules with no expansion ([`split_words`])
+//! or given as a JSON array; `stdin` (bounded) is written and closed. The
+//! child gets its own process group, an environment of only `PATH`, `LANG`,
+//! `HOME`/`TMPDIR` (a fresh temporary working directory, removed afterwards)
+//! and `TZ` if set, the [`StdioLimits`] rlimits, no core dumps, and
+//! `PR_SET_PDEATHSIG(SIGKILL)`. stdout and stderr are read concurrently and
+//! capped; hitting a cap, the deadline, or the command's own exit kills the
+//! whole process group. Exit status 0, or 1 with an empty stderr (grep's "no
+//! match"), is success; anything else is an error quoting stderr.
+//!
+//! A process that leaves the group (`setsid`) escapes `killpg`; run the
+//! daemon under systemd with `KillMode=control-group` as the backstop.
+//! `PR_SET_PDEATHSIG` fires when the *thread* that spawned the child exits;
+//! [`Executor::execute`] spawns from the calling task's runtime worker, which
+//! lives as long as the runtime, so do not drive it from a short-lived thread
+//! (e.g. a `spawn_blocking` closure calling `block_on`).
+
+#![warn(missing_docs)]
+
+mod credentials;
+mod error;
+mod http;
+mod policy;
+mod resolve;
+mod stdio;
+mod words;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures_util::future;
+use oap_manifest::{InvokeKind, Manifest};
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::CertificateDer;
+use serde_json::{Map, Value};
+use tracing::{info, warn};
+
+pub use credentials::{Credential, CredentialError, CredentialStore, MAX_CREDENTIALS_FILE_BYTES};
+pub use error::ExecError;
+pub use policy::{
+    classify, trust_permits, AddressClass, AddressRefusal, Cidr, CidrError, ExecPolicy,
+    StdioLimits, Trust,
+};
+pub use resolve::{BoxFuture, Resolver, SystemResolver};
+pub use words::{split_words, WordsError};
+
+use error::ToolError;
+
+/// The result of one tool call.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ToolOutcome {
+    /// What the model sees: the response or command output, or
+    /// `Error: ...`; at most [`ExecPolicy::max_result_chars`] characters plus
+    /// a `[truncated: N more characters]` note.
+    pub content: String,
+    /// Whether the call succeeded (2xx; exit status 0, or 1 with no stderr).
+    pub ok: bool,
+    /// Wall time of the call.
+    pub elapsed: Duration,
+    /// For logs: what was requested or run and how it ended. Never holds a
+    /// secret.
+    pub detail: Option<String>,
+}
+
+/// One call for [`Executor::execute_all`].
+#[derive(Debug, Clone, Copy)]
+pub struct ToolCall<'a> {
+    /// The manifest to run.
+    pub manifest: &'a Manifest,
+    /// Where it came from.
+    pub trust: Trust,
+    /// The model's arguments.
+    pub arguments: &'a Map<String, Value>,
+}
+
+/// Internal result of a runner before truncation and timing.
+pub(crate) struct Reply {
+    pub(crate) ok: bool,
+    pub(crate) content: String,
+    pub(crate) detail: Option<String>,
+}
+
+/// Called with every address right before a TCP connection to it is
+/// attempted; an `Err` skips the address. For audit logs and tests.
+pub type ConnectObserver = Arc<dyn Fn(SocketAddr) -> std::io::Result<()> + Send + Sync>;
+
+/// Runs tools. Cheap to share behind an `Arc`; holds no connections (every
+/// call opens its own, to the address it checked).
+pub struct Executor {
+    pub(crate) policy: ExecPolicy,
+    pub(crate) credentials: Option<CredentialStore>,
+    pub(crate) resolver: Arc<dyn Resolver>,
+    pub(crate) tls: Arc<rustls::ClientConfig>,
+    pub(crate) connect_observer: Option<ConnectObserver>,
+    extra_roots: Vec<CertificateDer<'static>>,
+}
+
+impl std::fmt::Debug for Executor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Executor")
+            .field("policy", &self.policy)
+            .field("credentials", &self.credentials)
+            .field("extra_roots", &self.extra_roots.len())
+            .finish_non_exhaustive()
+    }
+}
+
+fn tls_config(extra: &[CertificateDer<'static>]) -> Result<Arc<rustls::ClientConfig>, ExecError> {
+    let mut roots = rustls::RootCertStore::empty();
+    roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
+    for cert in extra {
+        roots
+            .add(cert.clone())
+            .map_err(|e| ExecError::Tls(format!("extra root certificate: {e}")))?;
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| ExecError::Tls(e.to_string()))?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(Arc::new(config))
+}
+
+impl Executor {
+    /// An executor with the system resolver, the compiled-in Mozilla roots
+    /// and no credentials.
+    pub fn new(policy: ExecPolicy) -> Result<Self, ExecError> {
+        if policy.max_parallel == 0 {
+            return Err(ExecError::Policy("max_parallel must be at least 1".into()));
+        }
+        if policy.max_response_bytes == 0 || policy.max_result_chars == 0 {
+            return Err(ExecError::Policy(
+                "max_response_bytes and max_result_chars must be positive".into(),
+            ));
+        }
+        if let Some(d) = policy.stdio_dirs.iter().find(|d| !d.is_absolute()) {
+            return Err(ExecError::Policy(format!(
+                "stdio_dirs must be absolute paths, got {}",
+                d.display()
+            )));
+        }
+        Ok(Self {
+            policy,
+            credentials: None,
+            resolver: Arc::new(SystemResolver),
+            tls: tls_config(&[])?,
+            connect_observer: None,
+            extra_roots: Vec::new(),
+        })
+    }
+
+    /// Use these credentials for manifests with `auth`.
+    pub fn with_credentials(mut self, store: CredentialStore) -> Self {
+        self.credentials = Some(store);
+        self
+    }
+
+    /// Resolve host names with `resolver` instead of the system resolver.
+    pub fn with_resolver(mut self, resolver: Arc<dyn Resolver>) -> Self {
+        self.resolver = resolver;
+        self
+    }
+
+    /// Trust these PEM certificates as roots in addition to the Mozilla set
+    /// (for private endpoints with their own CA).
+    pub fn with_extra_roots_pem(mut self, pem: &[u8]) -> Result<Self, ExecError> {
+        let mut added = 0usize;
+        for cert in CertificateDer::pem_slice_iter(pem) {
+            let cert = cert.map_err(|e| ExecError::Tls(format!("extra root PEM: {e}")))?;
+            self.extra_roots.push(cert);
+            added += 1;
+        }
+        if added == 0 {
+            return Err(ExecError::Tls("extra root PEM holds no certificate".into()));
+        }
+        self.tls = tls_config(&self.extra_roots)?;
+        Ok(self)
+    }
+
+    /// Call `observer` before every connection attempt.
+    pub fn with_connect_observer(mut self, observer: ConnectObserver) -> Self {
+        self.connect_observer = Some(observer);
+        self
+    }
+
+    /// The policy in force.
+    pub fn policy(&self) -> &ExecPolicy {
+        &self.policy
+    }
+
+    /// The credential store, if any.
+    pub fn credentials(&self) -> Option<&CredentialStore> {
+        self.credentials.as_ref()
+    }
+
+    /// Run one tool call. Never panics on input; every failure is an
+    /// outcome with `ok == false` and an `Error: ...` content.
+    pub async fn execute(
+        &self,
+        manifest: &Manifest,
+        trust: Trust,
+        arguments: &Map<String, Value>,
+    ) -> ToolOutcome {
+        let started = Instant::now();
+        let result = match manifest.invoke_kind() {
+            Some(InvokeKind::Stdio) => self.run_stdio(manifest, trust, arguments).await,
+            Some(InvokeKind::Get | InvokeKind::Post) => {
+                self.run_http(manifest, trust, arguments).await
+            }
+            None => Err(ToolError::UnsupportedMethod(manifest.invoke.method.clone())),
+        };
+        let reply = match result {
+            Ok(reply) => reply,
+            Err(e) => Reply {
+                ok: false,
+                content: format!("Error: {e}"),
+                detail: Some(e.to_string()),
+            },
+        };
+        let elapsed = started.elapsed();
+        let content = truncate_chars(reply.content, self.policy.max_result_chars);
+        if reply.ok {
+            info!(tool = %manifest.name, %trust, elapsed_ms = elapsed.as_millis() as u64,
+                  detail = reply.detail.as_deref().unwrap_or(""), "tool call succeeded");
+        } else {
+            warn!(tool = %manifest.name, %trust, elapsed_ms = elapsed.as_millis() as u64,
+                  detail = reply.detail.as_deref().unwrap_or(""), "tool call failed");
+        }
+        ToolOutcome {
+            content,
+            ok: reply.ok,
+            elapsed,
+            detail: reply.detail,
+        }
+    }
+
+    /// Run several calls, at most [`ExecPolicy::max_parallel`] at a time;
+    /// outcomes come back in call order.
+    pub async fn execute_all<'a, I>(&self, calls: I) -> Vec<ToolOutcome>
+    where
+        I: IntoIterator<Item = ToolCall<'a>>,
+    {
+        let permits = tokio::sync::Semaphore::new(self.policy.max_parallel.max(1));
+        // Build the futures first: no closure lives across an await, which
+        // keeps the returned future `Send`.
+        let calls: Vec<ToolCall<'a>> = calls.into_iter().collect();
+        let mut futures = Vec::with_capacity(calls.len());
+        for call in calls {
+            futures.push(self.execute_permitted(&permits, call));
+        }
+        future::join_all(futures).await
+    }
+
+    async fn execute_permitted(
+        &self,
+        permits: &tokio::sync::Semaphore,
+        call: ToolCall<'_>,
+    ) -> ToolOutcome {
+        // The semaphore is never closed, so acquire cannot fail; if it did,
+        // running without a permit is the lesser evil.
+        let _permit = permits.acquire().await.ok();
+        self.execute(call.manifest, call.trust, call.arguments)
+            .await
+    }
+}
+
+/// Cut `text` to `max` characters, with a note saying how much was cut.
+pub fn truncate_chars(text: String, max: usize) -> String {
+    let total = text.chars().count();
+    if total <= max {
+        return text;
+    }
+    let cut = text
+        .char_indices()
+        .nth(max)
+        .map(|(i, _)| i)
+        .unwrap_or(text.len());
+    let mut out = text;
+    out.truncate(cut);
+    out.push_str(&format!("\n[truncated: {} more characters]", total - max));
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn truncation_note() {
+        assert_eq!(truncate_chars("abc".into(), 3), "abc");
+        assert_eq!(
+            truncate_chars("héllo wörld".into(), 5),
+            "héllo\n[truncated: 6 more characters]"
+        );
+    }
+
+    #[test]
+    fn execute_future_is_send() {
+        fn assert_send<T: Send>(_: &T) {}
+        let exec = Executor::new(ExecPolicy::default()).unwrap();
+        let manifest = oap_manifest::parse(
+            br#"{"oap":"1.0","name":"wc","description":"Counts lines.",
+                "invoke":{"method":"stdio","url":"wc"}}"#,
+        )
+        .unwrap()
+        .manifest;
+        let arguments = Map::new();
+        let fut = exec.execute(&manifest, Trust::Local, &arguments);
+        assert_send(&fut);
+        let calls = [ToolCall {
+            manifest: &manifest,
+            trust: Trust::Local,
+            arguments: &arguments,
+        }];
+        let all = exec.execute_all(calls);
+        assert_send(&all);
+    }
+
+    #[test]
+    fn policy_validation() {
+        let p = ExecPolicy {
+            max_parallel: 0,
+            ..ExecPolicy::default()
+        };
+        assert!(Executor::new(p).is_err());
+        let p = ExecPolicy {
+            stdio_dirs: vec!["bin".into()],
+            ..ExecPolicy::default()
+        };
+        assert!(Executor::new(p).is_err());
+        assert!(Executor::new(ExecPolicy::default())
+            .unwrap()
+            .with_extra_roots_pem(b"not pem")
+            .is_err());
+    }
+}

@@ -1,0 +1,861 @@
+//! The tool bridge: Ollama's `/api/chat` with discovered tools injected, the
+//! model's calls to them executed, and the loop run until the model answers.
+//!
+//! The loop produces Ollama chat chunks (JSON objects) for the client, with
+//! exactly one `done:true`, last. The surfaces wrap that one stream: NDJSON
+//! for `/api/chat`, SSE for `/v1/chat/completions`, or one aggregated JSON
+//! for `stream:false`.
+//!
+//! Ownership of tools is respected: the client's own tools are forwarded
+//! next to oapd's, and calls to them are handed back to the client in
+//! Ollama's format; only oapd's own tools are executed here.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use http_body_util::BodyExt;
+use hyper::StatusCode;
+use oap_discovery::StoredRecord;
+use oap_wire::{LineDecoder, ToolCall, ToolCallAccumulator};
+use serde_json::{json, Map, Value};
+use tokio::sync::mpsc;
+
+use crate::upstream::{Upstream, UpstreamError};
+
+/// Longest NDJSON line accepted from Ollama (a chunk with a large tool call
+/// or an image is still far below this).
+const MAX_UPSTREAM_LINE: usize = 8 * 1024 * 1024;
+
+/// How long a model's capabilities are trusted before `/api/show` is asked again.
+const CAPABILITY_TTL: Duration = Duration::from_secs(300);
+
+/// Bridge settings from the config.
+#[derive(Debug, Clone)]
+pub struct BridgeSettings {
+    pub enabled: bool,
+    pub default_top_k: usize,
+    pub max_rounds: u32,
+}
+
+/// The per-request `oap_*` extension fields, validated.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ChatOptions {
+    pub discover: bool,
+    pub top_k: usize,
+    pub auto_execute: bool,
+    pub max_rounds: u32,
+    pub stream: bool,
+}
+
+/// A client error in the request, answered with 400 before anything runs.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct RequestError(pub String);
+
+/// Splits the `oap_*` extension fields off a chat request (they must not be
+/// forwarded: Ollama ignores unknown fields today, but a future version may
+/// not) and validates them.
+pub fn take_options(
+    request: &mut Map<String, Value>,
+    settings: &BridgeSettings,
+) -> Result<ChatOptions, RequestError> {
+    let flag =
+        |request: &mut Map<String, Value>, key: &str, default: bool| match request.remove(key) {
+            None | Some(Value::Null) => Ok(default),
+            Some(Value::Bool(value)) => Ok(value),
+            Some(other) => Err(RequestError(format!(
+                "{key}: expected true or false, got {other}"
+            ))),
+        };
+    let discover = flag(request, "oap_discover", true)?;
+    let auto_execute = flag(request, "oap_auto_execute", true)?;
+    let top_k = match request.remove("oap_top_k") {
+        None | Some(Value::Null) => settings.default_top_k,
+        Some(value) => match value.as_u64() {
+            Some(k @ 1..=20) => k as usize,
+            _ => {
+                return Err(RequestError(format!(
+                    "oap_top_k: expected an integer from 1 to 20, got {value}"
+                )))
+            }
+        },
+    };
+    let max_rounds = match request.remove("oap_max_rounds") {
+        None | Some(Value::Null) => settings.max_rounds,
+        Some(value) => match value.as_u64() {
+            // Clamped to the operator's cap, as the seed specifies.
+            Some(n @ 1..=10) => (n as u32).min(settings.max_rounds),
+            _ => {
+                return Err(RequestError(format!(
+                    "oap_max_rounds: expected an integer from 1 to 10, got {value}"
+                )))
+            }
+        },
+    };
+    let stream = match request.get("stream") {
+        None | Some(Value::Null) => true,
+        Some(Value::Bool(stream)) => *stream,
+        Some(other) => {
+            return Err(RequestError(format!(
+                "stream: expected true or false, got {other}"
+            )))
+        }
+    };
+    if !request.get("model").is_some_and(Value::is_string) {
+        return Err(RequestError("model is required".into()));
+    }
+    match request.get("messages") {
+        None | Some(Value::Array(_)) => {}
+        Some(_) => return Err(RequestError("messages: expected an array".into())),
+    }
+    Ok(ChatOptions {
+        discover,
+        top_k,
+        auto_execute,
+        max_rounds,
+        stream,
+    })
+}
+
+/// The text discovery runs on: the last user message.
+pub fn task_of(request: &Map<String, Value>) -> Option<String> {
+    request
+        .get("messages")?
+        .as_array()?
+        .iter()
+        .rev()
+        .find(|m| m.get("role").and_then(Value::as_str) == Some("user"))?
+        .get("content")?
+        .as_str()
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(str::to_string)
+}
+
+/// Names of the tools the client sent itself.
+pub fn client_tool_names(request: &Map<String, Value>) -> Vec<String> {
+    request
+        .get("tools")
+        .and_then(Value::as_array)
+        .map(|tools| {
+            tools
+                .iter()
+                .filter_map(|t| t.pointer("/function/name").and_then(Value::as_str))
+                .map(str::to_string)
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Which models can take tools, from `/api/show`, cached.
+#[derive(Default)]
+pub struct Capabilities {
+    cache: Mutex<HashMap<String, (bool, Instant)>>,
+}
+
+impl Capabilities {
+    /// Whether `model` supports tools. Unknown (older Ollama without a
+    /// capabilities list) counts as yes; a 400 "does not support tools"
+    /// later corrects the cache.
+    pub async fn supports_tools(
+        &self,
+        upstream: &Upstream,
+        model: &str,
+    ) -> Result<bool, UpstreamError> {
+        if let Some(known) = self.cached(model) {
+            return Ok(known);
+        }
+        let (status, body) = upstream
+            .post_json_read("/api/show", &json!({"model": model}), 4 * 1024 * 1024)
+            .await?;
+        let supports = if status.is_success() {
+            match body.get("capabilities").and_then(Value::as_array) {
+                Some(caps) => caps.iter().any(|c| c == "tools"),
+                None => true,
+            }
+        } else {
+            // Unknown model: let the chat request itself fail with Ollama's 404.
+            return Ok(false);
+        };
+        self.remember(model, supports);
+        Ok(supports)
+    }
+
+    fn cached(&self, model: &str) -> Option<bool> {
+        let cache = self.cache.lock().ok()?;
+        cache
+            .get(model)
+            .filter(|(_, at)| at.elapsed() < CAPABILITY_TTL)
+            .map(|(supports, _)| *supports)
+    }
+
+    pub fn remember(&self, model: &str, supports: bool) {
+        if let Ok(mut cache) = self.cache.lock() {
+            cache.insert(model.to_string(), (supports, Instant::now()));
+        }
+    }
+}
+
+/// The outcome of running one of oapd's tools.
+#[derive(Debug, Clone)]
+pub struct ToolResult {
+    pub content: String,
+    pub ok: bool,
+}
+
+/// Runs oapd's tools (the daemon plugs in the real executor; the trait
+/// keeps the loop testable and the executor swappable).
+pub trait ToolRunner: Send + Sync + 'static {
+    fn run(
+        &self,
+        record: Arc<StoredRecord>,
+        arguments: Map<String, Value>,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = ToolResult> + Send>>;
+}
+
+/// One injected tool.
+pub struct InjectedTool {
+    pub name: String,
+    pub definition: Value,
+    pub record: Arc<StoredRecord>,
+}
+
+/// Everything one chat request needs.
+pub struct ChatContext {
+    pub upstream: Upstream,
+    pub runner: Arc<dyn ToolRunner>,
+    pub capabilities: Arc<Capabilities>,
+    /// Wall-clock bound of a whole chat request (all rounds and tools).
+    pub deadline: Duration,
+    pub max_parallel_tools: usize,
+}
+
+/// What the loop sends the client: chunks, or one error that ends it.
+#[derive(Debug, Clone)]
+pub enum Event {
+    Chunk(Value),
+    /// Before the first chunk this becomes the HTTP status of the response;
+    /// after it, an `{"error": ...}` line, as Ollama does mid-stream.
+    Error {
+        status: StatusCode,
+        message: String,
+    },
+}
+
+impl Event {
+    fn error(status: StatusCode, message: impl Into<String>) -> Event {
+        Event::Error {
+            status,
+            message: message.into(),
+        }
+    }
+}
+
+/// What the loop reports next to the chunks.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct LoopStats {
+    pub tools_injected: usize,
+    pub rounds: u32,
+}
+
+/// Runs the tool loop, sending client-facing Ollama chunks into `out`.
+/// Ends with exactly one `done:true` chunk or one `{"error"}` chunk. Stops
+/// early (dropping the upstream request and any running tools) when the
+/// receiver is gone — a client that disconnected.
+pub async fn run_loop(
+    ctx: Arc<ChatContext>,
+    mut request: Map<String, Value>,
+    tools: Vec<InjectedTool>,
+    options: ChatOptions,
+    out: mpsc::Sender<Event>,
+) {
+    let deadline = ctx.deadline;
+    let stats = LoopStats {
+        tools_injected: tools.len(),
+        rounds: 0,
+    };
+    let result = tokio::time::timeout(
+        deadline,
+        drive(&ctx, &mut request, &tools, &options, &out, stats),
+    )
+    .await;
+    if result.is_err() {
+        let message = format!(
+            "the request took longer than the {}s tool-bridge deadline",
+            deadline.as_secs()
+        );
+        let _ = out
+            .send(Event::error(StatusCode::GATEWAY_TIMEOUT, message))
+            .await;
+    }
+}
+
+async fn drive(
+    ctx: &ChatContext,
+    request: &mut Map<String, Value>,
+    tools: &[InjectedTool],
+    options: &ChatOptions,
+    out: &mpsc::Sender<Event>,
+    mut stats: LoopStats,
+) {
+    let by_name: HashMap<&str, &InjectedTool> =
+        tools.iter().map(|t| (t.name.as_str(), t)).collect();
+    let client_tools: Vec<Value> = request
+        .get("tools")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    let mut all_tools: Vec<Value> = tools.iter().map(|t| t.definition.clone()).collect();
+    all_tools.extend(client_tools.iter().cloned());
+    let mut messages: Vec<Value> = request
+        .get("messages")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    let model = request
+        .get("model")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_string();
+
+    let mut offer_tools = !all_tools.is_empty();
+    loop {
+        stats.rounds += 1;
+        let last_round = stats.rounds > options.max_rounds;
+        let mut body = request.clone();
+        body.insert("messages".into(), Value::Array(messages.clone()));
+        body.insert("stream".into(), Value::Bool(true));
+        if offer_tools && !last_round {
+            body.insert("tools".into(), Value::Array(all_tools.clone()));
+        } else {
+            // Rounds are used up: one last call without tools, so the user
+            // gets an answer instead of a dangling tool call.
+            body.remove("tools");
+        }
+        let round = match stream_round(ctx, &body, out).await {
+            Ok(round) => round,
+            Err(RoundError::ClientGone) => return,
+            Err(RoundError::Upstream { status, message })
+                if stats.rounds == 1
+                    && stats.tools_injected > 0
+                    && status == StatusCode::BAD_REQUEST
+                    && message.contains("does not support tools") =>
+            {
+                // The model's capabilities were unknown or stale: remember,
+                // and serve the request as it came, without oapd's tools.
+                ctx.capabilities.remember(&model, false);
+                all_tools = client_tools.clone();
+                offer_tools = !all_tools.is_empty();
+                stats.tools_injected = 0;
+                stats.rounds = 0;
+                continue;
+            }
+            Err(RoundError::Upstream { status, message }) => {
+                let _ = out.send(Event::error(status, message)).await;
+                return;
+            }
+        };
+
+        let (ours, theirs): (Vec<ToolCall>, Vec<ToolCall>) = round
+            .calls
+            .into_iter()
+            .partition(|call| by_name.contains_key(call.name.as_str()));
+
+        if ours.is_empty() || !options.auto_execute || last_round {
+            let mut handed_back = theirs;
+            if !options.auto_execute {
+                handed_back.extend(ours);
+            }
+            finish(out, &model, round.done, handed_back, stats).await;
+            return;
+        }
+
+        // Run oapd's calls (bounded parallelism, results in call order).
+        let results = run_calls(ctx, &by_name, &ours).await;
+        let assistant_calls: Vec<Value> = ours.iter().map(ToolCall::to_ollama).collect();
+        messages.push(json!({
+            "role": "assistant",
+            "content": round.content,
+            "tool_calls": assistant_calls,
+        }));
+        for (call, result) in ours.iter().zip(results) {
+            let mut message = json!({
+                "role": "tool",
+                "content": result.content,
+                "tool_name": call.name,
+            });
+            if let Some(id) = &call.id {
+                message["tool_call_id"] = Value::from(id.clone());
+            }
+            messages.push(message);
+        }
+        if !theirs.is_empty() {
+            // A turn that also called the client's tools: those go back to
+            // the client now, which continues the conversation itself.
+            finish(out, &model, round.done, theirs, stats).await;
+            return;
+        }
+        if out.is_closed() {
+            return;
+        }
+    }
+}
+
+async fn run_calls(
+    ctx: &ChatContext,
+    by_name: &HashMap<&str, &InjectedTool>,
+    calls: &[ToolCall],
+) -> Vec<ToolResult> {
+    use futures_util::stream::{self, StreamExt};
+    type Job = std::pin::Pin<Box<dyn std::future::Future<Output = ToolResult> + Send>>;
+    let mut jobs: Vec<Job> = Vec::with_capacity(calls.len());
+    for call in calls {
+        let tool = by_name.get(call.name.as_str()).map(|t| t.record.clone());
+        let schema = by_name
+            .get(call.name.as_str())
+            .and_then(|t| t.definition.pointer("/function/parameters").cloned());
+        let runner = ctx.runner.clone();
+        let call = call.clone();
+        jobs.push(Box::pin(async move {
+            let Some(record) = tool else {
+                return ToolResult {
+                    content: format!("Error: unknown tool '{}'", call.name),
+                    ok: false,
+                };
+            };
+            if let Some(error) = &call.arguments_error {
+                return ToolResult {
+                    content: format!("Error: the arguments for {} were not usable ({error}). Call it again with a JSON object of arguments.", call.name),
+                    ok: false,
+                };
+            }
+            let arguments = match schema {
+                Some(schema) => match oap_manifest::tool::check_arguments(&schema, &call.arguments) {
+                    Ok(arguments) => arguments,
+                    Err(problems) => {
+                        return ToolResult {
+                            content: format!(
+                                "Error: {} was not called: {}. Fix the arguments and call it again.",
+                                call.name,
+                                problems.join("; ")
+                            ),
+                            ok: false,
+                        }
+                    }
+                },
+                None => call.arguments.clone(),
+            };
+            runner.run(record, arguments).await
+        }));
+    }
+    stream::iter(jobs)
+        .buffered(ctx.max_parallel_tools.max(1))
+        .collect()
+        .await
+}
+
+/// Sends the client the calls it owns (if any) and the one final chunk.
+async fn finish(
+    out: &mpsc::Sender<Event>,
+    model: &str,
+    done: Option<Value>,
+    handed_back: Vec<ToolCall>,
+    stats: LoopStats,
+) {
+    if !handed_back.is_empty() {
+        let calls: Vec<Value> = handed_back
+            .iter()
+            .enumerate()
+            .map(|(index, call)| {
+                let mut wire = call.to_ollama();
+                wire["function"]["index"] = Value::from(index);
+                wire
+            })
+            .collect();
+        let chunk = json!({
+            "model": model,
+            "created_at": now_rfc3339(),
+            "message": {"role": "assistant", "content": "", "tool_calls": calls},
+            "done": false,
+        });
+        if out.send(Event::Chunk(chunk)).await.is_err() {
+            return;
+        }
+    }
+    let mut done = done.unwrap_or_else(|| {
+        json!({
+            "model": model,
+            "created_at": now_rfc3339(),
+            "message": {"role": "assistant", "content": ""},
+            "done": true,
+            "done_reason": "stop",
+        })
+    });
+    if let Some(message) = done.get_mut("message").and_then(Value::as_object_mut) {
+        message.remove("tool_calls");
+        message.insert("content".into(), Value::from(""));
+    }
+    done["done"] = Value::Bool(true);
+    done["oap_tools_injected"] = Value::from(stats.tools_injected);
+    done["oap_round"] = Value::from(stats.rounds);
+    let _ = out.send(Event::Chunk(done)).await;
+}
+
+enum RoundError {
+    ClientGone,
+    /// Ollama (or the way to it) failed; `status` is what the client
+    /// should see if nothing was sent yet.
+    Upstream {
+        status: StatusCode,
+        message: String,
+    },
+}
+
+fn upstream_failed(message: impl Into<String>) -> RoundError {
+    RoundError::Upstream {
+        status: StatusCode::BAD_GATEWAY,
+        message: message.into(),
+    }
+}
+
+struct Round {
+    content: String,
+    calls: Vec<ToolCall>,
+    /// The upstream's final `done:true` chunk, held back from the client.
+    done: Option<Value>,
+}
+
+/// One upstream call: forwards content as it arrives, holds back tool calls
+/// and the `done` chunk, and returns what the model asked for.
+async fn stream_round(
+    ctx: &ChatContext,
+    body: &Map<String, Value>,
+    out: &mpsc::Sender<Event>,
+) -> Result<Round, RoundError> {
+    let response = match ctx
+        .upstream
+        .post_json("/api/chat", &Value::Object(body.clone()))
+        .await
+    {
+        Ok(response) => response,
+        Err(err) => {
+            let status = err.status();
+            return Err(RoundError::Upstream {
+                status,
+                message: err.to_string(),
+            });
+        }
+    };
+    let status = response.status();
+    let mut upstream_body = response.into_body();
+    if !status.is_success() {
+        let bytes = crate::upstream::read_limited(upstream_body, 64 * 1024)
+            .await
+            .unwrap_or_default();
+        let message = serde_json::from_slice::<Value>(&bytes)
+            .ok()
+            .and_then(|v| v.get("error").and_then(Value::as_str).map(str::to_string))
+            .unwrap_or_else(|| String::from_utf8_lossy(&bytes).into_owned());
+        let message = if message.trim().is_empty() {
+            format!("Ollama answered {status}")
+        } else {
+            message
+        };
+        return Err(RoundError::Upstream { status, message });
+    }
+
+    let mut decoder = LineDecoder::new(MAX_UPSTREAM_LINE);
+    let mut calls = ToolCallAccumulator::new();
+    let mut content = String::new();
+    let mut done = None;
+    while done.is_none() {
+        let frame = tokio::select! {
+            frame = upstream_body.frame() => frame,
+            _ = out.closed() => return Err(RoundError::ClientGone),
+        };
+        let (lines, ended) = match frame {
+            None => (decoder.finish().into_iter().collect(), true),
+            Some(Err(err)) => {
+                return Err(upstream_failed(format!(
+                    "the connection to Ollama broke mid-answer: {err}"
+                )))
+            }
+            Some(Ok(frame)) => match frame.into_data() {
+                Ok(data) => (
+                    decoder.push(&data).map_err(|err| {
+                        upstream_failed(format!("Ollama sent a bad stream: {err}"))
+                    })?,
+                    false,
+                ),
+                Err(_) => continue,
+            },
+        };
+        for line in lines {
+            let Ok(mut chunk) = serde_json::from_slice::<Value>(&line) else {
+                return Err(upstream_failed("Ollama sent a line that is not JSON"));
+            };
+            if let Some(error) = chunk.get("error") {
+                let message = error
+                    .as_str()
+                    .map(str::to_string)
+                    .unwrap_or_else(|| error.to_string());
+                return Err(RoundError::Upstream {
+                    status: StatusCode::INTERNAL_SERVER_ERROR,
+                    message,
+                });
+            }
+            calls.push_chunk(&chunk);
+            let is_done = chunk.get("done").and_then(Value::as_bool) == Some(true);
+            if let Some(message) = chunk.get_mut("message").and_then(Value::as_object_mut) {
+                message.remove("tool_calls");
+                if let Some(text) = message.get("content").and_then(Value::as_str) {
+                    content.push_str(text);
+                }
+            }
+            if is_done {
+                // Text on the done chunk goes out on its own chunk, so the
+                // final done chunk stays empty, as Ollama's rendered path's is.
+                if has_visible_text(&chunk) {
+                    let mut piece = chunk.clone();
+                    piece["done"] = Value::Bool(false);
+                    strip_metrics(&mut piece);
+                    if out.send(Event::Chunk(piece)).await.is_err() {
+                        return Err(RoundError::ClientGone);
+                    }
+                }
+                done = Some(chunk);
+                break;
+            }
+            if has_visible_text(&chunk) && out.send(Event::Chunk(chunk)).await.is_err() {
+                return Err(RoundError::ClientGone);
+            }
+        }
+        if ended && done.is_none() {
+            return Err(upstream_failed(
+                "Ollama closed the stream before it was done",
+            ));
+        }
+    }
+    Ok(Round {
+        content,
+        calls: calls.finish(),
+        done,
+    })
+}
+
+fn has_visible_text(chunk: &Value) -> bool {
+    ["content", "thinking"].iter().any(|key| {
+        chunk
+            .pointer(&format!("/message/{key}"))
+            .and_then(Value::as_str)
+            .is_some_and(|s| !s.is_empty())
+    }) || chunk.pointer("/message/images").is_some()
+}
+
+fn strip_metrics(chunk: &mut Value) {
+    if let Some(object) = chunk.as_object_mut() {
+        for key in [
+            "done_reason",
+            "total_duration",
+            "load_duration",
+            "prompt_eval_count",
+            "prompt_eval_duration",
+            "eval_count",
+            "eval_duration",
+        ] {
+            object.remove(key);
+        }
+    }
+}
+
+/// `created_at` in Ollama's format (RFC 3339, UTC, nanoseconds).
+pub fn now_rfc3339() -> String {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    let secs = now.as_secs() as i64;
+    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
+    let (y, m, d) = civil_from_days(days);
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{:09}Z",
+        rem / 3600,
+        (rem % 3600) / 60,
+        rem % 60,
+        now.subsec_nanos()
+    )
+}
+
+/// Days since 1970-01-01 to a proleptic Gregorian date (Howard Hinnant's algorithm).
+fn civil_from_days(z: i64) -> (i64, u32, u32) {
+    let z = z + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let y = yoe + era * 400;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    (if m <= 2 { y + 1 } else { y }, m, d)
+}
+
+/// Combines the client-facing chunks into one response, as Ollama does for
+/// `stream:false`: content and thinking concatenated, tool calls appended,
+/// the final chunk's metadata.
+pub fn aggregate(chunks: &[Value]) -> Result<Value, String> {
+    let mut content = String::new();
+    let mut thinking = String::new();
+    let mut tool_calls = Vec::new();
+    let mut last = None;
+    for chunk in chunks {
+        if let Some(error) = chunk.get("error") {
+            return Err(error
+                .as_str()
+                .map(str::to_string)
+                .unwrap_or_else(|| error.to_string()));
+        }
+        if let Some(text) = chunk.pointer("/message/content").and_then(Value::as_str) {
+            content.push_str(text);
+        }
+        if let Some(text) = chunk.pointer("/message/thinking").and_then(Value::as_str) {
+            thinking.push_str(text);
+        }
+        if let Some(calls) = chunk
+            .pointer("/message/tool_calls")
+            .and_then(Value::as_array)
+        {
+            tool_calls.extend(calls.iter().cloned());
+        }
+        if chunk.get("done").and_then(Value::as_bool) == Some(true) {
+            last = Some(chunk.clone());
+        }
+    }
+    let mut response = last.ok_or_else(|| "the answer ended before it was done".to_string())?;
+    let mut message = Map::new();
+    message.insert("role".into(), Value::from("assistant"));
+    message.insert("content".into(), Value::from(content));
+    if !thinking.is_empty() {
+        message.insert("thinking".into(), Value::from(thinking));
+    }
+    if !tool_calls.is_empty() {
+        message.insert("tool_calls".into(), Value::Array(tool_calls));
+    }
+    response["message"] = Value::Object(message);
+    Ok(response)
+}
+
+/// Drains the loop's channel (for `stream:false`): the chunks, or the
+/// error that ended the loop.
+pub async fn collect(mut rx: mpsc::Receiver<Event>) -> Result<Vec<Value>, (StatusCode, String)> {
+    let mut chunks = Vec::new();
+    while let Some(event) = rx.recv().await {
+        match event {
+            Event::Chunk(chunk) => chunks.push(chunk),
+            Event::Error { status, message } => return Err((status, message)),
+        }
+    }
+    Ok(chunks)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn settings() -> BridgeSettings {
+        BridgeSettings {
+            enabled: true,
+            default_top_k: 3,
+            max_rounds: 3,
+        }
+    }
+
+    fn request(value: Value) -> Map<String, Value> {
+        value.as_object().cloned().unwrap()
+    }
+
+    #[test]
+    fn extension_fields_are_removed_validated_and_clamped() {
+        let mut r = request(
+            json!({"model": "m", "messages": [], "oap_top_k": 5, "oap_max_rounds": 9,
+            "oap_discover": false, "oap_auto_execute": false, "options": {"num_ctx": 8192}}),
+        );
+        let options = take_options(&mut r, &settings()).unwrap();
+        assert_eq!(
+            options,
+            ChatOptions {
+                discover: false,
+                top_k: 5,
+                auto_execute: false,
+                max_rounds: 3,
+                stream: true
+            }
+        );
+        assert!(r.keys().all(|k| !k.starts_with("oap_")));
+        assert_eq!(r["options"]["num_ctx"], 8192);
+    }
+
+    #[test]
+    fn bad_extension_fields_are_refused_with_their_name() {
+        for (body, needle) in [
+            (json!({"model": "m", "oap_top_k": 0}), "oap_top_k"),
+            (json!({"model": "m", "oap_top_k": 21}), "oap_top_k"),
+            (
+                json!({"model": "m", "oap_max_rounds": "2"}),
+                "oap_max_rounds",
+            ),
+            (json!({"model": "m", "oap_discover": "yes"}), "oap_discover"),
+            (json!({"model": "m", "stream": "no"}), "stream"),
+            (json!({"messages": []}), "model"),
+            (json!({"model": "m", "messages": {}}), "messages"),
+        ] {
+            let err = take_options(&mut request(body), &settings()).unwrap_err();
+            assert!(err.0.contains(needle), "{err}");
+        }
+    }
+
+    #[test]
+    fn the_task_is_the_last_user_message() {
+        let r = request(json!({"model": "m", "messages": [
+            {"role": "system", "content": "be brief"},
+            {"role": "user", "content": "first"},
+            {"role": "assistant", "content": "ok"},
+            {"role": "user", "content": "  count the words  "},
+            {"role": "tool", "content": "3"}]}));
+        assert_eq!(task_of(&r).as_deref(), Some("count the words"));
+        assert_eq!(task_of(&request(json!({"model": "m"}))), None);
+    }
+
+    #[test]
+    fn aggregation_matches_ollama() {
+        let chunks = vec![
+            json!({"model": "m", "message": {"role": "assistant", "content": "Hel", "thinking": "h"}, "done": false}),
+            json!({"model": "m", "message": {"role": "assistant", "content": "lo"}, "done": false}),
+            json!({"model": "m", "message": {"role": "assistant", "content": "", "tool_calls": [{"function": {"index": 0, "name": "x", "arguments": {}}}]}, "done": false}),
+            json!({"model": "m", "message": {"role": "assistant", "content": ""}, "done": true, "eval_count": 7, "oap_round": 2}),
+        ];
+        let response = aggregate(&chunks).unwrap();
+        assert_eq!(response["message"]["content"], "Hello");
+        assert_eq!(response["message"]["thinking"], "h");
+        assert_eq!(
+            response["message"]["tool_calls"][0]["function"]["name"],
+            "x"
+        );
+        assert_eq!(response["eval_count"], 7);
+        assert_eq!(response["oap_round"], 2);
+        assert!(aggregate(&[json!({"error": "boom"})])
+            .unwrap_err()
+            .contains("boom"));
+        assert!(aggregate(&chunks[..2]).is_err());
+    }
+
+    #[test]
+    fn timestamps_look_like_ollamas() {
+        let ts = now_rfc3339();
+        assert_eq!(ts.len(), 30, "{ts}");
+        assert!(ts.ends_with('Z') && ts.as_bytes()[10] == b'T');
+        assert_eq!(civil_from_days(0), (1970, 1, 1));
+        assert_eq!(civil_from_days(19_723), (2024, 1, 1));
+        assert_eq!(civil_from_days(20_513), (2026, 3, 1));
+    }
+}

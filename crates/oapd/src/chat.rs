@@ -1,0 +1,311 @@
+//! The Ollama-compatible surface: `/api/chat` with the tool loop, the
+//! pass-through routes, and `/v1/tools`.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, StreamBody};
+use hyper::body::{Frame, Incoming};
+use hyper::header::{HeaderValue, AUTHORIZATION, CONTENT_TYPE};
+use hyper::{Request, Response, StatusCode};
+use oap_discovery::{Engine, StoredRecord};
+use oap_manifest::Manifest;
+use serde_json::{json, Map, Value};
+use tokio::sync::mpsc;
+
+use crate::bridge::{self, BridgeSettings, ChatContext, ChatOptions, Event, InjectedTool};
+use crate::http::{self, Body, BoxError};
+use crate::upstream;
+
+/// Chunks buffered between the loop and a slow client; back-pressure beyond
+/// it slows the loop (and so Ollama) instead of growing memory.
+const CHANNEL_DEPTH: usize = 64;
+
+pub struct ChatService {
+    pub engine: Arc<Engine>,
+    pub ctx: Arc<ChatContext>,
+    pub settings: BridgeSettings,
+    /// Cap on chat request bodies (images make them large).
+    pub max_request_bytes: usize,
+    /// oapd's own bearer token: stripped before forwarding, so it never
+    /// reaches Ollama.
+    pub strips_authorization: bool,
+}
+
+impl ChatService {
+    /// `POST /api/chat` and `POST /v1/chat`.
+    pub async fn ollama_chat(self: &Arc<Self>, request: Request<Incoming>) -> Response<Body> {
+        let body = match http::read_body(request.into_body(), self.max_request_bytes).await {
+            Ok(body) => body,
+            Err(err) => return err.into_response(),
+        };
+        let mut chat: Map<String, Value> = match serde_json::from_slice(&body) {
+            Ok(Value::Object(chat)) => chat,
+            Ok(_) => {
+                return http::error(
+                    StatusCode::BAD_REQUEST,
+                    "request body must be a JSON object",
+                )
+            }
+            Err(err) => {
+                return http::error(StatusCode::BAD_REQUEST, format!("invalid JSON: {err}"))
+            }
+        };
+        let options = match bridge::take_options(&mut chat, &self.settings) {
+            Ok(options) => options,
+            Err(err) => return http::error(StatusCode::BAD_REQUEST, err.0),
+        };
+        let tools = match self.tools_for(&chat, &options).await {
+            Ok(Some(tools)) => tools,
+            Ok(None) => return self.forward_json("/api/chat", &chat).await,
+            Err(response) => return response,
+        };
+        let rx = self.start_loop(chat, tools, options.clone());
+        if options.stream {
+            ndjson_response(rx).await
+        } else {
+            match bridge::collect(rx).await.and_then(|chunks| {
+                bridge::aggregate(&chunks).map_err(|e| (StatusCode::BAD_GATEWAY, e))
+            }) {
+                Ok(response) => http::json(StatusCode::OK, &response),
+                Err((status, message)) => http::error(status, message),
+            }
+        }
+    }
+
+    /// Starts the loop on its own task; the returned channel carries its events.
+    pub fn start_loop(
+        &self,
+        chat: Map<String, Value>,
+        tools: Vec<InjectedTool>,
+        options: ChatOptions,
+    ) -> mpsc::Receiver<Event> {
+        let (tx, rx) = mpsc::channel(CHANNEL_DEPTH);
+        tokio::spawn(bridge::run_loop(self.ctx.clone(), chat, tools, options, tx));
+        rx
+    }
+
+    /// The tools to inject, or `None` when the request should pass through
+    /// untouched (bridge off, discovery off, or a model without tools).
+    pub async fn tools_for(
+        &self,
+        chat: &Map<String, Value>,
+        options: &ChatOptions,
+    ) -> Result<Option<Vec<InjectedTool>>, Response<Body>> {
+        if !self.settings.enabled || !options.discover {
+            return Ok(None);
+        }
+        let model = chat
+            .get("model")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        match self
+            .ctx
+            .capabilities
+            .supports_tools(&self.ctx.upstream, model)
+            .await
+        {
+            Ok(true) => {}
+            Ok(false) => return Ok(None),
+            Err(err) => return Err(err.into_response()),
+        }
+        let Some(task) = bridge::task_of(chat) else {
+            return Ok(Some(Vec::new()));
+        };
+        let reserved = bridge::client_tool_names(chat);
+        Ok(Some(
+            self.discover_tools(task, options.top_k, reserved).await,
+        ))
+    }
+
+    /// Discovers manifests for `task` and converts those that fit into tools.
+    pub async fn discover_tools(
+        &self,
+        task: String,
+        top_k: usize,
+        reserved: Vec<String>,
+    ) -> Vec<InjectedTool> {
+        let engine = self.engine.clone();
+        let found = tokio::task::spawn_blocking(move || engine.discover(&task, top_k)).await;
+        let discovery = match found {
+            Ok(Ok(discovery)) => discovery,
+            Ok(Err(err)) => {
+                tracing::warn!(error = %err, "discovery failed; no tools injected");
+                return Vec::new();
+            }
+            Err(err) => {
+                tracing::error!(error = %err, "discovery task failed");
+                return Vec::new();
+            }
+        };
+        let threshold = discovery.meta.threshold;
+        let mut picked: Vec<(Arc<StoredRecord>, Manifest)> = Vec::new();
+        for candidate in discovery.candidates.iter().filter(|c| c.score >= threshold) {
+            let Some(record) = self.engine.get(&candidate.id) else {
+                continue;
+            };
+            let manifest: Manifest = match serde_json::from_value(record.manifest.clone()) {
+                Ok(manifest) => manifest,
+                Err(err) => {
+                    tracing::error!(id = %record.id, error = %err, "stored manifest does not decode");
+                    continue;
+                }
+            };
+            picked.push((Arc::new(record), manifest));
+        }
+        let named: Vec<(&str, &Manifest)> =
+            picked.iter().map(|(r, m)| (r.id.as_str(), m)).collect();
+        let reserved: Vec<&str> = reserved.iter().map(String::as_str).collect();
+        let names = oap_manifest::tool::assign_tool_names(&named, &reserved);
+        picked
+            .into_iter()
+            .zip(names)
+            .map(|((record, manifest), name)| InjectedTool {
+                definition: oap_manifest::tool::to_tool(&manifest, &name),
+                name,
+                record,
+            })
+            .collect()
+    }
+
+    /// `POST /v1/tools {"task", "top_k"}`: the discovered tools and their
+    /// registry, for clients that run their own loop.
+    pub async fn tools_endpoint(
+        &self,
+        request: Request<Incoming>,
+        max_task_bytes: usize,
+    ) -> Response<Body> {
+        let body = match http::read_body(request.into_body(), 1024 * 1024).await {
+            Ok(body) => body,
+            Err(err) => return err.into_response(),
+        };
+        let parsed: Value = match serde_json::from_slice(&body) {
+            Ok(parsed) => parsed,
+            Err(err) => {
+                return http::error(StatusCode::BAD_REQUEST, format!("invalid JSON: {err}"))
+            }
+        };
+        let Some(task) = parsed.get("task").and_then(Value::as_str).map(str::trim) else {
+            return http::error(StatusCode::BAD_REQUEST, "task: expected a string");
+        };
+        if task.is_empty() {
+            return http::error(StatusCode::BAD_REQUEST, "task: must not be empty");
+        }
+        if task.len() >= max_task_bytes {
+            return http::error(
+                StatusCode::BAD_REQUEST,
+                format!("task: longer than {max_task_bytes} bytes"),
+            );
+        }
+        let top_k = match parsed.get("top_k") {
+            None | Some(Value::Null) => self.settings.default_top_k,
+            Some(value) => match value.as_u64() {
+                Some(k @ 1..=20) => k as usize,
+                _ => {
+                    return http::error(
+                        StatusCode::BAD_REQUEST,
+                        format!("top_k: expected an integer from 1 to 20, got {value}"),
+                    )
+                }
+            },
+        };
+        let tools = self
+            .discover_tools(task.to_string(), top_k, Vec::new())
+            .await;
+        let mut registry = Map::new();
+        for tool in &tools {
+            registry.insert(
+                tool.name.clone(),
+                json!({
+                    "tool": tool.definition,
+                    "id": tool.record.id,
+                    "domain": tool.record.id,
+                    "trust": tool.record.trust,
+                    "manifest": tool.record.manifest,
+                }),
+            );
+        }
+        let definitions: Vec<&Value> = tools.iter().map(|t| &t.definition).collect();
+        http::json(
+            StatusCode::OK,
+            &json!({"tools": definitions, "registry": registry}),
+        )
+    }
+
+    /// Sends a JSON body to Ollama and streams the answer back unchanged.
+    pub async fn forward_json(&self, path: &str, body: &Map<String, Value>) -> Response<Body> {
+        match self
+            .ctx
+            .upstream
+            .post_json(path, &Value::Object(body.clone()))
+            .await
+        {
+            Ok(response) => upstream::stream_back(response),
+            Err(err) => err.into_response(),
+        }
+    }
+
+    /// Forwards any request to Ollama, streaming both ways (pull progress,
+    /// blob uploads), with the Host header rewritten.
+    pub async fn passthrough(&self, request: Request<Incoming>) -> Response<Body> {
+        let (parts, body) = request.into_parts();
+        let path_and_query = parts
+            .uri
+            .path_and_query()
+            .map(|p| p.as_str().to_string())
+            .unwrap_or_else(|| "/".into());
+        let mut headers = parts.headers;
+        if self.strips_authorization {
+            headers.remove(AUTHORIZATION);
+        }
+        let body = body.map_err(|err| Box::new(err) as BoxError).boxed();
+        match self
+            .ctx
+            .upstream
+            .send(parts.method, &path_and_query, &headers, body)
+            .await
+        {
+            Ok(response) => upstream::stream_back(response),
+            Err(err) => err.into_response(),
+        }
+    }
+}
+
+/// Streams the loop's events as NDJSON. The status is decided by the first
+/// event: an error before any chunk is a real HTTP error (Ollama does the
+/// same); after that, errors are `{"error"}` lines.
+pub async fn ndjson_response(mut rx: mpsc::Receiver<Event>) -> Response<Body> {
+    let first = match rx.recv().await {
+        Some(Event::Chunk(chunk)) => chunk,
+        Some(Event::Error { status, message }) => return http::error(status, message),
+        None => {
+            return http::error(
+                StatusCode::BAD_GATEWAY,
+                "the answer ended before it started",
+            )
+        }
+    };
+    let first =
+        futures_util::stream::once(async move { Ok::<_, BoxError>(Frame::data(line(&first))) });
+    let rest = futures_util::stream::unfold(rx, |mut rx| async move {
+        let event = rx.recv().await?;
+        let bytes = match event {
+            Event::Chunk(chunk) => line(&chunk),
+            Event::Error { message, .. } => line(&json!({"error": message})),
+        };
+        Some((Ok::<_, BoxError>(Frame::data(bytes)), rx))
+    });
+    use futures_util::StreamExt;
+    let mut response = Response::new(BodyExt::boxed(StreamBody::new(first.chain(rest))));
+    response.headers_mut().insert(
+        CONTENT_TYPE,
+        HeaderValue::from_static("application/x-ndjson"),
+    );
+    response
+}
+
+fn line(value: &Value) -> Bytes {
+    let mut bytes = serde_json::to_vec(value).unwrap_or_else(|_| b"{}".to_vec());
+    bytes.push(b'\n');
+    Bytes::from(bytes)
+}

@@ -1,0 +1,100 @@
+//! The bridge's tool runner: oap-exec's executor, configured from the
+//! `tool_bridge:` and `tools:` sections.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use oap_discovery::{StoredRecord, Trust};
+use oap_exec::{Cidr, CredentialStore, ExecPolicy, Executor};
+use oap_manifest::Manifest;
+use serde_json::{Map, Value};
+
+use crate::bridge::{ToolResult, ToolRunner};
+use crate::config::Config;
+
+pub struct ExecRunner {
+    executor: Arc<Executor>,
+}
+
+impl ExecRunner {
+    pub fn new(config: &Config) -> anyhow::Result<ExecRunner> {
+        let tools = &config.tools;
+        let allow_private = tools
+            .allow_private
+            .iter()
+            .map(|range| {
+                range
+                    .parse::<Cidr>()
+                    .map_err(|err| anyhow::anyhow!("tools.allow_private: {range:?}: {}", err.0))
+            })
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        let policy = ExecPolicy {
+            http_timeout: Duration::from_secs(config.tool_bridge.http_timeout),
+            stdio_timeout: Duration::from_secs(config.tool_bridge.stdio_timeout),
+            max_response_bytes: tools.max_response_bytes,
+            max_result_chars: tools.max_result_chars,
+            allow_private,
+            stdio_dirs: tools.stdio_dirs.clone(),
+            max_parallel: tools.max_parallel,
+            ..ExecPolicy::default()
+        };
+        let mut executor = Executor::new(policy).context("tool executor")?;
+        if let Some(path) = &tools.credentials_file {
+            let store = CredentialStore::load(path)
+                .with_context(|| format!("tools.credentials_file {}", path.display()))?;
+            tracing::info!(path = %path.display(), domains = store.len(), "credential store loaded");
+            executor = executor.with_credentials(store);
+        }
+        Ok(ExecRunner {
+            executor: Arc::new(executor),
+        })
+    }
+
+    pub fn from_executor(executor: Executor) -> ExecRunner {
+        ExecRunner {
+            executor: Arc::new(executor),
+        }
+    }
+}
+
+fn exec_trust(trust: Trust) -> oap_exec::Trust {
+    match trust {
+        Trust::Local => oap_exec::Trust::Local,
+        Trust::Lan => oap_exec::Trust::Lan,
+        Trust::Internet => oap_exec::Trust::Internet,
+    }
+}
+
+impl ToolRunner for ExecRunner {
+    fn run(
+        &self,
+        record: Arc<StoredRecord>,
+        arguments: Map<String, Value>,
+    ) -> Pin<Box<dyn Future<Output = ToolResult> + Send>> {
+        let executor = self.executor.clone();
+        Box::pin(async move {
+            let manifest: Manifest = match serde_json::from_value(record.manifest.clone()) {
+                Ok(manifest) => manifest,
+                Err(err) => {
+                    return ToolResult {
+                        content: format!(
+                            "Error: the manifest of {} cannot be read: {err}",
+                            record.id
+                        ),
+                        ok: false,
+                    }
+                }
+            };
+            let outcome = executor
+                .execute(&manifest, exec_trust(record.trust), &arguments)
+                .await;
+            ToolResult {
+                content: outcome.content,
+                ok: outcome.ok,
+            }
+        })
+    }
+}

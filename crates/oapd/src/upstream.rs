@@ -1,0 +1,260 @@
+//! The connection to Ollama: a pooled HTTP/1 client, request forwarding
+//! with the Host header rewritten, and Ollama-shaped errors when Ollama
+//! cannot be reached.
+//!
+//! Ollama listening on loopback refuses requests whose Host is not a
+//! loopback or local name (403), so every forwarded request carries the
+//! upstream's own authority as Host, whatever the LAN client sent.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::BodyExt;
+use hyper::body::Incoming;
+use hyper::header::{HeaderName, HeaderValue, CONNECTION, HOST};
+use hyper::{HeaderMap, Method, Request, Response, StatusCode, Uri};
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
+
+use crate::http::{self, Body, BoxError};
+
+/// Headers that describe one hop, never forwarded (RFC 9110 §7.6.1).
+const HOP_BY_HOP: &[&str] = &[
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "proxy-authenticate",
+    "proxy-authorization",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+];
+
+#[derive(Debug, thiserror::Error)]
+pub enum UpstreamError {
+    #[error("ollama.base_url {0:?} is not an http URL with a host")]
+    BadBaseUrl(String),
+    #[error("cannot reach Ollama at {base}: {source}")]
+    Unreachable {
+        base: String,
+        #[source]
+        source: BoxError,
+    },
+    #[error("Ollama did not answer within {0:?}")]
+    Timeout(Duration),
+    #[error("cannot build the upstream request: {0}")]
+    Request(String),
+}
+
+impl UpstreamError {
+    /// 502 for an unreachable upstream, so clients can tell it from their
+    /// own mistakes; 504 when it did not answer in time.
+    pub fn status(&self) -> StatusCode {
+        match self {
+            UpstreamError::Timeout(_) => StatusCode::GATEWAY_TIMEOUT,
+            UpstreamError::Request(_) => StatusCode::BAD_REQUEST,
+            _ => StatusCode::BAD_GATEWAY,
+        }
+    }
+
+    /// The error as Ollama itself would answer: `{"error": "..."}`.
+    pub fn into_response(self) -> Response<Body> {
+        http::error(self.status(), self.to_string())
+    }
+}
+
+/// A client for one Ollama server.
+#[derive(Clone)]
+pub struct Upstream {
+    client: Client<HttpConnector, Body>,
+    base: String,
+    authority: HeaderValue,
+    scheme_and_authority: String,
+    /// Time to the response head; bodies stream for as long as they take.
+    head_timeout: Duration,
+}
+
+impl Upstream {
+    pub fn new(base_url: &str, head_timeout: Duration) -> Result<Upstream, UpstreamError> {
+        let uri: Uri = base_url
+            .parse()
+            .map_err(|_| UpstreamError::BadBaseUrl(base_url.into()))?;
+        let (Some(scheme), Some(authority)) = (uri.scheme_str(), uri.authority()) else {
+            return Err(UpstreamError::BadBaseUrl(base_url.into()));
+        };
+        if scheme != "http" {
+            // Ollama speaks plain HTTP; TLS to it would need a terminating proxy.
+            return Err(UpstreamError::BadBaseUrl(base_url.into()));
+        }
+        let authority_value = HeaderValue::from_str(authority.as_str())
+            .map_err(|_| UpstreamError::BadBaseUrl(base_url.into()))?;
+        let mut connector = HttpConnector::new();
+        connector.set_connect_timeout(Some(Duration::from_secs(5)));
+        connector.set_nodelay(true);
+        let client = Client::builder(TokioExecutor::new())
+            .pool_idle_timeout(Duration::from_secs(60))
+            .pool_max_idle_per_host(32)
+            .build(connector);
+        let path_prefix = uri.path().trim_end_matches('/');
+        Ok(Upstream {
+            client,
+            base: base_url.trim_end_matches('/').to_string(),
+            authority: authority_value,
+            scheme_and_authority: format!("{scheme}://{}{path_prefix}", authority.as_str()),
+            head_timeout,
+        })
+    }
+
+    pub fn base_url(&self) -> &str {
+        &self.base
+    }
+
+    /// Sends a request to `path_and_query` on Ollama; returns the response
+    /// with its body still streaming.
+    pub async fn send(
+        &self,
+        method: Method,
+        path_and_query: &str,
+        headers: &HeaderMap,
+        body: Body,
+    ) -> Result<Response<Incoming>, UpstreamError> {
+        let uri: Uri = format!("{}{}", self.scheme_and_authority, path_and_query)
+            .parse()
+            .map_err(|err| UpstreamError::Request(format!("bad path {path_and_query:?}: {err}")))?;
+        let mut request = Request::builder()
+            .method(method)
+            .uri(uri)
+            .body(body)
+            .map_err(|err| UpstreamError::Request(err.to_string()))?;
+        let forwarded = request.headers_mut();
+        copy_end_to_end_headers(headers, forwarded);
+        forwarded.insert(HOST, self.authority.clone());
+        match tokio::time::timeout(self.head_timeout, self.client.request(request)).await {
+            Ok(Ok(response)) => Ok(response),
+            Ok(Err(err)) => Err(UpstreamError::Unreachable {
+                base: self.base.clone(),
+                source: Box::new(err),
+            }),
+            Err(_) => Err(UpstreamError::Timeout(self.head_timeout)),
+        }
+    }
+
+    /// POSTs a JSON body and returns the response, body streaming.
+    pub async fn post_json(
+        &self,
+        path: &str,
+        body: &serde_json::Value,
+    ) -> Result<Response<Incoming>, UpstreamError> {
+        let bytes =
+            serde_json::to_vec(body).map_err(|err| UpstreamError::Request(err.to_string()))?;
+        let mut headers = HeaderMap::new();
+        headers.insert(
+            hyper::header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
+        self.send(Method::POST, path, &headers, http::full(bytes))
+            .await
+    }
+
+    /// POSTs JSON and reads a JSON answer of at most `limit` bytes.
+    pub async fn post_json_read(
+        &self,
+        path: &str,
+        body: &serde_json::Value,
+        limit: usize,
+    ) -> Result<(StatusCode, serde_json::Value), UpstreamError> {
+        let response = self.post_json(path, body).await?;
+        let status = response.status();
+        let bytes = read_limited(response.into_body(), limit)
+            .await
+            .map_err(|source| UpstreamError::Unreachable {
+                base: self.base.clone(),
+                source,
+            })?;
+        let value = serde_json::from_slice(&bytes).unwrap_or(serde_json::Value::Null);
+        Ok((status, value))
+    }
+}
+
+/// Reads a body up to `limit` bytes (an error past it).
+pub async fn read_limited(body: Incoming, limit: usize) -> Result<Bytes, BoxError> {
+    let collected = http_body_util::Limited::new(body, limit).collect().await?;
+    Ok(collected.to_bytes())
+}
+
+/// Copies headers that describe the message, not the hop. `Authorization`
+/// is kept: a client may be talking to an Ollama behind its own auth; the
+/// caller strips it when it was oapd's own token.
+fn copy_end_to_end_headers(from: &HeaderMap, to: &mut HeaderMap) {
+    let listed_in_connection: Vec<String> = from
+        .get_all(CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(',').map(|s| s.trim().to_ascii_lowercase()))
+        .collect();
+    for (name, value) in from {
+        let lower = name.as_str();
+        if lower == "host"
+            || lower == "content-length"
+            || HOP_BY_HOP.contains(&lower)
+            || listed_in_connection.iter().any(|c| c == lower)
+        {
+            continue;
+        }
+        to.append(name.clone(), value.clone());
+    }
+}
+
+/// A streaming response from Ollama, forwarded as it arrives.
+pub fn stream_back(response: Response<Incoming>) -> Response<Body> {
+    let (mut parts, body) = response.into_parts();
+    let hop: Vec<HeaderName> = parts
+        .headers
+        .keys()
+        .filter(|name| HOP_BY_HOP.contains(&name.as_str()))
+        .cloned()
+        .collect();
+    for name in hop {
+        parts.headers.remove(name);
+    }
+    Response::from_parts(parts, body.map_err(|err| Box::new(err) as BoxError).boxed())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn base_urls_are_checked() {
+        for bad in ["", "ollama:11434", "https://example.com", "/api", "ftp://x"] {
+            assert!(Upstream::new(bad, Duration::from_secs(1)).is_err(), "{bad}");
+        }
+        let upstream = Upstream::new("http://127.0.0.1:11434/", Duration::from_secs(1)).unwrap();
+        assert_eq!(upstream.base_url(), "http://127.0.0.1:11434");
+        assert_eq!(upstream.authority, "127.0.0.1:11434");
+    }
+
+    #[test]
+    fn hop_by_hop_headers_are_not_forwarded() {
+        let mut from = HeaderMap::new();
+        from.insert("host", HeaderValue::from_static("oapd.local:8300"));
+        from.insert(
+            "connection",
+            HeaderValue::from_static("keep-alive, x-secret"),
+        );
+        from.insert("x-secret", HeaderValue::from_static("1"));
+        from.insert("keep-alive", HeaderValue::from_static("timeout=5"));
+        from.insert("content-length", HeaderValue::from_static("10"));
+        from.insert(
+            "user-agent",
+            HeaderValue::from_static("ollama-python/0.6.3"),
+        );
+        from.insert("authorization", HeaderValue::from_static("Bearer x"));
+        let mut to = HeaderMap::new();
+        copy_end_to_end_headers(&from, &mut to);
+        let names: Vec<&str> = to.keys().map(|k| k.as_str()).collect();
+        assert_eq!(names, ["user-agent", "authorization"]);
+    }
+}
