@@ -59,7 +59,44 @@ pub fn test(args: &[String]) -> anyhow::Result<()> {
         cargo()
             .args(["test", "--release", "--workspace"])
             .args(args),
-    )
+    )?;
+    if args.is_empty() {
+        python_clients()?;
+    }
+    Ok(())
+}
+
+/// The real `ollama` and `openai` Python packages against the real daemon
+/// and the scripted fake Ollama (tests/python), in a venv under target/.
+fn python_clients() -> anyhow::Result<()> {
+    let root = repo_root();
+    run_in_root(cargo().args([
+        "build",
+        "--release",
+        "--package",
+        "oapd",
+        "--package",
+        "fake-ollama",
+        "--bins",
+    ]))?;
+    let venv = root.join("target/pyclients");
+    let python = venv.join("bin/python");
+    if !python.is_file() {
+        run_in_root(Command::new("python3").args(["-m", "venv"]).arg(&venv))?;
+    }
+    run_in_root(
+        Command::new(&python)
+            .args([
+                "-m",
+                "pip",
+                "install",
+                "--quiet",
+                "--disable-pip-version-check",
+                "-r",
+            ])
+            .arg(root.join("tests/python/requirements.txt")),
+    )?;
+    run_in_root(Command::new(&python).args(["-m", "pytest", "-q", "tests/python"]))
 }
 
 /// `cargo xtask bench-retrieval [--bfcl-only|--shared-only]`: retrieval

@@ -205,7 +205,12 @@ impl Engine {
         let started = Instant::now();
         let catalog = Catalog::load(&sources);
         let model_id = embedder.as_ref().map(|e| e.model_id().to_string());
-        let fingerprint = fingerprint(&catalog, model_id.as_deref(), config.dtype);
+        let fingerprint = fingerprint(
+            &catalog,
+            model_id.as_deref(),
+            config.dtype,
+            &config.row_weights,
+        );
         let path = config.index_path();
 
         let mut report = BuildReport::default();
@@ -260,7 +265,12 @@ impl Engine {
         let started = Instant::now();
         let catalog = Catalog::load(&self.sources);
         let model_id = self.embedder.as_ref().map(|e| e.model_id().to_string());
-        let fingerprint = fingerprint(&catalog, model_id.as_deref(), self.config.dtype);
+        let fingerprint = fingerprint(
+            &catalog,
+            model_id.as_deref(),
+            self.config.dtype,
+            &self.config.row_weights,
+        );
         let current = self.snapshot.load_full();
         let reuse = if force { None } else { Some(&current.index) };
         let (index, mut report) = build_index(
@@ -308,7 +318,7 @@ impl Engine {
         }
         let top_k = top_k.max(1);
         let snapshot = self.snapshot.load_full();
-        let views = query::views(task);
+        let views = query::views_with(task, &self.config.scoring.query);
 
         // The vectors in the index must come from the model that embeds the
         // query; otherwise dense scores are meaningless.
@@ -345,7 +355,12 @@ impl Engine {
             .filter_map(|(doc, parts)| candidate(&snapshot.index, doc, parts))
             .collect();
         let search_ms = search_started.elapsed().as_secs_f64() * 1e3;
-        let best = candidates.first().filter(|c| c.score >= threshold).cloned();
+        // Abstention looks at the best candidate's score parts (its cosine in
+        // hybrid mode), calibrated on the retrieval benchmark.
+        let best = candidates
+            .first()
+            .filter(|c| self.config.scoring.accepts(mode, &c.scores))
+            .cloned();
         Ok(Discovery {
             task: task.to_string(),
             best,
@@ -461,11 +476,18 @@ fn read_meta(index: &Index) -> Option<IndexMeta> {
 
 /// Identity of what an index was built from. Equal fingerprints mean the
 /// existing file can be mapped as it is.
-fn fingerprint(catalog: &Catalog, model_id: Option<&str>, dtype: VectorDtype) -> String {
+fn fingerprint(
+    catalog: &Catalog,
+    model_id: Option<&str>,
+    dtype: VectorDtype,
+    rows: &RowWeights,
+) -> String {
     let mut hasher = Sha256::new();
     hasher.update(RECIPE_VERSION.to_le_bytes());
     hasher.update(model_id.unwrap_or("-").as_bytes());
     hasher.update([0, matches!(dtype, VectorDtype::I8) as u8]);
+    // The row recipe decides which vectors exist: a change must rebuild.
+    hasher.update(format!("{rows:?}").as_bytes());
     let mut entries: Vec<&CatalogEntry> = catalog.entries.iter().collect();
     entries.sort_by(|a, b| a.id.cmp(&b.id));
     for entry in entries {

@@ -159,6 +159,8 @@ impl Api {
                 )
             }
             ("/v1/chat", &Method::POST) => self.chat.ollama_chat(request).await,
+            ("/v1/chat/completions", &Method::POST) => self.chat.openai_chat(request).await,
+            ("/v1/chat/completions", _) => method_not_allowed("POST"),
             ("/v1/tools", &Method::POST) => {
                 self.chat
                     .tools_endpoint(request, self.settings.max_task_bytes)

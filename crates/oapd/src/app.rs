@@ -100,10 +100,11 @@ pub fn engine_config(config: &Config) -> EngineConfig {
         },
         ..Scoring::default()
     };
+    // The configured threshold is a cosine (hybrid and dense modes); the
+    // lexical fallback keeps its own scale and threshold.
     if let Some(min_score) = config.discovery.min_score {
         scoring.min_score_hybrid = min_score;
         scoring.min_score_dense = min_score;
-        scoring.min_score_lexical = min_score;
     }
     engine.scoring = scoring;
     engine.search_threads = config.index.search_threads;

@@ -73,6 +73,110 @@ impl ChatService {
         }
     }
 
+    /// `POST /v1/chat/completions`: the same discovery and loop behind
+    /// OpenAI's wire format (SSE chunks when streaming).
+    pub async fn openai_chat(self: &Arc<Self>, request: Request<Incoming>) -> Response<Body> {
+        use oap_wire::openai;
+        let body = match http::read_body(request.into_body(), self.max_request_bytes).await {
+            Ok(body) => body,
+            Err(http::BodyError::TooLarge { limit }) => {
+                return openai_error(
+                    StatusCode::PAYLOAD_TOO_LARGE,
+                    &format!("request body is larger than the {limit} byte limit"),
+                )
+            }
+            Err(http::BodyError::Read(message)) => {
+                return openai_error(StatusCode::BAD_REQUEST, &message)
+            }
+        };
+        let original: Value = match serde_json::from_slice(&body) {
+            Ok(value @ Value::Object(_)) => value,
+            Ok(_) => {
+                return openai_error(
+                    StatusCode::BAD_REQUEST,
+                    "request body must be a JSON object",
+                )
+            }
+            Err(err) => {
+                return openai_error(StatusCode::BAD_REQUEST, &format!("invalid JSON: {err}"))
+            }
+        };
+        let mut chat = match openai::chat_request_to_ollama(&original) {
+            Ok(Value::Object(chat)) => chat,
+            Ok(_) => {
+                return openai_error(StatusCode::BAD_REQUEST, "request could not be translated")
+            }
+            Err(err) => return http::json(StatusCode::BAD_REQUEST, &err.to_openai()),
+        };
+        // Extension fields (sent by OpenAI clients via extra_body).
+        if let Some(object) = original.as_object() {
+            for (key, value) in object.iter().filter(|(k, _)| k.starts_with("oap_")) {
+                chat.insert(key.clone(), value.clone());
+            }
+        }
+        let options = match bridge::take_options(&mut chat, &self.settings) {
+            Ok(options) => options,
+            Err(err) => return openai_error(StatusCode::BAD_REQUEST, &err.0),
+        };
+        let tools = match self.tools_for(&chat, &options).await {
+            Ok(Some(tools)) => tools,
+            Ok(None) => Vec::new(),
+            Err(response) => return response,
+        };
+        let id = openai::new_completion_id();
+        let created = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or(0);
+        let mut translator = openai::ChunkTranslator::for_request(&original, id.clone(), created);
+        let mut rx = self.start_loop(chat, tools, options.clone());
+        if !options.stream {
+            return match bridge::collect(rx).await.and_then(|chunks| {
+                bridge::aggregate(&chunks).map_err(|e| (StatusCode::BAD_GATEWAY, e))
+            }) {
+                Ok(response) => http::json(
+                    StatusCode::OK,
+                    &openai::ollama_to_chat_completion(&response, &id, created),
+                ),
+                Err((status, message)) => openai_error(status, &message),
+            };
+        }
+        let first = match rx.recv().await {
+            Some(Event::Chunk(chunk)) => translator.push(&chunk),
+            Some(Event::Error { status, message }) => return openai_error(status, &message),
+            None => {
+                return openai_error(
+                    StatusCode::BAD_GATEWAY,
+                    "the answer ended before it started",
+                )
+            }
+        };
+        let first = futures_util::stream::once(async move {
+            Ok::<_, BoxError>(Frame::data(Bytes::from(first)))
+        });
+        let rest =
+            futures_util::stream::unfold((rx, translator), |(mut rx, mut translator)| async move {
+                if translator.is_finished() {
+                    return None;
+                }
+                let bytes = match rx.recv().await {
+                    Some(Event::Chunk(chunk)) => translator.push(&chunk),
+                    Some(Event::Error { message, .. }) => translator.error(&message),
+                    None => translator.finish(),
+                };
+                Some((
+                    Ok::<_, BoxError>(Frame::data(Bytes::from(bytes))),
+                    (rx, translator),
+                ))
+            });
+        use futures_util::StreamExt;
+        let mut response = Response::new(BodyExt::boxed(StreamBody::new(first.chain(rest))));
+        let headers = response.headers_mut();
+        headers.insert(CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
+        headers.insert("cache-control", HeaderValue::from_static("no-cache"));
+        response
+    }
+
     /// Starts the loop on its own task; the returned channel carries its events.
     pub fn start_loop(
         &self,
@@ -138,9 +242,16 @@ impl ChatService {
                 return Vec::new();
             }
         };
-        let threshold = discovery.meta.threshold;
+        // Only candidates that would count as a match are injected: a small
+        // model is better served by no tool than by an unrelated one.
+        let scoring = &self.engine.config().scoring;
+        let mode = discovery.meta.mode;
         let mut picked: Vec<(Arc<StoredRecord>, Manifest)> = Vec::new();
-        for candidate in discovery.candidates.iter().filter(|c| c.score >= threshold) {
+        for candidate in discovery
+            .candidates
+            .iter()
+            .filter(|c| scoring.accepts(mode, &c.scores))
+        {
             let Some(record) = self.engine.get(&candidate.id) else {
                 continue;
             };
@@ -302,6 +413,13 @@ pub async fn ndjson_response(mut rx: mpsc::Receiver<Event>) -> Response<Body> {
         HeaderValue::from_static("application/x-ndjson"),
     );
     response
+}
+
+fn openai_error(status: StatusCode, message: &str) -> Response<Body> {
+    http::json(
+        status,
+        &oap_wire::openai::openai_error(status.as_u16(), message),
+    )
 }
 
 fn line(value: &Value) -> Bytes {

@@ -1,0 +1,109 @@
+"""Fixtures: the real oapd binary in front of the scripted fake Ollama.
+
+Both are started as processes on loopback ports; the fake is driven through
+its control endpoints (/_fake/...), so each test scripts exactly what "the
+model" answers and can read back what oapd forwarded.
+"""
+
+import json
+import os
+import socket
+import subprocess
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+TARGET = Path(os.environ.get("CARGO_TARGET_DIR", REPO / "target")) / "release"
+MODEL_DIR = Path(os.environ.get("OAPD_MODEL_DIR", REPO / "models" / "all-MiniLM-L6-v2"))
+
+SCRIPT = {
+    "models": [
+        {"name": "qwen3:4b", "capabilities": ["completion", "tools"]},
+        {"name": "tiny", "capabilities": ["completion"]},
+    ],
+    "turns": [],
+}
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def http_json(method, url, body=None):
+    data = None if body is None else json.dumps(body).encode()
+    request = urllib.request.Request(url, data=data, method=method, headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=30) as response:
+        text = response.read()
+        return json.loads(text) if text else None
+
+
+class Fake:
+    def __init__(self, url):
+        self.url = url
+
+    def turns(self, *turns):
+        http_json("POST", f"{self.url}/_fake/turns", list(turns))
+
+    def reset(self):
+        http_json("POST", f"{self.url}/_fake/reset", {})
+
+    def chat_requests(self):
+        return [r["body"] for r in http_json("GET", f"{self.url}/_fake/requests?path=/api/chat")]
+
+
+@pytest.fixture(scope="session")
+def fake():
+    binary = TARGET / "fake-ollama"
+    assert binary.is_file(), f"{binary} missing: build with `cargo build --release -p fake-ollama`"
+    script = Path(tempfile.mkdtemp()) / "script.json"
+    script.write_text(json.dumps(SCRIPT))
+    process = subprocess.Popen([str(binary), "--script", str(script), "--port", "0"], stdout=subprocess.PIPE, text=True)
+    address = process.stdout.readline().strip()
+    assert address, "fake-ollama printed no address"
+    yield Fake(f"http://{address}")
+    process.kill()
+    process.wait()
+
+
+@pytest.fixture(scope="session")
+def oapd(fake):
+    binary = TARGET / "oapd"
+    assert binary.is_file(), f"{binary} missing: build with `cargo build --release -p oapd`"
+    assert (MODEL_DIR / "model.safetensors").is_file(), "model missing: run `cargo xtask fetch-model`"
+    state = Path(tempfile.mkdtemp())
+    port = free_port()
+    config = state / "config.yaml"
+    config.write_text(
+        f"server:\n  listen: ['127.0.0.1:{port}']\n"
+        f"index:\n  data_dir: {json.dumps(str(state / 'data'))}\n"
+        f"embedding:\n  model_dir: {json.dumps(str(MODEL_DIR))}\n"
+        f"ollama:\n  base_url: {json.dumps(fake.url)}\n"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OAP_")}
+    log = open(state / "oapd.log", "w")
+    process = subprocess.Popen([str(binary), "--config", str(config), "serve"], stderr=log, env=env)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.time() + 120
+    while True:
+        try:
+            http_json("GET", f"{url}/health")
+            break
+        except Exception:
+            assert process.poll() is None, (state / "oapd.log").read_text()
+            assert time.time() < deadline, "oapd did not become ready"
+            time.sleep(0.1)
+    yield url
+    process.terminate()
+    process.wait(timeout=20)
+
+
+@pytest.fixture(autouse=True)
+def fresh_fake(fake):
+    fake.reset()
+    yield

@@ -1,0 +1,113 @@
+"""The `ollama` and `openai` Python packages against oapd, exactly as apps
+use them against Ollama. The model is scripted; the tools are real (the
+bundled `wc` manifest runs coreutils wc)."""
+
+import json
+
+import ollama
+import openai
+import pytest
+
+TASK = "count the words in this text: one two three four"
+WC_CALL = {"name": "oap_wc", "arguments": {"args": "-w", "stdin": "one two three four"}}
+ECHO_TOOL = {"echo": "last_tool"}
+
+
+def test_ollama_chat_runs_a_discovered_tool(oapd, fake):
+    fake.turns({"chunks": [{"tool_calls": [WC_CALL]}]}, ECHO_TOOL)
+    client = ollama.Client(host=oapd)
+    response = client.chat(model="qwen3:4b", messages=[{"role": "user", "content": TASK}], stream=False)
+    assert response.done
+    assert "4" in response.message.content
+    assert not response.message.tool_calls
+    sent = fake.chat_requests()
+    assert [t["function"]["name"] for t in sent[0]["tools"]].count("oap_wc") == 1
+    assert sent[1]["messages"][-1]["role"] == "tool"
+
+
+def test_ollama_chat_streams_with_one_final_done(oapd, fake):
+    fake.turns({"chunks": [{"content": "Counting. "}, {"tool_calls": [WC_CALL]}]}, ECHO_TOOL)
+    client = ollama.Client(host=oapd)
+    parts = list(client.chat(model="qwen3:4b", messages=[{"role": "user", "content": TASK}], stream=True))
+    assert [p.done for p in parts].count(True) == 1 and parts[-1].done
+    text = "".join(p.message.content or "" for p in parts)
+    assert text.startswith("Counting.") and "4" in text
+
+
+def test_ollama_client_tools_come_back_to_the_client(oapd, fake):
+    fake.turns({"chunks": [{"tool_calls": [{"name": "get_weather", "arguments": {"city": "Paris"}}]}]})
+
+    def get_weather(city: str) -> str:
+        """Get the current weather for a city.
+
+        Args:
+          city: The city name
+        """
+        return "sunny"
+
+    client = ollama.Client(host=oapd)
+    response = client.chat(
+        model="qwen3:4b", messages=[{"role": "user", "content": "weather in Paris?"}], tools=[get_weather], stream=False
+    )
+    calls = response.message.tool_calls
+    assert len(calls) == 1
+    assert calls[0].function.name == "get_weather"
+    assert calls[0].function.arguments == {"city": "Paris"}
+
+
+def test_ollama_model_management_passes_through(oapd, fake):
+    client = ollama.Client(host=oapd)
+    names = [m.model for m in client.list().models]
+    assert "qwen3:4b" in names
+    assert "tools" in client.show("qwen3:4b").capabilities
+    progress = list(client.pull("qwen3:4b", stream=True))
+    assert progress[-1].status == "success"
+
+
+def test_ollama_errors_raise_response_error(oapd, fake):
+    fake.turns({"http_error": {"status": 500, "error": "out of memory"}})
+    client = ollama.Client(host=oapd)
+    with pytest.raises(ollama.ResponseError) as raised:
+        client.chat(model="qwen3:4b", messages=[{"role": "user", "content": "hi"}], stream=False)
+    assert "out of memory" in str(raised.value)
+
+
+def test_openai_chat_completion_runs_a_discovered_tool(oapd, fake):
+    fake.turns({"chunks": [{"tool_calls": [WC_CALL]}]}, ECHO_TOOL)
+    client = openai.OpenAI(base_url=f"{oapd}/v1", api_key="unused")
+    completion = client.chat.completions.create(model="qwen3:4b", messages=[{"role": "user", "content": TASK}])
+    choice = completion.choices[0]
+    assert choice.finish_reason == "stop"
+    assert "4" in choice.message.content
+
+
+def test_openai_streaming_and_client_tool_calls(oapd, fake):
+    fake.turns({"chunks": [{"tool_calls": [{"name": "get_weather", "arguments": {"city": "Paris"}}]}]})
+    client = openai.OpenAI(base_url=f"{oapd}/v1", api_key="unused")
+    tools = [{"type": "function", "function": {"name": "get_weather", "description": "Weather for a city",
+              "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}]
+    stream = client.chat.completions.create(
+        model="qwen3:4b", messages=[{"role": "user", "content": "weather in Paris?"}], tools=tools, stream=True
+    )
+    chunks = list(stream)
+    calls = [c for chunk in chunks for choice in chunk.choices for c in (choice.delta.tool_calls or [])]
+    assert len(calls) == 1
+    assert calls[0].index == 0 and calls[0].function.name == "get_weather"
+    assert json.loads(calls[0].function.arguments) == {"city": "Paris"}
+    reasons = [choice.finish_reason for chunk in chunks for choice in chunk.choices if choice.finish_reason]
+    assert reasons == ["tool_calls"]
+
+
+def test_openai_streamed_answer_after_a_tool_round(oapd, fake):
+    fake.turns({"chunks": [{"tool_calls": [WC_CALL]}]}, ECHO_TOOL)
+    client = openai.OpenAI(base_url=f"{oapd}/v1", api_key="unused")
+    stream = client.chat.completions.create(model="qwen3:4b", messages=[{"role": "user", "content": TASK}], stream=True)
+    text = "".join(choice.delta.content or "" for chunk in stream for choice in chunk.choices)
+    assert "4" in text
+
+
+def test_openai_models_and_errors(oapd, fake):
+    client = openai.OpenAI(base_url=f"{oapd}/v1", api_key="unused")
+    assert "qwen3:4b" in [m.id for m in client.models.list().data]
+    with pytest.raises(openai.BadRequestError):
+        client.chat.completions.create(model="qwen3:4b", messages=[])
