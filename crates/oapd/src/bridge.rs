@@ -372,7 +372,12 @@ async fn drive(
         }
 
         // Run oapd's calls (bounded parallelism, results in call order).
-        let results = run_calls(ctx, &by_name, &ours).await;
+        // A client that goes away cancels them: dropping the futures kills
+        // the tools' process groups and closes their connections.
+        let results = tokio::select! {
+            results = run_calls(ctx, &by_name, &ours) => results,
+            _ = out.closed() => return,
+        };
         let assistant_calls: Vec<Value> = ours.iter().map(ToolCall::to_ollama).collect();
         messages.push(json!({
             "role": "assistant",

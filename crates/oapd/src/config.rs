@@ -1142,7 +1142,7 @@ impl Config {
         for (i, range) in tools.allow_private.iter().enumerate() {
             if range.parse::<oap_exec::Cidr>().is_err() {
                 c.fail(
-                    &format!("tools.allow_private[{i}]"),
+                    format!("tools.allow_private[{i}]"),
                     format!("expected an address or CIDR range like 192.168.1.0/24, got {range:?}"),
                 );
             }
@@ -1150,7 +1150,7 @@ impl Config {
         for (i, dir) in tools.stdio_dirs.iter().enumerate() {
             if !dir.is_absolute() {
                 c.fail(
-                    &format!("tools.stdio_dirs[{i}]"),
+                    format!("tools.stdio_dirs[{i}]"),
                     format!("must be an absolute path, got {}", dir.display()),
                 );
             }

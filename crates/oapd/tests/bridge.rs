@@ -433,14 +433,42 @@ fn v1_tools_returns_definitions_and_registry() {
     assert_eq!(daemon.post_json("/v1/tools", r#"{"task": ""}"#).status, 400);
 }
 
+/// Processes whose command line is exactly `argv`.
+fn processes_running(argv: &[&str]) -> usize {
+    let wanted: Vec<u8> = argv.iter().flat_map(|a| a.bytes().chain([0])).collect();
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .bytes()
+                .all(|b| b.is_ascii_digit())
+        })
+        .filter(|e| std::fs::read(e.path().join("cmdline")).is_ok_and(|c| c == wanted))
+        .count()
+}
+
 #[test]
-fn a_client_that_disconnects_stops_the_loop() {
-    let upstream = fake(models().turn(Turn::reply("a b c d e f g h i j k l").delay_ms(200)));
-    let daemon = daemon_for(&upstream);
-    let body = json!({"model": "qwen3:4b", "messages": [{"role": "user", "content": "hello"}]})
-        .to_string();
+fn a_client_that_disconnects_cancels_the_running_tool() {
+    let manifests = tempfile::tempdir().unwrap();
+    std::fs::write(
+        manifests.path().join("sleeper.json"),
+        br#"{"oap":"1.0","name":"sleeper","description":"Waits for a number of seconds, then returns. Use to pause or wait.","invoke":{"method":"stdio","url":"sleep"},"input":{"format":"text/plain","description":"Seconds to wait, as the argument."},"output":{"format":"text/plain","description":"Nothing."}}"#,
+    )
+    .unwrap();
+    let marker = "37.25"; // an unusual duration identifies our process
+    let upstream = fake(models().turn(Turn::tool_call("oap_sleeper", json!({"args": marker}))));
+    let daemon = DaemonBuilder::new()
+        .yaml(&format!(
+            "ollama:\n  base_url: {:?}\nmanifests:\n  dirs: [{:?}]\ntool_bridge:\n  stdio_timeout: 60\n",
+            upstream.fake.url(),
+            manifests.path()
+        ))
+        .start();
+    let body = json!({"model": "qwen3:4b", "messages": [{"role": "user", "content": "wait for a few seconds please"}]}).to_string();
     {
-        use std::io::{Read, Write};
+        use std::io::Write;
         let mut stream = std::net::TcpStream::connect(daemon.addr).unwrap();
         write!(
             stream,
@@ -448,10 +476,24 @@ fn a_client_that_disconnects_stops_the_loop() {
             body.len()
         )
         .unwrap();
-        let mut first = [0u8; 64];
-        let _ = stream.read(&mut first);
-    } // dropped mid-stream
-    std::thread::sleep(Duration::from_millis(500));
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        while processes_running(&["sleep", marker]) == 0 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the tool never started:\n{}",
+                daemon.log_text()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    } // the client hangs up while the tool runs
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while processes_running(&["sleep", marker]) > 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the tool's process outlived the client that asked for it"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
     // The daemon is fine and serves the next request.
     assert_eq!(daemon.get("/health").status, 200);
 }

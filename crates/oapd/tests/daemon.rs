@@ -458,3 +458,55 @@ fn discover_on_the_command_line() {
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert!(stdout.starts_with("match: wc (local/wc)"), "{stdout}");
 }
+
+#[test]
+fn cors_allows_only_configured_origins_and_preflights_need_no_token() {
+    let token = "cors-test-token-0123456789abcdef";
+    let daemon = DaemonBuilder::new()
+        .env("OAP_SERVER_CORS_ORIGINS", "http://webui.local:3000")
+        .env("OAP_SERVER_AUTH_TOKEN", token)
+        .start_with_auth(token);
+    let preflight = daemon.request(
+        "OPTIONS",
+        "/api/chat",
+        &[
+            ("Origin", "http://webui.local:3000"),
+            ("Access-Control-Request-Method", "POST"),
+        ],
+        b"",
+    );
+    assert_eq!(preflight.status, 204);
+    assert_eq!(
+        preflight.header("access-control-allow-origin"),
+        Some("http://webui.local:3000")
+    );
+    assert!(preflight
+        .header("access-control-allow-headers")
+        .unwrap()
+        .contains("Authorization"));
+    let bearer = format!("Bearer {token}");
+    let allowed = daemon.request(
+        "GET",
+        "/v1/manifests",
+        &[
+            ("Origin", "http://webui.local:3000"),
+            ("Authorization", &bearer),
+        ],
+        b"",
+    );
+    assert_eq!(allowed.status, 200);
+    assert_eq!(
+        allowed.header("access-control-allow-origin"),
+        Some("http://webui.local:3000")
+    );
+    let other = daemon.request(
+        "GET",
+        "/v1/manifests",
+        &[
+            ("Origin", "http://evil.example"),
+            ("Authorization", &bearer),
+        ],
+        b"",
+    );
+    assert_eq!(other.header("access-control-allow-origin"), None);
+}
