@@ -13,6 +13,7 @@
 //! an operator override a bundled manifest by dropping a file with the same
 //! name into their directory.
 
+use std::collections::HashMap;
 use std::fs;
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -90,6 +91,9 @@ pub struct Catalog {
     pub entries: Vec<CatalogEntry>,
     pub problems: Vec<LoadProblem>,
     pub collisions: Vec<Collision>,
+    /// id → position in `entries`, so collision checks stay O(1) per file
+    /// (a linear scan made loading 100k manifests quadratic).
+    by_id: HashMap<String, usize>,
 }
 
 /// The id of a manifest installed on this machine.
@@ -170,14 +174,15 @@ impl Catalog {
         };
         let manifest = parsed.manifest;
         let id = local_id(&manifest);
-        if let Some(existing) = self.entries.iter().find(|e| e.id == id) {
+        if let Some(&existing) = self.by_id.get(&id) {
             self.collisions.push(Collision {
+                kept: self.entries[existing].origin.location.clone(),
                 id,
-                kept: existing.origin.location.clone(),
                 skipped: origin.location,
             });
             return;
         }
+        self.by_id.insert(id.clone(), self.entries.len());
         self.entries.push(CatalogEntry {
             id,
             content_hash: oap_manifest::content_hash(bytes),
