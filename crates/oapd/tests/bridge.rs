@@ -497,3 +497,54 @@ fn a_client_that_disconnects_cancels_the_running_tool() {
     // The daemon is fine and serves the next request.
     assert_eq!(daemon.get("/health").status, 200);
 }
+
+#[test]
+fn unusable_arguments_become_a_tool_message_the_model_can_fix() {
+    let upstream = fake(
+        models()
+            .turn(Turn::chunks(vec![Chunk::raw_tool_calls(vec![
+                json!({"function": {"index": 0, "name": "oap_wc", "arguments": "{\"args\": \"-w\", \"stdin\": "}}),
+            ])]))
+            .turn(Turn::echo(Echo::LastTool)),
+    );
+    let daemon = daemon_for(&upstream);
+    let response = daemon.post_json(
+        "/api/chat",
+        &json!({"model": "qwen3:4b", "stream": false, "messages": [{"role": "user", "content": WC_TASK}]})
+            .to_string(),
+    );
+    assert_eq!(response.status, 200);
+    let body = response.json();
+    let content = body["message"]["content"].as_str().unwrap();
+    assert!(content.contains("not usable"), "{content}");
+    assert!(content.contains("oap_wc"), "{content}");
+    assert_eq!(body["oap_round"], 2);
+}
+
+#[test]
+fn the_chat_deadline_bounds_a_hung_upstream() {
+    let upstream = fake(models().turn(Turn::hang()));
+    let daemon = DaemonBuilder::new()
+        .yaml(&format!(
+            "ollama:\n  base_url: {:?}\n  chat_deadline: 2\n",
+            upstream.fake.url()
+        ))
+        .start();
+    let started = std::time::Instant::now();
+    let response = daemon.post_json(
+        "/api/chat",
+        &json!({"model": "qwen3:4b", "messages": [{"role": "user", "content": "hello"}]})
+            .to_string(),
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(response.status, 504);
+    assert!(
+        response.error().contains("deadline"),
+        "{}",
+        response.error()
+    );
+}
