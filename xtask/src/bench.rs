@@ -286,23 +286,7 @@ fn rss_of(pid: u32) -> Result<Rss> {
     })
 }
 
-fn cargo() -> Command {
-    Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()))
-}
-
-/// Prints `$ command` and runs it in the repository root; fails if it fails.
-fn run_shown(command: &mut Command) -> Result<()> {
-    let shown = shown(command);
-    println!("$ {shown}");
-    let status = command
-        .current_dir(repo_root())
-        .status()
-        .with_context(|| format!("cannot start {shown}"))?;
-    if !status.success() {
-        bail!("{shown} failed: {status}");
-    }
-    Ok(())
-}
+use crate::tasks::{cargo, run_in_root as run_shown};
 
 /// Runs a command in the repository root, echoing and returning its stdout.
 fn capture(command: &mut Command) -> Result<String> {

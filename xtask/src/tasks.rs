@@ -8,9 +8,10 @@ use anyhow::{bail, Context};
 
 use crate::repo_root;
 
-/// Runs a command in the repository root, failing if it fails.
-fn run_in_root(command: &mut Command) -> anyhow::Result<()> {
+/// Prints `$ command`, runs it in the repository root, fails if it fails.
+pub(crate) fn run_in_root(command: &mut Command) -> anyhow::Result<()> {
     let shown = format!("{command:?}");
+    println!("$ {shown}");
     let status = command
         .current_dir(repo_root())
         .status()
@@ -21,7 +22,7 @@ fn run_in_root(command: &mut Command) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn cargo() -> Command {
+pub(crate) fn cargo() -> Command {
     Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()))
 }
 
