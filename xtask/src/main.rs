@@ -6,6 +6,7 @@
 //! its own module and add a row to [`COMMANDS`].
 
 mod bench;
+mod bench_proxy;
 mod model;
 mod tasks;
 
@@ -44,6 +45,13 @@ const COMMANDS: &[Command] = &[
                 embedding, search, /v1/discover load, RSS and start-to-ready\n      \
                 (10k-manifest corpus, index cached in target/bench/) in one run",
         run: bench::run,
+    },
+    Command {
+        name: "bench-proxy",
+        usage: "bench-proxy [--quick] [--no-peer] [--leak N]\n      \
+                latency oapd adds in front of a fake Ollama (and the Python\n      \
+                peer ollama-mcp-bridge), first-chunk time, RSS over 100k requests",
+        run: bench_proxy::run,
     },
     Command {
         name: "fetch-model",

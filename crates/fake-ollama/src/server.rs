@@ -360,6 +360,9 @@ async fn serve(listener: TcpListener, shared: Arc<Shared>) {
         tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok((stream, _peer)) => {
+                    // Ollama (Go) sets TCP_NODELAY on every connection; without
+                    // it each streamed line waits ~40 ms for delayed ACKs.
+                    let _ = stream.set_nodelay(true);
                     let shared = shared.clone();
                     connections.spawn(async move {
                         let service = service_fn(move |req| handle(shared.clone(), req));
