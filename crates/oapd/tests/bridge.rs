@@ -548,3 +548,108 @@ fn the_chat_deadline_bounds_a_hung_upstream() {
         response.error()
     );
 }
+
+#[test]
+fn an_upstream_that_drops_mid_answer_ends_the_stream_with_an_error() {
+    let upstream = fake(models().turn(Turn::reply("one two three four five six").drop_after(2)));
+    let daemon = daemon_for(&upstream);
+    let response = daemon.post_json(
+        "/api/chat",
+        &json!({"model": "qwen3:4b", "messages": [{"role": "user", "content": "hello"}]})
+            .to_string(),
+    );
+    assert_eq!(response.status, 200);
+    let chunks = lines(&response.body);
+    let last = chunks.last().unwrap();
+    assert!(last["error"].as_str().is_some(), "{chunks:#?}");
+    assert!(
+        chunks.iter().all(|c| c["done"] != true),
+        "no done after a broken upstream"
+    );
+    assert_eq!(daemon.get("/health").status, 200);
+}
+
+/// A hand-rolled upstream that answers /api/show, starts a streamed chat
+/// answer, then waits to see whether oapd hangs up on it.
+#[test]
+fn a_client_that_disconnects_cancels_the_upstream_request() {
+    use std::io::{BufRead, BufReader, Read, Write};
+    use std::sync::mpsc;
+
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (closed_tx, closed_rx) = mpsc::channel::<Duration>();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { continue };
+            let closed_tx = closed_tx.clone();
+            std::thread::spawn(move || {
+                let mut reader = BufReader::new(stream.try_clone().unwrap());
+                let mut request_line = String::new();
+                reader.read_line(&mut request_line).unwrap();
+                let mut length = 0;
+                loop {
+                    let mut header = String::new();
+                    reader.read_line(&mut header).unwrap();
+                    if header == "\r\n" || header.is_empty() {
+                        break;
+                    }
+                    if let Some(v) = header.to_ascii_lowercase().strip_prefix("content-length:") {
+                        length = v.trim().parse().unwrap();
+                    }
+                }
+                let mut body = vec![0; length];
+                reader.read_exact(&mut body).unwrap();
+                if request_line.contains("/api/show") {
+                    let body = r#"{"capabilities":["completion","tools"]}"#;
+                    write!(stream, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}", body.len()).unwrap();
+                    return;
+                }
+                let chunk = "{\"model\":\"m\",\"message\":{\"role\":\"assistant\",\"content\":\"Hel\"},\"done\":false}\n";
+                write!(stream, "HTTP/1.1 200 OK\r\nContent-Type: application/x-ndjson\r\nTransfer-Encoding: chunked\r\n\r\n{:x}\r\n{chunk}\r\n", chunk.len()).unwrap();
+                stream.flush().unwrap();
+                // Never finish the answer; see how long until oapd hangs up.
+                let started = std::time::Instant::now();
+                stream
+                    .set_read_timeout(Some(Duration::from_secs(20)))
+                    .unwrap();
+                let mut buf = [0u8; 64];
+                while let Ok(n) = reader.read(&mut buf) {
+                    if n == 0 {
+                        let _ = closed_tx.send(started.elapsed());
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    let daemon = DaemonBuilder::new()
+        .yaml(&format!("ollama:\n  base_url: \"http://{addr}\"\n"))
+        .start();
+    let body =
+        json!({"model": "m", "messages": [{"role": "user", "content": "hello"}]}).to_string();
+    {
+        use std::io::Write as _;
+        let mut client = std::net::TcpStream::connect(daemon.addr).unwrap();
+        write!(
+            client,
+            "POST /api/chat HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        )
+        .unwrap();
+        client
+            .set_read_timeout(Some(Duration::from_secs(30)))
+            .unwrap();
+        let mut seen = Vec::new();
+        let mut buf = [0u8; 256];
+        while !String::from_utf8_lossy(&seen).contains("Hel") {
+            let n = client.read(&mut buf).unwrap();
+            assert!(n > 0, "stream ended early");
+            seen.extend_from_slice(&buf[..n]);
+        }
+    } // the client hangs up after the first chunk
+    let waited = closed_rx
+        .recv_timeout(Duration::from_secs(15))
+        .expect("oapd kept the upstream request open after its client left");
+    assert!(waited < Duration::from_secs(10), "{waited:?}");
+}
