@@ -653,3 +653,35 @@ fn a_client_that_disconnects_cancels_the_upstream_request() {
         .expect("oapd kept the upstream request open after its client left");
     assert!(waited < Duration::from_secs(10), "{waited:?}");
 }
+
+#[test]
+fn several_calls_in_one_turn_come_back_in_call_order_with_their_names() {
+    let upstream = fake(
+        models()
+            .turn(Turn::chunks(vec![Chunk::raw_tool_calls(vec![
+                json!({"function": {"index": 0, "name": "oap_wc", "arguments": {"args": "-c", "stdin": "abcdefghij"}}}),
+                json!({"function": {"index": 1, "name": "oap_wc", "arguments": {"args": "-w", "stdin": "a b c"}}}),
+            ])]))
+            .turn(Turn::reply("done")),
+    );
+    let daemon = daemon_for(&upstream);
+    let response = daemon.post_json(
+        "/api/chat",
+        &json!({"model": "qwen3:4b", "stream": false, "messages": [{"role": "user", "content": WC_TASK}]})
+            .to_string(),
+    );
+    assert_eq!(response.status, 200);
+    let sent = upstream.fake.chat_requests();
+    let messages = sent[1]["messages"].as_array().unwrap();
+    let tools: Vec<&Value> = messages.iter().filter(|m| m["role"] == "tool").collect();
+    assert_eq!(tools.len(), 2);
+    assert_eq!(tools[0]["content"].as_str().unwrap().trim(), "10");
+    assert_eq!(tools[1]["content"].as_str().unwrap().trim(), "3");
+    assert!(tools.iter().all(|t| t["tool_name"] == "oap_wc"));
+    let assistant = messages
+        .iter()
+        .rev()
+        .find(|m| m["role"] == "assistant")
+        .unwrap();
+    assert_eq!(assistant["tool_calls"].as_array().unwrap().len(), 2);
+}
