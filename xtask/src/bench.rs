@@ -13,14 +13,15 @@
 //! and no `OAP_*` environment; they are killed when this task ends, also on
 //! error (their handles kill them on drop).
 
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::io::Read;
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 
+use crate::net::free_port;
 use crate::repo_root;
 
 const USAGE: &str = "usage: cargo xtask bench-speed [--quick] [--runs N] [--corpus N]\n  \
@@ -216,31 +217,9 @@ impl Daemon {
     }
 }
 
-/// `GET path` over a fresh connection (`Connection: close`): status and body.
+/// `GET path`; start-up on a slow disk can take minutes, hence the long read timeout.
 fn http_get(addr: SocketAddr, path: &str) -> std::io::Result<(u16, String)> {
-    let mut stream = TcpStream::connect(addr)?;
-    stream.set_read_timeout(Some(Duration::from_secs(300)))?;
-    write!(
-        stream,
-        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
-    )?;
-    let mut raw = Vec::new();
-    stream.read_to_end(&mut raw)?;
-    let text = String::from_utf8_lossy(&raw);
-    let status = text
-        .split_whitespace()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .ok_or_else(|| std::io::Error::other("no HTTP status line"))?;
-    let body = text
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_string())
-        .unwrap_or_default();
-    Ok((status, body))
-}
-
-fn free_port() -> Result<u16> {
-    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+    crate::net::http(addr, "GET", path, Duration::from_secs(300))
 }
 
 /// Memory of a process from `/proc/<pid>/status`, in MB (10^6 bytes).

@@ -16,14 +16,15 @@
 //!
 //! Every process is killed when this task ends, also on error.
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::io::{BufRead, BufReader, Read};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 
+use crate::net::free_port;
 use crate::repo_root;
 
 const USAGE: &str = "usage: cargo xtask bench-proxy [--quick] [--no-peer] [--leak N]\n  \
@@ -120,31 +121,8 @@ impl Drop for TempDir {
     }
 }
 
-/// `METHOD path` over a fresh connection: status and body.
 fn http(addr: SocketAddr, method: &str, path: &str) -> std::io::Result<(u16, String)> {
-    let mut stream = TcpStream::connect_timeout(&addr, Duration::from_secs(5))?;
-    stream.set_read_timeout(Some(Duration::from_secs(30)))?;
-    write!(
-        stream,
-        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
-    )?;
-    let mut raw = Vec::new();
-    stream.read_to_end(&mut raw)?;
-    let text = String::from_utf8_lossy(&raw);
-    let status = text
-        .split_whitespace()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .ok_or_else(|| std::io::Error::other("no HTTP status line"))?;
-    let body = text
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_string())
-        .unwrap_or_default();
-    Ok((status, body))
-}
-
-fn free_port() -> Result<u16> {
-    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+    crate::net::http(addr, method, path, Duration::from_secs(30))
 }
 
 /// `VmRSS` and `VmHWM` of a process, in MB (10^6 bytes).

@@ -8,6 +8,7 @@
 mod bench;
 mod bench_proxy;
 mod model;
+mod net;
 mod tasks;
 
 use std::path::PathBuf;
