@@ -661,8 +661,3 @@ fn open_index(config: &EngineConfig, path: &Path) -> Result<Index, IndexError> {
     }
     Ok(index)
 }
-
-/// The index path for a data directory (used by the CLI).
-pub fn index_path(data_dir: &Path) -> PathBuf {
-    data_dir.join(INDEX_FILE)
-}
