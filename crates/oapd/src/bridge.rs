@@ -16,7 +16,8 @@ use std::time::{Duration, Instant};
 
 use http_body_util::BodyExt;
 use hyper::StatusCode;
-use oap_discovery::StoredRecord;
+use oap_discovery::{StoredRecord, Trust};
+use oap_manifest::Manifest;
 use oap_wire::{LineDecoder, ToolCall, ToolCallAccumulator};
 use serde_json::{json, Map, Value};
 use tokio::sync::mpsc;
@@ -209,7 +210,8 @@ pub struct ToolResult {
 pub trait ToolRunner: Send + Sync + 'static {
     fn run(
         &self,
-        record: Arc<StoredRecord>,
+        manifest: Arc<Manifest>,
+        trust: Trust,
         arguments: Map<String, Value>,
     ) -> std::pin::Pin<Box<dyn std::future::Future<Output = ToolResult> + Send>>;
 }
@@ -219,6 +221,8 @@ pub struct InjectedTool {
     pub name: String,
     pub definition: Value,
     pub record: Arc<StoredRecord>,
+    /// The record's manifest, decoded once when the tool is injected.
+    pub manifest: Arc<Manifest>,
 }
 
 /// Everything one chat request needs.
@@ -416,14 +420,13 @@ async fn run_calls(
     type Job = std::pin::Pin<Box<dyn std::future::Future<Output = ToolResult> + Send>>;
     let mut jobs: Vec<Job> = Vec::with_capacity(calls.len());
     for call in calls {
-        let tool = by_name.get(call.name.as_str()).map(|t| t.record.clone());
-        let schema = by_name
-            .get(call.name.as_str())
-            .and_then(|t| t.definition.pointer("/function/parameters").cloned());
+        let injected = by_name.get(call.name.as_str());
+        let tool = injected.map(|t| (t.manifest.clone(), t.record.trust));
+        let schema = injected.and_then(|t| t.definition.pointer("/function/parameters").cloned());
         let runner = ctx.runner.clone();
         let call = call.clone();
         jobs.push(Box::pin(async move {
-            let Some(record) = tool else {
+            let Some((manifest, trust)) = tool else {
                 return ToolResult {
                     content: format!("Error: unknown tool '{}'", call.name),
                     ok: false,
@@ -451,7 +454,7 @@ async fn run_calls(
                 },
                 None => call.arguments.clone(),
             };
-            runner.run(record, arguments).await
+            runner.run(manifest, trust, arguments).await
         }));
     }
     stream::iter(jobs)

@@ -275,6 +275,7 @@ impl ChatService {
                 definition: oap_manifest::tool::to_tool(&manifest, &name),
                 name,
                 record,
+                manifest: Arc::new(manifest),
             })
             .collect()
     }

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
-use oap_discovery::{StoredRecord, Trust};
+use oap_discovery::Trust;
 use oap_exec::{Cidr, CredentialStore, ExecPolicy, Executor};
 use oap_manifest::Manifest;
 use serde_json::{Map, Value};
@@ -52,12 +52,6 @@ impl ExecRunner {
             executor: Arc::new(executor),
         })
     }
-
-    pub fn from_executor(executor: Executor) -> ExecRunner {
-        ExecRunner {
-            executor: Arc::new(executor),
-        }
-    }
 }
 
 fn exec_trust(trust: Trust) -> oap_exec::Trust {
@@ -71,25 +65,14 @@ fn exec_trust(trust: Trust) -> oap_exec::Trust {
 impl ToolRunner for ExecRunner {
     fn run(
         &self,
-        record: Arc<StoredRecord>,
+        manifest: Arc<Manifest>,
+        trust: Trust,
         arguments: Map<String, Value>,
     ) -> Pin<Box<dyn Future<Output = ToolResult> + Send>> {
         let executor = self.executor.clone();
         Box::pin(async move {
-            let manifest: Manifest = match serde_json::from_value(record.manifest.clone()) {
-                Ok(manifest) => manifest,
-                Err(err) => {
-                    return ToolResult {
-                        content: format!(
-                            "Error: the manifest of {} cannot be read: {err}",
-                            record.id
-                        ),
-                        ok: false,
-                    }
-                }
-            };
             let outcome = executor
-                .execute(&manifest, exec_trust(record.trust), &arguments)
+                .execute(&manifest, exec_trust(trust), &arguments)
                 .await;
             ToolResult {
                 content: outcome.content,
