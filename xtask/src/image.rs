@@ -1,0 +1,1289 @@
+//! `cargo xtask image` and `cargo xtask image-boot`: the flashable appliance
+//! images (image/README.md) and their boot test.
+//!
+//! One recipe for both architectures:
+//!
+//! 1. A base root filesystem, cached in `target/image-cache/` under a key
+//!    hashed from everything that goes into it (suite, mirror, package lists,
+//!    `image/base/`, this recipe's version). `debootstrap --foreign` unpacks
+//!    Debian bookworm (minbase + `image/packages-*.txt`); the files in
+//!    `image/base/` (initramfs settings) go in before the second stage so the
+//!    kernel's initramfs is built once, small (`MODULES=list`). The second
+//!    stage runs in a chroot for amd64, and inside `qemu-system-aarch64` for
+//!    arm64: this host has no binfmt_misc, so arm64 maintainer scripts cannot
+//!    run in a chroot. The guest's initramfs *is* the whole tree; it writes
+//!    the finished tree back as a tar stream onto a raw virtio disk.
+//! 2. The image: base + `image/overlay/` (network, fstab, first-boot and
+//!    boot-check units) + the oapd `.deb`, installed with `dpkg -i` by
+//!    `image/guest/configure.sh` (chroot / emulated again), which must find
+//!    oapd.service enabled by the package itself.
+//! 3. The disk, without loop mounts: `/boot/firmware` becomes a FAT32 image
+//!    (`mkfs.vfat` + `mcopy`), the rest an ext4 image (`mkfs.ext4 -d`), both
+//!    copied into a file with an MBR written by `sfdisk` — the layout a
+//!    Raspberry Pi boots (FAT `RASPIFIRM` + ext4 `RASPIROOT`).
+//!
+//! The boot test puts a first-boot settings file on a scratch copy's FAT
+//! partition (`mcopy`), boots it with the image's own kernel and initrd
+//! (direct kernel boot; KVM if it works, else TCG), and checks through the
+//! forwarded port (`-nic user,restrict=on`: the guest reaches nothing) that
+//! `/health` and `/v1/discover` answer with the token from that file, and on
+//! the serial console that systemd saw READY and the settings took effect.
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, ensure, Context, Result};
+use sha2::{Digest, Sha256};
+
+use crate::repo_root;
+use crate::tasks::run_in_root;
+
+/// Debian release every image is built from (pinned; bump deliberately).
+const SUITE: &str = "bookworm";
+const MIRROR: &str = "http://deb.debian.org/debian";
+/// Bump when the build steps change in a way the cache key cannot see.
+const RECIPE_VERSION: &str = "1";
+const ROOT_LABEL: &str = "RASPIROOT";
+const FIRMWARE_LABEL: &str = "RASPIFIRM";
+/// Fixed identifiers, so two builds of the same inputs give the same bytes.
+const ROOT_UUID: &str = "5eed0a9d-0a9d-4a9d-8a9d-0000000a9d01";
+const FAT_VOLUME_ID: &str = "5EED0A9D";
+const DISK_ID: &str = "0x5eed0a9d";
+const FIRMWARE_MIB: u64 = 256;
+const MIB: u64 = 1 << 20;
+/// The port oapd listens on inside the guest.
+const GUEST_PORT: u16 = 8300;
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Arch {
+    Amd64,
+    Arm64,
+}
+
+impl Arch {
+    fn parse(s: &str) -> Result<Self> {
+        match s {
+            "amd64" | "x86_64" => Ok(Self::Amd64),
+            "arm64" | "aarch64" => Ok(Self::Arm64),
+            other => bail!("--arch: expected amd64 or arm64, got {other:?}"),
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Self::Amd64 => "amd64",
+            Self::Arm64 => "arm64",
+        }
+    }
+
+    fn components(self) -> &'static str {
+        match self {
+            Self::Amd64 => "main",
+            // raspi-firmware lives in non-free-firmware
+            Self::Arm64 => "main,non-free-firmware",
+        }
+    }
+
+    fn qemu(self) -> &'static str {
+        match self {
+            Self::Amd64 => "qemu-system-x86_64",
+            Self::Arm64 => "qemu-system-aarch64",
+        }
+    }
+
+    fn console(self) -> &'static str {
+        match self {
+            Self::Amd64 => "ttyS0",
+            Self::Arm64 => "ttyAMA0",
+        }
+    }
+
+    /// Machine, CPU and disk arguments for `qemu` (without accelerator).
+    fn machine_args(self, disk: &Path) -> Vec<String> {
+        let drive = format!("if=none,id=disk0,file={},format=raw", disk.display());
+        let mut args: Vec<String> = match self {
+            Self::Amd64 => vec!["-M".into(), "pc".into()],
+            // cortex-a72 is the Pi 4's core; `-cpu max` is ~4x slower under TCG
+            Self::Arm64 => vec![
+                "-M".into(),
+                "virt".into(),
+                "-cpu".into(),
+                "cortex-a72".into(),
+            ],
+        };
+        args.extend([
+            "-drive".into(),
+            drive,
+            "-device".into(),
+            "virtio-blk-pci,drive=disk0".into(),
+        ]);
+        args
+    }
+}
+
+struct Options {
+    arch: Arch,
+    deb: Option<PathBuf>,
+    build: bool,
+    timeout: Duration,
+}
+
+fn parse_options(args: &[String], boot: bool) -> Result<Options> {
+    let mut options = Options {
+        arch: Arch::Amd64,
+        deb: None,
+        build: true,
+        timeout: Duration::from_secs(900),
+    };
+    let mut it = args.iter();
+    while let Some(arg) = it.next() {
+        let mut value = |name: &str| {
+            it.next()
+                .cloned()
+                .with_context(|| format!("{name} needs a value"))
+        };
+        match arg.as_str() {
+            "--arch" => options.arch = Arch::parse(&value("--arch")?)?,
+            "--deb" => options.deb = Some(PathBuf::from(value("--deb")?)),
+            "--no-build" if boot => options.build = false,
+            "--timeout" if boot => {
+                let secs: u64 = value("--timeout")?
+                    .parse()
+                    .context("--timeout: expected whole seconds")?;
+                options.timeout = Duration::from_secs(secs);
+            }
+            other => bail!("unknown argument {other:?}"),
+        }
+    }
+    Ok(options)
+}
+
+/// Paths of one architecture's build.
+struct Layout {
+    arch: Arch,
+    /// Cached base root filesystems and apt downloads.
+    cache: PathBuf,
+    /// Scratch trees, rebuilt on every run.
+    work: PathBuf,
+    /// The results: disk image, kernel, initrd, package list.
+    out: PathBuf,
+}
+
+impl Layout {
+    fn new(arch: Arch) -> Self {
+        let target = repo_root().join("target");
+        Self {
+            arch,
+            cache: target.join("image-cache"),
+            work: target.join("image-work").join(arch.name()),
+            out: target.join("image"),
+        }
+    }
+
+    fn disk(&self) -> PathBuf {
+        self.out.join(format!("oapd-{}.img", self.arch.name()))
+    }
+
+    fn kernel(&self) -> PathBuf {
+        self.out.join(format!("oapd-{}.vmlinuz", self.arch.name()))
+    }
+
+    fn initrd(&self) -> PathBuf {
+        self.out.join(format!("oapd-{}.initrd", self.arch.name()))
+    }
+}
+
+/// `cargo xtask image [--arch amd64|arm64] [--deb FILE]`.
+pub fn build(args: &[String]) -> Result<()> {
+    let options = parse_options(args, false)?;
+    let started = Instant::now();
+    build_image(&options)?;
+    println!("image: built in {:.0} s", started.elapsed().as_secs_f64());
+    Ok(())
+}
+
+/// `cargo xtask image-boot [--arch amd64|arm64] [--deb FILE] [--no-build]
+/// [--timeout SECS]`.
+pub fn boot(args: &[String]) -> Result<()> {
+    let options = parse_options(args, true)?;
+    let layout = Layout::new(options.arch);
+    let started = Instant::now();
+    if options.build {
+        build_image(&options)?;
+    }
+    let built = started.elapsed();
+    boot_test(&layout, options.timeout)?;
+    println!(
+        "image-boot {}: image {:.0} s, boot test {:.0} s",
+        options.arch.name(),
+        built.as_secs_f64(),
+        (started.elapsed() - built).as_secs_f64()
+    );
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------
+// Building
+// ---------------------------------------------------------------------------
+
+fn build_image(options: &Options) -> Result<()> {
+    let arch = options.arch;
+    preflight(arch)?;
+    let layout = Layout::new(arch);
+    for dir in [&layout.cache, &layout.work, &layout.out] {
+        fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    }
+    let base = base_rootfs(&layout)?;
+    let deb = find_deb(arch, options.deb.as_deref())?;
+    println!("image: oapd package {}", deb.display());
+
+    let tree = layout.work.join("rootfs");
+    reset_dir(&tree)?;
+    run_in_root(
+        Command::new("tar")
+            .args(["--numeric-owner", "-xpf"])
+            .arg(&base)
+            .arg("-C")
+            .arg(&tree),
+    )?;
+    copy_tree(&repo_root().join("image/overlay"), &tree)?;
+    let stash = tree.join("tmp/oapd-image");
+    fs::create_dir_all(&stash)?;
+    fs::copy(&deb, stash.join("oapd.deb")).context("cannot copy the .deb into the image")?;
+    fs::copy(
+        repo_root().join("image/guest/configure.sh"),
+        stash.join("configure.sh"),
+    )?;
+    match arch {
+        Arch::Amd64 => in_chroot(&tree, "sh /tmp/oapd-image/configure.sh")?,
+        Arch::Arm64 => {
+            let kernel = only_match(&tree.join("boot"), "vmlinuz-")?;
+            emulate(&layout, &tree, &kernel, "configure")?;
+        }
+    }
+
+    let boot = tree.join("boot");
+    fs::copy(only_match(&boot, "vmlinuz-")?, layout.kernel())?;
+    fs::copy(only_match(&boot, "initrd.img-")?, layout.initrd())?;
+    write_package_list(&layout, &tree)?;
+    assemble_disk(&layout, &tree)?;
+    Ok(())
+}
+
+fn preflight(arch: Arch) -> Result<()> {
+    if !nix_is_root() {
+        bail!("building an image needs root (debootstrap, chroot, device nodes in the tree)");
+    }
+    let tools = [
+        ("debootstrap", "debootstrap"),
+        ("mkfs.ext4", "e2fsprogs"),
+        ("mkfs.vfat", "dosfstools"),
+        ("mcopy", "mtools"),
+        ("sfdisk", "fdisk"),
+        ("cpio", "cpio"),
+        ("unshare", "util-linux"),
+        (arch.qemu(), "qemu-system-x86 / qemu-system-arm"),
+    ];
+    let missing: Vec<String> = tools
+        .iter()
+        .filter(|(bin, _)| !on_path(bin))
+        .map(|(bin, pkg)| format!("{bin} (apt: {pkg})"))
+        .collect();
+    if !missing.is_empty() {
+        bail!("missing tools: {}", missing.join(", "));
+    }
+    Ok(())
+}
+
+fn nix_is_root() -> bool {
+    // /proc/self/status "Uid:" real uid; avoids a libc dependency in xtask.
+    fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("Uid:"))
+                .and_then(|l| l.split_whitespace().nth(2).map(|u| u == "0"))
+        })
+        .unwrap_or(false)
+}
+
+fn on_path(bin: &str) -> bool {
+    std::env::var_os("PATH")
+        .map(|paths| {
+            std::env::split_paths(&paths)
+                .chain([PathBuf::from("/usr/sbin"), PathBuf::from("/sbin")])
+                .any(|dir| dir.join(bin).is_file())
+        })
+        .unwrap_or(false)
+}
+
+/// The `.deb` to install: `--deb FILE`, else the newest
+/// `target/debian/oapd_*_<arch>.deb`, else built with `cargo xtask deb`.
+fn find_deb(arch: Arch, given: Option<&Path>) -> Result<PathBuf> {
+    if let Some(path) = given {
+        ensure!(path.is_file(), "--deb {}: no such file", path.display());
+        return Ok(path.to_path_buf());
+    }
+    let dir = repo_root().join("target/debian");
+    let newest = |dir: &Path| -> Option<PathBuf> {
+        let suffix = format!("_{}.deb", arch.name());
+        fs::read_dir(dir)
+            .ok()?
+            .filter_map(|e| e.ok())
+            .filter(|e| {
+                let name = e.file_name().to_string_lossy().into_owned();
+                name.starts_with("oapd_") && name.ends_with(&suffix)
+            })
+            .max_by_key(|e| e.metadata().and_then(|m| m.modified()).ok())
+            .map(|e| e.path())
+    };
+    if let Some(found) = newest(&dir) {
+        return Ok(found);
+    }
+    run_in_root(crate::tasks::cargo().args(["xtask", "deb", "--arch", arch.name()]))
+        .context("no oapd .deb in target/debian and `cargo xtask deb` failed")?;
+    newest(&dir).with_context(|| {
+        format!(
+            "`cargo xtask deb --arch {}` left no oapd_*_{}.deb in {}",
+            arch.name(),
+            arch.name(),
+            dir.display()
+        )
+    })
+}
+
+fn read_list(path: &Path) -> Result<Vec<String>> {
+    let text =
+        fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+    Ok(text
+        .lines()
+        .map(|l| l.split('#').next().unwrap_or("").trim())
+        .filter(|l| !l.is_empty())
+        .map(str::to_owned)
+        .collect())
+}
+
+fn packages(arch: Arch) -> Result<Vec<String>> {
+    let dir = repo_root().join("image");
+    let mut list = read_list(&dir.join("packages-common.txt"))?;
+    list.extend(read_list(
+        &dir.join(format!("packages-{}.txt", arch.name())),
+    )?);
+    list.sort();
+    list.dedup();
+    Ok(list)
+}
+
+/// Every regular file below `dir`, sorted, as (relative path, bytes, mode).
+fn files_below(dir: &Path) -> Result<BTreeMap<String, (Vec<u8>, u32)>> {
+    let mut out = BTreeMap::new();
+    if !dir.exists() {
+        return Ok(out);
+    }
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for entry in fs::read_dir(&d)? {
+            let entry = entry?;
+            let path = entry.path();
+            let meta = entry.metadata()?;
+            if meta.is_dir() {
+                stack.push(path);
+            } else {
+                let rel = path
+                    .strip_prefix(dir)
+                    .map(|p| p.to_string_lossy().into_owned())
+                    .unwrap_or_default();
+                out.insert(rel, (fs::read(&path)?, meta.permissions().mode() & 0o777));
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// The cache key of an architecture's base root filesystem.
+fn recipe_key(arch: Arch) -> Result<String> {
+    let image = repo_root().join("image");
+    let mut hash = Sha256::new();
+    for part in [
+        RECIPE_VERSION,
+        SUITE,
+        MIRROR,
+        arch.name(),
+        arch.components(),
+    ] {
+        hash.update(part.as_bytes());
+        hash.update([0]);
+    }
+    for package in packages(arch)? {
+        hash.update(package.as_bytes());
+        hash.update([0]);
+    }
+    let mut files = Vec::new();
+    for (prefix, dir) in [
+        ("base/common/", image.join("base/common")),
+        ("base/arch/", image.join("base").join(arch.name())),
+    ] {
+        for (rel, (bytes, mode)) in files_below(&dir)? {
+            files.push((format!("{prefix}{rel}"), bytes, mode));
+        }
+    }
+    if arch == Arch::Arm64 {
+        let init = image.join("guest/emulated-init");
+        files.push(("guest/emulated-init".into(), fs::read(&init)?, 0o755));
+    }
+    for (name, bytes, mode) in files {
+        hash.update(name.as_bytes());
+        hash.update(mode.to_le_bytes());
+        hash.update((bytes.len() as u64).to_le_bytes());
+        hash.update(&bytes);
+    }
+    Ok(hex::encode(&hash.finalize()[..8]))
+}
+
+/// `SOURCE_DATE_EPOCH`: the environment's, else the last commit's time.
+fn source_date_epoch() -> String {
+    if let Ok(v) = std::env::var("SOURCE_DATE_EPOCH") {
+        return v;
+    }
+    Command::new("git")
+        .args(["log", "-1", "--format=%ct"])
+        .current_dir(repo_root())
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| "1700000000".to_owned())
+}
+
+/// The cached base root filesystem (a tar), built if missing.
+fn base_rootfs(layout: &Layout) -> Result<PathBuf> {
+    let arch = layout.arch;
+    let key = recipe_key(arch)?;
+    let cached = layout
+        .cache
+        .join(format!("rootfs-{SUITE}-{}-{key}.tar", arch.name()));
+    if cached.is_file() {
+        println!("image: base rootfs from cache {}", cached.display());
+        return Ok(cached);
+    }
+    let started = Instant::now();
+    let tree = layout.work.join("base");
+    reset_dir(&tree)?;
+    let apt_cache = layout.cache.join(format!("apt-{SUITE}-{}", arch.name()));
+    fs::create_dir_all(&apt_cache)?;
+    let include = packages(arch)?.join(",");
+    run_in_root(
+        Command::new("debootstrap")
+            .env("SOURCE_DATE_EPOCH", source_date_epoch())
+            .args(["--foreign", "--variant=minbase"])
+            .arg(format!("--arch={}", arch.name()))
+            .arg(format!("--components={}", arch.components()))
+            .arg(format!("--include={include}"))
+            .arg(format!("--cache-dir={}", apt_cache.display()))
+            .arg(SUITE)
+            .arg(&tree)
+            .arg(MIRROR),
+    )?;
+    let image = repo_root().join("image");
+    copy_tree(&image.join("base/common"), &tree)?;
+    copy_tree(&image.join("base").join(arch.name()), &tree)?;
+    match arch {
+        Arch::Amd64 => in_chroot(&tree, "/debootstrap/debootstrap --second-stage")?,
+        Arch::Arm64 => {
+            let kernel = kernel_from_cached_deb(layout, &tree)?;
+            emulate(layout, &tree, &kernel, "stage2")?;
+        }
+    }
+    drop_downloaded_debs(&tree)?;
+    let partial = cached.with_extension("tar.partial");
+    run_in_root(
+        Command::new("tar")
+            .args(["--numeric-owner", "--sort=name", "-cf"])
+            .arg(&partial)
+            .arg("-C")
+            .arg(&tree)
+            .arg("."),
+    )?;
+    fs::rename(&partial, &cached)?;
+    println!(
+        "image: base rootfs built in {:.0} s: {}",
+        started.elapsed().as_secs_f64(),
+        cached.display()
+    );
+    Ok(cached)
+}
+
+/// Drops the downloaded .debs from the base tree (they are in the apt cache
+/// directory outside it).
+fn drop_downloaded_debs(tree: &Path) -> Result<()> {
+    let archives = tree.join("var/cache/apt/archives");
+    if let Ok(entries) = fs::read_dir(&archives) {
+        for entry in entries.flatten() {
+            if entry.path().extension().is_some_and(|e| e == "deb") {
+                fs::remove_file(entry.path())?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Runs `script` (a shell command line) in a chroot of `tree` with /proc
+/// mounted in a private mount namespace, so nothing stays mounted after.
+fn in_chroot(tree: &Path, script: &str) -> Result<()> {
+    run_in_root(
+        Command::new("unshare")
+            .args(["--mount", "--propagation", "private", "--fork", "sh", "-c"])
+            .arg("mount -t proc proc \"$1/proc\" && exec chroot \"$1\" sh -c \"$2\"")
+            .arg("oapd-image")
+            .arg(tree)
+            .arg(script)
+            .env("SOURCE_DATE_EPOCH", source_date_epoch())
+            .env("LC_ALL", "C"),
+    )
+}
+
+/// The arm64 kernel for the emulated second stage: from the linux-image
+/// package debootstrap downloaded (the same version the stage installs, so
+/// its modules match).
+fn kernel_from_cached_deb(layout: &Layout, tree: &Path) -> Result<PathBuf> {
+    let archives = tree.join("var/cache/apt/archives");
+    let deb = fs::read_dir(&archives)?
+        .filter_map(|e| e.ok())
+        .map(|e| e.path())
+        .find(|p| {
+            let name = p.file_name().map(|n| n.to_string_lossy().into_owned());
+            name.is_some_and(|n| {
+                n.starts_with("linux-image-")
+                    && n.contains("-arm64_")
+                    && !n.starts_with("linux-image-arm64_")
+            })
+        })
+        .with_context(|| format!("no versioned linux-image .deb in {}", archives.display()))?;
+    let unpacked = layout.work.join("kernel");
+    reset_dir(&unpacked)?;
+    run_in_root(Command::new("dpkg-deb").arg("-x").arg(&deb).arg(&unpacked))?;
+    only_match(&unpacked.join("boot"), "vmlinuz-")
+}
+
+/// Runs `image/guest/emulated-init` step `step` in an emulated arm64 guest
+/// whose initramfs is `tree`, and replaces `tree` with the result.
+fn emulate(layout: &Layout, tree: &Path, kernel: &Path, step: &str) -> Result<()> {
+    let started = Instant::now();
+    let init = tree.join("oapd-emulated-init");
+    fs::copy(repo_root().join("image/guest/emulated-init"), &init)?;
+    fs::set_permissions(&init, fs::Permissions::from_mode(0o755))?;
+    let cpio = layout.work.join("emulated-initramfs.cpio");
+    run_in_root(
+        Command::new("sh")
+            .arg("-c")
+            .arg("cd \"$1\" && find . -print0 | LC_ALL=C sort -z | cpio --null --create --format=newc --quiet > \"$2\"")
+            .arg("oapd-image")
+            .arg(tree)
+            .arg(&cpio),
+    )?;
+    let disk = layout.work.join("emulated-out.tar");
+    let file = fs::File::create(&disk)?;
+    file.set_len(8 << 30)?;
+    drop(file);
+    let log = layout.work.join(format!("emulated-{step}.log"));
+    let mut command = Command::new(layout.arch.qemu());
+    command
+        .args(["-accel", "tcg", "-smp", "2", "-m", "4096"])
+        .args([
+            "-nodefaults",
+            "-display",
+            "none",
+            "-no-reboot",
+            "-nic",
+            "none",
+        ])
+        .args(layout.arch.machine_args(&disk))
+        .arg("-serial")
+        .arg(format!("file:{}", log.display()))
+        .arg("-kernel")
+        .arg(kernel)
+        .arg("-initrd")
+        .arg(&cpio)
+        .arg("-append")
+        .arg(format!(
+            "console={} rdinit=/oapd-emulated-init rootfstype=ramfs oapd.step={step} panic=-1",
+            layout.arch.console()
+        ));
+    println!("$ {command:?}");
+    let mut child = command
+        .stdin(Stdio::null())
+        .spawn()
+        .context("cannot start qemu")?;
+    let status = wait_with_deadline(&mut child, Duration::from_secs(90 * 60))?;
+    let console = fs::read_to_string(&log).unwrap_or_default();
+    if !console.contains("OAPD-EMU done") {
+        bail!(
+            "emulated step {step} failed ({status}); console {}:\n{}",
+            log.display(),
+            tail(&console, 40)
+        );
+    }
+    reset_dir(tree)?;
+    run_in_root(
+        Command::new("tar")
+            .args(["--numeric-owner", "-xpf"])
+            .arg(&disk)
+            .arg("-C")
+            .arg(tree),
+    )?;
+    fs::remove_file(&disk)?;
+    fs::remove_file(&cpio)?;
+    println!(
+        "image: emulated {step} took {:.0} s",
+        started.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
+
+fn wait_with_deadline(child: &mut Child, limit: Duration) -> Result<String> {
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(status) = child.try_wait()? {
+            return Ok(status.to_string());
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            bail!("qemu did not finish within {} s", limit.as_secs());
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
+
+fn write_package_list(layout: &Layout, tree: &Path) -> Result<()> {
+    let output = Command::new("dpkg-query")
+        .arg(format!(
+            "--admindir={}",
+            tree.join("var/lib/dpkg").display()
+        ))
+        .args(["-W", "-f", "${Package} ${Version}\\n"])
+        .output()
+        .context("cannot run dpkg-query")?;
+    ensure!(output.status.success(), "dpkg-query failed");
+    let mut lines: Vec<&str> = std::str::from_utf8(&output.stdout)?.lines().collect();
+    lines.sort_unstable();
+    let path = layout
+        .out
+        .join(format!("oapd-{}.packages", layout.arch.name()));
+    fs::write(&path, lines.join("\n") + "\n")?;
+    Ok(())
+}
+
+/// FAT32 boot partition from `tree/boot/firmware`, ext4 root from the rest,
+/// both in one MBR disk image.
+fn assemble_disk(layout: &Layout, tree: &Path) -> Result<()> {
+    let epoch = source_date_epoch();
+    let firmware_tree = tree.join("boot/firmware");
+    fs::create_dir_all(&firmware_tree)?;
+    let firmware_img = layout.work.join("firmware.img");
+    let _ = fs::remove_file(&firmware_img);
+    run_in_root(
+        Command::new("mkfs.vfat")
+            .args([
+                "-C",
+                "-F",
+                "32",
+                "-n",
+                FIRMWARE_LABEL,
+                "-i",
+                FAT_VOLUME_ID,
+                "--invariant",
+            ])
+            .arg(&firmware_img)
+            .arg((FIRMWARE_MIB * 1024).to_string()),
+    )?;
+    let mut entries: Vec<PathBuf> = fs::read_dir(&firmware_tree)?
+        .filter_map(|e| e.ok())
+        .map(|e| e.path())
+        .collect();
+    entries.sort();
+    if !entries.is_empty() {
+        run_in_root(
+            Command::new("mcopy")
+                .env("MTOOLS_SKIP_CHECK", "1")
+                .env("SOURCE_DATE_EPOCH", &epoch)
+                .args(["-s", "-p", "-m", "-i"])
+                .arg(&firmware_img)
+                .args(&entries)
+                .arg("::/"),
+        )?;
+    }
+    // The FAT partition is mounted over this directory: keep it empty in ext4.
+    for entry in entries {
+        if entry.is_dir() {
+            fs::remove_dir_all(&entry)?;
+        } else {
+            fs::remove_file(&entry)?;
+        }
+    }
+
+    let used = tree_bytes(tree)?;
+    // Room for logs, the index and a package upgrade; a Pi's root can be
+    // grown to the card's size afterwards (image/README.md).
+    let root_mib = (used + used / 4) / MIB + 512;
+    let root_img = layout.work.join("root.img");
+    let _ = fs::remove_file(&root_img);
+    run_in_root(
+        Command::new("mkfs.ext4")
+            .env("E2FSPROGS_FAKE_TIME", &epoch)
+            .args(["-q", "-F", "-L", ROOT_LABEL, "-U", ROOT_UUID, "-E"])
+            .arg(format!("root_owner=0:0,hash_seed={ROOT_UUID}"))
+            .arg("-d")
+            .arg(tree)
+            .arg(&root_img)
+            .arg(format!("{root_mib}M")),
+    )?;
+
+    let firmware_start = MIB;
+    let firmware_len = FIRMWARE_MIB * MIB;
+    let root_start = firmware_start + firmware_len;
+    let root_len = root_mib * MIB;
+    let disk = layout.disk();
+    let partial = disk.with_extension("img.partial");
+    {
+        let file = fs::File::create(&partial)?;
+        file.set_len(root_start + root_len)?;
+    }
+    let table = format!(
+        "label: dos\nlabel-id: {DISK_ID}\nunit: sectors\n\
+         start={}, size={}, type=c, bootable\nstart={}, size={}, type=83\n",
+        firmware_start / 512,
+        firmware_len / 512,
+        root_start / 512,
+        root_len / 512
+    );
+    let mut sfdisk = Command::new("sfdisk")
+        .args(["--quiet", "--no-reread", "--no-tell-kernel"])
+        .arg(&partial)
+        .stdin(Stdio::piped())
+        .spawn()
+        .context("cannot start sfdisk")?;
+    sfdisk
+        .stdin
+        .take()
+        .context("sfdisk stdin")?
+        .write_all(table.as_bytes())?;
+    ensure!(
+        sfdisk.wait()?.success(),
+        "sfdisk failed on {}",
+        partial.display()
+    );
+    copy_sparse(&firmware_img, &partial, firmware_start)?;
+    copy_sparse(&root_img, &partial, root_start)?;
+    fs::rename(&partial, &disk)?;
+    fs::remove_file(&firmware_img)?;
+    fs::remove_file(&root_img)?;
+    println!(
+        "image: {} ({} MiB: FAT {FIRMWARE_MIB} MiB + ext4 {root_mib} MiB, {} MiB used in root)",
+        disk.display(),
+        (root_start + root_len) / MIB,
+        used / MIB
+    );
+    Ok(())
+}
+
+/// Apparent size of everything in `tree` (files, plus a block per entry).
+fn tree_bytes(tree: &Path) -> Result<u64> {
+    let mut total = 0;
+    let mut stack = vec![tree.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        for entry in fs::read_dir(&dir)? {
+            let entry = entry?;
+            let meta = entry.path().symlink_metadata()?;
+            total += 4096;
+            if meta.is_dir() {
+                stack.push(entry.path());
+            } else if meta.is_file() {
+                total += meta.len();
+            }
+        }
+    }
+    Ok(total)
+}
+
+/// Copies `src` into `dst` at `offset`, skipping all-zero blocks so the
+/// disk image stays sparse.
+fn copy_sparse(src: &Path, dst: &Path, offset: u64) -> Result<()> {
+    let mut input = fs::File::open(src)?;
+    let mut output = fs::OpenOptions::new().write(true).open(dst)?;
+    let mut buf = vec![0u8; 1 << 20];
+    let mut pos = offset;
+    loop {
+        let n = read_full(&mut input, &mut buf)?;
+        if n == 0 {
+            break;
+        }
+        for (i, block) in buf[..n].chunks(4096).enumerate() {
+            if block.iter().any(|&b| b != 0) {
+                output.seek(SeekFrom::Start(pos + (i * 4096) as u64))?;
+                output.write_all(block)?;
+            }
+        }
+        pos += n as u64;
+    }
+    output.sync_all()?;
+    Ok(())
+}
+
+fn read_full(input: &mut fs::File, buf: &mut [u8]) -> std::io::Result<usize> {
+    let mut filled = 0;
+    while filled < buf.len() {
+        match input.read(&mut buf[filled..])? {
+            0 => break,
+            n => filled += n,
+        }
+    }
+    Ok(filled)
+}
+
+fn reset_dir(dir: &Path) -> Result<()> {
+    if dir.exists() {
+        fs::remove_dir_all(dir).with_context(|| format!("cannot remove {}", dir.display()))?;
+    }
+    fs::create_dir_all(dir)?;
+    Ok(())
+}
+
+/// `cp -R` keeping modes (not owners: the tree's files belong to root).
+fn copy_tree(src: &Path, dst: &Path) -> Result<()> {
+    if !src.is_dir() {
+        return Ok(());
+    }
+    run_in_root(
+        Command::new("cp")
+            .args(["-R", "--preserve=mode", "--no-preserve=ownership"])
+            .arg(format!("{}/.", src.display()))
+            .arg(dst),
+    )
+}
+
+/// The one file in `dir` whose name starts with `prefix`.
+fn only_match(dir: &Path, prefix: &str) -> Result<PathBuf> {
+    let found: Vec<PathBuf> = fs::read_dir(dir)
+        .with_context(|| format!("cannot read {}", dir.display()))?
+        .filter_map(|e| e.ok())
+        .map(|e| e.path())
+        .filter(|p| {
+            p.file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with(prefix))
+        })
+        .collect();
+    match found.as_slice() {
+        [one] => Ok(one.clone()),
+        [] => bail!("no {prefix}* in {}", dir.display()),
+        many => bail!("several {prefix}* in {}: {many:?}", dir.display()),
+    }
+}
+
+fn tail(text: &str, lines: usize) -> String {
+    let all: Vec<&str> = text.lines().collect();
+    all[all.len().saturating_sub(lines)..].join("\n")
+}
+
+// ---------------------------------------------------------------------------
+// Boot test
+// ---------------------------------------------------------------------------
+
+/// What the test writes to the boot partition, and expects back.
+struct FirstBoot {
+    hostname: String,
+    token: String,
+}
+
+fn boot_test(layout: &Layout, timeout: Duration) -> Result<()> {
+    let arch = layout.arch;
+    for path in [layout.disk(), layout.kernel(), layout.initrd()] {
+        ensure!(
+            path.is_file(),
+            "{} is missing: build the image first (cargo xtask image --arch {})",
+            path.display(),
+            arch.name()
+        );
+    }
+    let scratch = layout.work.join("boot-test.img");
+    let _ = fs::remove_file(&scratch);
+    run_in_root(
+        Command::new("cp")
+            .arg("--sparse=always")
+            .arg(layout.disk())
+            .arg(&scratch),
+    )?;
+    let settings = FirstBoot {
+        hostname: format!("oapd-boot-test-{}", arch.name()),
+        token: random_token()?,
+    };
+    let settings_file = layout.work.join("oapd.yaml");
+    fs::write(
+        &settings_file,
+        format!(
+            "# written by cargo xtask image-boot\nhostname: {}\nlisten: \"0.0.0.0:{GUEST_PORT}\"\n\
+             ollama_url: http://127.0.0.1:11434\nauth_token: {}\n",
+            settings.hostname, settings.token
+        ),
+    )?;
+    run_in_root(
+        Command::new("mcopy")
+            .env("MTOOLS_SKIP_CHECK", "1")
+            .args(["-o", "-i"])
+            .arg(format!("{}@@{}", scratch.display(), MIB))
+            .arg(&settings_file)
+            .arg("::/oapd.yaml"),
+    )?;
+
+    let accels: &[&str] = match arch {
+        Arch::Amd64 if Path::new("/dev/kvm").exists() => &["kvm", "tcg"],
+        _ => &["tcg"],
+    };
+    let mut last_error = None;
+    for accel in accels {
+        match boot_once(layout, &scratch, accel, &settings, timeout) {
+            Ok(()) => {
+                let _ = fs::remove_file(&scratch);
+                return Ok(());
+            }
+            Err(BootError::AccelUnavailable(why)) => {
+                println!("image-boot: {accel} unavailable ({why}); trying the next accelerator");
+                last_error = Some(anyhow::anyhow!(why));
+            }
+            Err(BootError::Failed(e)) => return Err(e),
+        }
+    }
+    Err(last_error.unwrap_or_else(|| anyhow::anyhow!("no accelerator worked")))
+}
+
+enum BootError {
+    /// qemu could not use this accelerator; another may work.
+    AccelUnavailable(String),
+    Failed(anyhow::Error),
+}
+
+impl<E: Into<anyhow::Error>> From<E> for BootError {
+    fn from(e: E) -> Self {
+        Self::Failed(e.into())
+    }
+}
+
+/// Kills qemu when the test ends, however it ends.
+struct Guest(Child);
+
+impl Drop for Guest {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn boot_once(
+    layout: &Layout,
+    disk: &Path,
+    accel: &str,
+    settings: &FirstBoot,
+    timeout: Duration,
+) -> Result<(), BootError> {
+    let arch = layout.arch;
+    let port = crate::net::free_port()?;
+    let log = layout.work.join(format!("boot-test-{accel}.log"));
+    let _ = fs::remove_file(&log);
+    let mut command = Command::new(arch.qemu());
+    command
+        .args(["-accel", accel, "-smp", "2", "-m", "2048"])
+        .args(["-nodefaults", "-display", "none", "-no-reboot"])
+        .args(arch.machine_args(disk))
+        // user-mode network with no way out: only the forwarded port
+        .arg("-nic")
+        .arg(format!(
+            "user,model=virtio-net-pci,restrict=on,hostfwd=tcp:127.0.0.1:{port}-:{GUEST_PORT}"
+        ))
+        .arg("-serial")
+        .arg(format!("file:{}", log.display()))
+        .arg("-kernel")
+        .arg(layout.kernel())
+        .arg("-initrd")
+        .arg(layout.initrd())
+        .arg("-append")
+        .arg(format!(
+            "root=LABEL={ROOT_LABEL} ro console={} oapd.bootcheck=1 panic=-1",
+            arch.console()
+        ));
+    if accel == "kvm" {
+        command.args(["-cpu", "host"]);
+    }
+    println!("$ {command:?}");
+    let started = Instant::now();
+    let child = command
+        .stdin(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .context("cannot start qemu")?;
+    let mut guest = Guest(child);
+    let addr: SocketAddr = ([127, 0, 0, 1], port).into();
+    let auth = format!("Bearer {}", settings.token);
+    let console = || fs::read_to_string(&log).unwrap_or_default();
+
+    // 1. oapd answers /health through the forwarded port.
+    let deadline = started + timeout;
+    loop {
+        if let Some(status) = guest.0.try_wait()? {
+            let mut stderr = String::new();
+            if let Some(mut e) = guest.0.stderr.take() {
+                let _ = e.read_to_string(&mut stderr);
+            }
+            if started.elapsed() < Duration::from_secs(10) && accel != "tcg" {
+                return Err(BootError::AccelUnavailable(format!(
+                    "qemu exited with {status}: {}",
+                    stderr.trim()
+                )));
+            }
+            return Err(BootError::Failed(anyhow::anyhow!(
+                "qemu exited with {status} before oapd answered: {}\nconsole:\n{}",
+                stderr.trim(),
+                tail(&console(), 60)
+            )));
+        }
+        if Instant::now() > deadline {
+            return Err(BootError::Failed(anyhow::anyhow!(
+                "oapd did not answer /health within {} s ({accel}); console:\n{}",
+                timeout.as_secs(),
+                tail(&console(), 60)
+            )));
+        }
+        if let Ok((200, _)) = http(addr, "GET", "/health", Some(&auth), None) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    let to_health = started.elapsed();
+    println!(
+        "image-boot: /health answered {:.1} s after qemu started ({accel})",
+        to_health.as_secs_f64()
+    );
+
+    check_guest(addr, &auth, settings, &console, deadline, timeout)?;
+    println!(
+        "image-boot {}: OK ({accel}): /health after {:.1} s, READY seen, first-boot settings applied; total {:.1} s",
+        arch.name(),
+        to_health.as_secs_f64(),
+        started.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
+
+/// Steps 2 and 3 of the boot test, once oapd answers.
+fn check_guest(
+    addr: SocketAddr,
+    auth: &str,
+    settings: &FirstBoot,
+    console: &dyn Fn() -> String,
+    deadline: Instant,
+    timeout: Duration,
+) -> Result<()> {
+    // 2. The API, with and without the token from the boot partition.
+    let (status, _) = http(addr, "GET", "/health", None, None)?;
+    ensure!(
+        status == 401,
+        "/health without the first-boot token: expected 401, got {status} (auth_token not applied)"
+    );
+    let (status, body) = http(
+        addr,
+        "GET",
+        "/health",
+        Some("Bearer wrong-token-0000000"),
+        None,
+    )?;
+    ensure!(
+        status == 401,
+        "/health with a wrong token: expected 401, got {status}: {body}"
+    );
+    let (status, body) = http(addr, "GET", "/health", Some(auth), None)?;
+    ensure!(status == 200, "/health: {status} {body}");
+    let health: serde_json::Value =
+        serde_json::from_str(&body).with_context(|| format!("/health is not JSON: {body}"))?;
+    ensure!(
+        health["status"] == "ok",
+        "/health: expected status ok (model loaded), got {body}"
+    );
+    ensure!(
+        health["index"]["manifests"].as_u64().unwrap_or(0) > 0,
+        "/health: no manifests indexed: {body}"
+    );
+    let (status, body) = http(
+        addr,
+        "POST",
+        "/v1/discover",
+        Some(auth),
+        Some(r#"{"task":"count the words in a text"}"#),
+    )?;
+    ensure!(status == 200, "/v1/discover: {status} {body}");
+    let found: serde_json::Value =
+        serde_json::from_str(&body).with_context(|| format!("/v1/discover is not JSON: {body}"))?;
+    ensure!(
+        found["match"]["name"] == "wc",
+        "/v1/discover \"count the words in a text\": expected the bundled wc manifest, got {body}"
+    );
+    let (status, _) = http(addr, "POST", "/v1/discover", Some(auth), Some("{not json"))?;
+    ensure!(
+        status == 400,
+        "/v1/discover with malformed JSON: expected 400, got {status}"
+    );
+
+    // 3. The guest's own report on the console: READY, state, first boot.
+    let report = loop {
+        let text = console();
+        if text.contains("OAPD-BOOTCHECK end") {
+            break text;
+        }
+        if Instant::now() > deadline {
+            bail!(
+                "no boot-check report on the console within {} s; console:\n{}",
+                timeout.as_secs(),
+                tail(&text, 60)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    };
+    check_report(&report, settings)
+}
+/// Checks the `OAPD-BOOTCHECK` lines `image/overlay/usr/lib/oapd-image/bootcheck`
+/// printed.
+fn check_report(console: &str, settings: &FirstBoot) -> Result<()> {
+    let lines: Vec<&str> = console
+        .lines()
+        .filter_map(|l| {
+            l.split_once("OAPD-BOOTCHECK ")
+                .map(|(_, rest)| rest.trim_end())
+        })
+        .collect();
+    let show = |key: &str| {
+        lines
+            .iter()
+            .find_map(|l| {
+                l.strip_prefix("show ")?
+                    .strip_prefix(key)?
+                    .strip_prefix('=')
+            })
+            .unwrap_or("")
+    };
+    let fail = |what: String| -> anyhow::Error {
+        anyhow::anyhow!("boot check: {what}\nreport:\n{}", lines.join("\n"))
+    };
+    if show("Type") != "notify" {
+        return Err(fail(format!(
+            "oapd.service Type={}, expected notify",
+            show("Type")
+        )));
+    }
+    if show("ActiveState") != "active" || show("SubState") != "running" {
+        return Err(fail("oapd.service is not active/running".into()));
+    }
+    if show("NRestarts") != "0" {
+        return Err(fail(format!(
+            "oapd.service restarted {} times",
+            show("NRestarts")
+        )));
+    }
+    if show("StatusText").is_empty() {
+        return Err(fail("oapd sent no STATUS= text".into()));
+    }
+    if !lines.iter().any(|l| l.starts_with("started ")) {
+        return Err(fail(
+            "systemd never logged oapd.service as started (no READY=1 notification)".into(),
+        ));
+    }
+    let want_host = format!("hostname {}", settings.hostname);
+    if !lines.contains(&want_host.as_str()) {
+        return Err(fail(format!(
+            "expected `{want_host}` (first-boot hostname)"
+        )));
+    }
+    if !lines.contains(&"firstboot success active") {
+        return Err(fail("oapd-firstboot.service did not succeed".into()));
+    }
+    if !lines.contains(&"bootfile absent") {
+        return Err(fail(
+            "the first-boot file is still on the boot partition".into(),
+        ));
+    }
+    if !lines.contains(&"envmode 600") {
+        return Err(fail("/etc/oapd/oapd.env is not mode 0600".into()));
+    }
+    Ok(())
+}
+
+fn random_token() -> Result<String> {
+    let mut bytes = [0u8; 24];
+    fs::File::open("/dev/urandom")?.read_exact(&mut bytes)?;
+    Ok(hex::encode(bytes))
+}
+
+/// One HTTP/1.1 request over a fresh loopback connection: status and body.
+fn http(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    authorization: Option<&str>,
+    body: Option<&str>,
+) -> Result<(u16, String)> {
+    let mut stream = TcpStream::connect_timeout(&addr, Duration::from_secs(5))?;
+    stream.set_read_timeout(Some(Duration::from_secs(60)))?;
+    let body = body.unwrap_or("");
+    let mut head = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Length: {}\r\n",
+        body.len()
+    );
+    if !body.is_empty() {
+        head.push_str("Content-Type: application/json\r\n");
+    }
+    if let Some(value) = authorization {
+        head.push_str(&format!("Authorization: {value}\r\n"));
+    }
+    head.push_str("\r\n");
+    stream.write_all(head.as_bytes())?;
+    stream.write_all(body.as_bytes())?;
+    let mut raw = Vec::new();
+    stream.read_to_end(&mut raw)?;
+    let text = String::from_utf8_lossy(&raw);
+    let (head, payload) = text
+        .split_once("\r\n\r\n")
+        .context("no end of HTTP headers")?;
+    let status = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .context("no HTTP status line")?;
+    let chunked = head
+        .lines()
+        .any(|l| l.to_ascii_lowercase().starts_with("transfer-encoding:") && l.contains("chunked"));
+    let payload = if chunked {
+        dechunk(payload)
+    } else {
+        payload.to_owned()
+    };
+    Ok((status, payload))
+}
+
+fn dechunk(mut rest: &str) -> String {
+    let mut out = String::new();
+    while let Some((size, after)) = rest.split_once("\r\n") {
+        let Ok(n) = usize::from_str_radix(size.trim(), 16) else {
+            break;
+        };
+        if n == 0 || after.len() < n {
+            break;
+        }
+        out.push_str(&after[..n]);
+        rest = after[n..].trim_start_matches("\r\n");
+    }
+    out
+}
