@@ -10,6 +10,7 @@ mod bench_proxy;
 mod image;
 mod model;
 mod net;
+mod package;
 mod tasks;
 
 use std::path::PathBuf;
@@ -54,6 +55,20 @@ const COMMANDS: &[Command] = &[
                 latency oapd adds in front of a fake Ollama (and the Python\n      \
                 peer ollama-mcp-bridge), first-chunk time, RSS over 100k requests",
         run: bench_proxy::run,
+    },
+    Command {
+        name: "deb",
+        usage: "deb [--arch amd64|arm64] [--no-build]\n      \
+                build the .deb (cargo-deb) into target/debian/ and check its\n      \
+                contents, scripts, model hashes and (host arch) the packaged binary",
+        run: package::deb,
+    },
+    Command {
+        name: "check-units",
+        usage: "check-units\n      \
+                systemd-analyze verify the units, apply sysusers/tmpfiles to a\n      \
+                scratch root, fail if the security exposure is above 2.0",
+        run: package::check_units,
     },
     Command {
         name: "fetch-model",

@@ -115,6 +115,9 @@ pub struct ServerConfig {
     /// (the default) sends no CORS headers, so browsers on other origins are refused.
     #[serde(deserialize_with = "one_or_many")]
     pub cors_origins: Vec<String>,
+    /// Seconds in-flight requests may run after SIGTERM/SIGINT before they are
+    /// cut (default 10); new connections are refused at once.
+    pub shutdown_grace: u64,
 }
 
 impl Default for ServerConfig {
@@ -128,6 +131,7 @@ impl Default for ServerConfig {
             max_connections: 256,
             auth_token: None,
             cors_origins: Vec::new(),
+            shutdown_grace: 10,
         }
     }
 }
@@ -143,6 +147,7 @@ impl fmt::Debug for ServerConfig {
             .field("max_connections", &self.max_connections)
             .field("auth_token", &self.auth_token.as_ref().map(|_| REDACTED))
             .field("cors_origins", &self.cors_origins)
+            .field("shutdown_grace", &self.shutdown_grace)
             .finish()
     }
 }
@@ -212,6 +217,9 @@ pub enum LogFormat {
     Text,
     /// One JSON object per line, for log shippers.
     Json,
+    /// Native journald entries with structured fields. `text` switches to
+    /// this by itself when stderr is connected to the journal.
+    Journald,
 }
 
 /// Closed set of string values, for environment parsing and error messages.
@@ -242,11 +250,12 @@ impl Named for DiscoveryMode {
 }
 
 impl Named for LogFormat {
-    const ALL: &'static [Self] = &[Self::Text, Self::Json];
+    const ALL: &'static [Self] = &[Self::Text, Self::Json, Self::Journald];
     fn name(self) -> &'static str {
         match self {
             Self::Text => "text",
             Self::Json => "json",
+            Self::Journald => "journald",
         }
     }
 }
@@ -598,7 +607,7 @@ macro_rules! config_keys {
 config_keys! {
     server {
         listen, max_body_bytes, max_task_bytes, request_timeout, header_read_timeout,
-        max_connections, auth_token, cors_origins,
+        max_connections, auth_token, cors_origins, shutdown_grace,
     }
     index { data_dir, vector_dtype, search_threads }
     embedding { enabled, model_dir, max_tokens, batch_size, threads }
@@ -1022,6 +1031,7 @@ impl Config {
         c.range("server.request_timeout", s.request_timeout, 1, 3600);
         c.range("server.header_read_timeout", s.header_read_timeout, 1, 3600);
         c.range("server.max_connections", s.max_connections, 1, 65_536);
+        c.range("server.shutdown_grace", s.shutdown_grace, 1, 3600);
         if let Some(token) = &s.auth_token {
             if token.is_empty() {
                 c.fail(
