@@ -10,6 +10,15 @@ dpkg -i /tmp/oapd-image/oapd.deb
 # The .deb must have enabled the service itself (that is what users get).
 systemctl is-enabled oapd.service
 systemctl enable systemd-networkd.service oapd-firstboot.service oapd-bootcheck.service
+# Build the index now, as the service user, where the service keeps it: the
+# first boot then maps it instead of embedding every bundled manifest (seconds
+# on a Pi 4, minutes under emulation). Not fatal: oapd builds it at start.
+install -d -o oapd -g oapd -m 0750 /var/lib/oapd
+if runuser -u oapd -- sh -c 'cd /var/lib/oapd && timeout 3600 /usr/bin/oapd --config /etc/oapd/config.yaml index'; then
+    echo "oapd-image: index prebuilt"
+else
+    echo "oapd-image: index not prebuilt; oapd builds it at first start" >&2
+fi
 # No password logins; the appliance is managed through the boot partition.
 passwd -l root >/dev/null
 apt-get clean

@@ -256,6 +256,15 @@ fn build_image(options: &Options) -> Result<()> {
     let stash = tree.join("tmp/oapd-image");
     fs::create_dir_all(&stash)?;
     fs::copy(&deb, stash.join("oapd.deb")).context("cannot copy the .deb into the image")?;
+    // Check the copy, not the original: a .deb being rebuilt meanwhile
+    // would otherwise fail half-way through dpkg.
+    run_in_root(
+        Command::new("dpkg-deb")
+            .arg("--info")
+            .arg(stash.join("oapd.deb"))
+            .stdout(Stdio::null()),
+    )
+    .with_context(|| format!("{} is not a readable .deb", deb.display()))?;
     fs::copy(
         repo_root().join("image/guest/configure.sh"),
         stash.join("configure.sh"),
@@ -323,39 +332,38 @@ fn on_path(bin: &str) -> bool {
         .unwrap_or(false)
 }
 
-/// The `.deb` to install: `--deb FILE`, else the newest
-/// `target/debian/oapd_*_<arch>.deb`, else built with `cargo xtask deb`.
+/// The `.deb` to install: `--deb FILE`, else a fresh one from `cargo xtask
+/// deb` (never a leftover in target/debian: it may hold an old binary).
 fn find_deb(arch: Arch, given: Option<&Path>) -> Result<PathBuf> {
     if let Some(path) = given {
         ensure!(path.is_file(), "--deb {}: no such file", path.display());
         return Ok(path.to_path_buf());
     }
     let dir = repo_root().join("target/debian");
-    let newest = |dir: &Path| -> Option<PathBuf> {
-        let suffix = format!("_{}.deb", arch.name());
-        fs::read_dir(dir)
-            .ok()?
-            .filter_map(|e| e.ok())
-            .filter(|e| {
-                let name = e.file_name().to_string_lossy().into_owned();
-                name.starts_with("oapd_") && name.ends_with(&suffix)
-            })
-            .max_by_key(|e| e.metadata().and_then(|m| m.modified()).ok())
-            .map(|e| e.path())
-    };
-    if let Some(found) = newest(&dir) {
-        return Ok(found);
-    }
+    let started = std::time::SystemTime::now();
     run_in_root(crate::tasks::cargo().args(["xtask", "deb", "--arch", arch.name()]))
-        .context("no oapd .deb in target/debian and `cargo xtask deb` failed")?;
-    newest(&dir).with_context(|| {
-        format!(
-            "`cargo xtask deb --arch {}` left no oapd_*_{}.deb in {}",
-            arch.name(),
-            arch.name(),
-            dir.display()
-        )
-    })
+        .context("building the oapd .deb failed")?;
+    let suffix = format!("_{}.deb", arch.name());
+    fs::read_dir(&dir)
+        .with_context(|| format!("cannot read {}", dir.display()))?
+        .filter_map(|e| e.ok())
+        .filter(|e| {
+            let name = e.file_name().to_string_lossy().into_owned();
+            name.starts_with("oapd_") && name.ends_with(&suffix)
+        })
+        .filter_map(|e| {
+            let modified = e.metadata().and_then(|m| m.modified()).ok()?;
+            (modified >= started - Duration::from_secs(5)).then(|| (modified, e.path()))
+        })
+        .max()
+        .map(|(_, path)| path)
+        .with_context(|| {
+            format!(
+                "`cargo xtask deb --arch {}` left no new oapd_*{suffix} in {}",
+                arch.name(),
+                dir.display()
+            )
+        })
 }
 
 fn read_list(path: &Path) -> Result<Vec<String>> {
