@@ -57,6 +57,8 @@ const FAT_VOLUME_ID: &str = "5EED0A9D";
 const DISK_ID: &str = "0x5eed0a9d";
 const FIRMWARE_MIB: u64 = 256;
 const MIB: u64 = 1 << 20;
+/// A hardware-accelerated guest that has printed nothing by then is stuck.
+const KVM_SILENCE_LIMIT: Duration = Duration::from_secs(30);
 /// The port oapd listens on inside the guest.
 const GUEST_PORT: u16 = 8300;
 
@@ -1058,6 +1060,14 @@ fn boot_once(
                 "qemu exited with {status} before oapd answered: {}\nconsole:\n{}",
                 stderr.trim(),
                 tail(&console(), 60)
+            )));
+        }
+        // A KVM that starts but never runs the guest (seen with nested
+        // virtualisation) prints nothing: give up on it early.
+        if accel != "tcg" && started.elapsed() > KVM_SILENCE_LIMIT && console().trim().is_empty() {
+            return Err(BootError::AccelUnavailable(format!(
+                "no console output within {} s",
+                KVM_SILENCE_LIMIT.as_secs()
             )));
         }
         if Instant::now() > deadline {
