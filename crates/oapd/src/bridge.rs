@@ -261,6 +261,8 @@ impl Event {
 pub struct LoopStats {
     pub tools_injected: usize,
     pub rounds: u32,
+    /// Estimated prompt tokens of oapd's offered tool definitions.
+    pub tool_tokens: usize,
 }
 
 /// Runs the tool loop, sending client-facing Ollama chunks into `out`.
@@ -272,16 +274,26 @@ pub async fn run_loop(
     mut request: Map<String, Value>,
     tools: Vec<InjectedTool>,
     options: ChatOptions,
+    extras: crate::exposure::Extras,
     out: mpsc::Sender<Event>,
 ) {
     let deadline = ctx.deadline;
     let stats = LoopStats {
         tools_injected: tools.len(),
         rounds: 0,
+        tool_tokens: extras.tool_tokens,
     };
+    tracing::info!(
+        tools = tools.len(),
+        tool_tokens = extras.tool_tokens,
+        client_tool_tokens = extras.client_tool_tokens,
+        meta = extras.meta.is_some(),
+        "tools offered"
+    );
+    let out = crate::sanitize::guard(out, &extras);
     let result = tokio::time::timeout(
         deadline,
-        drive(&ctx, &mut request, &tools, &options, &out, stats),
+        drive(&ctx, &mut request, &tools, &options, &extras, &out, stats),
     )
     .await;
     if result.is_err() {
@@ -300,6 +312,7 @@ async fn drive(
     request: &mut Map<String, Value>,
     tools: &[InjectedTool],
     options: &ChatOptions,
+    extras: &crate::exposure::Extras,
     out: &mpsc::Sender<Event>,
     mut stats: LoopStats,
 ) {
@@ -311,6 +324,7 @@ async fn drive(
         .cloned()
         .unwrap_or_default();
     let mut all_tools: Vec<Value> = tools.iter().map(|t| t.definition.clone()).collect();
+    all_tools.extend(extras.extra_definitions());
     all_tools.extend(client_tools.iter().cloned());
     let mut messages: Vec<Value> = request
         .get("messages")
@@ -352,6 +366,7 @@ async fn drive(
                 all_tools = client_tools.clone();
                 offer_tools = !all_tools.is_empty();
                 stats.tools_injected = 0;
+                stats.tool_tokens = 0;
                 stats.rounds = 0;
                 continue;
             }
@@ -364,7 +379,7 @@ async fn drive(
         let (ours, theirs): (Vec<ToolCall>, Vec<ToolCall>) = round
             .calls
             .into_iter()
-            .partition(|call| by_name.contains_key(call.name.as_str()));
+            .partition(|call| by_name.contains_key(call.name.as_str()) || extras.owns(&call.name));
 
         if ours.is_empty() || !options.auto_execute || last_round {
             let mut handed_back = theirs;
@@ -379,9 +394,15 @@ async fn drive(
         // A client that goes away cancels them: dropping the futures kills
         // the tools' process groups and closes their connections.
         let results = tokio::select! {
-            results = run_calls(ctx, &by_name, &ours) => results,
+            results = async {
+                match &extras.meta {
+                    Some(meta) => meta.run_calls(ctx, &ours).await,
+                    None => run_calls(ctx, &by_name, &ours).await,
+                }
+            } => results,
             _ = out.closed() => return,
         };
+        extras.note_results(&results);
         let assistant_calls: Vec<Value> = ours.iter().map(ToolCall::to_ollama).collect();
         messages.push(json!({
             "role": "assistant",
@@ -411,7 +432,7 @@ async fn drive(
     }
 }
 
-async fn run_calls(
+pub(crate) async fn run_calls(
     ctx: &ChatContext,
     by_name: &HashMap<&str, &InjectedTool>,
     calls: &[ToolCall],
@@ -507,6 +528,7 @@ async fn finish(
     done["done"] = Value::Bool(true);
     done["oap_tools_injected"] = Value::from(stats.tools_injected);
     done["oap_round"] = Value::from(stats.rounds);
+    done["oap_tool_tokens"] = Value::from(stats.tool_tokens);
     let _ = out.send(Event::Chunk(done)).await;
 }
 

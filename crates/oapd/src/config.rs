@@ -16,6 +16,7 @@
 //! (with line and column), or the environment variable.
 
 use std::borrow::Cow;
+use std::collections::BTreeMap;
 use std::fmt;
 use std::io::Read;
 use std::marker::PhantomData;
@@ -214,6 +215,51 @@ pub enum LogFormat {
     Json,
 }
 
+/// How oapd's tools are shown to the model.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ToolExposure {
+    /// The discovered tools, each with its own definition.
+    #[default]
+    Direct,
+    /// Two meta-tools: `oap_discover(task)` and `oap_invoke(tool, arguments)`.
+    Meta,
+}
+
+/// What happens to a URL in an answer that no tool result returned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum UrlPolicy {
+    /// Answers pass unchanged.
+    Off,
+    /// The URL stays, followed by a visible "(unverified link)" mark.
+    #[default]
+    Flag,
+    /// The URL is replaced by "[link removed]".
+    Remove,
+}
+
+impl Named for ToolExposure {
+    const ALL: &'static [Self] = &[Self::Direct, Self::Meta];
+    fn name(self) -> &'static str {
+        match self {
+            Self::Direct => "direct",
+            Self::Meta => "meta",
+        }
+    }
+}
+
+impl Named for UrlPolicy {
+    const ALL: &'static [Self] = &[Self::Off, Self::Flag, Self::Remove];
+    fn name(self) -> &'static str {
+        match self {
+            Self::Off => "off",
+            Self::Flag => "flag",
+            Self::Remove => "remove",
+        }
+    }
+}
+
 /// Closed set of string values, for environment parsing and error messages.
 trait Named: Sized + Copy + 'static {
     const ALL: &'static [Self];
@@ -260,7 +306,13 @@ macro_rules! display_named {
         }
     )*};
 }
-display_named!(VectorDtype, DiscoveryMode, LogFormat);
+display_named!(
+    VectorDtype,
+    DiscoveryMode,
+    LogFormat,
+    ToolExposure,
+    UrlPolicy
+);
 
 /// `index:` section.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -379,6 +431,18 @@ pub struct ToolBridgeConfig {
     pub http_timeout: u64,
     /// Seconds to wait for a stdio tool invocation.
     pub stdio_timeout: u64,
+    /// Cap on the estimated prompt tokens of oapd's injected tool
+    /// definitions per request; 0 means unlimited (see `exposure.rs`).
+    pub tool_token_budget: usize,
+    /// `direct` (the discovered tools themselves) or `meta` (two tools,
+    /// `oap_discover` and `oap_invoke`).
+    pub exposure: ToolExposure,
+    /// What happens to URLs in an answer that no tool result (and no user
+    /// message) contained: `off`, `flag` or `remove`.
+    pub url_policy: UrlPolicy,
+    /// Per-manifest-id overrides of `url_policy`, applied when that tool is
+    /// offered in a request (the strictest override offered wins).
+    pub url_policy_tools: BTreeMap<String, UrlPolicy>,
 }
 
 impl Default for ToolBridgeConfig {
@@ -389,6 +453,10 @@ impl Default for ToolBridgeConfig {
             max_rounds: 3,
             http_timeout: 30,
             stdio_timeout: 10,
+            tool_token_budget: 0,
+            exposure: ToolExposure::Direct,
+            url_policy: UrlPolicy::Flag,
+            url_policy_tools: BTreeMap::new(),
         }
     }
 }
@@ -604,7 +672,10 @@ config_keys! {
     embedding { enabled, model_dir, max_tokens, batch_size, threads }
     manifests { bundled, dirs }
     discovery { default_top_k, max_top_k, min_score, mode }
-    tool_bridge { enabled, default_top_k, max_rounds, http_timeout, stdio_timeout }
+    tool_bridge {
+        enabled, default_top_k, max_rounds, http_timeout, stdio_timeout, tool_token_budget,
+        exposure, url_policy, url_policy_tools,
+    }
     ollama { base_url, timeout, chat_deadline, max_request_bytes }
     tools { credentials_file, allow_private, stdio_dirs, max_result_chars, max_response_bytes, max_parallel }
     log { level, format }
@@ -756,7 +827,31 @@ macro_rules! env_named {
         }
     )*};
 }
-env_named!(VectorDtype, DiscoveryMode, LogFormat);
+env_named!(
+    VectorDtype,
+    DiscoveryMode,
+    LogFormat,
+    ToolExposure,
+    UrlPolicy
+);
+
+/// `key=value` pairs, comma-separated (e.g. `OAP_TOOL_BRIDGE_URL_POLICY_TOOLS=a.example=off`):
+/// the key is everything before the last `=`.
+impl<T: EnvValue> EnvValue for BTreeMap<String, T> {
+    fn parse_env(raw: &str) -> Result<Self, String> {
+        let mut map = BTreeMap::new();
+        for item in raw.split(',').map(str::trim).filter(|i| !i.is_empty()) {
+            let Some((key, value)) = item.rsplit_once('=') else {
+                return Err(format!("expected key=value pairs, got {}", quote(item)));
+            };
+            if key.trim().is_empty() {
+                return Err(format!("empty key in {}", quote(item)));
+            }
+            map.insert(key.trim().to_string(), T::parse_env(value.trim())?);
+        }
+        Ok(map)
+    }
+}
 
 // ---------------------------------------------------------------------------
 // Errors
@@ -1124,6 +1219,14 @@ impl Config {
         c.range("tool_bridge.max_rounds", tb.max_rounds, 1, 10);
         c.range("tool_bridge.http_timeout", tb.http_timeout, 1, 3600);
         c.range("tool_bridge.stdio_timeout", tb.stdio_timeout, 1, 3600);
+        if tb.tool_token_budget != 0 {
+            c.range(
+                "tool_bridge.tool_token_budget",
+                tb.tool_token_budget,
+                50,
+                1_000_000,
+            );
+        }
 
         let tools = &self.tools;
         c.range(
