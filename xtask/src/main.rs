@@ -7,6 +7,7 @@
 
 mod bench;
 mod bench_proxy;
+mod bench_tokens;
 mod model;
 mod net;
 mod tasks;
@@ -53,6 +54,13 @@ const COMMANDS: &[Command] = &[
                 latency oapd adds in front of a fake Ollama (and the Python\n      \
                 peer ollama-mcp-bridge), first-chunk time, RSS over 100k requests",
         run: bench_proxy::run,
+    },
+    Command {
+        name: "bench-tokens",
+        usage: "bench-tokens [--top-k K] [--budget N...]\n      \
+                tool tokens per request: direct vs budget (300, 150) vs meta\n      \
+                exposure over the shared task set, labelled tool still offered",
+        run: bench_tokens::run,
     },
     Command {
         name: "fetch-model",

@@ -109,28 +109,18 @@ impl MetaSession {
                 ok: true,
             };
         }
-        let mut listed = Vec::with_capacity(tools.len());
+        let content = listing(&tools);
         let Ok(mut discovered) = self.discovered.lock() else {
             return error("internal error: discovery state unavailable".into());
         };
         for tool in tools {
-            let mut compact = tool.definition.clone();
-            crate::exposure::trim_descriptions(&mut compact);
-            listed.push(json!({
-                "name": tool.name,
-                "description": compact.pointer("/function/description").cloned().unwrap_or(Value::Null),
-                "parameters": compact.pointer("/function/parameters").cloned().unwrap_or_else(|| json!({})),
-            }));
             // A name already handed out for another manifest keeps its
             // first meaning; the model was told about that one first.
             discovered
                 .entry(tool.name.clone())
                 .or_insert_with(|| Arc::new(tool));
         }
-        ToolResult {
-            content: json!({"tools": listed}).to_string(),
-            ok: true,
-        }
+        ToolResult { content, ok: true }
     }
 
     async fn invoke(&self, ctx: &ChatContext, call: &ToolCall) -> ToolResult {
@@ -189,6 +179,24 @@ impl MetaSession {
             .pop()
             .unwrap_or_else(|| error("the tool produced no result".into()))
     }
+}
+
+/// What `oap_discover` returns for `tools`: compact JSON, each tool's name,
+/// first-sentence description and parameters schema.
+pub fn listing(tools: &[InjectedTool]) -> String {
+    let listed: Vec<Value> = tools
+        .iter()
+        .map(|tool| {
+            let mut compact = tool.definition.clone();
+            crate::exposure::trim_descriptions(&mut compact);
+            json!({
+                "name": tool.name,
+                "description": compact.pointer("/function/description").cloned().unwrap_or(Value::Null),
+                "parameters": compact.pointer("/function/parameters").cloned().unwrap_or_else(|| json!({})),
+            })
+        })
+        .collect();
+    json!({"tools": listed}).to_string()
 }
 
 fn error(message: String) -> ToolResult {
