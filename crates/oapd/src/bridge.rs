@@ -351,7 +351,17 @@ async fn drive(
             // gets an answer instead of a dangling tool call.
             body.remove("tools");
         }
-        let round = match stream_round(ctx, &body, out).await {
+        // A forced tool's first round is held back until we know whether
+        // the model called it (forcing.rs).
+        let forced = extras
+            .forced
+            .as_ref()
+            .filter(|_| stats.rounds == 1 && offer_tools && !last_round && options.auto_execute);
+        let (result, held) = match forced {
+            Some(_) => crate::forcing::held_round(ctx, &body).await,
+            None => (stream_round(ctx, &body, out).await, Vec::new()),
+        };
+        let mut round = match result {
             Ok(round) => round,
             Err(RoundError::ClientGone) => return,
             Err(RoundError::Upstream { status, message })
@@ -376,10 +386,25 @@ async fn drive(
             }
         };
 
-        let (ours, theirs): (Vec<ToolCall>, Vec<ToolCall>) = round
+        let (mut ours, theirs): (Vec<ToolCall>, Vec<ToolCall>) = round
             .calls
             .into_iter()
             .partition(|call| by_name.contains_key(call.name.as_str()) || extras.owns(&call.name));
+        if let Some(forced) = forced {
+            let any_call = !ours.is_empty() || !theirs.is_empty();
+            match crate::forcing::enforce(ctx, forced, &model, any_call).await {
+                Some(call) => {
+                    // The answer given without the tool is dropped.
+                    ours = vec![call];
+                    round.content = String::new();
+                }
+                None => {
+                    if !crate::forcing::release(out, held).await {
+                        return;
+                    }
+                }
+            }
+        }
 
         if ours.is_empty() || !options.auto_execute || last_round {
             let mut handed_back = theirs;
@@ -532,7 +557,7 @@ async fn finish(
     let _ = out.send(Event::Chunk(done)).await;
 }
 
-enum RoundError {
+pub(crate) enum RoundError {
     ClientGone,
     /// Ollama (or the way to it) failed; `status` is what the client
     /// should see if nothing was sent yet.
@@ -549,7 +574,7 @@ fn upstream_failed(message: impl Into<String>) -> RoundError {
     }
 }
 
-struct Round {
+pub(crate) struct Round {
     content: String,
     calls: Vec<ToolCall>,
     /// The upstream's final `done:true` chunk, held back from the client.
@@ -558,7 +583,7 @@ struct Round {
 
 /// One upstream call: forwards content as it arrives, holds back tool calls
 /// and the `done` chunk, and returns what the model asked for.
-async fn stream_round(
+pub(crate) async fn stream_round(
     ctx: &ChatContext,
     body: &Map<String, Value>,
     out: &mpsc::Sender<Event>,

@@ -62,7 +62,7 @@ impl ChatService {
             Ok(None) => return self.forward_json("/api/chat", &chat).await,
             Err(response) => return response,
         };
-        let (tools, extras) = self.prepare(Some(tools), &chat, &options);
+        let (tools, extras) = self.prepare(Some(tools), &mut chat, &options);
         let tool_tokens = extras.tool_tokens;
         let rx = self.start_loop(chat, tools, options.clone(), extras);
         let mut response = if options.stream {
@@ -128,7 +128,7 @@ impl ChatService {
             Ok(tools) => tools,
             Err(response) => return response,
         };
-        let (tools, extras) = self.prepare(tools, &chat, &options);
+        let (tools, extras) = self.prepare(tools, &mut chat, &options);
         let tool_tokens = extras.tool_tokens;
         let id = openai::new_completion_id();
         let created = std::time::SystemTime::now()

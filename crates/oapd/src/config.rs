@@ -443,6 +443,43 @@ pub struct ToolBridgeConfig {
     /// Per-manifest-id overrides of `url_policy`, applied when that tool is
     /// offered in a request (the strictest override offered wins).
     pub url_policy_tools: BTreeMap<String, UrlPolicy>,
+    /// Forced tools: when `pattern` matches the latest user message, the
+    /// bridge offers `tool` and makes sure it is called (see `forcing.rs`).
+    pub force: ForceRules,
+}
+
+/// `tool_bridge.force`: a list of `{pattern, tool, case_insensitive}`; in
+/// the environment, the same as a JSON array.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct ForceRules(pub Vec<ForceRule>);
+
+/// One forced-tool rule.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ForceRule {
+    /// Regular expression (Rust `regex` syntax, compiled size-limited).
+    pub pattern: String,
+    /// Manifest id (as `/v1/tools` shows it, e.g. `local/date`) or tool
+    /// name (`oap_date`).
+    pub tool: String,
+    /// Match ignoring case (default true).
+    #[serde(default = "yes")]
+    pub case_insensitive: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+impl EnvValue for ForceRules {
+    fn parse_env(raw: &str) -> Result<Self, String> {
+        if raw.trim().is_empty() {
+            return Ok(ForceRules::default());
+        }
+        serde_json::from_str(raw)
+            .map_err(|e| format!("expected a JSON array of {{\"pattern\", \"tool\"}} objects: {e}"))
+    }
 }
 
 impl Default for ToolBridgeConfig {
@@ -457,6 +494,7 @@ impl Default for ToolBridgeConfig {
             exposure: ToolExposure::Direct,
             url_policy: UrlPolicy::Flag,
             url_policy_tools: BTreeMap::new(),
+            force: ForceRules::default(),
         }
     }
 }
@@ -674,7 +712,7 @@ config_keys! {
     discovery { default_top_k, max_top_k, min_score, mode }
     tool_bridge {
         enabled, default_top_k, max_rounds, http_timeout, stdio_timeout, tool_token_budget,
-        exposure, url_policy, url_policy_tools,
+        exposure, url_policy, url_policy_tools, force,
     }
     ollama { base_url, timeout, chat_deadline, max_request_bytes }
     tools { credentials_file, allow_private, stdio_dirs, max_result_chars, max_response_bytes, max_parallel }
@@ -1219,6 +1257,17 @@ impl Config {
         c.range("tool_bridge.max_rounds", tb.max_rounds, 1, 10);
         c.range("tool_bridge.http_timeout", tb.http_timeout, 1, 3600);
         c.range("tool_bridge.stdio_timeout", tb.stdio_timeout, 1, 3600);
+        for (i, rule) in tb.force.0.iter().enumerate() {
+            if let Err(message) = crate::forcing::compile(rule) {
+                c.fail(format!("tool_bridge.force[{i}].pattern"), message);
+            }
+            if rule.tool.trim().is_empty() {
+                c.fail(
+                    format!("tool_bridge.force[{i}].tool"),
+                    "must name a manifest id or tool",
+                );
+            }
+        }
         if tb.tool_token_budget != 0 {
             c.range(
                 "tool_bridge.tool_token_budget",

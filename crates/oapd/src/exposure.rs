@@ -34,6 +34,7 @@ pub struct ExposureSettings {
     pub exposure: ToolExposure,
     pub url_policy: UrlPolicy,
     pub url_policy_tools: HashMap<String, UrlPolicy>,
+    pub force: crate::forcing::ForceSettings,
 }
 
 impl ExposureSettings {
@@ -47,6 +48,7 @@ impl ExposureSettings {
                 .iter()
                 .map(|(k, v)| (k.clone(), *v))
                 .collect(),
+            force: crate::forcing::ForceSettings::from_config(&config.force.0),
         }
     }
 
@@ -191,6 +193,8 @@ pub struct Extras {
     /// URL hygiene for the answer.
     pub urls: Option<Arc<Mutex<crate::sanitize::UrlAllowList>>>,
     pub url_policy: UrlPolicy,
+    /// The tool a force rule requires in this request.
+    pub forced: Option<crate::forcing::Forced>,
 }
 
 impl Extras {
@@ -226,11 +230,11 @@ impl crate::chat::ChatService {
     pub fn prepare(
         self: &Arc<Self>,
         tools: Option<Vec<InjectedTool>>,
-        chat: &Map<String, Value>,
+        chat: &mut Map<String, Value>,
         options: &crate::bridge::ChatOptions,
     ) -> (Vec<InjectedTool>, Extras) {
         let client_tool_tokens = client_tool_tokens(chat);
-        let Some(tools) = tools else {
+        let Some(mut tools) = tools else {
             return (
                 Vec::new(),
                 Extras {
@@ -239,6 +243,7 @@ impl crate::chat::ChatService {
                 },
             );
         };
+        let forced = self.apply_force(&mut tools, chat);
         let settings = &self.exposure;
         let (tools, tool_tokens, meta) = if settings.exposure == ToolExposure::Meta {
             let meta = crate::meta::MetaSession::new(
@@ -246,7 +251,11 @@ impl crate::chat::ChatService {
                 options.top_k,
                 crate::bridge::client_tool_names(chat),
             );
-            let tokens = tokens::tools_tokens(crate::meta::definitions().iter());
+            let tokens = tokens::tools_tokens(
+                crate::meta::definitions()
+                    .iter()
+                    .chain(tools.iter().map(|t| &t.definition)),
+            );
             (tools, tokens, Some(meta))
         } else {
             let (tools, fitting) = fit_budget(tools, settings.tool_token_budget);
@@ -276,6 +285,7 @@ impl crate::chat::ChatService {
                 meta,
                 urls,
                 url_policy,
+                forced,
             },
         )
     }

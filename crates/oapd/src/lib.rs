@@ -8,6 +8,7 @@ pub mod bundled;
 pub mod chat;
 pub mod config;
 pub mod exposure;
+pub mod forcing;
 pub mod http;
 pub mod logging;
 pub mod meta;

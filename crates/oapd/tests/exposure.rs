@@ -469,3 +469,119 @@ fn urls_a_tool_returned_pass_and_per_tool_overrides_apply() {
         "Found https://tool.example/page and [link removed]"
     );
 }
+
+const FORCE_YAML: &str =
+    "tool_bridge:\n  force:\n    - pattern: \"^status report\\\\b\"\n      tool: local/date\n";
+/// Discovery alone would not offer `date` for this.
+const FORCED_TASK: &str = "Status report for the kitchen, please";
+
+fn system_instruction(sent: &Value) -> Option<String> {
+    sent["messages"]
+        .as_array()?
+        .iter()
+        .find(|m| m["role"] == "system")
+        .and_then(|m| m["content"].as_str())
+        .map(str::to_string)
+}
+
+#[test]
+fn a_forced_tool_is_offered_and_the_model_told_to_call_it() {
+    let upstream = fake(
+        models()
+            .turn(Turn::tool_call("oap_date", json!({"args": "+%Y"})))
+            .turn(Turn::echo(Echo::LastTool)),
+    );
+    let daemon = daemon_with(&upstream, FORCE_YAML);
+    let (_, chunks) = chat(&daemon, FORCED_TASK, json!({}));
+    let sent = upstream.fake.chat_requests();
+    assert_eq!(sent.len(), 2);
+    assert_eq!(names(&sent[0]["tools"])[0], "oap_date");
+    let instruction = system_instruction(&sent[0]).expect("instruction");
+    assert!(instruction.contains("oap_date"), "{instruction}");
+    // The instruction sits right before the user's message.
+    let messages = sent[0]["messages"].as_array().unwrap();
+    assert_eq!(messages[messages.len() - 2]["role"], "system");
+    // date ran for real (the year), the model echoed it.
+    let year = content_of(&chunks);
+    assert!(year.trim().starts_with("20"), "{year}");
+}
+
+#[test]
+fn a_forced_tool_the_model_ignores_is_called_by_the_bridge() {
+    let upstream = fake(
+        models()
+            .turn(Turn::reply("All fine in the kitchen, I guess."))
+            // The argument extraction (non-streamed, format = the schema).
+            .turn(Turn::reply(r#"{"args": "+%Y"}"#))
+            .turn(Turn::echo(Echo::LastTool)),
+    );
+    let daemon = daemon_with(&upstream, FORCE_YAML);
+    let (_, chunks) = chat(&daemon, FORCED_TASK, json!({}));
+    let text = content_of(&chunks);
+    // The answer given without the tool never reached the client.
+    assert!(!text.contains("kitchen"), "{text}");
+    assert!(text.trim().starts_with("20"), "{text}");
+    let sent = upstream.fake.chat_requests();
+    assert_eq!(sent.len(), 3);
+    assert_eq!(sent[1]["stream"], false);
+    assert!(sent[1]["format"]["properties"].is_object(), "{}", sent[1]);
+    let last = sent[2]["messages"].as_array().unwrap();
+    let result = last.last().unwrap();
+    assert_eq!(result["role"], "tool");
+    assert_eq!(result["tool_name"], "oap_date");
+    assert_eq!(chunks.iter().filter(|c| c["done"] == true).count(), 1);
+}
+
+#[test]
+fn a_forced_tool_whose_arguments_cannot_be_extracted_leaves_the_answer() {
+    let upstream = fake(
+        models()
+            .turn(Turn::reply("All fine in the kitchen."))
+            .turn(Turn::reply("sorry, no JSON here")),
+    );
+    let daemon = daemon_with(&upstream, FORCE_YAML);
+    let (_, chunks) = chat(&daemon, FORCED_TASK, json!({}));
+    assert_eq!(content_of(&chunks), "All fine in the kitchen.");
+    assert_eq!(upstream.fake.chat_requests().len(), 2);
+}
+
+#[test]
+fn no_force_without_a_match() {
+    let upstream = fake(models().default_turn(Turn::reply("ok")));
+    let daemon = daemon_with(&upstream, FORCE_YAML);
+    let (_, chunks) = chat(&daemon, WC_TASK, json!({}));
+    assert_eq!(content_of(&chunks), "ok");
+    let sent = upstream.fake.chat_requests();
+    assert_eq!(sent.len(), 1);
+    assert!(system_instruction(&sent[0]).is_none());
+    assert!(!names(&sent[0]["tools"]).contains(&"oap_date".to_string()));
+}
+
+#[test]
+fn an_invalid_force_pattern_stops_start_up_with_a_clear_error() {
+    for (rules, needle) in [
+        (
+            r#"[{"pattern": "(unclosed", "tool": "local/date"}]"#,
+            "tool_bridge.force[0].pattern",
+        ),
+        (
+            r#"[{"pattern": "(\\w{100}){100}", "tool": "local/date"}]"#,
+            "tool_bridge.force[0].pattern",
+        ),
+        (
+            r#"[{"pattern": "x", "tool": " "}]"#,
+            "tool_bridge.force[0].tool",
+        ),
+        (r#"{"pattern": "x"}"#, "OAP_TOOL_BRIDGE_FORCE"),
+    ] {
+        let out = support::oapd()
+            .args(["config"])
+            .env("OAP_TOOL_BRIDGE_FORCE", rules)
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stderr).to_string()
+            + &String::from_utf8_lossy(&out.stdout);
+        assert!(!out.status.success(), "{rules}: {text}");
+        assert!(text.contains(needle), "{rules}: {text}");
+    }
+}
