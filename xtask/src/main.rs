@@ -8,6 +8,7 @@
 mod bench;
 mod bench_proxy;
 mod image;
+mod bench_tokens;
 mod model;
 mod net;
 mod package;
@@ -69,6 +70,13 @@ const COMMANDS: &[Command] = &[
                 systemd-analyze verify the units, apply sysusers/tmpfiles to a\n      \
                 scratch root, fail if the security exposure is above 2.0",
         run: package::check_units,
+    },
+    Command {
+        name: "bench-tokens",
+        usage: "bench-tokens [--top-k K] [--budget N...]\n      \
+                tool tokens per request: direct vs budget (300, 150) vs meta\n      \
+                exposure over the shared task set, labelled tool still offered",
+        run: bench_tokens::run,
     },
     Command {
         name: "fetch-model",

@@ -230,6 +230,7 @@ pub fn chat_service(config: &Config, engine: Arc<Engine>) -> anyhow::Result<Chat
         },
         max_request_bytes: config.ollama.max_request_bytes,
         strips_authorization: config.server.auth_token.is_some(),
+        exposure: crate::exposure::ExposureSettings::from_config(&config.tool_bridge),
     })
 }
 

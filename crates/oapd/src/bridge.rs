@@ -261,6 +261,8 @@ impl Event {
 pub struct LoopStats {
     pub tools_injected: usize,
     pub rounds: u32,
+    /// Estimated prompt tokens of oapd's offered tool definitions.
+    pub tool_tokens: usize,
 }
 
 /// Runs the tool loop, sending client-facing Ollama chunks into `out`.
@@ -272,16 +274,26 @@ pub async fn run_loop(
     mut request: Map<String, Value>,
     tools: Vec<InjectedTool>,
     options: ChatOptions,
+    extras: crate::exposure::Extras,
     out: mpsc::Sender<Event>,
 ) {
     let deadline = ctx.deadline;
     let stats = LoopStats {
         tools_injected: tools.len(),
         rounds: 0,
+        tool_tokens: extras.tool_tokens,
     };
+    tracing::info!(
+        tools = tools.len(),
+        tool_tokens = extras.tool_tokens,
+        client_tool_tokens = extras.client_tool_tokens,
+        meta = extras.meta.is_some(),
+        "tools offered"
+    );
+    let out = crate::sanitize::guard(out, &extras);
     let result = tokio::time::timeout(
         deadline,
-        drive(&ctx, &mut request, &tools, &options, &out, stats),
+        drive(&ctx, &mut request, &tools, &options, &extras, &out, stats),
     )
     .await;
     if result.is_err() {
@@ -300,6 +312,7 @@ async fn drive(
     request: &mut Map<String, Value>,
     tools: &[InjectedTool],
     options: &ChatOptions,
+    extras: &crate::exposure::Extras,
     out: &mpsc::Sender<Event>,
     mut stats: LoopStats,
 ) {
@@ -311,6 +324,7 @@ async fn drive(
         .cloned()
         .unwrap_or_default();
     let mut all_tools: Vec<Value> = tools.iter().map(|t| t.definition.clone()).collect();
+    all_tools.extend(extras.extra_definitions());
     all_tools.extend(client_tools.iter().cloned());
     let mut messages: Vec<Value> = request
         .get("messages")
@@ -337,7 +351,17 @@ async fn drive(
             // gets an answer instead of a dangling tool call.
             body.remove("tools");
         }
-        let round = match stream_round(ctx, &body, out).await {
+        // A forced tool's first round is held back until we know whether
+        // the model called it (forcing.rs).
+        let forced = extras
+            .forced
+            .as_ref()
+            .filter(|_| stats.rounds == 1 && offer_tools && !last_round && options.auto_execute);
+        let (result, held) = match forced {
+            Some(_) => crate::forcing::held_round(ctx, &body).await,
+            None => (stream_round(ctx, &body, out).await, Vec::new()),
+        };
+        let mut round = match result {
             Ok(round) => round,
             Err(RoundError::ClientGone) => return,
             Err(RoundError::Upstream { status, message })
@@ -352,6 +376,7 @@ async fn drive(
                 all_tools = client_tools.clone();
                 offer_tools = !all_tools.is_empty();
                 stats.tools_injected = 0;
+                stats.tool_tokens = 0;
                 stats.rounds = 0;
                 continue;
             }
@@ -361,10 +386,25 @@ async fn drive(
             }
         };
 
-        let (ours, theirs): (Vec<ToolCall>, Vec<ToolCall>) = round
+        let (mut ours, theirs): (Vec<ToolCall>, Vec<ToolCall>) = round
             .calls
             .into_iter()
-            .partition(|call| by_name.contains_key(call.name.as_str()));
+            .partition(|call| by_name.contains_key(call.name.as_str()) || extras.owns(&call.name));
+        if let Some(forced) = forced {
+            let any_call = !ours.is_empty() || !theirs.is_empty();
+            match crate::forcing::enforce(ctx, forced, &model, any_call).await {
+                Some(call) => {
+                    // The answer given without the tool is dropped.
+                    ours = vec![call];
+                    round.content = String::new();
+                }
+                None => {
+                    if !crate::forcing::release(out, held).await {
+                        return;
+                    }
+                }
+            }
+        }
 
         if ours.is_empty() || !options.auto_execute || last_round {
             let mut handed_back = theirs;
@@ -379,9 +419,15 @@ async fn drive(
         // A client that goes away cancels them: dropping the futures kills
         // the tools' process groups and closes their connections.
         let results = tokio::select! {
-            results = run_calls(ctx, &by_name, &ours) => results,
+            results = async {
+                match &extras.meta {
+                    Some(meta) => meta.run_calls(ctx, &ours).await,
+                    None => run_calls(ctx, &by_name, &ours).await,
+                }
+            } => results,
             _ = out.closed() => return,
         };
+        extras.note_results(&results);
         let assistant_calls: Vec<Value> = ours.iter().map(ToolCall::to_ollama).collect();
         messages.push(json!({
             "role": "assistant",
@@ -411,7 +457,7 @@ async fn drive(
     }
 }
 
-async fn run_calls(
+pub(crate) async fn run_calls(
     ctx: &ChatContext,
     by_name: &HashMap<&str, &InjectedTool>,
     calls: &[ToolCall],
@@ -507,10 +553,11 @@ async fn finish(
     done["done"] = Value::Bool(true);
     done["oap_tools_injected"] = Value::from(stats.tools_injected);
     done["oap_round"] = Value::from(stats.rounds);
+    done["oap_tool_tokens"] = Value::from(stats.tool_tokens);
     let _ = out.send(Event::Chunk(done)).await;
 }
 
-enum RoundError {
+pub(crate) enum RoundError {
     ClientGone,
     /// Ollama (or the way to it) failed; `status` is what the client
     /// should see if nothing was sent yet.
@@ -527,7 +574,7 @@ fn upstream_failed(message: impl Into<String>) -> RoundError {
     }
 }
 
-struct Round {
+pub(crate) struct Round {
     content: String,
     calls: Vec<ToolCall>,
     /// The upstream's final `done:true` chunk, held back from the client.
@@ -536,7 +583,7 @@ struct Round {
 
 /// One upstream call: forwards content as it arrives, holds back tool calls
 /// and the `done` chunk, and returns what the model asked for.
-async fn stream_round(
+pub(crate) async fn stream_round(
     ctx: &ChatContext,
     body: &Map<String, Value>,
     out: &mpsc::Sender<Event>,

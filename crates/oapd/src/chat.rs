@@ -30,6 +30,8 @@ pub struct ChatService {
     /// oapd's own bearer token: stripped before forwarding, so it never
     /// reaches Ollama.
     pub strips_authorization: bool,
+    /// Token budget, exposure mode and URL policy (`exposure.rs`).
+    pub exposure: crate::exposure::ExposureSettings,
 }
 
 impl ChatService {
@@ -60,8 +62,10 @@ impl ChatService {
             Ok(None) => return self.forward_json("/api/chat", &chat).await,
             Err(response) => return response,
         };
-        let rx = self.start_loop(chat, tools, options.clone());
-        if options.stream {
+        let (tools, extras) = self.prepare(Some(tools), &mut chat, &options);
+        let tool_tokens = extras.tool_tokens;
+        let rx = self.start_loop(chat, tools, options.clone(), extras);
+        let mut response = if options.stream {
             ndjson_response(rx).await
         } else {
             match bridge::collect(rx).await.and_then(|chunks| {
@@ -70,7 +74,9 @@ impl ChatService {
                 Ok(response) => http::json(StatusCode::OK, &response),
                 Err((status, message)) => http::error(status, message),
             }
-        }
+        };
+        crate::exposure::set_tokens_header(&mut response, tool_tokens);
+        response
     }
 
     /// `POST /v1/chat/completions`: the same discovery and loop behind
@@ -119,25 +125,29 @@ impl ChatService {
             Err(err) => return openai_error(StatusCode::BAD_REQUEST, &err.0),
         };
         let tools = match self.tools_for(&chat, &options).await {
-            Ok(Some(tools)) => tools,
-            Ok(None) => Vec::new(),
+            Ok(tools) => tools,
             Err(response) => return response,
         };
+        let (tools, extras) = self.prepare(tools, &mut chat, &options);
+        let tool_tokens = extras.tool_tokens;
         let id = openai::new_completion_id();
         let created = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_secs())
             .unwrap_or(0);
         let mut translator = openai::ChunkTranslator::for_request(&original, id.clone(), created);
-        let mut rx = self.start_loop(chat, tools, options.clone());
+        let mut rx = self.start_loop(chat, tools, options.clone(), extras);
         if !options.stream {
             return match bridge::collect(rx).await.and_then(|chunks| {
                 bridge::aggregate(&chunks).map_err(|e| (StatusCode::BAD_GATEWAY, e))
             }) {
-                Ok(response) => http::json(
-                    StatusCode::OK,
-                    &openai::ollama_to_chat_completion(&response, &id, created),
-                ),
+                Ok(response) => {
+                    let mut completion = openai::ollama_to_chat_completion(&response, &id, created);
+                    completion["oap_tool_tokens"] = Value::from(tool_tokens);
+                    let mut response = http::json(StatusCode::OK, &completion);
+                    crate::exposure::set_tokens_header(&mut response, tool_tokens);
+                    response
+                }
                 Err((status, message)) => openai_error(status, &message),
             };
         }
@@ -174,6 +184,7 @@ impl ChatService {
         let headers = response.headers_mut();
         headers.insert(CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
         headers.insert("cache-control", HeaderValue::from_static("no-cache"));
+        crate::exposure::set_tokens_header(&mut response, tool_tokens);
         response
     }
 
@@ -183,9 +194,17 @@ impl ChatService {
         chat: Map<String, Value>,
         tools: Vec<InjectedTool>,
         options: ChatOptions,
+        extras: crate::exposure::Extras,
     ) -> mpsc::Receiver<Event> {
         let (tx, rx) = mpsc::channel(CHANNEL_DEPTH);
-        tokio::spawn(bridge::run_loop(self.ctx.clone(), chat, tools, options, tx));
+        tokio::spawn(bridge::run_loop(
+            self.ctx.clone(),
+            chat,
+            tools,
+            options,
+            extras,
+            tx,
+        ));
         rx
     }
 
@@ -212,6 +231,10 @@ impl ChatService {
             Ok(true) => {}
             Ok(false) => return Ok(None),
             Err(err) => return Err(err.into_response()),
+        }
+        if self.exposure.exposure == crate::config::ToolExposure::Meta {
+            // Discovery runs when the model asks for it (oap_discover).
+            return Ok(Some(Vec::new()));
         }
         let Some(task) = bridge::task_of(chat) else {
             return Ok(Some(Vec::new()));
@@ -324,6 +347,7 @@ impl ChatService {
         let tools = self
             .discover_tools(task.to_string(), top_k, Vec::new())
             .await;
+        let (tools, fitting) = crate::exposure::fit_budget(tools, self.exposure.tool_token_budget);
         let mut registry = Map::new();
         for tool in &tools {
             registry.insert(
@@ -340,7 +364,8 @@ impl ChatService {
         let definitions: Vec<&Value> = tools.iter().map(|t| &t.definition).collect();
         http::json(
             StatusCode::OK,
-            &json!({"tools": definitions, "registry": registry}),
+            &json!({"tools": definitions, "registry": registry,
+                    "oap_tool_tokens": fitting.tokens_after}),
         )
     }
 

@@ -16,6 +16,7 @@
 //! (with line and column), or the environment variable.
 
 use std::borrow::Cow;
+use std::collections::BTreeMap;
 use std::fmt;
 use std::io::Read;
 use std::marker::PhantomData;
@@ -222,6 +223,51 @@ pub enum LogFormat {
     Journald,
 }
 
+/// How oapd's tools are shown to the model.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ToolExposure {
+    /// The discovered tools, each with its own definition.
+    #[default]
+    Direct,
+    /// Two meta-tools: `oap_discover(task)` and `oap_invoke(tool, arguments)`.
+    Meta,
+}
+
+/// What happens to a URL in an answer that no tool result returned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum UrlPolicy {
+    /// Answers pass unchanged.
+    Off,
+    /// The URL stays, followed by a visible "(unverified link)" mark.
+    #[default]
+    Flag,
+    /// The URL is replaced by "[link removed]".
+    Remove,
+}
+
+impl Named for ToolExposure {
+    const ALL: &'static [Self] = &[Self::Direct, Self::Meta];
+    fn name(self) -> &'static str {
+        match self {
+            Self::Direct => "direct",
+            Self::Meta => "meta",
+        }
+    }
+}
+
+impl Named for UrlPolicy {
+    const ALL: &'static [Self] = &[Self::Off, Self::Flag, Self::Remove];
+    fn name(self) -> &'static str {
+        match self {
+            Self::Off => "off",
+            Self::Flag => "flag",
+            Self::Remove => "remove",
+        }
+    }
+}
+
 /// Closed set of string values, for environment parsing and error messages.
 trait Named: Sized + Copy + 'static {
     const ALL: &'static [Self];
@@ -269,7 +315,13 @@ macro_rules! display_named {
         }
     )*};
 }
-display_named!(VectorDtype, DiscoveryMode, LogFormat);
+display_named!(
+    VectorDtype,
+    DiscoveryMode,
+    LogFormat,
+    ToolExposure,
+    UrlPolicy
+);
 
 /// `index:` section.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -388,6 +440,55 @@ pub struct ToolBridgeConfig {
     pub http_timeout: u64,
     /// Seconds to wait for a stdio tool invocation.
     pub stdio_timeout: u64,
+    /// Cap on the estimated prompt tokens of oapd's injected tool
+    /// definitions per request; 0 means unlimited (see `exposure.rs`).
+    pub tool_token_budget: usize,
+    /// `direct` (the discovered tools themselves) or `meta` (two tools,
+    /// `oap_discover` and `oap_invoke`).
+    pub exposure: ToolExposure,
+    /// What happens to URLs in an answer that no tool result (and no user
+    /// message) contained: `off`, `flag` or `remove`.
+    pub url_policy: UrlPolicy,
+    /// Per-manifest-id overrides of `url_policy`, applied when that tool is
+    /// offered in a request (the strictest override offered wins).
+    pub url_policy_tools: BTreeMap<String, UrlPolicy>,
+    /// Forced tools: when `pattern` matches the latest user message, the
+    /// bridge offers `tool` and makes sure it is called (see `forcing.rs`).
+    pub force: ForceRules,
+}
+
+/// `tool_bridge.force`: a list of `{pattern, tool, case_insensitive}`; in
+/// the environment, the same as a JSON array.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct ForceRules(pub Vec<ForceRule>);
+
+/// One forced-tool rule.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ForceRule {
+    /// Regular expression (Rust `regex` syntax, compiled size-limited).
+    pub pattern: String,
+    /// Manifest id (as `/v1/tools` shows it, e.g. `local/date`) or tool
+    /// name (`oap_date`).
+    pub tool: String,
+    /// Match ignoring case (default true).
+    #[serde(default = "yes")]
+    pub case_insensitive: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+impl EnvValue for ForceRules {
+    fn parse_env(raw: &str) -> Result<Self, String> {
+        if raw.trim().is_empty() {
+            return Ok(ForceRules::default());
+        }
+        serde_json::from_str(raw)
+            .map_err(|e| format!("expected a JSON array of {{\"pattern\", \"tool\"}} objects: {e}"))
+    }
 }
 
 impl Default for ToolBridgeConfig {
@@ -398,6 +499,11 @@ impl Default for ToolBridgeConfig {
             max_rounds: 3,
             http_timeout: 30,
             stdio_timeout: 10,
+            tool_token_budget: 0,
+            exposure: ToolExposure::Direct,
+            url_policy: UrlPolicy::Flag,
+            url_policy_tools: BTreeMap::new(),
+            force: ForceRules::default(),
         }
     }
 }
@@ -613,7 +719,10 @@ config_keys! {
     embedding { enabled, model_dir, max_tokens, batch_size, threads }
     manifests { bundled, dirs }
     discovery { default_top_k, max_top_k, min_score, mode }
-    tool_bridge { enabled, default_top_k, max_rounds, http_timeout, stdio_timeout }
+    tool_bridge {
+        enabled, default_top_k, max_rounds, http_timeout, stdio_timeout, tool_token_budget,
+        exposure, url_policy, url_policy_tools, force,
+    }
     ollama { base_url, timeout, chat_deadline, max_request_bytes }
     tools { credentials_file, allow_private, stdio_dirs, max_result_chars, max_response_bytes, max_parallel }
     log { level, format }
@@ -765,7 +874,31 @@ macro_rules! env_named {
         }
     )*};
 }
-env_named!(VectorDtype, DiscoveryMode, LogFormat);
+env_named!(
+    VectorDtype,
+    DiscoveryMode,
+    LogFormat,
+    ToolExposure,
+    UrlPolicy
+);
+
+/// `key=value` pairs, comma-separated (e.g. `OAP_TOOL_BRIDGE_URL_POLICY_TOOLS=a.example=off`):
+/// the key is everything before the last `=`.
+impl<T: EnvValue> EnvValue for BTreeMap<String, T> {
+    fn parse_env(raw: &str) -> Result<Self, String> {
+        let mut map = BTreeMap::new();
+        for item in raw.split(',').map(str::trim).filter(|i| !i.is_empty()) {
+            let Some((key, value)) = item.rsplit_once('=') else {
+                return Err(format!("expected key=value pairs, got {}", quote(item)));
+            };
+            if key.trim().is_empty() {
+                return Err(format!("empty key in {}", quote(item)));
+            }
+            map.insert(key.trim().to_string(), T::parse_env(value.trim())?);
+        }
+        Ok(map)
+    }
+}
 
 // ---------------------------------------------------------------------------
 // Errors
@@ -1134,6 +1267,25 @@ impl Config {
         c.range("tool_bridge.max_rounds", tb.max_rounds, 1, 10);
         c.range("tool_bridge.http_timeout", tb.http_timeout, 1, 3600);
         c.range("tool_bridge.stdio_timeout", tb.stdio_timeout, 1, 3600);
+        for (i, rule) in tb.force.0.iter().enumerate() {
+            if let Err(message) = crate::forcing::compile(rule) {
+                c.fail(format!("tool_bridge.force[{i}].pattern"), message);
+            }
+            if rule.tool.trim().is_empty() {
+                c.fail(
+                    format!("tool_bridge.force[{i}].tool"),
+                    "must name a manifest id or tool",
+                );
+            }
+        }
+        if tb.tool_token_budget != 0 {
+            c.range(
+                "tool_bridge.tool_token_budget",
+                tb.tool_token_budget,
+                50,
+                1_000_000,
+            );
+        }
 
         let tools = &self.tools;
         c.range(

@@ -1,0 +1,339 @@
+//! Lean tool exposure for small models: what oapd's tools cost in prompt
+//! tokens, fitting them into `tool_bridge.tool_token_budget`, and the
+//! per-request extras the loop carries (meta-tools, URL hygiene).
+//!
+//! Budget degradation order (each step only when still over budget):
+//! 1. every description (tool and parameter) is cut to its first sentence
+//!    and at most [`TOOL_DESCRIPTION_CHARS`] / [`PARAM_DESCRIPTION_CHARS`];
+//! 2. optional parameters are dropped, lowest-ranked tool first;
+//! 3. tools are dropped, lowest-ranked first.
+//!
+//! Required parameters are never dropped (a tool that cannot fit with them
+//! is dropped whole), and client-supplied tools are never touched: they are
+//! not part of what this module sees.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use serde_json::{Map, Value};
+
+use crate::bridge::{InjectedTool, ToolResult};
+use crate::config::{ToolExposure, UrlPolicy};
+use crate::tokens;
+
+/// Longest tool description kept in budget mode (characters).
+pub const TOOL_DESCRIPTION_CHARS: usize = 120;
+/// Longest parameter description kept in budget mode (characters).
+pub const PARAM_DESCRIPTION_CHARS: usize = 60;
+
+/// The `tool_bridge` settings this module acts on.
+#[derive(Debug, Clone, Default)]
+pub struct ExposureSettings {
+    /// 0 = unlimited.
+    pub tool_token_budget: usize,
+    pub exposure: ToolExposure,
+    pub url_policy: UrlPolicy,
+    pub url_policy_tools: HashMap<String, UrlPolicy>,
+    pub force: crate::forcing::ForceSettings,
+}
+
+impl ExposureSettings {
+    pub fn from_config(config: &crate::config::ToolBridgeConfig) -> Self {
+        ExposureSettings {
+            tool_token_budget: config.tool_token_budget,
+            exposure: config.exposure,
+            url_policy: config.url_policy,
+            url_policy_tools: config
+                .url_policy_tools
+                .iter()
+                .map(|(k, v)| (k.clone(), *v))
+                .collect(),
+            force: crate::forcing::ForceSettings::from_config(&config.force.0),
+        }
+    }
+
+    /// The URL policy for a request offering `tools`: the strictest
+    /// per-tool override among them, else the global policy.
+    pub fn url_policy_for(&self, tools: &[InjectedTool]) -> UrlPolicy {
+        tools
+            .iter()
+            .filter_map(|t| self.url_policy_tools.get(&t.record.id).copied())
+            .max()
+            .unwrap_or(self.url_policy)
+    }
+}
+
+/// What budget fitting did, for logs and tests.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Fitting {
+    pub tokens_before: usize,
+    pub tokens_after: usize,
+    pub descriptions_trimmed: bool,
+    pub optional_parameters_dropped: usize,
+    pub tools_dropped: usize,
+}
+
+/// Fits `tools` (best-ranked first) into `budget` estimated tokens
+/// (0 = unlimited), degrading in the documented order.
+pub fn fit_budget(mut tools: Vec<InjectedTool>, budget: usize) -> (Vec<InjectedTool>, Fitting) {
+    let total = |tools: &[InjectedTool]| tokens::tools_tokens(tools.iter().map(|t| &t.definition));
+    let mut fitting = Fitting {
+        tokens_before: total(&tools),
+        ..Fitting::default()
+    };
+    fitting.tokens_after = fitting.tokens_before;
+    if budget == 0 || fitting.tokens_before <= budget {
+        return (tools, fitting);
+    }
+    for tool in &mut tools {
+        trim_descriptions(&mut tool.definition);
+    }
+    fitting.descriptions_trimmed = true;
+    for i in (0..tools.len()).rev() {
+        if total(&tools) <= budget {
+            break;
+        }
+        fitting.optional_parameters_dropped += drop_optional_parameters(&mut tools[i].definition);
+    }
+    while !tools.is_empty() && total(&tools) > budget {
+        tools.pop();
+        fitting.tools_dropped += 1;
+    }
+    fitting.tokens_after = total(&tools);
+    (tools, fitting)
+}
+
+/// The first sentence of `text`, cut at a word boundary to `max` chars.
+pub fn first_sentence(text: &str, max: usize) -> String {
+    let text = text.trim();
+    let mut end = text.len();
+    for (i, c) in text.char_indices() {
+        if matches!(c, '.' | '!' | '?') {
+            let next = text[i + c.len_utf8()..].chars().next();
+            if next.is_none_or(char::is_whitespace) {
+                end = i + c.len_utf8();
+                break;
+            }
+        }
+        if c == '\n' {
+            end = i;
+            break;
+        }
+    }
+    let sentence = text[..end].trim_end();
+    if sentence.chars().count() <= max {
+        return sentence.to_string();
+    }
+    let cut: String = sentence.chars().take(max).collect();
+    match cut.rfind(' ') {
+        Some(space) if space > max / 2 => cut[..space].to_string(),
+        _ => cut,
+    }
+}
+
+/// Step 1: tool description and every description inside the parameters.
+pub fn trim_descriptions(definition: &mut Value) {
+    if let Some(Value::String(text)) = definition.pointer_mut("/function/description") {
+        *text = first_sentence(text, TOOL_DESCRIPTION_CHARS);
+    }
+    if let Some(parameters) = definition.pointer_mut("/function/parameters") {
+        trim_nested(parameters);
+    }
+}
+
+fn trim_nested(value: &mut Value) {
+    match value {
+        Value::Object(object) => {
+            for (key, child) in object.iter_mut() {
+                match child {
+                    Value::String(text) if key == "description" => {
+                        *text = first_sentence(text, PARAM_DESCRIPTION_CHARS);
+                    }
+                    _ => trim_nested(child),
+                }
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(trim_nested),
+        _ => {}
+    }
+}
+
+/// Step 2: removes the parameters not listed in `required`; returns how many.
+pub fn drop_optional_parameters(definition: &mut Value) -> usize {
+    let required: Vec<String> = definition
+        .pointer("/function/parameters/required")
+        .and_then(Value::as_array)
+        .map(|r| {
+            r.iter()
+                .filter_map(Value::as_str)
+                .map(str::to_string)
+                .collect()
+        })
+        .unwrap_or_default();
+    let Some(properties) = definition
+        .pointer_mut("/function/parameters/properties")
+        .and_then(Value::as_object_mut)
+    else {
+        return 0;
+    };
+    let before = properties.len();
+    properties.retain(|name, _| required.contains(name));
+    before - properties.len()
+}
+
+/// Per-request extras the loop carries next to the injected tools.
+#[derive(Default)]
+pub struct Extras {
+    /// Estimated tokens of everything oapd offers (tools or meta-tools).
+    pub tool_tokens: usize,
+    /// Estimated tokens of the client's own tools (never trimmed).
+    pub client_tool_tokens: usize,
+    /// Meta-tool mode: the session that answers `oap_discover`/`oap_invoke`.
+    pub meta: Option<crate::meta::MetaSession>,
+    /// URL hygiene for the answer.
+    pub urls: Option<Arc<Mutex<crate::sanitize::UrlAllowList>>>,
+    pub url_policy: UrlPolicy,
+    /// The tool a force rule requires in this request.
+    pub forced: Option<crate::forcing::Forced>,
+}
+
+impl Extras {
+    /// Definitions oapd offers beyond the injected tools (the meta-tools).
+    pub fn extra_definitions(&self) -> Vec<Value> {
+        match &self.meta {
+            Some(_) => crate::meta::definitions(),
+            None => Vec::new(),
+        }
+    }
+
+    /// Whether a call with this name is oapd's to run (beyond injected tools).
+    pub fn owns(&self, name: &str) -> bool {
+        self.meta.is_some() && crate::meta::is_meta_tool(name)
+    }
+
+    /// Remembers the URLs tool results returned, so the answer may cite them.
+    pub fn note_results(&self, results: &[ToolResult]) {
+        if let Some(urls) = &self.urls {
+            if let Ok(mut urls) = urls.lock() {
+                for result in results {
+                    urls.add_text(&result.content);
+                }
+            }
+        }
+    }
+}
+
+impl crate::chat::ChatService {
+    /// Applies the exposure settings to one request's discovered tools
+    /// (`None`: nothing of oapd's is offered): budget fitting or meta mode,
+    /// token accounting and the URL policy.
+    pub fn prepare(
+        self: &Arc<Self>,
+        tools: Option<Vec<InjectedTool>>,
+        chat: &mut Map<String, Value>,
+        options: &crate::bridge::ChatOptions,
+    ) -> (Vec<InjectedTool>, Extras) {
+        let client_tool_tokens = client_tool_tokens(chat);
+        let Some(mut tools) = tools else {
+            return (
+                Vec::new(),
+                Extras {
+                    client_tool_tokens,
+                    ..Extras::default()
+                },
+            );
+        };
+        let forced = self.apply_force(&mut tools, chat);
+        let settings = &self.exposure;
+        let (tools, tool_tokens, meta) = if settings.exposure == ToolExposure::Meta {
+            let meta = crate::meta::MetaSession::new(
+                self.clone(),
+                options.top_k,
+                crate::bridge::client_tool_names(chat),
+            );
+            let tokens = tokens::tools_tokens(
+                crate::meta::definitions()
+                    .iter()
+                    .chain(tools.iter().map(|t| &t.definition)),
+            );
+            (tools, tokens, Some(meta))
+        } else {
+            let (tools, fitting) = fit_budget(tools, settings.tool_token_budget);
+            if fitting.tokens_after != fitting.tokens_before {
+                tracing::info!(
+                    budget = settings.tool_token_budget,
+                    tokens_before = fitting.tokens_before,
+                    tokens_after = fitting.tokens_after,
+                    optional_parameters_dropped = fitting.optional_parameters_dropped,
+                    tools_dropped = fitting.tools_dropped,
+                    "tools fitted to the token budget"
+                );
+            }
+            (tools, fitting.tokens_after, None)
+        };
+        let url_policy = settings.url_policy_for(&tools);
+        let urls = (url_policy != UrlPolicy::Off).then(|| {
+            Arc::new(Mutex::new(crate::sanitize::UrlAllowList::from_request(
+                chat,
+            )))
+        });
+        (
+            tools,
+            Extras {
+                tool_tokens,
+                client_tool_tokens,
+                meta,
+                urls,
+                url_policy,
+                forced,
+            },
+        )
+    }
+}
+
+/// `X-Oap-Tool-Tokens`: the estimated prompt tokens of oapd's tools.
+pub fn set_tokens_header(response: &mut hyper::Response<crate::http::Body>, tokens: usize) {
+    response.headers_mut().insert(
+        "x-oap-tool-tokens",
+        hyper::header::HeaderValue::from(tokens),
+    );
+}
+
+/// The tools' client-side token cost.
+pub fn client_tool_tokens(chat: &Map<String, Value>) -> usize {
+    chat.get("tools")
+        .and_then(Value::as_array)
+        .map(|tools| tokens::tools_tokens(tools.iter()))
+        .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn first_sentences_are_cut_at_words() {
+        assert_eq!(
+            first_sentence("Counts words. Also lines.", 100),
+            "Counts words."
+        );
+        assert_eq!(
+            first_sentence("Version 1.5 is here", 100),
+            "Version 1.5 is here"
+        );
+        assert_eq!(first_sentence("line one\nline two", 100), "line one");
+        assert_eq!(first_sentence("aaaa bbbb cccc dddd eeee", 12), "aaaa bbbb");
+        assert_eq!(first_sentence("Ünïcödé everywhere here", 5), "Ünïcö");
+    }
+
+    #[test]
+    fn optional_parameters_go_required_ones_stay() {
+        let mut tool = json!({"type": "function", "function": {"name": "t", "parameters": {
+            "type": "object", "properties": {"a": {"type": "string"}, "b": {"type": "string"}},
+            "required": ["a"]}}});
+        assert_eq!(drop_optional_parameters(&mut tool), 1);
+        assert!(tool.pointer("/function/parameters/properties/a").is_some());
+        assert!(tool.pointer("/function/parameters/properties/b").is_none());
+    }
+}
