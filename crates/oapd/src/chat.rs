@@ -30,6 +30,9 @@ pub struct ChatService {
     /// oapd's own bearer token: stripped before forwarding, so it never
     /// reaches Ollama.
     pub strips_authorization: bool,
+    /// Verdicts of `oapd validate-model`; consulted when
+    /// `tool_bridge.only_validated_models` is on.
+    pub validation: Arc<crate::validation::ValidationGate>,
 }
 
 impl ChatService {
@@ -203,6 +206,9 @@ impl ChatService {
             .get("model")
             .and_then(Value::as_str)
             .unwrap_or_default();
+        if !self.validation.allows(model) {
+            return Ok(None);
+        }
         match self
             .ctx
             .capabilities

@@ -379,6 +379,9 @@ pub struct ToolBridgeConfig {
     pub http_timeout: u64,
     /// Seconds to wait for a stdio tool invocation.
     pub stdio_timeout: u64,
+    /// Inject tools only into models with a passing `oapd validate-model`
+    /// verdict in the validation store; other models pass through untouched.
+    pub only_validated_models: bool,
 }
 
 impl Default for ToolBridgeConfig {
@@ -389,6 +392,7 @@ impl Default for ToolBridgeConfig {
             max_rounds: 3,
             http_timeout: 30,
             stdio_timeout: 10,
+            only_validated_models: false,
         }
     }
 }
@@ -604,7 +608,7 @@ config_keys! {
     embedding { enabled, model_dir, max_tokens, batch_size, threads }
     manifests { bundled, dirs }
     discovery { default_top_k, max_top_k, min_score, mode }
-    tool_bridge { enabled, default_top_k, max_rounds, http_timeout, stdio_timeout }
+    tool_bridge { enabled, default_top_k, max_rounds, http_timeout, stdio_timeout, only_validated_models }
     ollama { base_url, timeout, chat_deadline, max_request_bytes }
     tools { credentials_file, allow_private, stdio_dirs, max_result_chars, max_response_bytes, max_parallel }
     log { level, format }

@@ -10,5 +10,7 @@ pub mod config;
 pub mod http;
 pub mod logging;
 pub mod render;
+pub mod state;
 pub mod tools;
 pub mod upstream;
+pub mod validation;
