@@ -183,6 +183,12 @@ impl Api {
                     method_not_allowed("GET")
                 }
             }
+            (p, m) if p == "/v1/experience" || p.starts_with("/v1/experience/") => {
+                match &self.chat.experience {
+                    Some(experience) => experience.route(m, &p["/v1/experience".len()..]),
+                    None => crate::experience::disabled(),
+                }
+            }
             ("/v1/manifests", &Method::GET) => self.list(),
             ("/v1/manifests", _) => method_not_allowed("GET"),
             (p, m) if p.starts_with("/v1/manifests/") => {

@@ -221,7 +221,7 @@ pub fn chat_service(config: &Config, engine: Arc<Engine>) -> anyhow::Result<Chat
         max_parallel_tools: 4,
     };
     Ok(ChatService {
-        engine,
+        engine: engine.clone(),
         ctx: Arc::new(ctx),
         settings: BridgeSettings {
             enabled: config.tool_bridge.enabled,
@@ -231,6 +231,7 @@ pub fn chat_service(config: &Config, engine: Arc<Engine>) -> anyhow::Result<Chat
         max_request_bytes: config.ollama.max_request_bytes,
         strips_authorization: config.server.auth_token.is_some(),
         validation: Arc::new(crate::validation::ValidationGate::new(config)),
+        experience: crate::experience::Experience::open(config, engine.clone()),
     })
 }
 

@@ -33,6 +33,8 @@ pub struct ChatService {
     /// Verdicts of `oapd validate-model`; consulted when
     /// `tool_bridge.only_validated_models` is on.
     pub validation: Arc<crate::validation::ValidationGate>,
+    /// The experience cache, when enabled.
+    pub experience: Option<Arc<crate::experience::Experience>>,
 }
 
 impl ChatService {
@@ -223,6 +225,13 @@ impl ChatService {
             return Ok(Some(Vec::new()));
         };
         let reserved = bridge::client_tool_names(chat);
+        if let Some(experience) = &self.experience {
+            return Ok(Some(
+                experience
+                    .tools_for(self, task, options.top_k, reserved)
+                    .await,
+            ));
+        }
         Ok(Some(
             self.discover_tools(task, options.top_k, reserved).await,
         ))
@@ -248,6 +257,15 @@ impl ChatService {
                 return Vec::new();
             }
         };
+        self.tools_from_discovery(&discovery, reserved)
+    }
+
+    /// The discovered candidates that fit, as tools.
+    pub fn tools_from_discovery(
+        &self,
+        discovery: &oap_discovery::Discovery,
+        reserved: Vec<String>,
+    ) -> Vec<InjectedTool> {
         // Only candidates that would count as a match are injected: a small
         // model is better served by no tool than by an unrelated one.
         let scoring = &self.engine.config().scoring;
@@ -282,6 +300,7 @@ impl ChatService {
                 name,
                 record,
                 manifest: Arc::new(manifest),
+                on_result: None,
             })
             .collect()
     }

@@ -80,6 +80,34 @@ pub struct Config {
     /// Logging output.
     #[serde(deserialize_with = "null_as_default")]
     pub log: LogConfig,
+    /// The experience cache: tools that worked for similar tasks skip discovery.
+    #[serde(deserialize_with = "null_as_default")]
+    pub experience: ExperienceConfig,
+}
+
+/// `experience:` section.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ExperienceConfig {
+    /// Remember which tool succeeded for a task and serve it to close tasks.
+    pub enabled: bool,
+    /// Cosine similarity (0..1) between task embeddings for a cache hit.
+    pub min_similarity: f32,
+    /// Seconds an entry lives after its last success.
+    pub ttl: u64,
+    /// Entries kept at most; the least recently used go first.
+    pub max_entries: usize,
+}
+
+impl Default for ExperienceConfig {
+    fn default() -> Self {
+        Self {
+            enabled: false,
+            min_similarity: 0.85,
+            ttl: 30 * 24 * 3600,
+            max_entries: 1000,
+        }
+    }
 }
 
 /// `server:` section.
@@ -612,6 +640,7 @@ config_keys! {
     ollama { base_url, timeout, chat_deadline, max_request_bytes }
     tools { credentials_file, allow_private, stdio_dirs, max_result_chars, max_response_bytes, max_parallel }
     log { level, format }
+    experience { enabled, min_similarity, ttl, max_entries }
 }
 
 /// Environment variable name for a key: `("tool_bridge", "max_rounds")` →
@@ -1128,6 +1157,16 @@ impl Config {
         c.range("tool_bridge.max_rounds", tb.max_rounds, 1, 10);
         c.range("tool_bridge.http_timeout", tb.http_timeout, 1, 3600);
         c.range("tool_bridge.stdio_timeout", tb.stdio_timeout, 1, 3600);
+
+        let ex = &self.experience;
+        if !(0.0..=1.0).contains(&ex.min_similarity) {
+            c.fail(
+                "experience.min_similarity",
+                format!("must be between 0 and 1, got {}", ex.min_similarity),
+            );
+        }
+        c.range("experience.ttl", ex.ttl, 60, 10 * 365 * 24 * 3600);
+        c.range("experience.max_entries", ex.max_entries, 1, 100_000);
 
         let tools = &self.tools;
         c.range(

@@ -38,7 +38,7 @@ fn io<'a>(action: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -
 /// process id so the daemon and a concurrent `oapd validate-model` never
 /// write the same temporary file.
 pub fn write_json_atomic<T: serde::Serialize>(path: &Path, value: &T) -> Result<(), StateError> {
-    let bytes = serde_json::to_vec_pretty(value).map_err(|err| StateError::Invalid {
+    let bytes = serde_json::to_vec(value).map_err(|err| StateError::Invalid {
         path: path.to_path_buf(),
         message: err.to_string(),
     })?;
