@@ -6,6 +6,7 @@
 //! its own module and add a row to [`COMMANDS`].
 
 mod bench;
+mod bench_experience;
 mod bench_proxy;
 mod model;
 mod net;
@@ -53,6 +54,13 @@ const COMMANDS: &[Command] = &[
                 latency oapd adds in front of a fake Ollama (and the Python\n      \
                 peer ollama-mcp-bridge), first-chunk time, RSS over 100k requests",
         run: bench_proxy::run,
+    },
+    Command {
+        name: "bench-experience",
+        usage: "bench-experience [--thresholds 0.80,0.85,0.90,0.95]\n      \
+                experience cache: hit rate, wrong hits and discovery time saved\n      \
+                on a replayed log of the shared tasks (repeats and paraphrases)",
+        run: bench_experience::run,
     },
     Command {
         name: "fetch-model",

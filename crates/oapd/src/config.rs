@@ -103,7 +103,7 @@ impl Default for ExperienceConfig {
     fn default() -> Self {
         Self {
             enabled: false,
-            min_similarity: 0.85,
+            min_similarity: 0.9,
             ttl: 30 * 24 * 3600,
             max_entries: 1000,
         }
