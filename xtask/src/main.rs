@@ -6,9 +6,10 @@
 //! its own module and add a row to [`COMMANDS`].
 
 mod bench;
+mod bench_experience;
 mod bench_proxy;
-mod image;
 mod bench_tokens;
+mod image;
 mod model;
 mod net;
 mod package;
@@ -77,6 +78,13 @@ const COMMANDS: &[Command] = &[
                 tool tokens per request: direct vs budget (300, 150) vs meta\n      \
                 exposure over the shared task set, labelled tool still offered",
         run: bench_tokens::run,
+    },
+    Command {
+        name: "bench-experience",
+        usage: "bench-experience [--thresholds 0.80,0.85,0.90,0.95]\n      \
+                experience cache: hit rate, wrong hits and discovery time saved\n      \
+                on a replayed log of the shared tasks (repeats and paraphrases)",
+        run: bench_experience::run,
     },
     Command {
         name: "fetch-model",

@@ -312,6 +312,42 @@ impl Engine {
         top_k: usize,
         mode: Mode,
     ) -> Result<Discovery, DiscoverError> {
+        self.discover_inner(task, top_k, mode, None)
+    }
+
+    /// The vector [`Engine::discover`] would embed `task` to (`None`
+    /// without an embedding model): callers that look the task up elsewhere
+    /// first (the experience cache) embed once and pass it to
+    /// [`Engine::discover_with_vector`].
+    pub fn query_vector(&self, task: &str) -> Result<Option<Vec<f32>>, DiscoverError> {
+        if task.trim().is_empty() {
+            return Err(DiscoverError::EmptyTask);
+        }
+        let Some(embedder) = &self.embedder else {
+            return Ok(None);
+        };
+        let views = query::views_with(task, &self.config.scoring.query);
+        Ok(Some(embedder.embed_one(&views.dense)?))
+    }
+
+    /// [`Engine::discover`] with the query vector already computed by
+    /// [`Engine::query_vector`] for the same task.
+    pub fn discover_with_vector(
+        &self,
+        task: &str,
+        top_k: usize,
+        vector: Option<Vec<f32>>,
+    ) -> Result<Discovery, DiscoverError> {
+        self.discover_inner(task, top_k, self.mode(), vector)
+    }
+
+    fn discover_inner(
+        &self,
+        task: &str,
+        top_k: usize,
+        mode: Mode,
+        precomputed: Option<Vec<f32>>,
+    ) -> Result<Discovery, DiscoverError> {
         let started = Instant::now();
         if task.trim().is_empty() {
             return Err(DiscoverError::EmptyTask);
@@ -333,8 +369,15 @@ impl Engine {
         };
 
         let embed_started = Instant::now();
-        let query_vector = match (&self.embedder, mode) {
-            (Some(embedder), Mode::Dense | Mode::Hybrid) => Some(embedder.embed_one(&views.dense)?),
+        let query_vector = match (&self.embedder, mode, precomputed) {
+            (Some(embedder), Mode::Dense | Mode::Hybrid, Some(vector))
+                if vector.len() == embedder.dim() =>
+            {
+                Some(vector)
+            }
+            (Some(embedder), Mode::Dense | Mode::Hybrid, _) => {
+                Some(embedder.embed_one(&views.dense)?)
+            }
             _ => None,
         };
         let embed_ms = embed_started.elapsed().as_secs_f64() * 1e3;

@@ -169,6 +169,26 @@ impl Api {
             ("/api/chat", _) | ("/v1/chat", _) | ("/v1/tools", _) => method_not_allowed("POST"),
             ("/", &Method::GET) | ("/", &Method::HEAD) => self.chat.passthrough(request).await,
             (p, _) if is_pass_through(p) => self.chat.passthrough(request).await,
+            ("/v1/validation", &Method::GET) => {
+                http::json(StatusCode::OK, &json_records(&self.chat.validation))
+            }
+            ("/v1/validation", _) => method_not_allowed("GET"),
+            (p, m) if p.starts_with("/v1/validation/") => {
+                if m == Method::GET {
+                    validation_record(
+                        &self.chat.validation,
+                        &percent_decode(&p["/v1/validation/".len()..]),
+                    )
+                } else {
+                    method_not_allowed("GET")
+                }
+            }
+            (p, m) if p == "/v1/experience" || p.starts_with("/v1/experience/") => {
+                match &self.chat.experience {
+                    Some(experience) => experience.route(m, &p["/v1/experience".len()..]),
+                    None => crate::experience::disabled(),
+                }
+            }
             ("/v1/manifests", &Method::GET) => self.list(),
             ("/v1/manifests", _) => method_not_allowed("GET"),
             (p, m) if p.starts_with("/v1/manifests/") => {
@@ -315,6 +335,23 @@ impl Api {
             Some(record) => http::json(StatusCode::OK, &record),
             None => http::error(StatusCode::NOT_FOUND, format!("no manifest with id {id:?}")),
         }
+    }
+}
+
+fn json_records(gate: &crate::validation::ValidationGate) -> serde_json::Value {
+    serde_json::json!({
+        "only_validated_models": gate.only_validated_models,
+        "records": gate.store.records(),
+    })
+}
+
+fn validation_record(gate: &crate::validation::ValidationGate, model: &str) -> Response<Body> {
+    match gate.store.get(model) {
+        Some(record) => http::json(StatusCode::OK, &record),
+        None => http::error(
+            StatusCode::NOT_FOUND,
+            format!("no validation record for model {model:?} (run `oapd validate-model --model {model}`)"),
+        ),
     }
 }
 

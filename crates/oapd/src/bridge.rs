@@ -223,7 +223,13 @@ pub struct InjectedTool {
     pub record: Arc<StoredRecord>,
     /// The record's manifest, decoded once when the tool is injected.
     pub manifest: Arc<Manifest>,
+    /// Told the outcome of every execution (the experience cache learns
+    /// from it); `None` for tools nobody watches.
+    pub on_result: Option<ResultHook>,
 }
+
+/// Called with the arguments a tool ran with and whether it succeeded.
+pub type ResultHook = Arc<dyn Fn(&Map<String, Value>, bool) + Send + Sync>;
 
 /// Everything one chat request needs.
 pub struct ChatContext {
@@ -471,6 +477,7 @@ pub(crate) async fn run_calls(
         let schema = injected.and_then(|t| t.definition.pointer("/function/parameters").cloned());
         let runner = ctx.runner.clone();
         let call = call.clone();
+        let on_result = injected.and_then(|t| t.on_result.clone());
         jobs.push(Box::pin(async move {
             let Some((manifest, trust)) = tool else {
                 return ToolResult {
@@ -500,7 +507,11 @@ pub(crate) async fn run_calls(
                 },
                 None => call.arguments.clone(),
             };
-            runner.run(manifest, trust, arguments).await
+            let result = runner.run(manifest, trust, arguments.clone()).await;
+            if let Some(hook) = on_result {
+                hook(&arguments, result.ok);
+            }
+            result
         }));
     }
     stream::iter(jobs)

@@ -32,6 +32,11 @@ pub struct ChatService {
     pub strips_authorization: bool,
     /// Token budget, exposure mode and URL policy (`exposure.rs`).
     pub exposure: crate::exposure::ExposureSettings,
+    /// Verdicts of `oapd validate-model`; consulted when
+    /// `tool_bridge.only_validated_models` is on.
+    pub validation: Arc<crate::validation::ValidationGate>,
+    /// The experience cache, when enabled.
+    pub experience: Option<Arc<crate::experience::Experience>>,
 }
 
 impl ChatService {
@@ -222,6 +227,9 @@ impl ChatService {
             .get("model")
             .and_then(Value::as_str)
             .unwrap_or_default();
+        if !self.validation.allows(model) {
+            return Ok(None);
+        }
         match self
             .ctx
             .capabilities
@@ -240,6 +248,13 @@ impl ChatService {
             return Ok(Some(Vec::new()));
         };
         let reserved = bridge::client_tool_names(chat);
+        if let Some(experience) = &self.experience {
+            return Ok(Some(
+                experience
+                    .tools_for(self, task, options.top_k, reserved)
+                    .await,
+            ));
+        }
         Ok(Some(
             self.discover_tools(task, options.top_k, reserved).await,
         ))
@@ -265,6 +280,15 @@ impl ChatService {
                 return Vec::new();
             }
         };
+        self.tools_from_discovery(&discovery, reserved)
+    }
+
+    /// The discovered candidates that fit, as tools.
+    pub fn tools_from_discovery(
+        &self,
+        discovery: &oap_discovery::Discovery,
+        reserved: Vec<String>,
+    ) -> Vec<InjectedTool> {
         // Only candidates that would count as a match are injected: a small
         // model is better served by no tool than by an unrelated one.
         let scoring = &self.engine.config().scoring;
@@ -299,6 +323,7 @@ impl ChatService {
                 name,
                 record,
                 manifest: Arc::new(manifest),
+                on_result: None,
             })
             .collect()
     }

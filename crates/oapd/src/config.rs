@@ -81,6 +81,34 @@ pub struct Config {
     /// Logging output.
     #[serde(deserialize_with = "null_as_default")]
     pub log: LogConfig,
+    /// The experience cache: tools that worked for similar tasks skip discovery.
+    #[serde(deserialize_with = "null_as_default")]
+    pub experience: ExperienceConfig,
+}
+
+/// `experience:` section.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ExperienceConfig {
+    /// Remember which tool succeeded for a task and serve it to close tasks.
+    pub enabled: bool,
+    /// Cosine similarity (0..1) between task embeddings for a cache hit.
+    pub min_similarity: f32,
+    /// Seconds an entry lives after its last success.
+    pub ttl: u64,
+    /// Entries kept at most; the least recently used go first.
+    pub max_entries: usize,
+}
+
+impl Default for ExperienceConfig {
+    fn default() -> Self {
+        Self {
+            enabled: false,
+            min_similarity: 0.9,
+            ttl: 30 * 24 * 3600,
+            max_entries: 1000,
+        }
+    }
 }
 
 /// `server:` section.
@@ -440,6 +468,9 @@ pub struct ToolBridgeConfig {
     pub http_timeout: u64,
     /// Seconds to wait for a stdio tool invocation.
     pub stdio_timeout: u64,
+    /// Inject tools only into models with a passing `oapd validate-model`
+    /// verdict in the validation store; other models pass through untouched.
+    pub only_validated_models: bool,
     /// Cap on the estimated prompt tokens of oapd's injected tool
     /// definitions per request; 0 means unlimited (see `exposure.rs`).
     pub tool_token_budget: usize,
@@ -504,6 +535,7 @@ impl Default for ToolBridgeConfig {
             url_policy: UrlPolicy::Flag,
             url_policy_tools: BTreeMap::new(),
             force: ForceRules::default(),
+            only_validated_models: false,
         }
     }
 }
@@ -721,11 +753,12 @@ config_keys! {
     discovery { default_top_k, max_top_k, min_score, mode }
     tool_bridge {
         enabled, default_top_k, max_rounds, http_timeout, stdio_timeout, tool_token_budget,
-        exposure, url_policy, url_policy_tools, force,
+        exposure, url_policy, url_policy_tools, force, only_validated_models,
     }
     ollama { base_url, timeout, chat_deadline, max_request_bytes }
     tools { credentials_file, allow_private, stdio_dirs, max_result_chars, max_response_bytes, max_parallel }
     log { level, format }
+    experience { enabled, min_similarity, ttl, max_entries }
 }
 
 /// Environment variable name for a key: `("tool_bridge", "max_rounds")` →
@@ -1286,6 +1319,16 @@ impl Config {
                 1_000_000,
             );
         }
+
+        let ex = &self.experience;
+        if !(0.0..=1.0).contains(&ex.min_similarity) {
+            c.fail(
+                "experience.min_similarity",
+                format!("must be between 0 and 1, got {}", ex.min_similarity),
+            );
+        }
+        c.range("experience.ttl", ex.ttl, 60, 10 * 365 * 24 * 3600);
+        c.range("experience.max_entries", ex.max_entries, 1, 100_000);
 
         let tools = &self.tools;
         c.range(

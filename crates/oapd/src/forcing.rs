@@ -156,6 +156,7 @@ impl crate::chat::ChatService {
             name,
             record: Arc::new(record),
             manifest: Arc::new(manifest),
+            on_result: None,
         })
     }
 }

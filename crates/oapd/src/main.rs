@@ -57,6 +57,19 @@ enum Command {
     },
     /// Show the effective configuration (defaults + file + environment).
     Config,
+    /// Check that an Ollama model calls tools correctly and reasons; records
+    /// the verdict in the validation store. Exits non-zero on failure.
+    ValidateModel {
+        /// The Ollama model, e.g. qwen3:4b.
+        #[arg(long)]
+        model: String,
+        /// Also check tool choice among several, no tool when none fits, and argument types.
+        #[arg(long)]
+        full_suite: bool,
+        /// Seconds each check may take.
+        #[arg(long, default_value_t = 120, value_parser = clap::value_parser!(u64).range(1..=3600))]
+        timeout: u64,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -100,6 +113,14 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             oapd::logging::init(&loaded.config.log);
             for warning in &loaded.warnings {
                 tracing::warn!(warning = %warning, "configuration");
+            }
+            if let Command::ValidateModel {
+                model,
+                full_suite,
+                timeout,
+            } = command
+            {
+                return oapd::app::validate_model(&loaded.config, &model, full_suite, timeout);
             }
             run_with_config(command, loaded.config)?;
             Ok(ExitCode::SUCCESS)
@@ -160,7 +181,7 @@ fn run_with_config(command: Command, config: Config) -> anyhow::Result<()> {
             );
         }
         Command::Config => println!("{}", config.effective_yaml()),
-        Command::Manifest { .. } => {}
+        Command::Manifest { .. } | Command::ValidateModel { .. } => {}
     }
     Ok(())
 }

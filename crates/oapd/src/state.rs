@@ -1,0 +1,152 @@
+//! Small JSON documents the daemon keeps in its state directory (the
+//! validation store, the experience cache): written atomically so a crash
+//! or a power cut mid-write leaves either the old file or the new one,
+//! never a torn one, and read with a size cap.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+#[derive(Debug, thiserror::Error)]
+pub enum StateError {
+    #[error("{action} {path}: {source}")]
+    Io {
+        action: &'static str,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{path} is {size} bytes, over the {limit} byte limit")]
+    TooLarge {
+        path: PathBuf,
+        size: u64,
+        limit: u64,
+    },
+    #[error("{path} is not valid: {message}")]
+    Invalid { path: PathBuf, message: String },
+}
+
+fn io<'a>(action: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> StateError + 'a {
+    move |source| StateError::Io {
+        action,
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+/// Writes `value` as JSON to `<path>.<pid>.tmp`, fsyncs it, renames it
+/// over `path` and fsyncs the directory. The temporary name carries the
+/// process id so the daemon and a concurrent `oapd validate-model` never
+/// write the same temporary file.
+pub fn write_json_atomic<T: serde::Serialize>(path: &Path, value: &T) -> Result<(), StateError> {
+    let bytes = serde_json::to_vec(value).map_err(|err| StateError::Invalid {
+        path: path.to_path_buf(),
+        message: err.to_string(),
+    })?;
+    let dir = match path.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => dir.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    std::fs::create_dir_all(&dir).map_err(io("creating", &dir))?;
+    let file_name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "state".into());
+    let tmp = dir.join(format!(".{file_name}.{}.tmp", std::process::id()));
+    let result = (|| {
+        let mut file = std::fs::File::create(&tmp).map_err(io("creating", &tmp))?;
+        file.write_all(&bytes).map_err(io("writing", &tmp))?;
+        file.sync_all().map_err(io("fsyncing", &tmp))?;
+        std::fs::rename(&tmp, path).map_err(io("renaming", &tmp))?;
+        if let Ok(dir_handle) = std::fs::File::open(&dir) {
+            // Makes the rename itself durable; not all filesystems allow it.
+            let _ = dir_handle.sync_all();
+        }
+        Ok(())
+    })();
+    if result.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    result
+}
+
+/// Reads and parses a JSON state file of at most `limit` bytes; `Ok(None)`
+/// when it does not exist.
+pub fn read_json<T: serde::de::DeserializeOwned>(
+    path: &Path,
+    limit: u64,
+) -> Result<Option<T>, StateError> {
+    let metadata = match std::fs::metadata(path) {
+        Ok(metadata) => metadata,
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(err) => return Err(io("reading", path)(err)),
+    };
+    if metadata.len() > limit {
+        return Err(StateError::TooLarge {
+            path: path.to_path_buf(),
+            size: metadata.len(),
+            limit,
+        });
+    }
+    let bytes = match std::fs::read(path) {
+        Ok(bytes) => bytes,
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(err) => return Err(io("reading", path)(err)),
+    };
+    serde_json::from_slice(&bytes)
+        .map(Some)
+        .map_err(|err| StateError::Invalid {
+            path: path.to_path_buf(),
+            message: err.to_string(),
+        })
+}
+
+/// Modification time of `path`, to notice another process's writes.
+pub fn modified(path: &Path) -> Option<std::time::SystemTime> {
+    std::fs::metadata(path).and_then(|m| m.modified()).ok()
+}
+
+/// Seconds since the Unix epoch.
+pub fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn writes_atomically_and_reads_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("sub/store.json");
+        assert!(read_json::<serde_json::Value>(&path, 1024)
+            .unwrap()
+            .is_none());
+        write_json_atomic(&path, &serde_json::json!({"a": 1})).unwrap();
+        write_json_atomic(&path, &serde_json::json!({"a": 2})).unwrap();
+        let back: serde_json::Value = read_json(&path, 1024).unwrap().unwrap();
+        assert_eq!(back["a"], 2);
+        // No temporary file is left behind.
+        let names: Vec<_> = std::fs::read_dir(path.parent().unwrap())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names.len(), 1, "{names:?}");
+    }
+
+    #[test]
+    fn oversized_and_corrupt_files_are_errors_not_panics() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("store.json");
+        std::fs::write(&path, vec![b' '; 2048]).unwrap();
+        assert!(matches!(
+            read_json::<serde_json::Value>(&path, 1024),
+            Err(StateError::TooLarge { .. })
+        ));
+        std::fs::write(&path, b"{not json").unwrap();
+        let err = read_json::<serde_json::Value>(&path, 1024).unwrap_err();
+        assert!(err.to_string().contains("not valid"), "{err}");
+    }
+}
