@@ -752,8 +752,8 @@ config_keys! {
     manifests { bundled, dirs }
     discovery { default_top_k, max_top_k, min_score, mode }
     tool_bridge {
-        enabled, default_top_k, max_rounds, http_timeout, stdio_timeout, tool_token_budget,
-        exposure, url_policy, url_policy_tools, force, only_validated_models,
+        enabled, default_top_k, max_rounds, http_timeout, stdio_timeout, only_validated_models,
+        tool_token_budget, exposure, url_policy, url_policy_tools, force,
     }
     ollama { base_url, timeout, chat_deadline, max_request_bytes }
     tools { credentials_file, allow_private, stdio_dirs, max_result_chars, max_response_bytes, max_parallel }
