@@ -243,7 +243,7 @@ impl crate::chat::ChatService {
                 },
             );
         };
-        let forced = self.apply_force(&mut tools, chat);
+        let mut forced = self.apply_force(&mut tools, chat);
         let settings = &self.exposure;
         let (tools, tool_tokens, meta) = if settings.exposure == ToolExposure::Meta {
             let meta = crate::meta::MetaSession::new(
@@ -271,6 +271,15 @@ impl crate::chat::ChatService {
             }
             (tools, fitting.tokens_after, None)
         };
+        if let Some(lost) = forced
+            .as_ref()
+            .filter(|f| !tools.iter().any(|t| t.name == f.name))
+        {
+            tracing::warn!(tool = %lost.name, budget = settings.tool_token_budget,
+                "the forced tool does not fit the token budget; not forced");
+            lost.withdraw(chat);
+            forced = None;
+        }
         let url_policy = settings.url_policy_for(&tools);
         let urls = (url_policy != UrlPolicy::Off).then(|| {
             Arc::new(Mutex::new(crate::sanitize::UrlAllowList::from_request(
