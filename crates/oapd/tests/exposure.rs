@@ -599,7 +599,11 @@ fn a_forced_tool_and_its_instruction_go_together_under_a_tight_budget() {
         let offered = names(&sent[0]["tools"]).contains(&"oap_date".to_string());
         let instructed = system_instruction(&sent[0]).is_some();
         assert_eq!(offered, instructed, "budget {budget}: {}", sent[0]);
-        let reported: usize = response.header("x-oap-tool-tokens").unwrap().parse().unwrap();
+        let reported: usize = response
+            .header("x-oap-tool-tokens")
+            .unwrap()
+            .parse()
+            .unwrap();
         assert!(reported <= budget);
     }
 }
