@@ -76,31 +76,40 @@ pub struct Fitting {
 /// Fits `tools` (best-ranked first) into `budget` estimated tokens
 /// (0 = unlimited), degrading in the documented order.
 pub fn fit_budget(mut tools: Vec<InjectedTool>, budget: usize) -> (Vec<InjectedTool>, Fitting) {
-    let total = |tools: &[InjectedTool]| tokens::tools_tokens(tools.iter().map(|t| &t.definition));
+    let mut definitions: Vec<Value> = tools.iter().map(|t| t.definition.clone()).collect();
+    let fitting = fit_definitions(&mut definitions, budget);
+    tools.truncate(definitions.len());
+    for (tool, definition) in tools.iter_mut().zip(definitions) {
+        tool.definition = definition;
+    }
+    (tools, fitting)
+}
+
+/// [`fit_budget`] on the definitions alone.
+pub fn fit_definitions(definitions: &mut Vec<Value>, budget: usize) -> Fitting {
+    let total = |definitions: &[Value]| tokens::tools_tokens(definitions.iter());
     let mut fitting = Fitting {
-        tokens_before: total(&tools),
+        tokens_before: total(definitions),
         ..Fitting::default()
     };
     fitting.tokens_after = fitting.tokens_before;
     if budget == 0 || fitting.tokens_before <= budget {
-        return (tools, fitting);
+        return fitting;
     }
-    for tool in &mut tools {
-        trim_descriptions(&mut tool.definition);
-    }
+    definitions.iter_mut().for_each(trim_descriptions);
     fitting.descriptions_trimmed = true;
-    for i in (0..tools.len()).rev() {
-        if total(&tools) <= budget {
+    for i in (0..definitions.len()).rev() {
+        if total(definitions) <= budget {
             break;
         }
-        fitting.optional_parameters_dropped += drop_optional_parameters(&mut tools[i].definition);
+        fitting.optional_parameters_dropped += drop_optional_parameters(&mut definitions[i]);
     }
-    while !tools.is_empty() && total(&tools) > budget {
-        tools.pop();
+    while !definitions.is_empty() && total(definitions) > budget {
+        definitions.pop();
         fitting.tools_dropped += 1;
     }
-    fitting.tokens_after = total(&tools);
-    (tools, fitting)
+    fitting.tokens_after = total(definitions);
+    fitting
 }
 
 /// The first sentence of `text`, cut at a word boundary to `max` chars.
@@ -243,7 +252,7 @@ impl crate::chat::ChatService {
                 },
             );
         };
-        let forced = self.apply_force(&mut tools, chat);
+        let mut forced = self.apply_force(&mut tools, chat);
         let settings = &self.exposure;
         let (tools, tool_tokens, meta) = if settings.exposure == ToolExposure::Meta {
             let meta = crate::meta::MetaSession::new(
@@ -271,6 +280,15 @@ impl crate::chat::ChatService {
             }
             (tools, fitting.tokens_after, None)
         };
+        if let Some(lost) = forced
+            .as_ref()
+            .filter(|f| !tools.iter().any(|t| t.name == f.name))
+        {
+            tracing::warn!(tool = %lost.name, budget = settings.tool_token_budget,
+                "the forced tool does not fit the token budget; not forced");
+            lost.withdraw(chat);
+            forced = None;
+        }
         let url_policy = settings.url_policy_for(&tools);
         let urls = (url_policy != UrlPolicy::Off).then(|| {
             Arc::new(Mutex::new(crate::sanitize::UrlAllowList::from_request(
@@ -325,6 +343,70 @@ mod tests {
         assert_eq!(first_sentence("line one\nline two", 100), "line one");
         assert_eq!(first_sentence("aaaa bbbb cccc dddd eeee", 12), "aaaa bbbb");
         assert_eq!(first_sentence("Ünïcödé everywhere here", 5), "Ünïcö");
+    }
+
+    fn tool(name: &str) -> Value {
+        json!({"type": "function", "function": {"name": name,
+            "description": "Looks up the weather for a place. It knows every city on earth and many villages, too.",
+            "parameters": {"type": "object", "properties": {
+                "city": {"type": "string", "description": "The city. Spell it the way locals do, with accents."},
+                "units": {"type": "string", "description": "metric or imperial. Defaults to metric."},
+                "days": {"type": "integer", "description": "How many days ahead. One to seven."}},
+                "required": ["city"]}}})
+    }
+
+    #[test]
+    fn the_budget_degrades_in_order_and_is_never_exceeded() {
+        let full = vec![tool("a"), tool("b"), tool("c")];
+        let full_tokens = tokens::tools_tokens(full.iter());
+        let mut trimmed = full.clone();
+        trimmed.iter_mut().for_each(trim_descriptions);
+        let trimmed_tokens = tokens::tools_tokens(trimmed.iter());
+        assert!(trimmed_tokens < full_tokens);
+
+        let mut defs = full.clone();
+        assert_eq!(fit_definitions(&mut defs, 0).tokens_after, full_tokens);
+        assert_eq!(defs, full);
+        assert_eq!(
+            fit_definitions(&mut defs, full_tokens),
+            Fitting {
+                tokens_before: full_tokens,
+                tokens_after: full_tokens,
+                ..Fitting::default()
+            }
+        );
+
+        let mut defs = full.clone();
+        let fitting = fit_definitions(&mut defs, trimmed_tokens);
+        assert!(fitting.descriptions_trimmed && fitting.optional_parameters_dropped == 0);
+        assert_eq!(defs, trimmed);
+
+        // One token less: the lowest-ranked tool loses its optional
+        // parameters first; the best-ranked keeps them.
+        let mut defs = full.clone();
+        let fitting = fit_definitions(&mut defs, trimmed_tokens - 1);
+        assert_eq!(fitting.tools_dropped, 0);
+        assert_eq!(fitting.optional_parameters_dropped, 2);
+        assert!(defs[2]
+            .pointer("/function/parameters/properties/units")
+            .is_none());
+        assert!(defs[0]
+            .pointer("/function/parameters/properties/units")
+            .is_some());
+
+        for budget in [1, 20, 40, 60, 80, 100, 150, 200] {
+            let mut defs = full.clone();
+            let fitting = fit_definitions(&mut defs, budget);
+            assert!(fitting.tokens_after <= budget, "{budget}: {fitting:?}");
+            assert_eq!(fitting.tokens_after, tokens::tools_tokens(defs.iter()));
+            for (i, def) in defs.iter().enumerate() {
+                // Kept tools are the best-ranked, each with its required parameter.
+                assert_eq!(def["function"]["name"], full[i]["function"]["name"]);
+                assert!(def
+                    .pointer("/function/parameters/properties/city")
+                    .is_some());
+            }
+        }
     }
 
     #[test]

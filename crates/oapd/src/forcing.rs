@@ -80,6 +80,21 @@ pub struct Forced {
     pub name: String,
     pub parameters: Value,
     pub task: String,
+    /// The system instruction added to the messages.
+    pub instruction: String,
+}
+
+impl Forced {
+    /// Takes the instruction out again (the tool did not fit the token
+    /// budget, so it is not offered).
+    pub fn withdraw(&self, chat: &mut Map<String, Value>) {
+        if let Some(Value::Array(messages)) = chat.get_mut("messages") {
+            messages.retain(|m| {
+                !(m.get("role").and_then(Value::as_str) == Some("system")
+                    && m.get("content").and_then(Value::as_str) == Some(self.instruction.as_str()))
+            });
+        }
+    }
 }
 
 impl crate::chat::ChatService {
@@ -118,6 +133,10 @@ impl crate::chat::ChatService {
                 .cloned()
                 .unwrap_or_else(|| json!({"type": "object", "properties": {}})),
             task,
+            instruction: format!(
+                "The user's next request must be handled with the tool {0}. Call {0} with the right arguments before you answer.",
+                tool.name
+            ),
         };
         tools.insert(0, tool);
         if let Some(Value::Array(messages)) = chat.get_mut("messages") {
@@ -125,13 +144,7 @@ impl crate::chat::ChatService {
                 .iter()
                 .rposition(|m| m.get("role").and_then(Value::as_str) == Some("user"))
                 .unwrap_or(messages.len());
-            messages.insert(
-                at,
-                json!({"role": "system", "content": format!(
-                    "The user's next request must be handled with the tool {0}. Call {0} with the right arguments before you answer.",
-                    forced.name
-                )}),
-            );
+            messages.insert(at, json!({"role": "system", "content": forced.instruction}));
         }
         tracing::info!(tool = %forced.name, "force rule matched");
         Some(forced)

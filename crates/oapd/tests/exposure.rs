@@ -585,3 +585,25 @@ fn an_invalid_force_pattern_stops_start_up_with_a_clear_error() {
         assert!(text.contains(needle), "{rules}: {text}");
     }
 }
+
+#[test]
+fn a_forced_tool_and_its_instruction_go_together_under_a_tight_budget() {
+    for budget in [50, 60, 80] {
+        let upstream = fake(models().default_turn(Turn::reply("ok")));
+        let daemon = daemon_with(
+            &upstream,
+            &format!("{FORCE_YAML}  tool_token_budget: {budget}\n"),
+        );
+        let (response, _) = chat(&daemon, FORCED_TASK, json!({"oap_auto_execute": true}));
+        let sent = upstream.fake.chat_requests();
+        let offered = names(&sent[0]["tools"]).contains(&"oap_date".to_string());
+        let instructed = system_instruction(&sent[0]).is_some();
+        assert_eq!(offered, instructed, "budget {budget}: {}", sent[0]);
+        let reported: usize = response
+            .header("x-oap-tool-tokens")
+            .unwrap()
+            .parse()
+            .unwrap();
+        assert!(reported <= budget);
+    }
+}
