@@ -11,6 +11,7 @@ pub mod experience;
 pub mod http;
 pub mod logging;
 pub mod render;
+pub mod responses;
 pub mod state;
 pub mod tools;
 pub mod upstream;
