@@ -186,7 +186,19 @@ impl Api {
                 }
             }
             (p, m) if p == "/v1/experience" || p.starts_with("/v1/experience/") => {
+                let peer = request.extensions().get::<http::PeerAddr>().map(|p| p.0);
                 match &self.chat.experience {
+                    Some(_) if m == Method::DELETE
+                        && !crate::experience::operator_allowed(
+                            self.settings.auth_token.is_some(),
+                            peer,
+                        ) =>
+                    {
+                        http::error(
+                            StatusCode::FORBIDDEN,
+                            "deleting experience entries needs server.auth_token (or a loopback client)",
+                        )
+                    }
                     Some(experience) => experience.route(m, &p["/v1/experience".len()..]),
                     None => crate::experience::disabled(),
                 }

@@ -69,19 +69,37 @@ fn a_discovered_tool_runs_and_the_answer_is_a_response_object() {
         "/v1/responses",
         &json!({"model": "m", "input": TASK, "instructions": "Be brief."}).to_string(),
     );
-    assert_eq!(response.status, 200, "{}", String::from_utf8_lossy(&response.body));
+    assert_eq!(
+        response.status,
+        200,
+        "{}",
+        String::from_utf8_lossy(&response.body)
+    );
     let body = response.json();
     assert_eq!(body["object"], "response");
     assert_eq!(body["status"], "completed");
     assert!(body["id"].as_str().unwrap().starts_with("resp_"));
     assert_eq!(body["output"][0]["type"], "message");
     assert_eq!(body["output"][0]["content"][0]["type"], "output_text");
-    assert_eq!(body["output"][0]["content"][0]["text"].as_str().unwrap().trim(), "4");
-    assert_eq!(body["output"].as_array().unwrap().len(), 1, "oapd's call is not handed out");
+    assert_eq!(
+        body["output"][0]["content"][0]["text"]
+            .as_str()
+            .unwrap()
+            .trim(),
+        "4"
+    );
+    assert_eq!(
+        body["output"].as_array().unwrap().len(),
+        1,
+        "oapd's call is not handed out"
+    );
     assert!(body["usage"]["total_tokens"].as_u64().unwrap() > 0);
     let sent = upstream.fake.chat_requests();
     assert_eq!(sent.len(), 2);
-    assert_eq!(sent[0]["messages"][0], json!({"role": "system", "content": "Be brief."}));
+    assert_eq!(
+        sent[0]["messages"][0],
+        json!({"role": "system", "content": "Be brief."})
+    );
     assert_eq!(sent[0]["messages"][1]["content"], TASK);
 }
 
@@ -121,9 +139,16 @@ fn streaming_hands_back_the_clients_function_call_and_continues_with_its_output(
         .find(|item| item["type"] == "function_call")
         .expect("the client's call is handed back");
     assert_eq!(call["name"], "get_weather");
-    assert_eq!(serde_json::from_str::<Value>(call["arguments"].as_str().unwrap()).unwrap(), json!({"city": "Paris"}));
+    assert_eq!(
+        serde_json::from_str::<Value>(call["arguments"].as_str().unwrap()).unwrap(),
+        json!({"city": "Paris"})
+    );
     let call_id = call["call_id"].as_str().unwrap().to_string();
-    assert_eq!(upstream.fake.chat_requests().len(), 1, "nothing executed by oapd");
+    assert_eq!(
+        upstream.fake.chat_requests().len(),
+        1,
+        "nothing executed by oapd"
+    );
 
     // The client runs its tool and continues with the output.
     let response = daemon.post_json(
@@ -134,11 +159,22 @@ fn streaming_hands_back_the_clients_function_call_and_continues_with_its_output(
             {"type": "function_call_output", "call_id": call_id, "output": "sunny, 21 C"}]})
         .to_string(),
     );
-    assert_eq!(response.status, 200, "{}", String::from_utf8_lossy(&response.body));
-    assert_eq!(response.json()["output"][0]["content"][0]["text"], "sunny, 21 C");
+    assert_eq!(
+        response.status,
+        200,
+        "{}",
+        String::from_utf8_lossy(&response.body)
+    );
+    assert_eq!(
+        response.json()["output"][0]["content"][0]["text"],
+        "sunny, 21 C"
+    );
     let sent = upstream.fake.chat_requests();
     let messages = sent[1]["messages"].as_array().unwrap();
-    assert_eq!(messages[1]["tool_calls"][0]["function"]["name"], "get_weather");
+    assert_eq!(
+        messages[1]["tool_calls"][0]["function"]["name"],
+        "get_weather"
+    );
     assert_eq!(messages[2]["role"], "tool");
 }
 
@@ -156,22 +192,40 @@ fn bad_requests_and_upstream_failures_come_back_in_openais_error_shape() {
         ("[]".to_string(), "JSON object"),
         (json!({"model": "m"}).to_string(), "input"),
         (json!({"input": "hi"}).to_string(), "model"),
-        (json!({"model": "m", "input": "hi", "tools": [{"type": "web_search"}]}).to_string(), "function tools"),
-        (json!({"model": "m", "input": [{"type": "computer_call"}]}).to_string(), "input[0].type"),
-        (json!({"model": "m", "input": "hi", "oap_top_k": 99}).to_string(), "oap_top_k"),
+        (
+            json!({"model": "m", "input": "hi", "tools": [{"type": "web_search"}]}).to_string(),
+            "function tools",
+        ),
+        (
+            json!({"model": "m", "input": [{"type": "computer_call"}]}).to_string(),
+            "input[0].type",
+        ),
+        (
+            json!({"model": "m", "input": "hi", "oap_top_k": 99}).to_string(),
+            "oap_top_k",
+        ),
     ] {
         let response = daemon.post_json("/v1/responses", &body);
         assert_eq!(response.status, 400, "{body}");
         let error = &response.json()["error"];
-        assert!(error["message"].as_str().unwrap().contains(needle), "{body}: {error}");
+        assert!(
+            error["message"].as_str().unwrap().contains(needle),
+            "{body}: {error}"
+        );
         assert!(error["type"].is_string());
     }
     let huge = json!({"model": "m", "input": "x".repeat(100_000)}).to_string();
     let response = daemon.post_json("/v1/responses", &huge);
     assert_eq!(response.status, 413);
-    assert!(response.json()["error"]["message"].as_str().unwrap().contains("limit"));
+    assert!(response.json()["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("limit"));
     assert_eq!(daemon.get("/v1/responses").status, 405);
-    assert!(upstream.fake.chat_requests().is_empty(), "nothing bad reached Ollama");
+    assert!(
+        upstream.fake.chat_requests().is_empty(),
+        "nothing bad reached Ollama"
+    );
 
     // Ollama fails before the first chunk: a real HTTP error.
     let response = daemon.post_json(
@@ -179,7 +233,10 @@ fn bad_requests_and_upstream_failures_come_back_in_openais_error_shape() {
         &json!({"model": "m", "stream": true, "input": "hello", "oap_discover": false}).to_string(),
     );
     assert_eq!(response.status, 500);
-    assert!(response.json()["error"]["message"].as_str().unwrap().contains("model runner crashed"));
+    assert!(response.json()["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("model runner crashed"));
     // ... and mid-stream: response.failed ends the stream.
     let response = daemon.post_json(
         "/v1/responses",
@@ -189,7 +246,10 @@ fn bad_requests_and_upstream_failures_come_back_in_openais_error_shape() {
     let events = events(&response.body);
     let last = events.last().unwrap();
     assert_eq!(last["type"], "response.failed");
-    assert!(last["response"]["error"]["message"].as_str().unwrap().contains("lost the GPU"));
+    assert!(last["response"]["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("lost the GPU"));
     // The daemon keeps serving.
     assert_eq!(daemon.get("/health").status, 200);
 }
