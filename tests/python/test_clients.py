@@ -111,3 +111,45 @@ def test_openai_models_and_errors(oapd, fake):
     assert "qwen3:4b" in [m.id for m in client.models.list().data]
     with pytest.raises(openai.BadRequestError):
         client.chat.completions.create(model="qwen3:4b", messages=[])
+
+
+def test_openai_responses_api_runs_a_discovered_tool(oapd, fake):
+    fake.turns({"chunks": [{"tool_calls": [WC_CALL]}]}, ECHO_TOOL)
+    client = openai.OpenAI(base_url=f"{oapd}/v1", api_key="unused")
+    response = client.responses.create(model="qwen3:4b", input=TASK, instructions="Be brief.")
+    assert response.status == "completed"
+    assert "4" in response.output_text
+    assert response.usage.total_tokens > 0
+    assert fake.chat_requests()[0]["messages"][0] == {"role": "system", "content": "Be brief."}
+
+
+def test_openai_responses_api_streams_and_hands_back_function_calls(oapd, fake):
+    fake.turns({"chunks": [{"content": "Checking. "}, {"tool_calls": [{"name": "get_weather", "arguments": {"city": "Paris"}}]}]})
+    client = openai.OpenAI(base_url=f"{oapd}/v1", api_key="unused")
+    tools = [{"type": "function", "name": "get_weather", "description": "Weather for a city",
+              "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}]
+    events = list(client.responses.create(model="qwen3:4b", input="weather in Paris?", tools=tools, stream=True))
+    kinds = [e.type for e in events]
+    assert kinds[0] == "response.created" and kinds[-1] == "response.completed"
+    text = "".join(e.delta for e in events if e.type == "response.output_text.delta")
+    assert text == "Checking. "
+    final = events[-1].response
+    calls = [item for item in final.output if item.type == "function_call"]
+    assert len(calls) == 1 and calls[0].name == "get_weather"
+    assert json.loads(calls[0].arguments) == {"city": "Paris"}
+
+    # The client returns the output; the model continues.
+    fake.turns({"echo": "last_tool"})
+    follow = client.responses.create(model="qwen3:4b", tools=tools, input=[
+        {"role": "user", "content": "weather in Paris?"},
+        {"type": "function_call", "call_id": calls[0].call_id, "name": "get_weather", "arguments": calls[0].arguments},
+        {"type": "function_call_output", "call_id": calls[0].call_id, "output": "sunny"},
+    ])
+    assert follow.output_text == "sunny"
+
+
+def test_openai_responses_api_errors(oapd, fake):
+    client = openai.OpenAI(base_url=f"{oapd}/v1", api_key="unused")
+    with pytest.raises(openai.BadRequestError) as raised:
+        client.responses.create(model="qwen3:4b", input="hi", tools=[{"type": "web_search"}])
+    assert "function tools" in str(raised.value)

@@ -9,6 +9,7 @@
 pub mod ndjson;
 pub mod ollama;
 pub mod openai;
+pub mod responses;
 pub mod sse;
 
 pub use ndjson::{LineDecoder, LineError};

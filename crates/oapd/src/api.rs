@@ -80,7 +80,7 @@ impl Handler for Api {
         let path = request.uri().path();
         !(matches!(
             path,
-            "/api/chat" | "/v1/chat" | "/v1/chat/completions" | "/"
+            "/api/chat" | "/v1/chat" | "/v1/chat/completions" | "/v1/responses" | "/"
         ) || is_pass_through(path))
     }
 
@@ -161,6 +161,8 @@ impl Api {
             ("/v1/chat", &Method::POST) => self.chat.ollama_chat(request).await,
             ("/v1/chat/completions", &Method::POST) => self.chat.openai_chat(request).await,
             ("/v1/chat/completions", _) => method_not_allowed("POST"),
+            ("/v1/responses", &Method::POST) => crate::responses::handle(&self.chat, request).await,
+            ("/v1/responses", _) => method_not_allowed("POST"),
             ("/v1/tools", &Method::POST) => {
                 self.chat
                     .tools_endpoint(request, self.settings.max_task_bytes)
@@ -184,7 +186,19 @@ impl Api {
                 }
             }
             (p, m) if p == "/v1/experience" || p.starts_with("/v1/experience/") => {
+                let peer = request.extensions().get::<http::PeerAddr>().map(|p| p.0);
                 match &self.chat.experience {
+                    Some(_) if m == Method::DELETE
+                        && !crate::experience::operator_allowed(
+                            self.settings.auth_token.is_some(),
+                            peer,
+                        ) =>
+                    {
+                        http::error(
+                            StatusCode::FORBIDDEN,
+                            "deleting experience entries needs server.auth_token (or a loopback client)",
+                        )
+                    }
                     Some(experience) => experience.route(m, &p["/v1/experience".len()..]),
                     None => crate::experience::disabled(),
                 }

@@ -719,6 +719,13 @@ fn not_found(id: &str) -> Response<Body> {
     )
 }
 
+/// Who may delete entries: anyone who passed the bearer token when one is
+/// configured; without a token only a loopback client (the operator on the
+/// box), never an unauthenticated LAN client.
+pub fn operator_allowed(token_configured: bool, peer: Option<std::net::SocketAddr>) -> bool {
+    token_configured || peer.is_some_and(|p| p.ip().is_loopback())
+}
+
 /// `/v1/experience` when the cache is off.
 pub fn disabled() -> Response<Body> {
     http::error(
@@ -775,6 +782,16 @@ mod tests {
                 .as_object()
                 .unwrap(),
         )
+    }
+
+    #[test]
+    fn only_the_operator_may_delete() {
+        let lan: std::net::SocketAddr = "192.0.2.10:5000".parse().unwrap();
+        let local: std::net::SocketAddr = "[::1]:5000".parse().unwrap();
+        assert!(operator_allowed(true, Some(lan)));
+        assert!(operator_allowed(false, Some(local)));
+        assert!(!operator_allowed(false, Some(lan)));
+        assert!(!operator_allowed(false, None));
     }
 
     #[test]

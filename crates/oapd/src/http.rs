@@ -30,6 +30,10 @@ pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 /// Response bodies are boxed so handlers can return buffered or streamed bodies.
 pub type Body = BoxBody<Bytes, BoxError>;
 
+/// The client's socket address, in every request's extensions.
+#[derive(Debug, Clone, Copy)]
+pub struct PeerAddr(pub SocketAddr);
+
 /// Limits that apply to every connection and request.
 #[derive(Debug, Clone)]
 pub struct Limits {
@@ -192,7 +196,8 @@ pub async fn serve<H: Handler>(
                 let _ = stream.set_nodelay(true);
                 let handler = handler.clone();
                 let request_timeout = limits.request_timeout;
-                let service = service_fn(move |request: Request<Incoming>| {
+                let service = service_fn(move |mut request: Request<Incoming>| {
+                    request.extensions_mut().insert(PeerAddr(peer));
                     let handler = handler.clone();
                     async move {
                         let response =

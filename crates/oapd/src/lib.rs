@@ -14,6 +14,7 @@ pub mod http;
 pub mod logging;
 pub mod meta;
 pub mod render;
+pub mod responses;
 pub mod sanitize;
 pub mod state;
 pub mod tokens;

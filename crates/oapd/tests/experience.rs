@@ -283,3 +283,26 @@ fn a_corrupt_cache_file_starts_empty_and_a_disabled_cache_says_so() {
     assert_eq!(response.status, 404);
     assert!(response.error().contains("experience.enabled"));
 }
+
+#[test]
+fn purging_needs_the_token_when_one_is_configured() {
+    let upstream = fake(Script::new().model(ModelSpec::new("m")));
+    let token = "a-long-operator-token-0123456789";
+    let daemon = DaemonBuilder::new()
+        .yaml(&config(&upstream))
+        .env("OAP_SERVER_AUTH_TOKEN", token)
+        .start_with_auth(token);
+    assert_eq!(
+        daemon.request("DELETE", "/v1/experience", &[], b"").status,
+        401
+    );
+    let bearer = format!("Bearer {token}");
+    let response = daemon.request(
+        "DELETE",
+        "/v1/experience",
+        &[("Authorization", &bearer)],
+        b"",
+    );
+    assert_eq!(response.status, 200);
+    assert_eq!(response.json()["deleted"], 0);
+}

@@ -1,0 +1,136 @@
+//! `POST /v1/responses`: OpenAI's Responses API over the same discovery and
+//! tool loop as `/api/chat`. The wire translation is `oap_wire::responses`;
+//! this is the glue: body limits, errors in OpenAI's shape, and the stream.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, StreamBody};
+use hyper::body::{Frame, Incoming};
+use hyper::header::{HeaderValue, CONTENT_TYPE};
+use hyper::{Request, Response, StatusCode};
+use oap_wire::responses::{self, ResponseHead, ResponseStream};
+use serde_json::Value;
+
+use crate::bridge::{self, Event};
+use crate::chat::ChatService;
+use crate::http::{self, Body, BoxError};
+
+fn error(status: StatusCode, message: &str) -> Response<Body> {
+    http::json(
+        status,
+        &oap_wire::openai::openai_error(status.as_u16(), message),
+    )
+}
+
+/// Handles one `/v1/responses` request.
+pub async fn handle(chat: &Arc<ChatService>, request: Request<Incoming>) -> Response<Body> {
+    let body = match http::read_body(request.into_body(), chat.max_request_bytes).await {
+        Ok(body) => body,
+        Err(http::BodyError::TooLarge { limit }) => {
+            return error(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                &format!("request body is larger than the {limit} byte limit"),
+            )
+        }
+        Err(http::BodyError::Read(message)) => return error(StatusCode::BAD_REQUEST, &message),
+    };
+    let original: Value = match serde_json::from_slice(&body) {
+        Ok(value @ Value::Object(_)) => value,
+        Ok(_) => {
+            return error(
+                StatusCode::BAD_REQUEST,
+                "request body must be a JSON object",
+            )
+        }
+        Err(err) => return error(StatusCode::BAD_REQUEST, &format!("invalid JSON: {err}")),
+    };
+    let translated = responses::request_to_chat(&original).and_then(|chat_request| {
+        oap_wire::openai::chat_request_to_ollama(&chat_request).map(|o| (chat_request, o))
+    });
+    let (chat_request, ollama) = match translated {
+        Ok(pair) => pair,
+        Err(err) => return http::json(StatusCode::BAD_REQUEST, &err.to_openai()),
+    };
+    let Value::Object(mut ollama) = ollama else {
+        return error(StatusCode::BAD_REQUEST, "request could not be translated");
+    };
+    if let Some(object) = chat_request.as_object() {
+        for (key, value) in object.iter().filter(|(k, _)| k.starts_with("oap_")) {
+            ollama.insert(key.clone(), value.clone());
+        }
+    }
+    let options = match bridge::take_options(&mut ollama, &chat.settings) {
+        Ok(options) => options,
+        Err(err) => return error(StatusCode::BAD_REQUEST, &err.0),
+    };
+    let tools = match chat.tools_for(&ollama, &options).await {
+        Ok(tools) => tools,
+        Err(response) => return response,
+    };
+    // Budget, meta exposure, forcing and URL hygiene, as on the other
+    // chat surfaces.
+    let (tools, extras) = chat.prepare(tools, &mut ollama, &options);
+    let tool_tokens = extras.tool_tokens;
+    let mut response = respond(chat, original, ollama, tools, options, extras).await;
+    crate::exposure::set_tokens_header(&mut response, tool_tokens);
+    response
+}
+
+async fn respond(
+    chat: &Arc<ChatService>,
+    original: Value,
+    ollama: serde_json::Map<String, Value>,
+    tools: Vec<bridge::InjectedTool>,
+    options: bridge::ChatOptions,
+    extras: crate::exposure::Extras,
+) -> Response<Body> {
+    let created = crate::state::unix_now();
+    let head = ResponseHead::for_request(&original, responses::new_id("resp"), created);
+    let mut rx = chat.start_loop(ollama, tools, options.clone(), extras);
+    if !options.stream {
+        return match bridge::collect(rx)
+            .await
+            .and_then(|chunks| bridge::aggregate(&chunks).map_err(|e| (StatusCode::BAD_GATEWAY, e)))
+        {
+            Ok(answer) => http::json(StatusCode::OK, &responses::chat_to_response(&head, &answer)),
+            Err((status, message)) => error(status, &message),
+        };
+    }
+    let mut stream = ResponseStream::new(head);
+    // An error before anything was produced is a real HTTP error.
+    let first = match rx.recv().await {
+        Some(Event::Chunk(chunk)) => stream.push(&chunk),
+        Some(Event::Error { status, message }) => return error(status, &message),
+        None => {
+            return error(
+                StatusCode::BAD_GATEWAY,
+                "the answer ended before it started",
+            )
+        }
+    };
+    let first =
+        futures_util::stream::once(
+            async move { Ok::<_, BoxError>(Frame::data(Bytes::from(first))) },
+        );
+    let rest = futures_util::stream::unfold((rx, stream), |(mut rx, mut stream)| async move {
+        if stream.is_finished() {
+            return None;
+        }
+        let bytes = match rx.recv().await {
+            Some(Event::Chunk(chunk)) => stream.push(&chunk),
+            Some(Event::Error { message, .. }) => stream.error(&message),
+            None => stream.finish(),
+        };
+        Some((
+            Ok::<_, BoxError>(Frame::data(Bytes::from(bytes))),
+            (rx, stream),
+        ))
+    });
+    use futures_util::StreamExt;
+    let mut response = Response::new(BodyExt::boxed(StreamBody::new(first.chain(rest))));
+    let headers = response.headers_mut();
+    headers.insert(CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
+    headers.insert("cache-control", HeaderValue::from_static("no-cache"));
+    response
+}
