@@ -445,8 +445,15 @@ fn candidate(index: &Index, doc: u32, scores: ScoreParts) -> Option<Candidate> {
 }
 
 /// Local manifests have no domain; the reference used the id in its place.
+/// Remote ids are `<host>/<slug>`: the host is the publishing domain.
 fn domain_of(record: &StoredRecord) -> String {
-    record.id.clone()
+    match record.trust {
+        Trust::Local => record.id.clone(),
+        Trust::Lan | Trust::Internet => record
+            .id
+            .split_once('/')
+            .map_or_else(|| record.id.clone(), |(host, _)| host.to_string()),
+    }
 }
 
 fn string_field(manifest: &serde_json::Value, key: &str) -> String {
