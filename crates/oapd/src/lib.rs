@@ -7,6 +7,7 @@ pub mod bridge;
 pub mod bundled;
 pub mod chat;
 pub mod config;
+pub mod crawl;
 pub mod http;
 pub mod logging;
 pub mod render;

@@ -57,6 +57,17 @@ enum Command {
     },
     /// Show the effective configuration (defaults + file + environment).
     Config,
+    /// Fetch manifests from domains (https://DOMAIN/.well-known/oap.json)
+    /// into the index: the given domains, or the configured seeds.
+    Crawl {
+        /// One pass over the domains, then exit (non-zero if any failed).
+        /// Without it, keep crawling on the schedule until interrupted.
+        #[arg(long)]
+        once: bool,
+        /// Domains to crawl (e.g. example.com); default: crawler.seeds.
+        #[arg(value_name = "DOMAIN")]
+        domains: Vec<String>,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -160,6 +171,7 @@ fn run_with_config(command: Command, config: Config) -> anyhow::Result<()> {
             );
         }
         Command::Config => println!("{}", config.effective_yaml()),
+        Command::Crawl { once, domains } => return oapd::crawl::cli(&config, once, &domains),
         Command::Manifest { .. } => {}
     }
     Ok(())
