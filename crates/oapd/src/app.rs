@@ -170,6 +170,7 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
     let listeners = http::bind(&addresses).await?;
 
     let blocking_config = config.clone();
+    let watch_baseline = crate::crawl::dir_signature(&crate::crawl::watched_dirs(&config));
     let (engine, report, model) = tokio::task::spawn_blocking(move || {
         let (embedder, model) = load_embedder(&blocking_config);
         open_engine(&blocking_config, embedder).map(|(engine, report)| (engine, report, model))
@@ -179,7 +180,7 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
 
     let engine = Arc::new(engine);
     let chat = Arc::new(chat_service(&config, engine.clone())?);
-    let crawler = start_crawler(&config, &engine)?;
+    let crawler = start_crawler(&config, &engine, watch_baseline)?;
     let api = Arc::new(Api {
         chat,
         engine,
@@ -216,14 +217,13 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
 fn start_crawler(
     config: &Config,
     engine: &Arc<Engine>,
+    watch_baseline: crate::crawl::DirSignature,
 ) -> anyhow::Result<Option<Arc<oap_crawl::Crawler>>> {
     if config.crawler.watch_interval > 0 {
-        let mut dirs = config.manifests.dirs.clone();
-        // `oapd crawl --once` run next to the daemon writes here.
-        dirs.push(crate::crawl::remote_dir(config));
         tokio::spawn(crate::crawl::watch_dirs(
             engine.clone(),
-            dirs,
+            crate::crawl::watched_dirs(config),
+            watch_baseline,
             Duration::from_secs(config.crawler.watch_interval),
             std::future::pending(),
         ));

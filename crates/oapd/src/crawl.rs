@@ -250,7 +250,19 @@ pub fn add_seeds(crawler: &Crawler, seeds: &[String], added_by: AddedBy) -> Vec<
 
 /// What a directory looks like: names, sizes and modification times of
 /// its `*.json` files. A change means a rebuild.
-fn dir_signature(dirs: &[PathBuf]) -> Vec<(PathBuf, u64, Option<SystemTime>)> {
+pub type DirSignature = Vec<(PathBuf, u64, Option<SystemTime>)>;
+
+/// The directories the watch covers: `manifests.dirs` and the crawl store
+/// (so `oapd crawl --once` next to a running daemon shows up).
+pub fn watched_dirs(config: &Config) -> Vec<PathBuf> {
+    let mut dirs = config.manifests.dirs.clone();
+    dirs.push(remote_dir(config));
+    dirs
+}
+
+/// The current signature of `dirs`; take it before the engine loads them,
+/// so a change in between is not missed.
+pub fn dir_signature(dirs: &[PathBuf]) -> DirSignature {
     let mut out = Vec::new();
     for dir in dirs {
         let Ok(listing) = std::fs::read_dir(dir) else {
@@ -280,6 +292,7 @@ fn dir_signature(dirs: &[PathBuf]) -> Vec<(PathBuf, u64, Option<SystemTime>)> {
 pub async fn watch_dirs(
     engine: Arc<Engine>,
     dirs: Vec<PathBuf>,
+    baseline: DirSignature,
     interval: Duration,
     shutdown: impl std::future::Future<Output = ()>,
 ) {
@@ -291,7 +304,7 @@ pub async fn watch_dirs(
             tokio::task::spawn_blocking(move || dir_signature(&dirs))
         }
     };
-    let mut last = scan().await.unwrap_or_default();
+    let mut last = baseline;
     loop {
         tokio::select! {
             _ = &mut shutdown => return,
@@ -399,12 +412,14 @@ pub async fn register(
     };
     let parsed: RegisterRequest = match serde_json::from_slice(&body) {
         Ok(parsed) => parsed,
-        Err(err) => return http::error(
-            StatusCode::BAD_REQUEST,
-            format!(
+        Err(err) => {
+            return http::error(
+                StatusCode::BAD_REQUEST,
+                format!(
                 "request body is not a valid registration ({{\"domain\": \"example.com\"}}): {err}"
             ),
-        ),
+            )
+        }
     };
     let Some(raw) = parsed.domain.as_str() else {
         return http::error(StatusCode::BAD_REQUEST, "domain: expected a string");
