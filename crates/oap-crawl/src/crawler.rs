@@ -18,6 +18,16 @@ use crate::now_ms;
 use crate::schedule::{backoff, jittered, AddedBy, DomainState, Schedule, ScheduleSettings};
 use crate::txt::{self, TxtResolver};
 
+/// Bytes of a health response read at most.
+const HEALTH_BODY_BYTES: usize = 64 * 1024;
+
+fn health_text(doc: &RemoteDocument) -> String {
+    match &doc.unhealthy {
+        Some(reason) => format!("unhealthy: {reason}"),
+        None => "ok (or no health URL)".into(),
+    }
+}
+
 /// Everything the crawler needs besides the executor.
 #[derive(Debug, Clone)]
 pub struct CrawlerSettings {
@@ -80,7 +90,8 @@ pub enum AddError {
 
 enum DomainOutcome {
     Updated(RemoteDocument, Validators),
-    NotModified,
+    /// 304; carries the stored envelope when its health verdict changed.
+    NotModified(Option<RemoteDocument>),
     Failed(String),
 }
 
@@ -259,25 +270,69 @@ impl Crawler {
             self.settings.fetch,
         )
         .await;
-        let outcome = match result {
-            Ok(FetchOutcome::NotModified) => DomainOutcome::NotModified,
-            Ok(FetchOutcome::Fetched {
-                body,
-                url,
-                validators,
-            }) => DomainOutcome::Updated(
-                RemoteDocument {
+        let outcome = match (result, stored) {
+            (Ok(FetchOutcome::NotModified), Some(mut stored)) => {
+                let verdict = self.probe_health(&stored).await;
+                if verdict == stored.unhealthy {
+                    DomainOutcome::NotModified(None)
+                } else {
+                    stored.unhealthy = verdict;
+                    DomainOutcome::NotModified(Some(stored))
+                }
+            }
+            (Ok(FetchOutcome::NotModified), None) => {
+                DomainOutcome::Failed("304 Not Modified without a stored copy".into())
+            }
+            (
+                Ok(FetchOutcome::Fetched {
+                    body,
+                    url,
+                    validators,
+                }),
+                _,
+            ) => {
+                let mut doc = RemoteDocument {
                     host: state.domain.clone(),
                     url,
                     trust: state.trust,
                     fetched_at_unix: now_ms() / 1000,
                     body,
-                },
-                validators,
-            ),
-            Err(err) => DomainOutcome::Failed(err.to_string()),
+                    unhealthy: None,
+                };
+                doc.unhealthy = self.probe_health(&doc).await;
+                DomainOutcome::Updated(doc, validators)
+            }
+            (Err(err), _) => DomainOutcome::Failed(err.to_string()),
         };
         (outcome, hint)
+    }
+
+    /// Probes the manifest's `health` URL (same SSRF rules as its tools):
+    /// `None` when healthy or when it declares none, else why it is not.
+    async fn probe_health(&self, doc: &RemoteDocument) -> Option<String> {
+        let manifest = oap_manifest::parse(doc.body.as_bytes()).ok()?.manifest;
+        let url = manifest.health.filter(|u| !u.trim().is_empty())?;
+        let request = oap_exec::FetchRequest {
+            url: url.clone(),
+            trust: match doc.trust {
+                Trust::Local => oap_exec::Trust::Local,
+                Trust::Lan => oap_exec::Trust::Lan,
+                Trust::Internet => oap_exec::Trust::Internet,
+            },
+            headers: Vec::new(),
+            max_body_bytes: HEALTH_BODY_BYTES,
+            timeout: self.settings.fetch.timeout,
+            https_only: false,
+            same_host_only: false,
+        };
+        match self.executor.fetch(&request).await {
+            Ok(response) if (200..300).contains(&response.status) => None,
+            Ok(response) => Some(format!(
+                "health check {url} answered HTTP {}",
+                response.status
+            )),
+            Err(err) => Some(format!("health check failed: {err}")),
+        }
     }
 
     /// Records one outcome; returns whether the stored manifests changed.
@@ -299,9 +354,18 @@ impl Crawler {
         state.txt_hint = hint;
         let mut changed = false;
         match outcome {
-            DomainOutcome::NotModified => {
+            DomainOutcome::NotModified(rewrite) => {
                 report.unchanged += 1;
                 state.last_result = Some("not modified".into());
+                if let Some(doc) = rewrite {
+                    state.health = Some(health_text(&doc));
+                    match remote::write_envelope(dir, &doc) {
+                        Ok(_) => changed = true,
+                        Err(err) => {
+                            tracing::error!(%domain, error = %err, "cannot store the health verdict")
+                        }
+                    }
+                }
                 state.last_success_ms = Some(now);
                 state.consecutive_failures = 0;
                 state.removed_reason = None;
@@ -310,8 +374,10 @@ impl Crawler {
             }
             DomainOutcome::Updated(doc, validators) => {
                 let hash = oap_manifest::content_hash(doc.body.as_bytes());
+                state.health = Some(health_text(&doc));
                 let same = state.content_hash.as_deref() == Some(hash.as_str())
-                    && remote::read_envelope(dir, domain).is_some_and(|d| d.body == doc.body);
+                    && remote::read_envelope(dir, domain)
+                        .is_some_and(|d| d.body == doc.body && d.unhealthy == doc.unhealthy);
                 if same {
                     report.unchanged += 1;
                     state.last_result = Some("unchanged".into());

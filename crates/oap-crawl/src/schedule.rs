@@ -90,6 +90,9 @@ pub struct DomainState {
     pub removed_reason: Option<String>,
     #[serde(default = "not_checked")]
     pub txt_hint: TxtHint,
+    /// The last health verdict of its manifest.
+    #[serde(default)]
+    pub health: Option<String>,
 }
 
 fn not_checked() -> TxtHint {
@@ -114,6 +117,7 @@ impl DomainState {
             validators: Validators::default(),
             removed_reason: None,
             txt_hint: TxtHint::NotChecked,
+            health: None,
         }
     }
 }

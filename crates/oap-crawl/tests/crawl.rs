@@ -425,6 +425,7 @@ async fn indexed_manifests_survive_restart_and_damaged_state() {
         body: serde_json::json!({"oap":"1.0","name":"Sneaky","description":"x",
             "invoke":{"method":"stdio","url":"sh"}})
         .to_string(),
+        unhealthy: None,
     };
     oap_discovery::remote::write_envelope(&settings.remote_dir, &evil).unwrap();
     let (engine, report) = Engine::open(
@@ -507,4 +508,39 @@ async fn bad_domains_are_refused_with_a_reason() {
         assert!(err.to_string().contains(why), "{raw}: {err}");
     }
     assert!(f.crawler.status().is_empty());
+}
+
+/// A manifest whose `health` URL fails is left out of discovery, stays
+/// listed with the reason, and comes back when healthy.
+#[tokio::test]
+async fn unhealthy_manifests_are_left_out_with_the_reason_shown() {
+    let f = fixture().await;
+    let domain = f.add("health.test");
+    let id = format!("{domain}/tide-service");
+    let found = |f: &Fixture| -> bool {
+        f.engine
+            .discover("high and low tide times", 5)
+            .unwrap()
+            .candidates
+            .iter()
+            .any(|c| c.id == id)
+    };
+    f.crawl(std::slice::from_ref(&domain)).await;
+    assert!(found(&f));
+    assert!(f.engine.get(&id).unwrap().unhealthy.is_none());
+    assert_eq!(f.server.hits("health.test"), 2);
+
+    f.server.flap_up.store(false, Ordering::SeqCst);
+    let report = f.crawl(std::slice::from_ref(&domain)).await;
+    assert!(report.rebuild.is_some(), "{report:?}");
+    assert!(!found(&f), "an unhealthy manifest was offered");
+    let reason = f.engine.get(&id).unwrap().unhealthy.unwrap();
+    assert!(reason.contains("answered HTTP 503"), "{reason}");
+    assert!(ids(&f.engine).contains(&id), "still listed");
+    assert!(f.state(&domain).health.unwrap().starts_with("unhealthy"));
+
+    f.server.flap_up.store(true, Ordering::SeqCst);
+    f.crawl(std::slice::from_ref(&domain)).await;
+    assert!(found(&f));
+    assert!(f.engine.get(&id).unwrap().unhealthy.is_none());
 }

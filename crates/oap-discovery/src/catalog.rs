@@ -71,6 +71,9 @@ pub struct CatalogEntry {
     pub origin: Origin,
     pub trust: Trust,
     pub warnings: Vec<Diagnostic>,
+    /// Why the manifest's `health` URL says it is down (remote manifests,
+    /// from the crawler's probe); such a manifest is left out of discovery.
+    pub unhealthy: Option<String>,
 }
 
 /// A file that could not be loaded, and why.
@@ -225,6 +228,7 @@ impl Catalog {
             origin,
             trust,
             warnings: parsed.warnings.diagnostics,
+            unhealthy: None,
         });
     }
 

@@ -88,6 +88,10 @@ pub struct StoredRecord {
     /// Validation warnings, rendered, so `GET /v1/manifests/{id}` can show them.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub warnings: Vec<String>,
+    /// Why the manifest's health probe fails; unhealthy manifests are left
+    /// out of discovery results but stay listed with this reason.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unhealthy: Option<String>,
 }
 
 /// Index-level metadata, stored as the index's meta blob.
@@ -428,6 +432,9 @@ fn summary(record: &StoredRecord) -> ManifestSummary {
 
 fn candidate(index: &Index, doc: u32, scores: ScoreParts) -> Option<Candidate> {
     let record = stored_record(index, doc)?;
+    if record.unhealthy.is_some() {
+        return None;
+    }
     Some(Candidate {
         domain: domain_of(&record),
         name: string_field(&record.manifest, "name"),
@@ -507,6 +514,8 @@ fn fingerprint(
             hasher.update([0]);
         }
         hasher.update([entry.trust as u8]);
+        hasher.update(entry.unhealthy.as_deref().unwrap_or("").as_bytes());
+        hasher.update([0]);
     }
     hex::encode(hasher.finalize())
 }
@@ -555,6 +564,7 @@ fn build_index(
             content_hash: entry.content_hash.clone(),
             manifest: serde_json::to_value(&entry.manifest).unwrap_or(serde_json::Value::Null),
             warnings: entry.warnings.iter().map(|w| w.to_string()).collect(),
+            unhealthy: entry.unhealthy.clone(),
         };
         let record = match serde_json::to_vec(&record) {
             Ok(bytes) => bytes,

@@ -35,6 +35,9 @@ pub struct RemoteDocument {
     pub fetched_at_unix: u64,
     /// The document exactly as served (UTF-8, at most 64 KiB).
     pub body: String,
+    /// Set while the manifest's `health` URL fails: why.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unhealthy: Option<String>,
 }
 
 /// The file name for `host`'s envelope: the host reduced to
@@ -167,6 +170,12 @@ pub(crate) fn load_into(catalog: &mut Catalog, dir: &Path) {
             },
             location: doc.url.clone(),
         };
+        let count = catalog.entries.len();
         catalog.add_document_with(doc.body.as_bytes(), origin, doc.trust, Some(&doc.host));
+        if catalog.entries.len() > count {
+            if let Some(entry) = catalog.entries.last_mut() {
+                entry.unhealthy = doc.unhealthy.clone();
+            }
+        }
     }
 }

@@ -36,6 +36,7 @@ pub const HOSTS: &[&str] = &[
     "badutf8.test",
     "notfound.test",
     "changing.test",
+    "health.test",
 ];
 
 pub fn manifest(name: &str, description: &str) -> String {
@@ -302,6 +303,23 @@ async fn respond<W: tokio::io::AsyncWrite + Unpin>(
             } else {
                 write_response(w, "503 Service Unavailable", &ct("text/plain"), b"down").await
             }
+        }
+        "health.test" => {
+            if path == "/health" {
+                let status = if flap_up.load(Ordering::SeqCst) {
+                    "200 OK"
+                } else {
+                    "503 Service Unavailable"
+                };
+                return write_response(w, status, &ct("text/plain"), b"").await;
+            }
+            let body = serde_json::json!({
+                "oap": "1.0", "name": "Tide Service", "description": "High and low tide times for a harbour",
+                "invoke": {"method": "GET", "url": "https://api.example.org/tides"},
+                "health": format!("https://health.test:{port}/health")
+            })
+            .to_string();
+            write_response(w, "200 OK", &ct(JSON), body.as_bytes()).await
         }
         "stdio.test" => {
             let body = serde_json::json!({
