@@ -276,6 +276,20 @@ impl Engine {
             &self.config.row_weights,
         );
         let current = self.snapshot.load_full();
+        // Nothing changed (e.g. the directory watch saw the crawler's own
+        // write after the crawler already rebuilt): keep the mapped index
+        // instead of writing an identical file.
+        if !force && read_meta(&current.index).is_some_and(|m| m.fingerprint == fingerprint) {
+            return Ok(BuildReport {
+                docs: current.index.len(),
+                rows: current.index.rows(),
+                reused_index: true,
+                problems: catalog.problems,
+                collisions: catalog.collisions,
+                elapsed_ms: started.elapsed().as_secs_f64() * 1e3,
+                ..BuildReport::default()
+            });
+        }
         let reuse = if force { None } else { Some(&current.index) };
         let (index, mut report) = build_index(
             &self.config,
