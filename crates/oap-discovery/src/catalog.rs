@@ -55,6 +55,9 @@ pub enum Source {
     Bundled(Vec<(String, Vec<u8>)>),
     /// A directory of `*.json` manifests owned by the operator.
     Dir(PathBuf),
+    /// The crawler's store: envelopes of manifests fetched from the internet
+    /// or the LAN (see [`crate::remote`]). A missing directory is empty.
+    Remote(PathBuf),
 }
 
 /// One valid manifest ready to index.
@@ -68,6 +71,9 @@ pub struct CatalogEntry {
     pub origin: Origin,
     pub trust: Trust,
     pub warnings: Vec<Diagnostic>,
+    /// Why the manifest's `health` URL says it is down (remote manifests,
+    /// from the crawler's probe); such a manifest is left out of discovery.
+    pub unhealthy: Option<String>,
 }
 
 /// A file that could not be loaded, and why.
@@ -117,6 +123,7 @@ impl Catalog {
                     }
                 }
                 Source::Dir(dir) => catalog.load_dir(dir),
+                Source::Remote(dir) => crate::remote::load_into(&mut catalog, dir),
             }
         }
         catalog
@@ -165,6 +172,19 @@ impl Catalog {
 
     /// Parses, validates and adds one document, recording why when it cannot.
     pub fn add_document(&mut self, bytes: &[u8], origin: Origin, trust: Trust) {
+        self.add_document_with(bytes, origin, trust, None);
+    }
+
+    /// Like [`Catalog::add_document`]; `host` makes the id `<host>/<slug>`
+    /// (remote manifests) instead of `local/<slug>`. A manifest that is not
+    /// local may never declare a local command: it becomes a problem.
+    pub fn add_document_with(
+        &mut self,
+        bytes: &[u8],
+        origin: Origin,
+        trust: Trust,
+        host: Option<&str>,
+    ) {
         let parsed = match oap_manifest::parse(bytes) {
             Ok(parsed) => parsed,
             Err(err) => {
@@ -173,7 +193,25 @@ impl Catalog {
             }
         };
         let manifest = parsed.manifest;
-        let id = local_id(&manifest);
+        if trust != Trust::Local && manifest.invoke_kind() == Some(oap_manifest::InvokeKind::Stdio)
+        {
+            self.problem(
+                origin.location,
+                format!(
+                    "invoke.method stdio is refused: a manifest from the {} may not declare a \
+                     local command (only local manifests may)",
+                    match trust {
+                        Trust::Lan => "LAN",
+                        _ => "internet",
+                    }
+                ),
+            );
+            return;
+        }
+        let id = match host {
+            Some(host) => format!("{host}/{}", oap_manifest::slug(&manifest.name)),
+            None => local_id(&manifest),
+        };
         if let Some(&existing) = self.by_id.get(&id) {
             self.collisions.push(Collision {
                 kept: self.entries[existing].origin.location.clone(),
@@ -190,10 +228,11 @@ impl Catalog {
             origin,
             trust,
             warnings: parsed.warnings.diagnostics,
+            unhealthy: None,
         });
     }
 
-    fn problem(&mut self, location: String, message: String) {
+    pub(crate) fn problem(&mut self, location: String, message: String) {
         self.problems.push(LoadProblem { location, message });
     }
 }
@@ -201,11 +240,16 @@ impl Catalog {
 /// Reads a regular file, refusing anything over the manifest size cap without
 /// reading it all (a 10 GB file in the directory must not exhaust memory).
 fn read_capped(path: &Path) -> Result<Vec<u8>, String> {
+    read_capped_to(path, MAX_MANIFEST_BYTES)
+}
+
+/// [`read_capped`] with an explicit cap.
+pub(crate) fn read_capped_to(path: &Path, cap: usize) -> Result<Vec<u8>, String> {
     let meta = fs::metadata(path).map_err(|err| format!("cannot stat: {err}"))?;
     if !meta.is_file() {
         return Err("not a regular file".into());
     }
-    let cap = MAX_MANIFEST_BYTES as u64;
+    let cap = cap as u64;
     if meta.len() > cap {
         return Err(format!(
             "file is {} bytes, larger than the {} byte manifest limit",

@@ -88,6 +88,10 @@ pub struct StoredRecord {
     /// Validation warnings, rendered, so `GET /v1/manifests/{id}` can show them.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub warnings: Vec<String>,
+    /// Why the manifest's health probe fails; unhealthy manifests are left
+    /// out of discovery results but stay listed with this reason.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unhealthy: Option<String>,
 }
 
 /// Index-level metadata, stored as the index's meta blob.
@@ -272,6 +276,20 @@ impl Engine {
             &self.config.row_weights,
         );
         let current = self.snapshot.load_full();
+        // Nothing changed (e.g. the directory watch saw the crawler's own
+        // write after the crawler already rebuilt): keep the mapped index
+        // instead of writing an identical file.
+        if !force && read_meta(&current.index).is_some_and(|m| m.fingerprint == fingerprint) {
+            return Ok(BuildReport {
+                docs: current.index.len(),
+                rows: current.index.rows(),
+                reused_index: true,
+                problems: catalog.problems,
+                collisions: catalog.collisions,
+                elapsed_ms: started.elapsed().as_secs_f64() * 1e3,
+                ..BuildReport::default()
+            });
+        }
         let reuse = if force { None } else { Some(&current.index) };
         let (index, mut report) = build_index(
             &self.config,
@@ -471,6 +489,9 @@ fn summary(record: &StoredRecord) -> ManifestSummary {
 
 fn candidate(index: &Index, doc: u32, scores: ScoreParts) -> Option<Candidate> {
     let record = stored_record(index, doc)?;
+    if record.unhealthy.is_some() {
+        return None;
+    }
     Some(Candidate {
         domain: domain_of(&record),
         name: string_field(&record.manifest, "name"),
@@ -488,8 +509,15 @@ fn candidate(index: &Index, doc: u32, scores: ScoreParts) -> Option<Candidate> {
 }
 
 /// Local manifests have no domain; the reference used the id in its place.
+/// Remote ids are `<host>/<slug>`: the host is the publishing domain.
 fn domain_of(record: &StoredRecord) -> String {
-    record.id.clone()
+    match record.trust {
+        Trust::Local => record.id.clone(),
+        Trust::Lan | Trust::Internet => record
+            .id
+            .split_once('/')
+            .map_or_else(|| record.id.clone(), |(host, _)| host.to_string()),
+    }
 }
 
 fn string_field(manifest: &serde_json::Value, key: &str) -> String {
@@ -543,6 +571,8 @@ fn fingerprint(
             hasher.update([0]);
         }
         hasher.update([entry.trust as u8]);
+        hasher.update(entry.unhealthy.as_deref().unwrap_or("").as_bytes());
+        hasher.update([0]);
     }
     hex::encode(hasher.finalize())
 }
@@ -591,6 +621,7 @@ fn build_index(
             content_hash: entry.content_hash.clone(),
             manifest: serde_json::to_value(&entry.manifest).unwrap_or(serde_json::Value::Null),
             warnings: entry.warnings.iter().map(|w| w.to_string()).collect(),
+            unhealthy: entry.unhealthy.clone(),
         };
         let record = match serde_json::to_vec(&record) {
             Ok(bytes) => bytes,

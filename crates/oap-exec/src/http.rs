@@ -457,8 +457,8 @@ impl Drop for ConnGuard {
 }
 
 /// A response whose body has not been read yet.
-struct Exchange {
-    response: Response<Incoming>,
+pub(crate) struct Exchange {
+    pub(crate) response: Response<Incoming>,
     _conn: ConnGuard,
 }
 
@@ -486,7 +486,10 @@ where
 }
 
 /// Read at most `cap` bytes of a body; `true` when there was more.
-async fn read_capped(body: &mut Incoming, cap: usize) -> Result<(Vec<u8>, bool), hyper::Error> {
+pub(crate) async fn read_capped(
+    body: &mut Incoming,
+    cap: usize,
+) -> Result<(Vec<u8>, bool), hyper::Error> {
     let mut buf = Vec::new();
     while let Some(frame) = body.frame().await {
         let Ok(data) = frame?.into_data() else {
@@ -504,7 +507,11 @@ async fn read_capped(body: &mut Incoming, cap: usize) -> Result<(Vec<u8>, bool),
 
 impl Executor {
     /// Resolve a URL's host once and check every address against the policy.
-    async fn resolve_checked(&self, trust: Trust, url: &Url) -> Result<Vec<SocketAddr>, ToolError> {
+    pub(crate) async fn resolve_checked(
+        &self,
+        trust: Trust,
+        url: &Url,
+    ) -> Result<Vec<SocketAddr>, ToolError> {
         let host_label = url.host_str().unwrap_or_default().to_string();
         let port = url.port_or_known_default().unwrap_or(80);
         let addrs: Vec<SocketAddr> =
@@ -582,7 +589,7 @@ impl Executor {
     }
 
     /// One request/response over a fresh connection to a checked address.
-    async fn exchange(
+    pub(crate) async fn exchange(
         &self,
         addrs: &[SocketAddr],
         url: &Url,

@@ -122,6 +122,7 @@
 
 mod credentials;
 mod error;
+mod fetch;
 mod http;
 mod policy;
 mod resolve;
@@ -141,6 +142,7 @@ use tracing::{info, warn};
 
 pub use credentials::{Credential, CredentialError, CredentialStore, MAX_CREDENTIALS_FILE_BYTES};
 pub use error::ExecError;
+pub use fetch::{FetchError, FetchRequest, FetchResponse};
 pub use policy::{
     classify, trust_permits, AddressClass, AddressRefusal, Cidr, CidrError, ExecPolicy,
     StdioLimits, Trust,

@@ -42,6 +42,10 @@ pub struct Api {
     pub startup: BuildReport,
     /// The Ollama-facing surface (chat bridge and pass-through).
     pub chat: Arc<ChatService>,
+    /// The crawler, when `crawler.enabled`.
+    pub crawler: Option<Arc<oap_crawl::Crawler>>,
+    /// `crawler.fetch_timeout`: how long registration waits for the first fetch.
+    pub crawler_fetch_timeout: std::time::Duration,
 }
 
 /// Ollama routes forwarded untouched (streamed both ways).
@@ -203,6 +207,15 @@ impl Api {
                     None => crate::experience::disabled(),
                 }
             }
+            ("/v1/crawl/status", &Method::GET) => http::json(
+                StatusCode::OK,
+                &crate::crawl::status_json(self.crawler.as_deref(), self.crawler.is_some()),
+            ),
+            ("/v1/crawl/status", _) => method_not_allowed("GET"),
+            ("/v1/manifests/register", &Method::POST) => {
+                crate::crawl::register(self.clone(), request).await
+            }
+            ("/v1/manifests/register", _) => method_not_allowed("POST"),
             ("/v1/manifests", &Method::GET) => self.list(),
             ("/v1/manifests", _) => method_not_allowed("GET"),
             (p, m) if p.starts_with("/v1/manifests/") => {

@@ -83,6 +83,9 @@ pub fn sources(config: &Config) -> Vec<Source> {
     if config.manifests.bundled {
         sources.push(crate::bundled::source());
     }
+    // Crawled manifests (internet or LAN trust), ids `<host>/<slug>`, so
+    // they never collide with local ones.
+    sources.push(Source::Remote(crate::crawl::remote_dir(config)));
     sources
 }
 
@@ -167,6 +170,7 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
     let listeners = http::bind(&addresses).await?;
 
     let blocking_config = config.clone();
+    let watch_baseline = crate::crawl::dir_signature(&crate::crawl::watched_dirs(&config));
     let (engine, report, model) = tokio::task::spawn_blocking(move || {
         let (embedder, model) = load_embedder(&blocking_config);
         open_engine(&blocking_config, embedder).map(|(engine, report)| (engine, report, model))
@@ -176,6 +180,7 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
 
     let engine = Arc::new(engine);
     let chat = Arc::new(chat_service(&config, engine.clone())?);
+    let crawler = start_crawler(&config, &engine, watch_baseline)?;
     let api = Arc::new(Api {
         chat,
         engine,
@@ -189,6 +194,8 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
         },
         model,
         startup: report,
+        crawler,
+        crawler_fetch_timeout: Duration::from_secs(config.crawler.fetch_timeout),
     });
     let limits = Limits {
         max_connections: config.server.max_connections,
@@ -203,6 +210,37 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
     }
     http::serve(listeners, api, limits, shutdown_signal(), DRAIN_TIMEOUT).await;
     Ok(())
+}
+
+/// Starts the directory watch and, when `crawler.enabled`, the crawler's
+/// schedule loop (both stop with the process).
+fn start_crawler(
+    config: &Config,
+    engine: &Arc<Engine>,
+    watch_baseline: crate::crawl::DirSignature,
+) -> anyhow::Result<Option<Arc<oap_crawl::Crawler>>> {
+    if config.crawler.watch_interval > 0 {
+        tokio::spawn(crate::crawl::watch_dirs(
+            engine.clone(),
+            crate::crawl::watched_dirs(config),
+            watch_baseline,
+            Duration::from_secs(config.crawler.watch_interval),
+            std::future::pending(),
+        ));
+    }
+    if !config.crawler.enabled {
+        return Ok(None);
+    }
+    let crawler = Arc::new(crate::crawl::build(config).context("crawler setup")?);
+    let seeds = crate::crawl::seeds(config)?;
+    let added = crate::crawl::add_seeds(&crawler, &seeds, oap_crawl::AddedBy::Seed);
+    tracing::info!(seeds = added.len(), "crawler started");
+    tokio::spawn(crawler.clone().run(
+        engine.clone(),
+        Duration::from_secs(1),
+        std::future::pending(),
+    ));
+    Ok(Some(crawler))
 }
 
 /// The chat bridge and pass-through wiring for `config`.

@@ -81,6 +81,9 @@ pub struct Config {
     /// Logging output.
     #[serde(deserialize_with = "null_as_default")]
     pub log: LogConfig,
+    /// The crawler: seed domains, schedule, fetch limits, directory watch.
+    #[serde(deserialize_with = "null_as_default")]
+    pub crawler: crate::crawl::CrawlerConfig,
     /// The experience cache: tools that worked for similar tasks skip discovery.
     #[serde(deserialize_with = "null_as_default")]
     pub experience: ExperienceConfig,
@@ -758,6 +761,10 @@ config_keys! {
     ollama { base_url, timeout, chat_deadline, max_request_bytes }
     tools { credentials_file, allow_private, stdio_dirs, max_result_chars, max_response_bytes, max_parallel }
     log { level, format }
+    crawler {
+        enabled, seeds, seeds_file, interval, jitter, retry_base, max_failures, fetch_timeout,
+        round_timeout, concurrency, max_domains, ca_file, allow_private, hosts, watch_interval,
+    }
     experience { enabled, min_similarity, ttl, max_entries }
 }
 
@@ -1374,6 +1381,10 @@ impl Config {
 
         if let Err(msg) = check_log_level(&self.log.level) {
             c.fail("log.level", msg);
+        }
+
+        for (key, message) in self.crawler.problems() {
+            c.fail(key, message);
         }
 
         if c.problems.is_empty() {

@@ -7,6 +7,7 @@ pub mod bridge;
 pub mod bundled;
 pub mod chat;
 pub mod config;
+pub mod crawl;
 pub mod experience;
 pub mod exposure;
 pub mod forcing;

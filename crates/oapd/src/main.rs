@@ -70,6 +70,17 @@ enum Command {
         #[arg(long, default_value_t = 120, value_parser = clap::value_parser!(u64).range(1..=3600))]
         timeout: u64,
     },
+    /// Fetch manifests from domains (https://DOMAIN/.well-known/oap.json)
+    /// into the index: the given domains, or the configured seeds.
+    Crawl {
+        /// One pass over the domains, then exit (non-zero if any failed).
+        /// Without it, keep crawling on the schedule until interrupted.
+        #[arg(long)]
+        once: bool,
+        /// Domains to crawl (e.g. example.com); default: crawler.seeds.
+        #[arg(value_name = "DOMAIN")]
+        domains: Vec<String>,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -181,6 +192,7 @@ fn run_with_config(command: Command, config: Config) -> anyhow::Result<()> {
             );
         }
         Command::Config => println!("{}", config.effective_yaml()),
+        Command::Crawl { once, domains } => return oapd::crawl::cli(&config, once, &domains),
         Command::Manifest { .. } | Command::ValidateModel { .. } => {}
     }
     Ok(())

@@ -1,0 +1,475 @@
+//! The crawler: fetches due domains, stores accepted manifests as envelopes,
+//! keeps the schedule, and asks the engine for an incremental rebuild when
+//! something changed.
+
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures_util::stream::{self, StreamExt};
+use oap_discovery::remote::{self, RemoteDocument};
+use oap_discovery::{BuildReport, Engine, Trust};
+use oap_exec::Executor;
+use serde::Serialize;
+
+use crate::domain::{normalize_domain, DomainError};
+use crate::fetch::{fetch_manifest, manifest_url, FetchLimits, FetchOutcome, Validators};
+use crate::now_ms;
+use crate::schedule::{backoff, jittered, AddedBy, DomainState, Schedule, ScheduleSettings};
+use crate::txt::{self, TxtResolver};
+
+/// Bytes of a health response read at most.
+const HEALTH_BODY_BYTES: usize = 64 * 1024;
+
+fn health_text(doc: &RemoteDocument) -> String {
+    match &doc.unhealthy {
+        Some(reason) => format!("unhealthy: {reason}"),
+        None => "ok (or no health URL)".into(),
+    }
+}
+
+/// Everything the crawler needs besides the executor.
+#[derive(Debug, Clone)]
+pub struct CrawlerSettings {
+    /// Where envelopes live (the engine's `Source::Remote`).
+    pub remote_dir: PathBuf,
+    /// The schedule file.
+    pub state_path: PathBuf,
+    pub schedule: ScheduleSettings,
+    pub fetch: FetchLimits,
+    /// Deadline of one crawl pass; domains not reached stay due.
+    pub round_timeout: Duration,
+    /// Fetches in flight at once.
+    pub concurrency: usize,
+    /// Most domains tracked (seeds + registered); more are refused.
+    pub max_domains: usize,
+}
+
+impl CrawlerSettings {
+    pub fn new(state_dir: impl Into<PathBuf>) -> Self {
+        let state_dir = state_dir.into();
+        Self {
+            remote_dir: state_dir.join("crawled"),
+            state_path: state_dir.join("crawl-state.json"),
+            schedule: ScheduleSettings::default(),
+            fetch: FetchLimits::default(),
+            round_timeout: Duration::from_secs(300),
+            concurrency: 4,
+            max_domains: 10_000,
+        }
+    }
+}
+
+/// What one pass did.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct CrawlReport {
+    pub attempted: usize,
+    pub updated: usize,
+    pub unchanged: usize,
+    pub failed: usize,
+    pub removed: usize,
+    /// Domains left for the next pass because the round deadline passed.
+    pub deferred: usize,
+    /// `(domain, error)` of every failure.
+    pub errors: Vec<(String, String)>,
+    /// The engine rebuild, when the index changed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rebuild: Option<BuildReport>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rebuild_error: Option<String>,
+}
+
+/// Why a domain could not be added.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AddError {
+    #[error(transparent)]
+    Domain(#[from] DomainError),
+    #[error("the crawler already tracks {0} domains (crawler.max_domains)")]
+    Full(usize),
+}
+
+enum DomainOutcome {
+    Updated(RemoteDocument, Validators),
+    /// 304; carries the stored envelope when its health verdict changed.
+    NotModified(Option<RemoteDocument>),
+    Failed(String),
+}
+
+/// The crawler. Share it behind an `Arc`.
+pub struct Crawler {
+    settings: CrawlerSettings,
+    executor: Arc<Executor>,
+    txt: Option<Arc<dyn TxtResolver>>,
+    schedule: Mutex<Schedule>,
+    /// One pass at a time (the schedule loop, `register`, the CLI).
+    pass: tokio::sync::Mutex<()>,
+}
+
+impl Crawler {
+    /// A crawler over the schedule stored in `settings.state_path` (a damaged
+    /// file is logged and replaced; stored manifests are kept).
+    pub fn new(
+        settings: CrawlerSettings,
+        executor: Arc<Executor>,
+        txt: Option<Arc<dyn TxtResolver>>,
+    ) -> Self {
+        let (schedule, problem) = Schedule::load(&settings.state_path);
+        if let Some(problem) = problem {
+            tracing::error!(path = %settings.state_path.display(), problem = %problem, "crawl state unreadable, starting afresh");
+        }
+        Self {
+            settings,
+            executor,
+            txt,
+            schedule: Mutex::new(schedule),
+            pass: tokio::sync::Mutex::new(()),
+        }
+    }
+
+    pub fn settings(&self) -> &CrawlerSettings {
+        &self.settings
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Schedule> {
+        // A panic while holding the lock leaves plain data behind; keep going.
+        self.schedule.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Adds (or re-activates) a domain; it is due at once. Returns its
+    /// normalised name.
+    pub fn add_domain(&self, raw: &str, added_by: AddedBy) -> Result<String, AddError> {
+        let domain = normalize_domain(raw)?;
+        let mut schedule = self.lock();
+        let now = now_ms();
+        if let Some(state) = schedule.domains.get_mut(&domain) {
+            // Registering again asks for a fresh look now; a seed entry keeps
+            // its provenance.
+            if added_by != AddedBy::Seed {
+                state.next_due_ms = state.next_due_ms.min(now);
+            }
+            return Ok(domain);
+        }
+        if schedule.domains.len() >= self.settings.max_domains {
+            return Err(AddError::Full(self.settings.max_domains));
+        }
+        let url = manifest_url(&domain);
+        schedule.domains.insert(
+            domain.clone(),
+            DomainState::new(domain.clone(), url, added_by, Trust::Internet, now),
+        );
+        Ok(domain)
+    }
+
+    /// Per-domain state, by name.
+    pub fn status(&self) -> Vec<DomainState> {
+        self.lock().domains.values().cloned().collect()
+    }
+
+    /// When the next domain is due (ms since the epoch).
+    pub fn next_due_ms(&self) -> Option<u64> {
+        self.lock().next_due_ms()
+    }
+
+    /// Saves the schedule (atomically).
+    pub fn save(&self) -> std::io::Result<()> {
+        let snapshot = self.lock().clone();
+        snapshot.save(&self.settings.state_path)
+    }
+
+    /// Crawls every due domain (or exactly `only`, due or not), stores what
+    /// was accepted, rebuilds `engine` if anything changed, saves the state.
+    pub async fn crawl_pass(
+        &self,
+        only: Option<&[String]>,
+        engine: Option<&Arc<Engine>>,
+    ) -> CrawlReport {
+        let _pass = self.pass.lock().await;
+        let now = now_ms();
+        let targets: Vec<DomainState> = {
+            let schedule = self.lock();
+            let names = match only {
+                Some(names) => names.to_vec(),
+                None => schedule.due(now),
+            };
+            names
+                .iter()
+                .filter_map(|n| schedule.domains.get(n).cloned())
+                .collect()
+        };
+        let mut report = CrawlReport::default();
+        let deadline = tokio::time::Instant::now() + self.settings.round_timeout;
+        let mut changed = false;
+        let results = stream::iter(targets)
+            .map(|state| async move {
+                let outcome = if tokio::time::Instant::now() >= deadline {
+                    None
+                } else {
+                    tokio::time::timeout_at(deadline, self.crawl_one(&state))
+                        .await
+                        .ok()
+                };
+                (state, outcome)
+            })
+            .buffer_unordered(self.settings.concurrency.max(1))
+            .collect::<Vec<_>>()
+            .await;
+        for (state, outcome) in results {
+            let Some((outcome, hint)) = outcome else {
+                report.deferred += 1;
+                continue;
+            };
+            report.attempted += 1;
+            changed |= self.apply(&state.domain, outcome, hint, &mut report);
+        }
+        if let Err(err) = self.save() {
+            tracing::error!(error = %err, "cannot save the crawl state");
+        }
+        if changed {
+            if let Some(engine) = engine {
+                let engine = Arc::clone(engine);
+                // Embedding is CPU work: off the async workers. Readers keep
+                // the old snapshot until the new one is swapped in.
+                match tokio::task::spawn_blocking(move || engine.rebuild(false)).await {
+                    Ok(Ok(build)) => report.rebuild = Some(build),
+                    Ok(Err(err)) => report.rebuild_error = Some(err.to_string()),
+                    Err(err) => report.rebuild_error = Some(err.to_string()),
+                }
+                if let Some(err) = &report.rebuild_error {
+                    tracing::error!(error = %err, "index rebuild after crawl failed; the old index keeps serving");
+                }
+            }
+        }
+        tracing::info!(
+            attempted = report.attempted,
+            updated = report.updated,
+            unchanged = report.unchanged,
+            failed = report.failed,
+            removed = report.removed,
+            deferred = report.deferred,
+            "crawl pass done"
+        );
+        report
+    }
+
+    async fn crawl_one(&self, state: &DomainState) -> (DomainOutcome, txt::TxtHint) {
+        let hint = txt::check(self.txt.as_deref(), &state.domain).await;
+        // Validators only while the stored copy exists: a 304 must never
+        // stand in for a manifest that is gone.
+        let stored = remote::read_envelope(&self.settings.remote_dir, &state.domain);
+        let validators = if stored.is_some() {
+            state.validators.clone()
+        } else {
+            Validators::default()
+        };
+        let result = fetch_manifest(
+            &self.executor,
+            &state.url,
+            state.trust,
+            true,
+            &validators,
+            self.settings.fetch,
+        )
+        .await;
+        let outcome = match (result, stored) {
+            (Ok(FetchOutcome::NotModified), Some(mut stored)) => {
+                let verdict = self.probe_health(&stored).await;
+                if verdict == stored.unhealthy {
+                    DomainOutcome::NotModified(None)
+                } else {
+                    stored.unhealthy = verdict;
+                    DomainOutcome::NotModified(Some(stored))
+                }
+            }
+            (Ok(FetchOutcome::NotModified), None) => {
+                DomainOutcome::Failed("304 Not Modified without a stored copy".into())
+            }
+            (
+                Ok(FetchOutcome::Fetched {
+                    body,
+                    url,
+                    validators,
+                }),
+                _,
+            ) => {
+                let mut doc = RemoteDocument {
+                    host: state.domain.clone(),
+                    url,
+                    trust: state.trust,
+                    fetched_at_unix: now_ms() / 1000,
+                    body,
+                    unhealthy: None,
+                };
+                doc.unhealthy = self.probe_health(&doc).await;
+                DomainOutcome::Updated(doc, validators)
+            }
+            (Err(err), _) => DomainOutcome::Failed(err.to_string()),
+        };
+        (outcome, hint)
+    }
+
+    /// Probes the manifest's `health` URL (same SSRF rules as its tools):
+    /// `None` when healthy or when it declares none, else why it is not.
+    async fn probe_health(&self, doc: &RemoteDocument) -> Option<String> {
+        let manifest = oap_manifest::parse(doc.body.as_bytes()).ok()?.manifest;
+        let url = manifest.health.filter(|u| !u.trim().is_empty())?;
+        let request = oap_exec::FetchRequest {
+            url: url.clone(),
+            trust: match doc.trust {
+                Trust::Local => oap_exec::Trust::Local,
+                Trust::Lan => oap_exec::Trust::Lan,
+                Trust::Internet => oap_exec::Trust::Internet,
+            },
+            headers: Vec::new(),
+            max_body_bytes: HEALTH_BODY_BYTES,
+            timeout: self.settings.fetch.timeout,
+            https_only: false,
+            same_host_only: false,
+        };
+        match self.executor.fetch(&request).await {
+            Ok(response) if (200..300).contains(&response.status) => None,
+            Ok(response) => Some(format!(
+                "health check {url} answered HTTP {}",
+                response.status
+            )),
+            Err(err) => Some(format!("health check failed: {err}")),
+        }
+    }
+
+    /// Records one outcome; returns whether the stored manifests changed.
+    fn apply(
+        &self,
+        domain: &str,
+        outcome: DomainOutcome,
+        hint: txt::TxtHint,
+        report: &mut CrawlReport,
+    ) -> bool {
+        let now = now_ms();
+        let settings = self.settings.schedule;
+        let dir = &self.settings.remote_dir;
+        let mut schedule = self.lock();
+        let Some(state) = schedule.domains.get_mut(domain) else {
+            return false;
+        };
+        state.last_fetch_ms = Some(now);
+        state.txt_hint = hint;
+        let mut changed = false;
+        match outcome {
+            DomainOutcome::NotModified(rewrite) => {
+                report.unchanged += 1;
+                state.last_result = Some("not modified".into());
+                if let Some(doc) = rewrite {
+                    state.health = Some(health_text(&doc));
+                    match remote::write_envelope(dir, &doc) {
+                        Ok(_) => changed = true,
+                        Err(err) => {
+                            tracing::error!(%domain, error = %err, "cannot store the health verdict")
+                        }
+                    }
+                }
+                state.last_success_ms = Some(now);
+                state.consecutive_failures = 0;
+                state.removed_reason = None;
+                state.next_due_ms =
+                    now + jittered(settings.interval, settings.jitter).as_millis() as u64;
+            }
+            DomainOutcome::Updated(doc, validators) => {
+                let hash = oap_manifest::content_hash(doc.body.as_bytes());
+                state.health = Some(health_text(&doc));
+                let same = state.content_hash.as_deref() == Some(hash.as_str())
+                    && remote::read_envelope(dir, domain)
+                        .is_some_and(|d| d.body == doc.body && d.unhealthy == doc.unhealthy);
+                if same {
+                    report.unchanged += 1;
+                    state.last_result = Some("unchanged".into());
+                } else {
+                    match remote::write_envelope(dir, &doc) {
+                        Ok(_) => {
+                            changed = true;
+                            report.updated += 1;
+                            state.last_result = Some("updated".into());
+                            state.content_hash = Some(hash);
+                            state.manifest_id =
+                                oap_manifest::parse(doc.body.as_bytes()).ok().map(|p| {
+                                    format!("{domain}/{}", oap_manifest::slug(&p.manifest.name))
+                                });
+                        }
+                        Err(err) => {
+                            // Nothing stored changed; try again soon.
+                            report.failed += 1;
+                            let message = format!("cannot store the manifest: {err}");
+                            report.errors.push((domain.to_string(), message.clone()));
+                            state.last_result = Some(format!("error: {message}"));
+                            state.next_due_ms = now + backoff(&settings, 1).as_millis() as u64;
+                            return false;
+                        }
+                    }
+                }
+                state.validators = validators;
+                state.last_success_ms = Some(now);
+                state.consecutive_failures = 0;
+                state.removed_reason = None;
+                state.next_due_ms =
+                    now + jittered(settings.interval, settings.jitter).as_millis() as u64;
+            }
+            DomainOutcome::Failed(message) => {
+                report.failed += 1;
+                report.errors.push((domain.to_string(), message.clone()));
+                state.consecutive_failures = state.consecutive_failures.saturating_add(1);
+                state.last_result = Some(format!("error: {message}"));
+                let delay = jittered(
+                    backoff(&settings, state.consecutive_failures),
+                    settings.jitter,
+                );
+                state.next_due_ms = now + delay.as_millis() as u64;
+                tracing::warn!(%domain, failures = state.consecutive_failures, error = %message, "crawl failed");
+                if state.consecutive_failures >= settings.max_failures
+                    && state.removed_reason.is_none()
+                {
+                    match remote::remove_envelope(dir, domain) {
+                        Ok(existed) => {
+                            changed = existed;
+                            report.removed += usize::from(existed);
+                            state.removed_reason = Some(format!(
+                                "removed after {} consecutive failures; last: {message}",
+                                state.consecutive_failures
+                            ));
+                            state.manifest_id = None;
+                            state.content_hash = None;
+                            state.validators = Validators::default();
+                        }
+                        Err(err) => {
+                            tracing::error!(%domain, error = %err, "cannot remove the manifest");
+                        }
+                    }
+                }
+            }
+        }
+        changed
+    }
+
+    /// Runs passes whenever a domain is due, until `shutdown` resolves.
+    /// `poll` bounds how long a newly registered domain waits.
+    pub async fn run(
+        self: Arc<Self>,
+        engine: Arc<Engine>,
+        poll: Duration,
+        shutdown: impl std::future::Future<Output = ()>,
+    ) {
+        tokio::pin!(shutdown);
+        loop {
+            let now = now_ms();
+            let wait = match self.next_due_ms() {
+                Some(due) if due <= now => Duration::ZERO,
+                Some(due) => Duration::from_millis(due - now).min(poll),
+                None => poll,
+            };
+            tokio::select! {
+                _ = &mut shutdown => break,
+                _ = tokio::time::sleep(wait) => {}
+            }
+            if self.next_due_ms().is_some_and(|d| d <= now_ms()) {
+                self.crawl_pass(None, Some(&engine)).await;
+            }
+        }
+    }
+}

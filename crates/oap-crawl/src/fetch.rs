@@ -1,0 +1,233 @@
+//! One manifest fetch, with every check a document from the internet must
+//! pass before it may be stored.
+//!
+//! Content type: `application/json` and `application/<anything>+json`
+//! (e.g. `application/oap+json`) are accepted, with any parameters. Anything
+//! else — `text/html` error pages, `text/plain`, a missing type — is refused:
+//! a server that does not say it serves JSON is not publishing a manifest on
+//! purpose. (`text/json` is not a registered type and is refused too.)
+
+use std::time::Duration;
+
+use oap_discovery::Trust;
+use oap_exec::{Executor, FetchError, FetchRequest};
+use oap_manifest::{InvokeKind, MAX_MANIFEST_BYTES};
+use serde::{Deserialize, Serialize};
+
+use crate::WELL_KNOWN_PATH;
+
+/// Limits of one fetch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FetchLimits {
+    /// Whole-fetch deadline (resolution, connect, TLS, redirects, body).
+    pub timeout: Duration,
+    /// Body cap (default: the manifest cap, 64 KiB).
+    pub max_bytes: usize,
+}
+
+impl Default for FetchLimits {
+    fn default() -> Self {
+        Self {
+            timeout: Duration::from_secs(10),
+            max_bytes: MAX_MANIFEST_BYTES,
+        }
+    }
+}
+
+/// Cache validators from the last successful fetch.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Validators {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub etag: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_modified: Option<String>,
+}
+
+impl Validators {
+    fn headers(&self) -> Vec<(String, String)> {
+        let mut out = Vec::new();
+        if let Some(etag) = &self.etag {
+            out.push(("if-none-match".to_string(), etag.clone()));
+        }
+        if let Some(date) = &self.last_modified {
+            out.push(("if-modified-since".to_string(), date.clone()));
+        }
+        out
+    }
+
+    fn is_empty(&self) -> bool {
+        self.etag.is_none() && self.last_modified.is_none()
+    }
+}
+
+/// A successful fetch.
+#[derive(Debug, Clone)]
+pub enum FetchOutcome {
+    /// 304: the stored copy is current.
+    NotModified,
+    /// A valid manifest.
+    Fetched {
+        /// The document as served (valid UTF-8).
+        body: String,
+        /// The URL that answered.
+        url: String,
+        validators: Validators,
+    },
+}
+
+/// Why a fetched document was not accepted.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ManifestFetchError {
+    /// Transport, SSRF, redirect, size or deadline failure.
+    #[error(transparent)]
+    Fetch(#[from] FetchError),
+    #[error("HTTP {status} from {url}")]
+    Status { status: u16, url: String },
+    #[error("{url} is served as {content_type:?}, not JSON (application/json)")]
+    ContentType { url: String, content_type: String },
+    #[error("{url} is not valid UTF-8 (byte {offset})")]
+    Utf8 { url: String, offset: usize },
+    #[error("{url} is not a valid manifest: {reason}")]
+    Invalid { url: String, reason: String },
+    #[error(
+        "{url} declares invoke.method stdio: a manifest from the network may never run a local command"
+    )]
+    Stdio { url: String },
+}
+
+/// The manifest URL of a normalised domain.
+pub fn manifest_url(domain: &str) -> String {
+    format!("https://{domain}{WELL_KNOWN_PATH}")
+}
+
+fn exec_trust(trust: Trust) -> oap_exec::Trust {
+    match trust {
+        Trust::Local => oap_exec::Trust::Local,
+        Trust::Lan => oap_exec::Trust::Lan,
+        Trust::Internet => oap_exec::Trust::Internet,
+    }
+}
+
+/// Whether `content_type` says JSON (see the module docs).
+pub fn is_json_type(content_type: &str) -> bool {
+    let essence = content_type
+        .split(';')
+        .next()
+        .unwrap_or("")
+        .trim()
+        .to_ascii_lowercase();
+    essence == "application/json"
+        || essence
+            .strip_prefix("application/")
+            .is_some_and(|sub| sub.ends_with("+json") && sub.len() > 5)
+}
+
+/// Fetches and vets the manifest at `url`. `validators` make the request
+/// conditional (pass them only while the stored copy exists).
+pub async fn fetch_manifest(
+    executor: &Executor,
+    url: &str,
+    trust: Trust,
+    https_only: bool,
+    validators: &Validators,
+    limits: FetchLimits,
+) -> Result<FetchOutcome, ManifestFetchError> {
+    let mut headers = validators.headers();
+    headers.push((
+        "accept".to_string(),
+        "application/json, application/oap+json;q=0.9".to_string(),
+    ));
+    let request = FetchRequest {
+        url: url.to_string(),
+        trust: exec_trust(trust),
+        headers,
+        max_body_bytes: limits.max_bytes,
+        timeout: limits.timeout,
+        https_only,
+        // A domain's manifest must come from that domain: following a
+        // redirect elsewhere would file another host's document under its id.
+        same_host_only: true,
+    };
+    let response = executor.fetch(&request).await?;
+    let url = response.final_url;
+    if response.status == 304 && !validators.is_empty() {
+        return Ok(FetchOutcome::NotModified);
+    }
+    if response.status != 200 {
+        return Err(ManifestFetchError::Status {
+            status: response.status,
+            url,
+        });
+    }
+    let content_type = response
+        .headers
+        .get("content-type")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_string();
+    if !is_json_type(&content_type) {
+        return Err(ManifestFetchError::ContentType {
+            url,
+            content_type: content_type.chars().take(100).collect(),
+        });
+    }
+    let body = match String::from_utf8(response.body) {
+        Ok(body) => body,
+        Err(err) => {
+            return Err(ManifestFetchError::Utf8 {
+                url,
+                offset: err.utf8_error().valid_up_to(),
+            })
+        }
+    };
+    let parsed = oap_manifest::parse(body.as_bytes()).map_err(|e| ManifestFetchError::Invalid {
+        url: url.clone(),
+        reason: e.to_string(),
+    })?;
+    if parsed.manifest.invoke_kind() == Some(InvokeKind::Stdio) && trust != Trust::Local {
+        return Err(ManifestFetchError::Stdio { url });
+    }
+    let header = |name: &str| {
+        response
+            .headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .filter(|v| v.len() <= 512)
+            .map(str::to_string)
+    };
+    Ok(FetchOutcome::Fetched {
+        body,
+        url,
+        validators: Validators {
+            etag: header("etag"),
+            last_modified: header("last-modified"),
+        },
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn json_types() {
+        for ok in [
+            "application/json",
+            "application/json; charset=utf-8",
+            "Application/JSON",
+            "application/oap+json",
+        ] {
+            assert!(is_json_type(ok), "{ok}");
+        }
+        for bad in [
+            "",
+            "text/html",
+            "text/plain",
+            "text/json",
+            "application/+json",
+            "application/jsonx",
+        ] {
+            assert!(!is_json_type(bad), "{bad}");
+        }
+    }
+}

@@ -1,0 +1,424 @@
+//! Test harness: an HTTPS server on loopback with a test CA that serves
+//! good and hostile manifests chosen by the Host header, a stub resolver
+//! that maps many fake domains to loopback, and a connect observer.
+#![allow(dead_code)]
+
+use std::collections::HashMap;
+use std::io;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use oap_crawl::TxtResolver;
+use oap_exec::{BoxFuture, ExecPolicy, Executor, Resolver};
+use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpListener;
+
+/// Every fake domain the server has a certificate for.
+pub const HOSTS: &[&str] = &[
+    "good.test",
+    "second.test",
+    "html.test",
+    "huge.test",
+    "hugechunked.test",
+    "slow.test",
+    "redirect-other.test",
+    "redirect-local.test",
+    "redirect-same.test",
+    "redirect-http.test",
+    "loop.test",
+    "flap.test",
+    "stdio.test",
+    "deep.test",
+    "badutf8.test",
+    "notfound.test",
+    "changing.test",
+    "health.test",
+];
+
+pub fn manifest(name: &str, description: &str) -> String {
+    serde_json::json!({
+        "oap": "1.0",
+        "name": name,
+        "description": description,
+        "invoke": {"method": "GET", "url": "https://api.example.org/run"}
+    })
+    .to_string()
+}
+
+pub struct Pki {
+    pub ca_pem: String,
+    pub server: Arc<rustls::ServerConfig>,
+}
+
+pub fn pki() -> Pki {
+    let ca_key = KeyPair::generate().unwrap();
+    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    let ca = ca_params.self_signed(&ca_key).unwrap();
+    let issuer = Issuer::from_params(&ca_params, &ca_key);
+    let leaf_key = KeyPair::generate().unwrap();
+    let mut names: Vec<String> = HOSTS.iter().map(|h| h.to_string()).collect();
+    names.push("127.0.0.1".into());
+    let leaf = CertificateParams::new(names)
+        .unwrap()
+        .signed_by(&leaf_key, &issuer)
+        .unwrap();
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(
+            vec![CertificateDer::from(leaf.der().to_vec())],
+            PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(leaf_key.serialize_der())),
+        )
+        .unwrap();
+    Pki {
+        ca_pem: ca.pem(),
+        server: Arc::new(config),
+    }
+}
+
+/// `(host, path, if-none-match)` of one request.
+pub type Seen = (String, String, Option<String>);
+
+/// The HTTPS test server.
+pub struct Server {
+    pub port: u16,
+    /// `(host, path, if-none-match)` of every request.
+    pub requests: Arc<Mutex<Vec<Seen>>>,
+    /// flap.test answers 200 while this is true, 503 otherwise.
+    pub flap_up: Arc<AtomicBool>,
+    /// changing.test serves version N.
+    pub version: Arc<AtomicUsize>,
+}
+
+impl Server {
+    pub fn domain(&self, host: &str) -> String {
+        format!("{host}:{}", self.port)
+    }
+
+    pub fn hits(&self, host: &str) -> usize {
+        self.requests
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|(h, _, _)| h == host)
+            .count()
+    }
+}
+
+pub async fn serve(config: Arc<rustls::ServerConfig>) -> Server {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let requests = Arc::new(Mutex::new(Vec::new()));
+    let flap_up = Arc::new(AtomicBool::new(true));
+    let version = Arc::new(AtomicUsize::new(1));
+    let acceptor = tokio_rustls::TlsAcceptor::from(config);
+    let (r, f, v) = (requests.clone(), flap_up.clone(), version.clone());
+    tokio::spawn(async move {
+        loop {
+            let Ok((tcp, _)) = listener.accept().await else {
+                return;
+            };
+            let acceptor = acceptor.clone();
+            let (r, f, v) = (r.clone(), f.clone(), v.clone());
+            tokio::spawn(async move {
+                let Ok(mut tls) = acceptor.accept(tcp).await else {
+                    return;
+                };
+                let mut buf = Vec::new();
+                let mut chunk = [0u8; 4096];
+                while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match tls.read(&mut chunk).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                    }
+                    if buf.len() > 65536 {
+                        return;
+                    }
+                }
+                let text = String::from_utf8_lossy(&buf).to_string();
+                let mut lines = text.split("\r\n");
+                let path = lines
+                    .next()
+                    .and_then(|l| l.split(' ').nth(1))
+                    .unwrap_or("/")
+                    .to_string();
+                let mut host = String::new();
+                let mut inm = None;
+                for line in lines {
+                    if let Some((k, val)) = line.split_once(':') {
+                        match k.trim().to_ascii_lowercase().as_str() {
+                            "host" => host = val.trim().split(':').next().unwrap_or("").to_string(),
+                            "if-none-match" => inm = Some(val.trim().to_string()),
+                            _ => {}
+                        }
+                    }
+                }
+                r.lock()
+                    .unwrap()
+                    .push((host.clone(), path.clone(), inm.clone()));
+                respond(&mut tls, &host, &path, inm, port, &f, &v).await;
+                let _ = tls.shutdown().await;
+            });
+        }
+    });
+    Server {
+        port,
+        requests,
+        flap_up,
+        version,
+    }
+}
+
+async fn write_response<W: tokio::io::AsyncWrite + Unpin>(
+    w: &mut W,
+    status: &str,
+    headers: &[(&str, String)],
+    body: &[u8],
+) {
+    let mut head = format!(
+        "HTTP/1.1 {status}\r\nconnection: close\r\ncontent-length: {}\r\n",
+        body.len()
+    );
+    for (k, v) in headers {
+        head.push_str(&format!("{k}: {v}\r\n"));
+    }
+    head.push_str("\r\n");
+    let _ = w.write_all(head.as_bytes()).await;
+    let _ = w.write_all(body).await;
+}
+
+const JSON: &str = "application/json";
+
+async fn respond<W: tokio::io::AsyncWrite + Unpin>(
+    w: &mut W,
+    host: &str,
+    path: &str,
+    inm: Option<String>,
+    port: u16,
+    flap_up: &AtomicBool,
+    version: &AtomicUsize,
+) {
+    let ct = |t: &str| vec![("content-type", t.to_string())];
+    match host {
+        "good.test" | "second.test" => {
+            if inm.as_deref() == Some("\"v1\"") {
+                return write_response(w, "304 Not Modified", &[("etag", "\"v1\"".into())], b"")
+                    .await;
+            }
+            let body = if host == "good.test" {
+                manifest("Weather Now", "Current weather and forecast for a city")
+            } else {
+                manifest("Word Counter", "Counts the words in a text")
+            };
+            let mut h = ct(JSON);
+            h.push(("etag", "\"v1\"".into()));
+            write_response(w, "200 OK", &h, body.as_bytes()).await
+        }
+        "changing.test" => {
+            let n = version.load(Ordering::SeqCst);
+            let body = manifest("Changing", &format!("Version {n} of a changing capability"));
+            write_response(
+                w,
+                "200 OK",
+                &ct("application/oap+json; charset=utf-8"),
+                body.as_bytes(),
+            )
+            .await
+        }
+        "html.test" => write_response(w, "200 OK", &ct("text/html"), b"<html>{}</html>").await,
+        "huge.test" => {
+            let desc = "x".repeat(100 * 1024);
+            let body = manifest("Huge", &desc);
+            write_response(w, "200 OK", &ct(JSON), body.as_bytes()).await
+        }
+        "hugechunked.test" => {
+            // No length: the body just keeps coming.
+            let _ = w
+                .write_all(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\nconnection: close\r\n\r\n")
+                .await;
+            let chunk = vec![b' '; 16 * 1024];
+            for _ in 0..64 {
+                if w.write_all(&chunk).await.is_err() {
+                    return;
+                }
+            }
+        }
+        "slow.test" => {
+            let _ = w
+                .write_all(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 1000\r\n\r\n")
+                .await;
+            for _ in 0..1000 {
+                if w.write_all(b" ").await.is_err() || w.flush().await.is_err() {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
+        "redirect-other.test" => {
+            let to = format!("https://good.test:{port}/.well-known/oap.json");
+            write_response(w, "302 Found", &[("location", to)], b"").await
+        }
+        "redirect-local.test" => {
+            let to = format!("https://127.0.0.1:{port}/.well-known/oap.json");
+            write_response(w, "302 Found", &[("location", to)], b"").await
+        }
+        "redirect-http.test" => {
+            let to = format!("http://redirect-http.test:{port}/moved.json");
+            write_response(w, "301 Moved Permanently", &[("location", to)], b"").await
+        }
+        "redirect-same.test" => {
+            if path == "/moved.json" {
+                let body = manifest("Moved Manifest", "A manifest behind a same-host redirect");
+                write_response(w, "200 OK", &ct(JSON), body.as_bytes()).await
+            } else {
+                write_response(
+                    w,
+                    "301 Moved Permanently",
+                    &[("location", "/moved.json".into())],
+                    b"",
+                )
+                .await
+            }
+        }
+        "loop.test" => {
+            write_response(
+                w,
+                "302 Found",
+                &[("location", "/.well-known/oap.json".into())],
+                b"",
+            )
+            .await
+        }
+        "flap.test" => {
+            if flap_up.load(Ordering::SeqCst) {
+                let body = manifest("Flapping Service", "Sometimes up, sometimes down");
+                write_response(w, "200 OK", &ct(JSON), body.as_bytes()).await
+            } else {
+                write_response(w, "503 Service Unavailable", &ct("text/plain"), b"down").await
+            }
+        }
+        "health.test" => {
+            if path == "/health" {
+                let status = if flap_up.load(Ordering::SeqCst) {
+                    "200 OK"
+                } else {
+                    "503 Service Unavailable"
+                };
+                return write_response(w, status, &ct("text/plain"), b"").await;
+            }
+            let body = serde_json::json!({
+                "oap": "1.0", "name": "Tide Service", "description": "High and low tide times for a harbour",
+                "invoke": {"method": "GET", "url": "https://api.example.org/tides"},
+                "health": format!("https://health.test:{port}/health")
+            })
+            .to_string();
+            write_response(w, "200 OK", &ct(JSON), body.as_bytes()).await
+        }
+        "stdio.test" => {
+            let body = serde_json::json!({
+                "oap": "1.0", "name": "Evil Shell", "description": "Runs a command",
+                "invoke": {"method": "stdio", "url": "/bin/sh"}
+            })
+            .to_string();
+            write_response(w, "200 OK", &ct(JSON), body.as_bytes()).await
+        }
+        "deep.test" => {
+            let body = format!("{}{}", "[".repeat(200), "]".repeat(200));
+            write_response(w, "200 OK", &ct(JSON), body.as_bytes()).await
+        }
+        "badutf8.test" => {
+            let mut body = manifest("Bad Bytes", "invalid utf8 ").into_bytes();
+            body.insert(40, 0xff);
+            write_response(w, "200 OK", &ct(JSON), &body).await
+        }
+        _ => write_response(w, "404 Not Found", &ct("text/plain"), b"no").await,
+    }
+}
+
+/// Maps names to fixed addresses; records every query.
+pub struct StubResolver {
+    pub table: HashMap<String, Vec<IpAddr>>,
+    pub queries: Mutex<Vec<String>>,
+}
+
+impl StubResolver {
+    pub fn new(entries: &[(&str, &str)]) -> Arc<Self> {
+        Arc::new(Self {
+            table: entries
+                .iter()
+                .map(|(h, ip)| (h.to_string(), vec![ip.parse().unwrap()]))
+                .collect(),
+            queries: Mutex::new(Vec::new()),
+        })
+    }
+
+    /// Every test host on loopback.
+    pub fn loopback() -> Arc<Self> {
+        let entries: Vec<(&str, &str)> = HOSTS.iter().map(|h| (*h, "127.0.0.1")).collect();
+        Self::new(&entries)
+    }
+}
+
+impl Resolver for StubResolver {
+    fn resolve<'a>(
+        &'a self,
+        host: &'a str,
+        port: u16,
+    ) -> BoxFuture<'a, io::Result<Vec<SocketAddr>>> {
+        self.queries.lock().unwrap().push(host.to_string());
+        let found = self.table.get(host).cloned();
+        Box::pin(async move {
+            found
+                .map(|ips| {
+                    ips.into_iter()
+                        .map(|ip| SocketAddr::new(ip, port))
+                        .collect()
+                })
+                .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, "no such host"))
+        })
+    }
+}
+
+/// TXT records by name.
+pub struct StubTxt(pub HashMap<String, Vec<String>>);
+
+impl TxtResolver for StubTxt {
+    fn txt<'a>(&'a self, name: &'a str) -> BoxFuture<'a, io::Result<Vec<String>>> {
+        let found = self.0.get(name).cloned();
+        Box::pin(
+            async move { found.ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, "NXDOMAIN")) },
+        )
+    }
+}
+
+/// An executor resolving through `resolver`, trusting the test CA, with
+/// `allow` as the operator allow-list; returns the recorded connections.
+pub fn executor(
+    resolver: Arc<StubResolver>,
+    ca_pem: &str,
+    allow: &[&str],
+) -> (Arc<Executor>, Arc<Mutex<Vec<SocketAddr>>>) {
+    let policy = ExecPolicy {
+        allow_private: allow.iter().map(|c| c.parse().unwrap()).collect(),
+        ..ExecPolicy::default()
+    };
+    let connects = Arc::new(Mutex::new(Vec::new()));
+    let seen = connects.clone();
+    let exec = Executor::new(policy)
+        .unwrap()
+        .with_resolver(resolver)
+        .with_extra_roots_pem(ca_pem.as_bytes())
+        .unwrap()
+        .with_connect_observer(Arc::new(move |addr| {
+            seen.lock().unwrap().push(addr);
+            Ok(())
+        }));
+    (Arc::new(exec), connects)
+}
