@@ -7,6 +7,7 @@
 
 mod bench;
 mod bench_proxy;
+mod cross;
 mod image;
 mod model;
 mod net;
@@ -69,6 +70,13 @@ const COMMANDS: &[Command] = &[
                 systemd-analyze verify the units, apply sysusers/tmpfiles to a\n      \
                 scratch root, fail if the security exposure is above 2.0",
         run: package::check_units,
+    },
+    Command {
+        name: "cross",
+        usage: "cross [--test]\n      \
+                aarch64 release binary (no Docker), checked for ELF arch and glibc\n      \
+                floor; --test runs the non-inference suites under qemu-aarch64-static",
+        run: cross::run,
     },
     Command {
         name: "fetch-model",

@@ -8,6 +8,7 @@ pub mod bundled;
 pub mod chat;
 pub mod config;
 pub mod http;
+pub mod lifecycle;
 pub mod logging;
 pub mod render;
 pub mod tools;

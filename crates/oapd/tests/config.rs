@@ -602,7 +602,7 @@ fn env_strings_and_paths() {
 fn every_key_is_reachable_from_the_env() {
     let vars = Config::env_vars();
     // server, index, embedding, manifests, discovery, tool_bridge, ollama, tools, log
-    assert_eq!(vars.len(), 8 + 3 + 5 + 2 + 4 + 5 + 4 + 6 + 2);
+    assert_eq!(vars.len(), 9 + 3 + 5 + 2 + 4 + 5 + 4 + 6 + 2);
     assert!(vars.contains(&(
         "OAP_TOOL_BRIDGE_DEFAULT_TOP_K".to_owned(),
         "tool_bridge.default_top_k".to_owned()
