@@ -9,6 +9,12 @@ PATH=/usr/sbin:/usr/bin:/sbin:/bin
 dpkg -i /tmp/oapd-image/oapd.deb
 # The .deb must have enabled the service itself (that is what users get).
 systemctl is-enabled oapd.service
+# Pi: write /boot/firmware (cmdline.txt, config.txt, kernel, initrd) again,
+# now with the image's /etc/default/raspi-firmware (root found by label).
+if [ -x /etc/kernel/postinst.d/z50-raspi-firmware ]; then
+    DEB_MAINT_PARAMS=configure /etc/kernel/postinst.d/z50-raspi-firmware
+    cat /boot/firmware/cmdline.txt
+fi
 systemctl enable systemd-networkd.service oapd-firstboot.service oapd-bootcheck.service
 # Build the index now, as the service user, where the service keeps it: the
 # first boot then maps it instead of embedding every bundled manifest (seconds

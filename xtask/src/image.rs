@@ -255,6 +255,10 @@ fn build_image(options: &Options) -> Result<()> {
             .arg(&tree),
     )?;
     copy_tree(&repo_root().join("image/overlay"), &tree)?;
+    copy_tree(
+        &repo_root().join(format!("image/overlay-{}", arch.name())),
+        &tree,
+    )?;
     let stash = tree.join("tmp/oapd-image");
     fs::create_dir_all(&stash)?;
     fs::copy(&deb, stash.join("oapd.deb")).context("cannot copy the .deb into the image")?;
