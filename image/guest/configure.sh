@@ -28,7 +28,7 @@ fi
 # No password logins; the appliance is managed through the boot partition.
 passwd -l root >/dev/null
 apt-get clean
-rm -rf /var/lib/apt/lists/* /tmp/oapd-image /var/log/*.log /var/cache/debconf/*-old
+rm -rf /var/lib/apt/lists/* /tmp/oapd-image /var/log/*.log /var/log/apt/*.log /var/cache/debconf/*-old
 # A fresh machine id on every board's first boot.
 echo uninitialized > /etc/machine-id
 rm -f /var/lib/dbus/machine-id

@@ -699,6 +699,17 @@ fn write_package_list(layout: &Layout, tree: &Path) -> Result<()> {
 /// both in one MBR disk image.
 fn assemble_disk(layout: &Layout, tree: &Path) -> Result<()> {
     let epoch = source_date_epoch();
+    // Nothing newer than SOURCE_DATE_EPOCH: files written during the build
+    // (configure.sh, dpkg) would otherwise carry today's time into ext4.
+    run_in_root(
+        Command::new("find")
+            .arg(tree)
+            .arg("-newermt")
+            .arg(format!("@{epoch}"))
+            .args(["-exec", "touch", "--no-dereference", "--date"])
+            .arg(format!("@{epoch}"))
+            .args(["{}", "+"]),
+    )?;
     let firmware_tree = tree.join("boot/firmware");
     fs::create_dir_all(&firmware_tree)?;
     let firmware_img = layout.work.join("firmware.img");
