@@ -20,7 +20,7 @@ systemctl enable systemd-networkd.service oapd-firstboot.service oapd-bootcheck.
 # first boot then maps it instead of embedding every bundled manifest (seconds
 # on a Pi 4, minutes under emulation). Not fatal: oapd builds it at start.
 install -d -o oapd -g oapd -m 0750 /var/lib/oapd
-if runuser -u oapd -- sh -c 'cd /var/lib/oapd && timeout 3600 /usr/bin/oapd --config /etc/oapd/config.yaml index'; then
+if runuser -u oapd -- sh -c 'cd /var/lib/oapd && timeout 900 /usr/bin/oapd --config /etc/oapd/config.yaml index'; then
     echo "oapd-image: index prebuilt"
 else
     echo "oapd-image: index not prebuilt; oapd builds it at first start" >&2
