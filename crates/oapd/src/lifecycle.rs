@@ -98,8 +98,14 @@ impl Status {
     }
 }
 
+/// `name@<first 12 hash digits>`: enough to tell two models apart in a
+/// status line.
 fn short_id(id: &str) -> &str {
-    id.get(..19).unwrap_or(id)
+    let end = match id.find('@') {
+        Some(at) => at + 1 + 12,
+        None => 40,
+    };
+    id.get(..end).unwrap_or(id)
 }
 
 /// Sends a notification; failures are logged once per call, never fatal.
@@ -516,13 +522,13 @@ mod tests {
     fn status_line_names_what_matters() {
         let status = Status {
             manifests: 13,
-            model: Some("0123456789abcdef0123456789".into()),
+            model: Some("all-MiniLM-L6-v2@0123456789abcdef0123".into()),
             upstream: Some(false),
             reload_problem: None,
         };
         assert_eq!(
             status.line(),
-            "13 manifests indexed, model 0123456789abcdef012, Ollama unreachable"
+            "13 manifests indexed, model all-MiniLM-L6-v2@0123456789ab, Ollama unreachable"
         );
     }
 }
