@@ -487,3 +487,40 @@ fn hostile_listen_fds_is_a_clear_start_error() {
     // It never fell back to binding the configured port.
     assert!(TcpStream::connect(("127.0.0.1", port)).is_err());
 }
+
+#[test]
+fn journald_format_without_a_journal_falls_back_to_stderr_and_serves() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let config = write_config(dir.path(), port, "log:\n  format: journald\n");
+    // journald's socket is at a fixed path; on a machine without it the
+    // daemon must say so and keep logging to stderr.
+    if Path::new("/run/systemd/journal/socket").exists() {
+        eprintln!("journald is running here: the fallback path is not reachable");
+        return;
+    }
+    let mut daemon = spawn(dir.path(), &config, port, &[]);
+    wait_healthy(&daemon);
+    daemon.signal("TERM");
+    let (status, _) = daemon.wait_exit(Duration::from_secs(10));
+    assert!(status.success());
+    let log = daemon.log_text();
+    assert!(log.contains("journald is not reachable"), "{log}");
+    assert!(log.contains("listening"), "{log}");
+}
+
+#[test]
+fn a_journal_stream_that_is_not_our_stderr_keeps_text_logs() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let config = write_config(dir.path(), port, "");
+    // Inherited from a parent whose stderr was the journal, but ours is a file.
+    let mut daemon = spawn(dir.path(), &config, port, &[("JOURNAL_STREAM", "8:12345")]);
+    wait_healthy(&daemon);
+    daemon.signal("TERM");
+    let (status, _) = daemon.wait_exit(Duration::from_secs(10));
+    assert!(status.success());
+    let log = daemon.log_text();
+    assert!(log.contains("INFO") && log.contains("listening"), "{log}");
+    assert!(!log.contains("journald is not reachable"), "{log}");
+}
