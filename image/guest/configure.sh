@@ -9,12 +9,18 @@ PATH=/usr/sbin:/usr/bin:/sbin:/bin
 dpkg -i /tmp/oapd-image/oapd.deb
 # The .deb must have enabled the service itself (that is what users get).
 systemctl is-enabled oapd.service
+# Pi: write /boot/firmware (cmdline.txt, config.txt, kernel, initrd) again,
+# now with the image's /etc/default/raspi-firmware (root found by label).
+if [ -x /etc/kernel/postinst.d/z50-raspi-firmware ]; then
+    DEB_MAINT_PARAMS=configure /etc/kernel/postinst.d/z50-raspi-firmware
+    cat /boot/firmware/cmdline.txt
+fi
 systemctl enable systemd-networkd.service oapd-firstboot.service oapd-bootcheck.service
 # Build the index now, as the service user, where the service keeps it: the
 # first boot then maps it instead of embedding every bundled manifest (seconds
 # on a Pi 4, minutes under emulation). Not fatal: oapd builds it at start.
 install -d -o oapd -g oapd -m 0750 /var/lib/oapd
-if runuser -u oapd -- sh -c 'cd /var/lib/oapd && timeout 3600 /usr/bin/oapd --config /etc/oapd/config.yaml index'; then
+if runuser -u oapd -- sh -c 'cd /var/lib/oapd && timeout 900 /usr/bin/oapd --config /etc/oapd/config.yaml index'; then
     echo "oapd-image: index prebuilt"
 else
     echo "oapd-image: index not prebuilt; oapd builds it at first start" >&2
@@ -22,7 +28,7 @@ fi
 # No password logins; the appliance is managed through the boot partition.
 passwd -l root >/dev/null
 apt-get clean
-rm -rf /var/lib/apt/lists/* /tmp/oapd-image /var/log/*.log /var/cache/debconf/*-old
+rm -rf /var/lib/apt/lists/* /tmp/oapd-image /var/log/*.log /var/log/apt/*.log /var/cache/debconf/*-old
 # A fresh machine id on every board's first boot.
 echo uninitialized > /etc/machine-id
 rm -f /var/lib/dbus/machine-id

@@ -255,6 +255,10 @@ fn build_image(options: &Options) -> Result<()> {
             .arg(&tree),
     )?;
     copy_tree(&repo_root().join("image/overlay"), &tree)?;
+    copy_tree(
+        &repo_root().join(format!("image/overlay-{}", arch.name())),
+        &tree,
+    )?;
     let stash = tree.join("tmp/oapd-image");
     fs::create_dir_all(&stash)?;
     fs::copy(&deb, stash.join("oapd.deb")).context("cannot copy the .deb into the image")?;
@@ -695,6 +699,17 @@ fn write_package_list(layout: &Layout, tree: &Path) -> Result<()> {
 /// both in one MBR disk image.
 fn assemble_disk(layout: &Layout, tree: &Path) -> Result<()> {
     let epoch = source_date_epoch();
+    // Nothing newer than SOURCE_DATE_EPOCH: files written during the build
+    // (configure.sh, dpkg) would otherwise carry today's time into ext4.
+    run_in_root(
+        Command::new("find")
+            .arg(tree)
+            .arg("-newermt")
+            .arg(format!("@{epoch}"))
+            .args(["-exec", "touch", "--no-dereference", "--date"])
+            .arg(format!("@{epoch}"))
+            .args(["{}", "+"]),
+    )?;
     let firmware_tree = tree.join("boot/firmware");
     fs::create_dir_all(&firmware_tree)?;
     let firmware_img = layout.work.join("firmware.img");

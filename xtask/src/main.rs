@@ -9,6 +9,7 @@ mod bench;
 mod bench_experience;
 mod bench_proxy;
 mod bench_tokens;
+mod cross;
 mod image;
 mod model;
 mod net;
@@ -85,6 +86,13 @@ const COMMANDS: &[Command] = &[
                 experience cache: hit rate, wrong hits and discovery time saved\n      \
                 on a replayed log of the shared tasks (repeats and paraphrases)",
         run: bench_experience::run,
+    },
+    Command {
+        name: "cross",
+        usage: "cross [--test]\n      \
+                aarch64 release binary (no Docker), checked for ELF arch and glibc\n      \
+                floor; --test runs the non-inference suites under qemu-aarch64-static",
+        run: cross::run,
     },
     Command {
         name: "fetch-model",

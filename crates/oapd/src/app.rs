@@ -1,6 +1,5 @@
 //! Start-up: from a loaded [`Config`] to a running engine and server.
 
-use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
@@ -8,16 +7,13 @@ use std::time::Duration;
 use anyhow::Context;
 use oap_discovery::{BuildReport, Engine, EngineConfig, Mode, Scoring, Source};
 use oap_embed::{BertEmbedder, EmbedOptions, Embedder};
+use tokio::task::JoinHandle;
 
-use crate::api::{Api, ApiSettings, ModelState};
+use crate::api::ModelState;
 use crate::bridge::{BridgeSettings, Capabilities, ChatContext};
 use crate::chat::ChatService;
 use crate::config::{Config, DiscoveryMode, VectorDtypeConfig};
-use crate::http::{self, Limits};
 use crate::upstream::Upstream;
-
-/// How long in-flight requests may run after SIGTERM before they are cut.
-const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Loads the embedding model, or explains loudly why retrieval will be
 /// lexical only. A missing model never stops the daemon: it still serves,
@@ -155,92 +151,48 @@ pub fn log_report(report: &BuildReport) {
     );
 }
 
-/// Runs the daemon until SIGINT or SIGTERM.
+/// Runs the daemon until SIGINT or SIGTERM (no SIGHUP reload: there is no
+/// config file to re-read). See [`crate::lifecycle::serve`].
 pub async fn serve(config: Config) -> anyhow::Result<()> {
-    let addresses: Vec<SocketAddr> = config
-        .server
-        .listen
-        .iter()
-        .map(|a| {
-            a.parse()
-                .with_context(|| format!("server.listen: bad address {a:?}"))
-        })
-        .collect::<anyhow::Result<_>>()?;
-    // Bind first: a port in use should fail fast, before a slow model load.
-    let listeners = http::bind(&addresses).await?;
-
-    let blocking_config = config.clone();
-    let watch_baseline = crate::crawl::dir_signature(&crate::crawl::watched_dirs(&config));
-    let (engine, report, model) = tokio::task::spawn_blocking(move || {
-        let (embedder, model) = load_embedder(&blocking_config);
-        open_engine(&blocking_config, embedder).map(|(engine, report)| (engine, report, model))
-    })
-    .await
-    .context("start-up task failed")??;
-
-    let engine = Arc::new(engine);
-    let chat = Arc::new(chat_service(&config, engine.clone())?);
-    let crawler = start_crawler(&config, &engine, watch_baseline)?;
-    let api = Arc::new(Api {
-        chat,
-        engine,
-        settings: ApiSettings {
-            max_body_bytes: config.server.max_body_bytes,
-            max_task_bytes: config.server.max_task_bytes,
-            default_top_k: config.discovery.default_top_k,
-            max_top_k: config.discovery.max_top_k,
-            auth_token: config.server.auth_token.clone(),
-            cors_origins: config.server.cors_origins.clone(),
-        },
-        model,
-        startup: report,
-        crawler,
-        crawler_fetch_timeout: Duration::from_secs(config.crawler.fetch_timeout),
-    });
-    let limits = Limits {
-        max_connections: config.server.max_connections,
-        max_body_bytes: config.server.max_body_bytes,
-        header_read_timeout: Duration::from_secs(config.server.header_read_timeout),
-        request_timeout: Duration::from_secs(config.server.request_timeout),
-    };
-    for listener in &listeners {
-        if let Ok(address) = listener.local_addr() {
-            tracing::info!(%address, "listening");
-        }
-    }
-    http::serve(listeners, api, limits, shutdown_signal(), DRAIN_TIMEOUT).await;
-    Ok(())
+    crate::lifecycle::serve(config, None).await
 }
 
 /// Starts the directory watch and, when `crawler.enabled`, the crawler's
-/// schedule loop (both stop with the process).
-fn start_crawler(
+/// schedule loop, for `engine`. The caller owns the returned tasks: a
+/// reload aborts them and starts new ones for the new engine (the
+/// crawler's schedule and store are files, so nothing is lost).
+pub fn start_crawler(
     config: &Config,
     engine: &Arc<Engine>,
     watch_baseline: crate::crawl::DirSignature,
-) -> anyhow::Result<Option<Arc<oap_crawl::Crawler>>> {
+) -> anyhow::Result<(Option<Arc<oap_crawl::Crawler>>, Vec<JoinHandle<()>>)> {
+    let mut tasks = Vec::new();
+    let crawler = if config.crawler.enabled {
+        let crawler = Arc::new(crate::crawl::build(config).context("crawler setup")?);
+        let seeds = crate::crawl::seeds(config)?;
+        let added = crate::crawl::add_seeds(&crawler, &seeds, oap_crawl::AddedBy::Seed);
+        tracing::info!(seeds = added.len(), "crawler started");
+        Some(crawler)
+    } else {
+        None
+    };
     if config.crawler.watch_interval > 0 {
-        tokio::spawn(crate::crawl::watch_dirs(
+        tasks.push(tokio::spawn(crate::crawl::watch_dirs(
             engine.clone(),
             crate::crawl::watched_dirs(config),
             watch_baseline,
             Duration::from_secs(config.crawler.watch_interval),
             std::future::pending(),
-        ));
+        )));
     }
-    if !config.crawler.enabled {
-        return Ok(None);
+    if let Some(crawler) = &crawler {
+        tasks.push(tokio::spawn(crawler.clone().run(
+            engine.clone(),
+            Duration::from_secs(1),
+            std::future::pending(),
+        )));
     }
-    let crawler = Arc::new(crate::crawl::build(config).context("crawler setup")?);
-    let seeds = crate::crawl::seeds(config)?;
-    let added = crate::crawl::add_seeds(&crawler, &seeds, oap_crawl::AddedBy::Seed);
-    tracing::info!(seeds = added.len(), "crawler started");
-    tokio::spawn(crawler.clone().run(
-        engine.clone(),
-        Duration::from_secs(1),
-        std::future::pending(),
-    ));
-    Ok(Some(crawler))
+    Ok((crawler, tasks))
 }
 
 /// The chat bridge and pass-through wiring for `config`.
@@ -272,22 +224,6 @@ pub fn chat_service(config: &Config, engine: Arc<Engine>) -> anyhow::Result<Chat
         validation: Arc::new(crate::validation::ValidationGate::new(config)),
         experience: crate::experience::Experience::open(config, engine.clone()),
     })
-}
-
-async fn shutdown_signal() {
-    use tokio::signal::unix::{signal, SignalKind};
-    let mut term = match signal(SignalKind::terminate()) {
-        Ok(term) => term,
-        Err(err) => {
-            tracing::error!(error = %err, "cannot install SIGTERM handler");
-            let _ = tokio::signal::ctrl_c().await;
-            return;
-        }
-    };
-    tokio::select! {
-        _ = term.recv() => tracing::info!("SIGTERM received"),
-        _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT received"),
-    }
 }
 
 /// Lints manifest files, printing `FILE: severity: path: message` lines

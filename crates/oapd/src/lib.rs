@@ -12,6 +12,7 @@ pub mod experience;
 pub mod exposure;
 pub mod forcing;
 pub mod http;
+pub mod lifecycle;
 pub mod logging;
 pub mod meta;
 pub mod render;

@@ -133,7 +133,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             {
                 return oapd::app::validate_model(&loaded.config, &model, full_suite, timeout);
             }
-            run_with_config(command, loaded.config)?;
+            run_with_config(command, loaded.config, cli.config)?;
             Ok(ExitCode::SUCCESS)
         }
     }
@@ -155,14 +155,23 @@ fn pin_compute_threads(configured: Option<usize>) {
     std::env::set_var("RAYON_NUM_THREADS", threads.to_string());
 }
 
-fn run_with_config(command: Command, config: Config) -> anyhow::Result<()> {
+fn run_with_config(
+    command: Command,
+    config: Config,
+    config_path: Option<PathBuf>,
+) -> anyhow::Result<()> {
     match command {
         Command::Serve => {
             let runtime = tokio::runtime::Builder::new_multi_thread()
                 .enable_all()
                 .build()
                 .context("cannot start the async runtime")?;
-            runtime.block_on(oapd::app::serve(config))?;
+            let served = runtime.block_on(oapd::lifecycle::serve(config, config_path));
+            // Requests still running after the shutdown grace are cut here:
+            // dropping their tasks kills their tool process groups. Blocking
+            // work (an embedding batch) gets a moment, never a hang.
+            runtime.shutdown_timeout(std::time::Duration::from_secs(2));
+            served?;
         }
         Command::Discover { task, top_k, json } => {
             let (embedder, _) = oapd::app::load_embedder(&config);

@@ -47,8 +47,25 @@ pub fn free_port() -> u16 {
         .expect("free port")
 }
 
+/// The daemon's argv prefix: the binary, behind `OAPD_TEST_RUNNER` when set
+/// (`cargo xtask cross --test` runs the aarch64 binary through qemu-user,
+/// as the host kernel has no binfmt_misc entry for it).
+pub fn oapd_argv() -> Vec<std::ffi::OsString> {
+    let binary = std::ffi::OsString::from(env!("CARGO_BIN_EXE_oapd"));
+    match std::env::var("OAPD_TEST_RUNNER") {
+        Ok(runner) if !runner.trim().is_empty() => runner
+            .split_whitespace()
+            .map(std::ffi::OsString::from)
+            .chain(std::iter::once(binary))
+            .collect(),
+        _ => vec![binary],
+    }
+}
+
 pub fn oapd() -> Command {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_oapd"));
+    let argv = oapd_argv();
+    let mut command = Command::new(&argv[0]);
+    command.args(&argv[1..]);
     // The daemon's configuration comes only from what each test passes.
     for (key, _) in std::env::vars_os() {
         if key.to_string_lossy().starts_with("OAP_") {

@@ -1,0 +1,570 @@
+//! The daemon's life under a service manager: listening sockets (bound, or
+//! inherited through socket activation), readiness and status notifications,
+//! watchdog pings, SIGHUP reload and SIGTERM/SIGINT graceful stop.
+//!
+//! Everything systemd-specific is a no-op when the daemon is not started by
+//! systemd (`NOTIFY_SOCKET`, `WATCHDOG_USEC`, `LISTEN_FDS` unset), so the
+//! same code path runs from a terminal, in tests and under systemd.
+//!
+//! Reload swaps the whole request handler ([`Api`]) behind an `ArcSwap`:
+//! requests already running keep the handler they started with, new ones
+//! get the new one; a config that does not load, or an index that cannot be
+//! built, leaves the running handler in place.
+
+use std::net::SocketAddr;
+use std::os::fd::{FromRawFd, RawFd};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use anyhow::Context;
+use arc_swap::ArcSwap;
+use hyper::body::Incoming;
+use hyper::{Request, Response};
+use oap_discovery::{BuildReport, Engine};
+use oap_embed::Embedder;
+use sd_notify::NotifyState;
+use tokio::net::TcpListener;
+use tokio::task::JoinHandle;
+
+use crate::api::{Api, ApiSettings, ModelState};
+use crate::app;
+use crate::config::Config;
+use crate::http::{self, Body, Handler, Limits};
+
+/// How often the upstream Ollama's reachability is probed for STATUS=.
+const UPSTREAM_PROBE_INTERVAL: Duration = Duration::from_secs(15);
+const UPSTREAM_PROBE_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// The request handler that reload swaps.
+pub struct LiveApi {
+    current: ArcSwap<Api>,
+}
+
+impl LiveApi {
+    pub fn new(api: Api) -> Self {
+        LiveApi {
+            current: ArcSwap::from_pointee(api),
+        }
+    }
+
+    pub fn current(&self) -> Arc<Api> {
+        self.current.load_full()
+    }
+
+    pub fn replace(&self, api: Api) {
+        self.current.store(Arc::new(api));
+    }
+}
+
+impl Handler for LiveApi {
+    fn handle(
+        self: Arc<Self>,
+        request: Request<Incoming>,
+    ) -> impl std::future::Future<Output = Response<Body>> + Send {
+        let api = self.current.load_full();
+        api.handle(request)
+    }
+
+    fn bounded_by_request_timeout(&self, request: &Request<Incoming>) -> bool {
+        self.current.load().bounded_by_request_timeout(request)
+    }
+}
+
+/// What STATUS= says; sent again whenever it changes.
+#[derive(Debug, Clone, Default, PartialEq)]
+struct Status {
+    manifests: usize,
+    model: Option<String>,
+    upstream: Option<bool>,
+    reload_problem: Option<String>,
+}
+
+impl Status {
+    fn line(&self) -> String {
+        let model = match &self.model {
+            Some(id) => format!("model {}", short_id(id)),
+            None => "no model (lexical only)".to_owned(),
+        };
+        let upstream = match self.upstream {
+            Some(true) => "Ollama reachable",
+            Some(false) => "Ollama unreachable",
+            None => "Ollama not checked yet",
+        };
+        let mut line = format!("{} manifests indexed, {model}, {upstream}", self.manifests);
+        if let Some(problem) = &self.reload_problem {
+            line.push_str(&format!("; last reload refused: {problem}"));
+        }
+        line
+    }
+}
+
+/// `name@<first 12 hash digits>`: enough to tell two models apart in a
+/// status line.
+fn short_id(id: &str) -> &str {
+    let end = match id.find('@') {
+        Some(at) => at + 1 + 12,
+        None => 40,
+    };
+    id.get(..end).unwrap_or(id)
+}
+
+/// Sends a notification; failures are logged once per call, never fatal.
+fn notify(states: &[NotifyState<'_>]) {
+    if let Err(err) = sd_notify::notify(states) {
+        tracing::warn!(error = %err, "cannot notify the service manager");
+    }
+}
+
+struct StatusBoard {
+    status: Mutex<Status>,
+}
+
+impl StatusBoard {
+    fn update(&self, change: impl FnOnce(&mut Status)) {
+        let line = {
+            let Ok(mut status) = self.status.lock() else {
+                return;
+            };
+            let before = status.clone();
+            change(&mut status);
+            if *status == before {
+                return;
+            }
+            status.line()
+        };
+        tracing::info!(status = %line, "status");
+        notify(&[NotifyState::Status(&line)]);
+    }
+
+    fn line(&self) -> String {
+        self.status
+            .lock()
+            .map(|s| s.line())
+            .unwrap_or_else(|_| "status unavailable".to_owned())
+    }
+}
+
+/// Sockets handed over by systemd (`LISTEN_FDS`/`LISTEN_PID`), if any.
+fn inherited_listeners() -> anyhow::Result<Vec<TcpListener>> {
+    let fds: Vec<RawFd> = sd_notify::listen_fds()
+        .context("socket activation: bad LISTEN_FDS/LISTEN_PID")?
+        .collect();
+    let mut listeners = Vec::with_capacity(fds.len());
+    for fd in fds {
+        // SAFETY: systemd passes these descriptors to this process for it
+        // to own; listen_fds() checked LISTEN_PID is ours, and nothing
+        // else in the process uses descriptors 3.. at this point.
+        let listener = unsafe { std::net::TcpListener::from_raw_fd(fd) };
+        listener
+            .set_nonblocking(true)
+            .with_context(|| format!("socket activation: fd {fd}"))?;
+        let listener = TcpListener::from_std(listener)
+            .with_context(|| format!("socket activation: fd {fd} is not a TCP listening socket"))?;
+        listeners.push(listener);
+    }
+    Ok(listeners)
+}
+
+/// Binds the configured addresses, unless systemd handed sockets over.
+async fn listeners(config: &Config) -> anyhow::Result<Vec<TcpListener>> {
+    let inherited = inherited_listeners()?;
+    if !inherited.is_empty() {
+        tracing::info!(
+            sockets = inherited.len(),
+            "socket activation: serving on the sockets systemd passed; server.listen is ignored"
+        );
+        return Ok(inherited);
+    }
+    let addresses: Vec<SocketAddr> = config
+        .server
+        .listen
+        .iter()
+        .map(|a| {
+            a.parse()
+                .with_context(|| format!("server.listen: bad address {a:?}"))
+        })
+        .collect::<anyhow::Result<_>>()?;
+    Ok(http::bind(&addresses).await?)
+}
+
+/// The handler for `config` around an opened engine.
+fn build_api(
+    config: &Config,
+    engine: Arc<Engine>,
+    model: ModelState,
+    report: BuildReport,
+    crawler: Option<Arc<oap_crawl::Crawler>>,
+) -> anyhow::Result<Api> {
+    let chat = Arc::new(app::chat_service(config, engine.clone())?);
+    Ok(Api {
+        chat,
+        engine,
+        settings: ApiSettings {
+            max_body_bytes: config.server.max_body_bytes,
+            max_task_bytes: config.server.max_task_bytes,
+            default_top_k: config.discovery.default_top_k,
+            max_top_k: config.discovery.max_top_k,
+            auth_token: config.server.auth_token.clone(),
+            cors_origins: config.server.cors_origins.clone(),
+        },
+        model,
+        startup: report,
+        crawler,
+        crawler_fetch_timeout: Duration::from_secs(config.crawler.fetch_timeout),
+    })
+}
+
+/// An engine with its crawler and directory watch started, and the
+/// handler around them; the tasks are aborted if the handler can't be built.
+fn start_generation(
+    config: &Config,
+    engine: Engine,
+    model: ModelState,
+    report: BuildReport,
+    watch_baseline: crate::crawl::DirSignature,
+) -> anyhow::Result<(Api, Vec<JoinHandle<()>>)> {
+    let engine = Arc::new(engine);
+    let (crawler, tasks) = app::start_crawler(config, &engine, watch_baseline)?;
+    match build_api(config, engine, model, report, crawler) {
+        Ok(api) => Ok((api, tasks)),
+        Err(err) => {
+            tasks.iter().for_each(JoinHandle::abort);
+            Err(err)
+        }
+    }
+}
+
+/// What a running daemon keeps to rebuild its handler on reload.
+struct Running {
+    config_path: Option<PathBuf>,
+    config: Mutex<Config>,
+    embedder: Option<Arc<dyn Embedder>>,
+    model: ModelState,
+    live: Arc<LiveApi>,
+    board: Arc<StatusBoard>,
+    /// The crawler and directory watch of the live engine.
+    crawl_tasks: Mutex<Vec<JoinHandle<()>>>,
+}
+
+/// Keys a reload cannot change: the sockets, the server shell's limits,
+/// the loaded model and logging are set up once at start.
+fn needs_restart(old: &Config, new: &Config) -> Vec<&'static str> {
+    let mut keys = Vec::new();
+    let s = (&old.server, &new.server);
+    if s.0.listen != s.1.listen {
+        keys.push("server.listen");
+    }
+    if s.0.max_connections != s.1.max_connections {
+        keys.push("server.max_connections");
+    }
+    if s.0.header_read_timeout != s.1.header_read_timeout {
+        keys.push("server.header_read_timeout");
+    }
+    if s.0.request_timeout != s.1.request_timeout {
+        keys.push("server.request_timeout");
+    }
+    if s.0.shutdown_grace != s.1.shutdown_grace {
+        keys.push("server.shutdown_grace");
+    }
+    if old.embedding != new.embedding {
+        keys.push("embedding");
+    }
+    if old.index.data_dir != new.index.data_dir {
+        keys.push("index.data_dir");
+    }
+    if old.log != new.log {
+        keys.push("log");
+    }
+    keys
+}
+
+/// Keeps the restart-only values of `old` in `new`, so the running daemon
+/// stays consistent with what it actually uses.
+fn keep_restart_only(old: &Config, new: &mut Config) {
+    new.server.listen = old.server.listen.clone();
+    new.server.max_connections = old.server.max_connections;
+    new.server.header_read_timeout = old.server.header_read_timeout;
+    new.server.request_timeout = old.server.request_timeout;
+    new.server.shutdown_grace = old.server.shutdown_grace;
+    new.embedding = old.embedding.clone();
+    new.index.data_dir = old.index.data_dir.clone();
+    new.log = old.log.clone();
+}
+
+impl Running {
+    /// SIGHUP: re-read the config file and rebuild the index (incrementally:
+    /// unchanged texts keep their vectors). On any failure the running
+    /// handler stays.
+    async fn reload(self: &Arc<Self>) {
+        notify(&[NotifyState::Reloading, monotonic_now()]);
+        tracing::info!("SIGHUP: reloading the configuration and manifests");
+        match self.try_reload().await {
+            Ok(manifests) => {
+                tracing::info!(manifests, "reload done");
+                self.board.update(|s| {
+                    s.manifests = manifests;
+                    s.reload_problem = None;
+                });
+            }
+            Err(err) => {
+                let problem = format!("{err:#}");
+                tracing::error!(error = %problem, "reload refused; the running configuration stays");
+                self.board.update(|s| s.reload_problem = Some(problem));
+            }
+        }
+        notify(&[NotifyState::Ready]);
+    }
+
+    async fn try_reload(self: &Arc<Self>) -> anyhow::Result<usize> {
+        let loaded = Config::load(self.config_path.as_deref(), crate::config::process_env())
+            .context("config")?;
+        for warning in &loaded.warnings {
+            tracing::warn!(warning = %warning, "configuration");
+        }
+        let mut config = loaded.config;
+        let old = self
+            .config
+            .lock()
+            .map_err(|_| anyhow::anyhow!("config lock poisoned"))?
+            .clone();
+        for key in needs_restart(&old, &config) {
+            tracing::warn!(key, "changed, but takes effect only after a restart");
+        }
+        keep_restart_only(&old, &mut config);
+        let embedder = self.embedder.clone();
+        let blocking_config = config.clone();
+        let watch_baseline = crate::crawl::dir_signature(&crate::crawl::watched_dirs(&config));
+        let (engine, report) =
+            tokio::task::spawn_blocking(move || app::open_engine(&blocking_config, embedder))
+                .await
+                .context("reload task failed")??;
+        let manifests = report.docs;
+        let (api, tasks) =
+            start_generation(&config, engine, self.model.clone(), report, watch_baseline)?;
+        self.live.replace(api);
+        if let Ok(mut running) = self.crawl_tasks.lock() {
+            for old in std::mem::replace(&mut *running, tasks) {
+                old.abort();
+            }
+        }
+        if let Ok(mut current) = self.config.lock() {
+            *current = config;
+        }
+        Ok(manifests)
+    }
+}
+
+fn monotonic_now() -> NotifyState<'static> {
+    match NotifyState::monotonic_usec_now() {
+        Ok(state) => state,
+        // Without a clock reading, a plain status line is still valid.
+        Err(_) => NotifyState::Status("reloading"),
+    }
+}
+
+/// Runs the daemon until SIGTERM or SIGINT. `config_path` is re-read on
+/// SIGHUP.
+pub async fn serve(config: Config, config_path: Option<PathBuf>) -> anyhow::Result<()> {
+    // Bind first: a port in use should fail fast, before a slow model load.
+    let listeners = listeners(&config).await?;
+
+    let blocking_config = config.clone();
+    // Taken before the engine reads the directories, so a change made while
+    // it loads is still seen as a change.
+    let watch_baseline = crate::crawl::dir_signature(&crate::crawl::watched_dirs(&config));
+    let (engine, report, model, embedder) = tokio::task::spawn_blocking(move || {
+        let (embedder, model) = app::load_embedder(&blocking_config);
+        app::open_engine(&blocking_config, embedder.clone())
+            .map(|(engine, report)| (engine, report, model, embedder))
+    })
+    .await
+    .context("start-up task failed")??;
+
+    let board = Arc::new(StatusBoard {
+        status: Mutex::new(Status {
+            manifests: report.docs,
+            model: model.id.clone(),
+            upstream: None,
+            reload_problem: None,
+        }),
+    });
+    let (api, crawl_tasks) =
+        start_generation(&config, engine, model.clone(), report, watch_baseline)?;
+    let live = Arc::new(LiveApi::new(api));
+    let limits = Limits {
+        max_connections: config.server.max_connections,
+        max_body_bytes: config.server.max_body_bytes,
+        header_read_timeout: Duration::from_secs(config.server.header_read_timeout),
+        request_timeout: Duration::from_secs(config.server.request_timeout),
+    };
+    let grace = Duration::from_secs(config.server.shutdown_grace);
+    for listener in &listeners {
+        if let Ok(address) = listener.local_addr() {
+            tracing::info!(%address, "listening");
+        }
+    }
+    let ollama_url = config.ollama.base_url.clone();
+    let running = Arc::new(Running {
+        config_path,
+        config: Mutex::new(config),
+        embedder,
+        model,
+        live: live.clone(),
+        board: board.clone(),
+        crawl_tasks: Mutex::new(crawl_tasks),
+    });
+
+    // Listening and the index is open: ready.
+    let status = board.line();
+    notify(&[NotifyState::Ready, NotifyState::Status(&status)]);
+    tracing::info!(status = %status, "ready");
+
+    let mut background = Vec::new();
+    if let Some(interval) = sd_notify::watchdog_enabled() {
+        background.push(tokio::spawn(watchdog(interval / 2, live.clone())));
+    }
+    background.push(tokio::spawn(probe_upstream(ollama_url, board.clone())));
+    background.push(tokio::spawn(reload_on_hangup(running.clone())));
+
+    http::serve(listeners, live, limits, shutdown_signal(), grace).await;
+    for task in background {
+        task.abort();
+    }
+    if let Ok(mut tasks) = running.crawl_tasks.lock() {
+        tasks.drain(..).for_each(|task| task.abort());
+    }
+    tracing::info!("stopped");
+    Ok(())
+}
+
+/// Pings the watchdog from a task that needs the runtime and the live
+/// handler: a wedged runtime or a poisoned handler stops the pings, and
+/// systemd restarts the daemon.
+async fn watchdog(period: Duration, live: Arc<LiveApi>) {
+    let period = period.max(Duration::from_millis(50));
+    tracing::info!(?period, "watchdog enabled");
+    let mut ticker = tokio::time::interval(period);
+    loop {
+        ticker.tick().await;
+        let api = live.current();
+        // Touch the engine's state (no I/O): proves the handler is usable.
+        let _ = api.engine.mode();
+        notify(&[NotifyState::Watchdog]);
+    }
+}
+
+/// Whether a TCP connection to the Ollama URL's host and port succeeds;
+/// reported in STATUS=. Never sends a request.
+async fn probe_upstream(base_url: String, board: Arc<StatusBoard>) {
+    let Some(target) = host_and_port(&base_url) else {
+        return;
+    };
+    let mut ticker = tokio::time::interval(UPSTREAM_PROBE_INTERVAL);
+    loop {
+        ticker.tick().await;
+        let reachable = matches!(
+            tokio::time::timeout(
+                UPSTREAM_PROBE_TIMEOUT,
+                tokio::net::TcpStream::connect(target.as_str())
+            )
+            .await,
+            Ok(Ok(_))
+        );
+        board.update(|s| s.upstream = Some(reachable));
+    }
+}
+
+/// `host:port` of an `http(s)://` URL (default ports 80/443).
+fn host_and_port(url: &str) -> Option<String> {
+    let (scheme, rest) = url.split_once("://")?;
+    let authority = rest.split(['/', '?', '#']).next()?;
+    let authority = authority.rsplit('@').next()?;
+    if authority.is_empty() {
+        return None;
+    }
+    let has_port = match authority.rfind(']') {
+        Some(end) => authority[end..].contains(':'),
+        None => authority.contains(':'),
+    };
+    if has_port {
+        Some(authority.to_owned())
+    } else {
+        let port = if scheme.eq_ignore_ascii_case("https") {
+            443
+        } else {
+            80
+        };
+        Some(format!("{authority}:{port}"))
+    }
+}
+
+async fn reload_on_hangup(running: Arc<Running>) {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut hangup = match signal(SignalKind::hangup()) {
+        Ok(hangup) => hangup,
+        Err(err) => {
+            tracing::error!(error = %err, "cannot install SIGHUP handler; reload unavailable");
+            return;
+        }
+    };
+    while hangup.recv().await.is_some() {
+        running.reload().await;
+    }
+}
+
+async fn shutdown_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = match signal(SignalKind::terminate()) {
+        Ok(term) => term,
+        Err(err) => {
+            tracing::error!(error = %err, "cannot install SIGTERM handler");
+            let _ = tokio::signal::ctrl_c().await;
+            notify(&[NotifyState::Stopping]);
+            return;
+        }
+    };
+    tokio::select! {
+        _ = term.recv() => tracing::info!("SIGTERM received"),
+        _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT received"),
+    }
+    notify(&[NotifyState::Stopping]);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn host_and_port_of_urls() {
+        assert_eq!(
+            host_and_port("http://127.0.0.1:11434").as_deref(),
+            Some("127.0.0.1:11434")
+        );
+        assert_eq!(
+            host_and_port("https://ollama.example/prefix").as_deref(),
+            Some("ollama.example:443")
+        );
+        assert_eq!(
+            host_and_port("http://[::1]:11434/").as_deref(),
+            Some("[::1]:11434")
+        );
+        assert_eq!(host_and_port("http://[::1]/").as_deref(), Some("[::1]:80"));
+        assert_eq!(host_and_port("nonsense"), None);
+        assert_eq!(host_and_port("http://"), None);
+    }
+
+    #[test]
+    fn status_line_names_what_matters() {
+        let status = Status {
+            manifests: 13,
+            model: Some("all-MiniLM-L6-v2@0123456789abcdef0123".into()),
+            upstream: Some(false),
+            reload_problem: None,
+        };
+        assert_eq!(
+            status.line(),
+            "13 manifests indexed, model all-MiniLM-L6-v2@0123456789ab, Ollama unreachable"
+        );
+    }
+}

@@ -1,0 +1,526 @@
+//! The daemon under a service manager, with the real binary: sd_notify
+//! messages on a real unix datagram socket (READY, STATUS, WATCHDOG,
+//! RELOADING, STOPPING), SIGTERM draining in-flight requests within
+//! `server.shutdown_grace`, SIGHUP reload of config and manifests, and
+//! socket activation through systemd-socket-activate.
+//!
+//! These tests run without the embedding model (lexical mode): they are
+//! about the process lifecycle, not about retrieval, and stay cheap under
+//! qemu-user where candle inference is unusable.
+
+mod support;
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::os::unix::net::UnixDatagram;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use fake_ollama::{FakeOllama, Script, Turn};
+use support::{free_port, oapd, oapd_argv, send_raw};
+
+/// A NOTIFY_SOCKET the test reads, as systemd would.
+struct NotifySocket {
+    socket: UnixDatagram,
+    path: std::path::PathBuf,
+    seen: Vec<String>,
+}
+
+impl NotifySocket {
+    fn new(dir: &Path) -> Self {
+        let path = dir.join("notify.sock");
+        let socket = UnixDatagram::bind(&path).expect("bind notify socket");
+        socket
+            .set_read_timeout(Some(Duration::from_millis(200)))
+            .expect("timeout");
+        NotifySocket {
+            socket,
+            path,
+            seen: Vec::new(),
+        }
+    }
+
+    /// A message containing `needle`, already received or the next one.
+    fn seen_or_wait(&mut self, needle: &str, within: Duration) -> String {
+        if let Some(message) = self.seen.iter().find(|m| m.contains(needle)) {
+            return message.clone();
+        }
+        self.wait_for(needle, within)
+    }
+
+    /// Waits for a new message containing `needle`; returns it.
+    fn wait_for(&mut self, needle: &str, within: Duration) -> String {
+        let deadline = Instant::now() + within;
+        let mut buf = vec![0u8; 4096];
+        while Instant::now() < deadline {
+            if let Ok(n) = self.socket.recv(&mut buf) {
+                let message = String::from_utf8_lossy(&buf[..n]).into_owned();
+                self.seen.push(message.clone());
+                if message.contains(needle) {
+                    return message;
+                }
+            }
+        }
+        panic!("no notification with {needle:?}; got {:?}", self.seen);
+    }
+}
+
+struct Spawned {
+    child: Child,
+    addr: SocketAddr,
+    log: std::path::PathBuf,
+}
+
+impl Spawned {
+    fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    fn signal(&self, name: &str) {
+        let status = Command::new("kill")
+            .args([&format!("-{name}"), &self.child.id().to_string()])
+            .status()
+            .expect("kill");
+        assert!(status.success());
+    }
+
+    fn wait_exit(&mut self, within: Duration) -> (std::process::ExitStatus, Duration) {
+        let start = Instant::now();
+        loop {
+            if let Some(status) = self.child.try_wait().expect("try_wait") {
+                return (status, start.elapsed());
+            }
+            assert!(
+                start.elapsed() < within,
+                "oapd still running after {within:?}:\n{}",
+                self.log_text()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    fn get(&self, path: &str) -> support::Response {
+        let raw = format!(
+            "GET {path} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n\r\n",
+            self.addr
+        );
+        send_raw(self.addr, raw.as_bytes())
+            .unwrap_or_else(|err| panic!("GET {path}: {err}\n{}", self.log_text()))
+    }
+}
+
+impl Drop for Spawned {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn write_config(dir: &Path, port: u16, extra: &str) -> std::path::PathBuf {
+    let config = format!(
+        "server:\n  listen: [\"127.0.0.1:{port}\"]\n  header_read_timeout: 2\n{extra}\
+         index:\n  data_dir: {data:?}\n\
+         embedding:\n  enabled: false\n",
+        data = dir.join("data"),
+    );
+    let path = dir.join("config.yaml");
+    std::fs::write(&path, config).expect("write config");
+    path
+}
+
+fn spawn(dir: &Path, config: &Path, port: u16, env: &[(&str, &str)]) -> Spawned {
+    let log = dir.join("oapd.log");
+    let mut command = oapd();
+    command
+        .arg("--config")
+        .arg(config)
+        .arg("serve")
+        .env("RUST_LOG", "info")
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).expect("log"));
+    for (key, value) in env {
+        command.env(key, value);
+    }
+    let child = command.spawn().expect("spawn oapd");
+    Spawned {
+        child,
+        addr: SocketAddr::from(([127, 0, 0, 1], port)),
+        log,
+    }
+}
+
+fn manifest(name: &str, description: &str) -> String {
+    serde_json::json!({
+        "oap": "1.0",
+        "name": name,
+        "description": description,
+        "input": {"format": "text/plain", "description": "The text."},
+        "output": {"format": "text/plain", "description": "The result."},
+        "invoke": {"method": "stdio", "url": "true"}
+    })
+    .to_string()
+}
+
+#[test]
+fn notifies_ready_status_watchdog_and_stopping() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut notify = NotifySocket::new(dir.path());
+    let port = free_port();
+    let config = write_config(
+        dir.path(),
+        port,
+        "ollama:\n  base_url: http://127.0.0.1:9\n",
+    );
+    let notify_path = notify.path.to_string_lossy().into_owned();
+    let mut daemon = spawn(
+        dir.path(),
+        &config,
+        port,
+        &[
+            ("NOTIFY_SOCKET", notify_path.as_str()),
+            // 400 ms: pings every 200 ms.
+            ("WATCHDOG_USEC", "400000"),
+        ],
+    );
+    let ready = notify.wait_for("READY=1", Duration::from_secs(60));
+    assert!(
+        ready.contains("STATUS=13 manifests indexed, no model (lexical only)"),
+        "{ready}"
+    );
+    // READY comes after listening and after the index is open.
+    assert_eq!(daemon.get("/health").status, 200);
+    for _ in 0..3 {
+        notify.wait_for("WATCHDOG=1", Duration::from_secs(2));
+    }
+    // Nothing listens on port 9 (discard) on loopback: upstream unreachable.
+    let status = notify.seen_or_wait("Ollama unreachable", Duration::from_secs(5));
+    assert!(status.contains("Ollama unreachable"), "{status}");
+
+    daemon.signal("TERM");
+    notify.wait_for("STOPPING=1", Duration::from_secs(5));
+    let (status, _) = daemon.wait_exit(Duration::from_secs(10));
+    assert!(status.success(), "exit {status}:\n{}", daemon.log_text());
+}
+
+#[test]
+fn without_notify_socket_nothing_is_sent_and_the_daemon_serves() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let config = write_config(dir.path(), port, "");
+    // A watchdog without a socket must not crash or spin.
+    let mut daemon = spawn(dir.path(), &config, port, &[("WATCHDOG_USEC", "100000")]);
+    wait_healthy(&daemon);
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(daemon.get("/health").status, 200);
+    daemon.signal("INT");
+    let (status, _) = daemon.wait_exit(Duration::from_secs(10));
+    assert!(status.success(), "exit {status}");
+    assert!(
+        !daemon.log_text().contains("cannot notify"),
+        "{}",
+        daemon.log_text()
+    );
+}
+
+fn wait_healthy(daemon: &Spawned) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        if TcpStream::connect(daemon.addr).is_ok() && daemon.get("/health").status == 200 {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "not ready:\n{}",
+            daemon.log_text()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Starts a streamed pass-through request and returns the open stream after
+/// its response head arrived.
+fn start_streaming(addr: SocketAddr) -> TcpStream {
+    let mut stream = TcpStream::connect(addr).expect("connect");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    let body = r#"{"model":"m","messages":[{"role":"user","content":"hi"}],"oap_discover":false}"#;
+    let raw = format!(
+        "POST /api/chat HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\n\
+         Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    stream.write_all(raw.as_bytes()).unwrap();
+    let mut first = [0u8; 12];
+    stream.read_exact(&mut first).expect("response head");
+    assert_eq!(&first, b"HTTP/1.1 200");
+    stream
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+#[test]
+fn sigterm_lets_an_in_flight_stream_finish_and_refuses_new_connections() {
+    let rt = runtime();
+    // Ten words, 300 ms apart: the answer takes ~3 s.
+    let fake = rt
+        .block_on(FakeOllama::start(Script::new().turn(
+            Turn::reply("one two three four five six seven eight nine ten").delay_ms(300),
+        )))
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let config = write_config(
+        dir.path(),
+        port,
+        &format!(
+            "  shutdown_grace: 20\nollama:\n  base_url: {}\ntool_bridge:\n  enabled: false\n",
+            fake.url()
+        ),
+    );
+    let mut daemon = spawn(dir.path(), &config, port, &[]);
+    wait_healthy(&daemon);
+    let mut stream = start_streaming(daemon.addr);
+
+    daemon.signal("TERM");
+    // New connections are refused while the stream drains.
+    let deadline = Instant::now() + Duration::from_secs(2);
+    loop {
+        match TcpStream::connect(daemon.addr) {
+            Err(err) => {
+                assert_eq!(err.kind(), std::io::ErrorKind::ConnectionRefused);
+                break;
+            }
+            Ok(_) => {
+                assert!(Instant::now() < deadline, "still accepting after SIGTERM");
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+    }
+    assert!(
+        daemon.child.try_wait().unwrap().is_none(),
+        "exited before the in-flight request finished"
+    );
+    let mut rest = Vec::new();
+    stream.read_to_end(&mut rest).expect("stream completes");
+    let text = String::from_utf8_lossy(&rest);
+    assert!(text.contains("ten"), "stream cut short: {text}");
+    assert!(text.contains("\"done\":true"), "no final chunk: {text}");
+    let (status, _) = daemon.wait_exit(Duration::from_secs(10));
+    assert!(status.success(), "exit {status}:\n{}", daemon.log_text());
+    rt.block_on(fake.shutdown());
+}
+
+#[test]
+fn sigterm_cuts_a_hung_request_at_the_shutdown_grace() {
+    let rt = runtime();
+    let fake = rt
+        .block_on(FakeOllama::start(
+            Script::new().turn(Turn::reply("a b c").hang_after(1)),
+        ))
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let config = write_config(
+        dir.path(),
+        port,
+        &format!(
+            "  shutdown_grace: 1\nollama:\n  base_url: {}\ntool_bridge:\n  enabled: false\n",
+            fake.url()
+        ),
+    );
+    let mut daemon = spawn(dir.path(), &config, port, &[]);
+    wait_healthy(&daemon);
+    let mut stream = start_streaming(daemon.addr);
+
+    daemon.signal("TERM");
+    let (status, took) = daemon.wait_exit(Duration::from_secs(10));
+    assert!(status.success(), "exit {status}:\n{}", daemon.log_text());
+    // The grace (1 s) plus the runtime's bounded shutdown, not forever.
+    assert!(took < Duration::from_secs(6), "took {took:?}");
+    assert!(daemon.log_text().contains("did not finish in time"));
+    // The client sees its connection end.
+    let mut rest = Vec::new();
+    let _ = stream.read_to_end(&mut rest);
+    rt.block_on(fake.shutdown());
+}
+
+#[test]
+fn sighup_reloads_manifest_dirs_and_keeps_the_old_config_when_the_new_one_is_bad() {
+    let dir = tempfile::tempdir().unwrap();
+    let first = dir.path().join("first");
+    let second = dir.path().join("second");
+    std::fs::create_dir_all(&first).unwrap();
+    std::fs::create_dir_all(&second).unwrap();
+    std::fs::write(
+        first.join("alpha.json"),
+        manifest("alpha-tool", "Reverses the lines of a text file."),
+    )
+    .unwrap();
+    std::fs::write(
+        second.join("beta.json"),
+        manifest("beta-tool", "Shuffles the lines of a text file."),
+    )
+    .unwrap();
+    let mut notify = NotifySocket::new(dir.path());
+    let notify_path = notify.path.to_string_lossy().into_owned();
+    let port = free_port();
+    let section = |d: &Path| format!("manifests:\n  bundled: false\n  dirs: [{d:?}]\n");
+    let config = write_config(dir.path(), port, "");
+    let base = std::fs::read_to_string(&config).unwrap();
+    std::fs::write(&config, format!("{base}{}", section(&first))).unwrap();
+
+    let mut daemon = spawn(
+        dir.path(),
+        &config,
+        port,
+        &[("NOTIFY_SOCKET", notify_path.as_str())],
+    );
+    notify.wait_for("READY=1", Duration::from_secs(60));
+    let ids = |d: &Spawned| d.get("/v1/manifests").json().to_string();
+    assert!(ids(&daemon).contains("alpha-tool"));
+    assert!(!ids(&daemon).contains("beta-tool"));
+
+    // A good new config: the second directory replaces the first.
+    std::fs::write(&config, format!("{base}{}", section(&second))).unwrap();
+    daemon.signal("HUP");
+    notify.wait_for("RELOADING=1", Duration::from_secs(10));
+    notify.wait_for("READY=1", Duration::from_secs(30));
+    let now = ids(&daemon);
+    assert!(
+        now.contains("beta-tool") && !now.contains("alpha-tool"),
+        "{now}"
+    );
+
+    // A broken config: refused, logged, the running one stays.
+    std::fs::write(&config, "server: [this is not a mapping\n").unwrap();
+    daemon.signal("HUP");
+    notify.wait_for("reload refused", Duration::from_secs(10));
+    notify.wait_for("READY=1", Duration::from_secs(10));
+    assert!(ids(&daemon).contains("beta-tool"));
+    assert_eq!(daemon.get("/health").status, 200);
+    assert!(daemon.log_text().contains("reload refused"));
+
+    // An invalid value is refused the same way, naming the key.
+    std::fs::write(
+        &config,
+        format!("{base}{}discovery:\n  default_top_k: 0\n", section(&first)),
+    )
+    .unwrap();
+    daemon.signal("HUP");
+    let refused = notify.wait_for("reload refused", Duration::from_secs(10));
+    assert!(refused.contains("discovery.default_top_k"), "{refused}");
+    assert!(ids(&daemon).contains("beta-tool"));
+
+    daemon.signal("TERM");
+    let (status, _) = daemon.wait_exit(Duration::from_secs(10));
+    assert!(status.success());
+}
+
+#[test]
+fn socket_activation_serves_on_the_inherited_socket() {
+    if Command::new("systemd-socket-activate")
+        .arg("--help")
+        .stdout(Stdio::null())
+        .status()
+        .is_err()
+    {
+        panic!("systemd-socket-activate is missing: apt-get install systemd");
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let activated = free_port();
+    let configured = free_port();
+    let config = write_config(dir.path(), configured, "");
+    let log = dir.path().join("oapd.log");
+    let child = Command::new("systemd-socket-activate")
+        .arg("--listen")
+        .arg(format!("127.0.0.1:{activated}"))
+        .args(oapd_argv())
+        .arg("--config")
+        .arg(&config)
+        .arg("serve")
+        .env("RUST_LOG", "info")
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .expect("systemd-socket-activate");
+    let mut daemon = Spawned {
+        child,
+        addr: SocketAddr::from(([127, 0, 0, 1], activated)),
+        log,
+    };
+    wait_healthy(&daemon);
+    assert!(daemon.log_text().contains("socket activation"));
+    // server.listen is ignored: the configured port stays free.
+    assert!(TcpStream::connect(("127.0.0.1", configured)).is_err());
+    daemon.signal("TERM");
+    let (status, _) = daemon.wait_exit(Duration::from_secs(10));
+    assert!(status.success(), "exit {status}:\n{}", daemon.log_text());
+}
+
+#[test]
+fn hostile_listen_fds_is_a_clear_start_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let config = write_config(dir.path(), port, "");
+    // LISTEN_PID must be the daemon's own pid: set it from a wrapper that
+    // execs the daemon in its place.
+    let output = Command::new("sh")
+        .arg("-c")
+        .arg("config=$1; shift; LISTEN_PID=$$ LISTEN_FDS=lots exec \"$@\" --config \"$config\" serve")
+        .arg("sh")
+        .arg(&config)
+        .args(oapd_argv())
+        .env("RUST_LOG", "info")
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("LISTEN_FDS"), "{stderr}");
+    // It never fell back to binding the configured port.
+    assert!(TcpStream::connect(("127.0.0.1", port)).is_err());
+}
+
+#[test]
+fn journald_format_without_a_journal_falls_back_to_stderr_and_serves() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let config = write_config(dir.path(), port, "log:\n  format: journald\n");
+    // journald's socket is at a fixed path; on a machine without it the
+    // daemon must say so and keep logging to stderr.
+    if Path::new("/run/systemd/journal/socket").exists() {
+        eprintln!("journald is running here: the fallback path is not reachable");
+        return;
+    }
+    let mut daemon = spawn(dir.path(), &config, port, &[]);
+    wait_healthy(&daemon);
+    daemon.signal("TERM");
+    let (status, _) = daemon.wait_exit(Duration::from_secs(10));
+    assert!(status.success());
+    let log = daemon.log_text();
+    assert!(log.contains("journald is not reachable"), "{log}");
+    assert!(log.contains("listening"), "{log}");
+}
+
+#[test]
+fn a_journal_stream_that_is_not_our_stderr_keeps_text_logs() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let config = write_config(dir.path(), port, "");
+    // Inherited from a parent whose stderr was the journal, but ours is a file.
+    let mut daemon = spawn(dir.path(), &config, port, &[("JOURNAL_STREAM", "8:12345")]);
+    wait_healthy(&daemon);
+    daemon.signal("TERM");
+    let (status, _) = daemon.wait_exit(Duration::from_secs(10));
+    assert!(status.success());
+    let log = daemon.log_text();
+    assert!(log.contains("INFO") && log.contains("listening"), "{log}");
+    assert!(!log.contains("journald is not reachable"), "{log}");
+}

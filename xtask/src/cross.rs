@@ -1,0 +1,180 @@
+//! `cargo xtask cross [--test]`: the aarch64 (Raspberry Pi 4/5, Jetson)
+//! release binary, built without Docker: rustup's aarch64 std plus Debian's
+//! `gcc-aarch64-linux-gnu` as linker and C compiler (simsimd, ring). Checks
+//! the result is an aarch64 ELF needing at most [`GLIBC_FLOOR`], and with
+//! `--test` runs the test suites that do no candle inference under
+//! `qemu-aarch64-static` (candle's matmul hangs under qemu-user).
+
+use std::path::Path;
+use std::process::Command;
+use std::time::Instant;
+
+use anyhow::{bail, ensure, Context, Result};
+
+use crate::repo_root;
+use crate::tasks::{cargo, run_in_root};
+
+pub(crate) const TARGET: &str = "aarch64-unknown-linux-gnu";
+
+/// Highest glibc symbol version the binary may need: 2.34 runs on Raspberry
+/// Pi OS bookworm (2.36) and JetPack 6 / Ubuntu 22.04 (2.35). JetPack 5
+/// (Ubuntu 20.04, 2.31) needs a zigbuild binary (docs/BENCHMARKS.md).
+pub(crate) const GLIBC_FLOOR: (u32, u32) = (2, 34);
+
+/// Debian's aarch64 sysroot, for qemu-user to find the dynamic loader.
+const SYSROOT: &str = "/usr/aarch64-linux-gnu";
+
+/// Test runs under qemu: (cargo test arguments, why this suite).
+/// Left out: oap-embed and oap-discovery's engine tests (candle inference),
+/// oapd's daemon and bridge tests (they load the model).
+const QEMU_SUITES: &[&[&str]] = &[
+    &["-p", "oap-manifest", "-p", "oap-wire", "-p", "oap-index"],
+    &["-p", "oap-exec"],
+    &["-p", "fake-ollama"],
+    &[
+        "-p",
+        "oapd",
+        "--lib",
+        "--test",
+        "config",
+        "--test",
+        "lifecycle",
+    ],
+];
+
+fn runner() -> String {
+    format!("qemu-aarch64-static -L {SYSROOT}")
+}
+
+fn need(binary: &str, package: &str) -> Result<()> {
+    let found = Command::new("sh")
+        .arg("-c")
+        .arg(format!("command -v {binary}"))
+        .output()
+        .is_ok_and(|o| o.status.success());
+    ensure!(found, "{binary} is missing: apt-get install {package}");
+    Ok(())
+}
+
+fn ensure_target() -> Result<()> {
+    let installed = Command::new("rustup")
+        .args(["target", "list", "--installed"])
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).contains(TARGET))
+        .unwrap_or(false);
+    if !installed {
+        run_in_root(Command::new("rustup").args(["target", "add", TARGET]))
+            .context("the aarch64 standard library is not installed and rustup cannot add it")?;
+    }
+    Ok(())
+}
+
+pub fn run(args: &[String]) -> Result<()> {
+    let mut test = false;
+    for arg in args {
+        match arg.as_str() {
+            "--test" => test = true,
+            other => bail!("unknown argument {other:?}; usage: cross [--test]"),
+        }
+    }
+    ensure_target()?;
+    need("aarch64-linux-gnu-gcc", "gcc-aarch64-linux-gnu")?;
+    let started = Instant::now();
+    run_in_root(cargo().args([
+        "build",
+        "--release",
+        "--package",
+        "oapd",
+        "--target",
+        TARGET,
+    ]))?;
+    let built_in = started.elapsed();
+    let binary = repo_root().join(format!("target/{TARGET}/release/oapd"));
+    check_binary(&binary)?;
+    println!(
+        "cross: {} ({} bytes), built in {:.0} s",
+        binary.display(),
+        std::fs::metadata(&binary)?.len(),
+        built_in.as_secs_f64()
+    );
+    if test {
+        need("qemu-aarch64-static", "qemu-user-static")?;
+        let started = Instant::now();
+        for suite in QEMU_SUITES {
+            run_in_root(
+                cargo()
+                    .args(["test", "--release", "--target", TARGET])
+                    .args(*suite)
+                    .env("CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_RUNNER", runner())
+                    // Tests that start the daemon run it through qemu too.
+                    .env("OAPD_TEST_RUNNER", runner()),
+            )?;
+        }
+        println!(
+            "cross --test: aarch64 suites under qemu-user passed in {:.0} s",
+            started.elapsed().as_secs_f64()
+        );
+    }
+    Ok(())
+}
+
+/// An aarch64 ELF whose newest glibc symbol version is at most the floor.
+pub(crate) fn check_binary(binary: &Path) -> Result<()> {
+    let file = Command::new("file").arg(binary).output()?;
+    let file = String::from_utf8_lossy(&file.stdout);
+    ensure!(
+        file.contains("ELF 64-bit") && file.contains("ARM aarch64"),
+        "not an aarch64 ELF: {file}"
+    );
+    let versions = Command::new("readelf")
+        .args(["--version-info", "--wide"])
+        .arg(binary)
+        .output()?;
+    ensure!(
+        versions.status.success(),
+        "readelf failed on {}",
+        binary.display()
+    );
+    let text = String::from_utf8_lossy(&versions.stdout);
+    let newest = max_glibc(&text).context("no GLIBC_ versions found: not dynamically linked?")?;
+    println!(
+        "cross: needs GLIBC_{}.{} (floor {}.{})",
+        newest.0, newest.1, GLIBC_FLOOR.0, GLIBC_FLOOR.1
+    );
+    ensure!(
+        newest <= GLIBC_FLOOR,
+        "the binary needs GLIBC_{}.{}, newer than the floor {}.{}",
+        newest.0,
+        newest.1,
+        GLIBC_FLOOR.0,
+        GLIBC_FLOOR.1
+    );
+    Ok(())
+}
+
+/// The highest `GLIBC_x.y[.z]` in readelf's version output.
+fn max_glibc(readelf: &str) -> Option<(u32, u32)> {
+    readelf
+        .split(|c: char| c.is_whitespace() || c == '(' || c == ')')
+        .filter_map(|word| word.strip_prefix("GLIBC_"))
+        .filter_map(|version| {
+            let mut parts = version.split('.');
+            let major = parts.next()?.parse().ok()?;
+            let minor = parts.next()?.parse().ok()?;
+            Some((major, minor))
+        })
+        .max()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn newest_glibc_version_wins() {
+        let text = "  0x0010:   Name: GLIBC_2.17  Flags: none  Version: 3\n\
+                    Name: GLIBC_2.34 Flags\n Name: GLIBC_2.9\n (GLIBC_2.28)\n GLIBC_PRIVATE";
+        assert_eq!(max_glibc(text), Some((2, 34)));
+        assert_eq!(max_glibc("nothing"), None);
+    }
+}
