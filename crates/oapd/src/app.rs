@@ -157,6 +157,9 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
     crate::lifecycle::serve(config, None).await
 }
 
+/// Background tasks of one engine generation (crawler, directory watch).
+pub type CrawlTasks = Vec<JoinHandle<()>>;
+
 /// Starts the directory watch and, when `crawler.enabled`, the crawler's
 /// schedule loop, for `engine`. The caller owns the returned tasks: a
 /// reload aborts them and starts new ones for the new engine (the
@@ -165,7 +168,7 @@ pub fn start_crawler(
     config: &Config,
     engine: &Arc<Engine>,
     watch_baseline: crate::crawl::DirSignature,
-) -> anyhow::Result<(Option<Arc<oap_crawl::Crawler>>, Vec<JoinHandle<()>>)> {
+) -> anyhow::Result<(Option<Arc<oap_crawl::Crawler>>, CrawlTasks)> {
     let mut tasks = Vec::new();
     let crawler = if config.crawler.enabled {
         let crawler = Arc::new(crate::crawl::build(config).context("crawler setup")?);
