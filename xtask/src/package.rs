@@ -115,6 +115,7 @@ pub fn deb(args: &[String]) -> Result<()> {
         "oapd",
         "--no-build",
         "--fast",
+        "--strip",
         "--output",
     ]);
     command.arg(&out_dir);
