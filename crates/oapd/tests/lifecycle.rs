@@ -424,6 +424,84 @@ fn sighup_reloads_manifest_dirs_and_keeps_the_old_config_when_the_new_one_is_bad
     assert!(status.success());
 }
 
+/// Each reload generation owns its directory watch: after SIGHUP moves
+/// `manifests.dirs`, a file added to the new directory is picked up without
+/// another signal, and the old directory's watch is gone with its engine.
+#[test]
+fn after_sighup_the_directory_watch_follows_the_new_dirs() {
+    let dir = tempfile::tempdir().unwrap();
+    let first = dir.path().join("first");
+    let second = dir.path().join("second");
+    std::fs::create_dir_all(&first).unwrap();
+    std::fs::create_dir_all(&second).unwrap();
+    std::fs::write(
+        first.join("alpha.json"),
+        manifest("alpha-tool", "Reverses the lines of a text file."),
+    )
+    .unwrap();
+    let mut notify = NotifySocket::new(dir.path());
+    let notify_path = notify.path.to_string_lossy().into_owned();
+    let port = free_port();
+    let section = |d: &Path| {
+        format!("manifests:\n  bundled: false\n  dirs: [{d:?}]\ncrawler:\n  watch_interval: 1\n")
+    };
+    let config = write_config(dir.path(), port, "");
+    let base = std::fs::read_to_string(&config).unwrap();
+    std::fs::write(&config, format!("{base}{}", section(&first))).unwrap();
+    let daemon = spawn(
+        dir.path(),
+        &config,
+        port,
+        &[("NOTIFY_SOCKET", notify_path.as_str())],
+    );
+    notify.wait_for("READY=1", Duration::from_secs(60));
+    let ids = |d: &Spawned| d.get("/v1/manifests").json().to_string();
+    let wait_until = |d: &Spawned, want: &dyn Fn(&str) -> bool| {
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            let now = ids(d);
+            if want(&now) {
+                return now;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "manifests never became as expected: {now}\n{}",
+                d.log_text()
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    };
+
+    std::fs::write(&config, format!("{base}{}", section(&second))).unwrap();
+    daemon.signal("HUP");
+    notify.wait_for("RELOADING=1", Duration::from_secs(10));
+    notify.wait_for("READY=1", Duration::from_secs(30));
+    assert!(!ids(&daemon).contains("alpha-tool"));
+
+    // Added to the new directory after the reload: the new watch sees it.
+    std::fs::write(
+        second.join("gamma.json"),
+        manifest("gamma-tool", "Sorts the lines of a text file."),
+    )
+    .unwrap();
+    wait_until(&daemon, &|now| now.contains("gamma-tool"));
+
+    // Added to the old directory: nothing watches it any more (and it is not
+    // a source of the live engine), so it never appears.
+    std::fs::write(
+        first.join("delta.json"),
+        manifest("delta-tool", "Counts the lines of a text file."),
+    )
+    .unwrap();
+    std::thread::sleep(Duration::from_secs(3));
+    let now = ids(&daemon);
+    assert!(
+        !now.contains("delta-tool") && !now.contains("alpha-tool"),
+        "{now}"
+    );
+    assert_eq!(daemon.get("/health").status, 200);
+}
+
 #[test]
 fn socket_activation_serves_on_the_inherited_socket() {
     if Command::new("systemd-socket-activate")
