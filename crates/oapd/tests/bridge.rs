@@ -7,31 +7,9 @@ mod support;
 
 use std::time::Duration;
 
-use fake_ollama::{Chunk, Echo, FakeOllama, ModelSpec, Script, Turn};
+use fake_ollama::{Chunk, Echo, ModelSpec, Script, Turn};
 use serde_json::{json, Value};
-use support::{Daemon, DaemonBuilder};
-
-/// The fake on its own runtime (its tasks keep running in the background
-/// while the test thread blocks on plain sockets).
-struct Upstream {
-    fake: FakeOllama,
-    _runtime: tokio::runtime::Runtime,
-}
-
-fn fake(script: Script) -> Upstream {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
-    let fake = runtime
-        .block_on(FakeOllama::start(script))
-        .expect("fake ollama");
-    Upstream {
-        fake,
-        _runtime: runtime,
-    }
-}
+use support::{fake, Daemon, DaemonBuilder, Upstream};
 
 fn models() -> Script {
     Script::new()

@@ -6,29 +6,9 @@ mod support;
 
 use std::process::Output;
 
-use fake_ollama::{Chunk, Echo, FakeOllama, ModelSpec, Script, Turn};
+use fake_ollama::{Chunk, Echo, ModelSpec, Script, Turn};
 use serde_json::{json, Value};
-use support::DaemonBuilder;
-
-struct Upstream {
-    fake: FakeOllama,
-    _runtime: tokio::runtime::Runtime,
-}
-
-fn fake(script: Script) -> Upstream {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
-    let fake = runtime
-        .block_on(FakeOllama::start(script))
-        .expect("fake ollama");
-    Upstream {
-        fake,
-        _runtime: runtime,
-    }
-}
+use support::{fake, DaemonBuilder};
 
 fn weather(city: &str, unit: &str) -> Turn {
     Turn::tool_call("get_weather", json!({"city": city, "unit": unit}))

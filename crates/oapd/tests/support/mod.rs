@@ -378,3 +378,25 @@ fn dechunk(mut data: &[u8]) -> Option<Vec<u8>> {
         data = data.get(size + 2..)?;
     }
 }
+
+/// A scripted fake Ollama on its own runtime (its tasks keep running in the
+/// background while the test thread blocks on plain sockets).
+pub struct Upstream {
+    pub fake: fake_ollama::FakeOllama,
+    _runtime: tokio::runtime::Runtime,
+}
+
+pub fn fake(script: fake_ollama::Script) -> Upstream {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let fake = runtime
+        .block_on(fake_ollama::FakeOllama::start(script))
+        .expect("fake ollama");
+    Upstream {
+        fake,
+        _runtime: runtime,
+    }
+}
