@@ -616,13 +616,7 @@ pub(crate) async fn stream_round(
     let status = response.status();
     let mut upstream_body = response.into_body();
     if !status.is_success() {
-        let bytes = crate::upstream::read_limited(upstream_body, 64 * 1024)
-            .await
-            .unwrap_or_default();
-        let message = serde_json::from_slice::<Value>(&bytes)
-            .ok()
-            .and_then(|v| v.get("error").and_then(Value::as_str).map(str::to_string))
-            .unwrap_or_else(|| String::from_utf8_lossy(&bytes).into_owned());
+        let message = crate::upstream::error_message(upstream_body).await;
         let message = if message.trim().is_empty() {
             format!("Ollama answered {status}")
         } else {

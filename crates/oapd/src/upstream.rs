@@ -184,6 +184,16 @@ pub async fn read_limited(body: Incoming, limit: usize) -> Result<Bytes, BoxErro
     Ok(collected.to_bytes())
 }
 
+/// The message of an Ollama error answer: its `{"error": "..."}` text, or
+/// the body itself (first 64 KiB) when it is not that shape.
+pub async fn error_message(body: Incoming) -> String {
+    let bytes = read_limited(body, 64 * 1024).await.unwrap_or_default();
+    serde_json::from_slice::<serde_json::Value>(&bytes)
+        .ok()
+        .and_then(|v| v.get("error").and_then(|e| e.as_str()).map(str::to_string))
+        .unwrap_or_else(|| String::from_utf8_lossy(&bytes).into_owned())
+}
+
 /// Copies headers that describe the message, not the hop. `Authorization`
 /// is kept: a client may be talking to an Ollama behind its own auth; the
 /// caller strips it when it was oapd's own token.

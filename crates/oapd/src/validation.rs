@@ -536,13 +536,7 @@ async fn ask(upstream: &Upstream, model: &str, check: &Check) -> Result<Answer, 
     let status = response.status();
     let mut incoming = response.into_body();
     if !status.is_success() {
-        let bytes = crate::upstream::read_limited(incoming, 64 * 1024)
-            .await
-            .unwrap_or_default();
-        let message = serde_json::from_slice::<Value>(&bytes)
-            .ok()
-            .and_then(|v| v.get("error").and_then(Value::as_str).map(str::to_string))
-            .unwrap_or_else(|| String::from_utf8_lossy(&bytes).into_owned());
+        let message = crate::upstream::error_message(incoming).await;
         return Err(format!("Ollama answered {status}: {}", clip(&message)));
     }
     let mut answer = Answer::default();
