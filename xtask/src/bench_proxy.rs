@@ -78,9 +78,9 @@ fn parse(args: &[String]) -> Result<Options> {
 }
 
 /// A child process, killed (SIGKILL) and reaped on drop.
-struct Proc {
-    child: Child,
-    addr: SocketAddr,
+pub(crate) struct Proc {
+    pub(crate) child: Child,
+    pub(crate) addr: SocketAddr,
     log: PathBuf,
 }
 
@@ -113,7 +113,7 @@ impl Proc {
 }
 
 /// A temporary directory removed on drop.
-struct TempDir(PathBuf);
+pub(crate) struct TempDir(pub(crate) PathBuf);
 
 impl Drop for TempDir {
     fn drop(&mut self) {
@@ -141,12 +141,12 @@ fn rss_of(pid: u32) -> Result<(f64, f64)> {
     Ok((field("VmRSS:")?, field("VmHWM:")?))
 }
 
-fn cargo() -> Command {
+pub(crate) fn cargo() -> Command {
     Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()))
 }
 
 /// A command as it would be typed (paths under the repository shortened).
-fn shown(command: &Command) -> String {
+pub(crate) fn shown(command: &Command) -> String {
     let root = format!("{}/", repo_root().display());
     let mut parts = vec![command.get_program().to_string_lossy().into_owned()];
     parts.extend(command.get_args().map(|a| a.to_string_lossy().into_owned()));
@@ -157,7 +157,7 @@ fn shown(command: &Command) -> String {
         .join(" ")
 }
 
-fn run_shown(command: &mut Command) -> Result<()> {
+pub(crate) fn run_shown(command: &mut Command) -> Result<()> {
     let shown = shown(command);
     println!("$ {shown}");
     let status = command
@@ -170,7 +170,7 @@ fn run_shown(command: &mut Command) -> Result<()> {
     Ok(())
 }
 
-fn machine_description() -> String {
+pub(crate) fn machine_description() -> String {
     let lscpu = Command::new("lscpu")
         .output()
         .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
@@ -193,13 +193,13 @@ fn machine_description() -> String {
     format!("{model}, {cores} cores, {mem_gb:.1} GiB RAM")
 }
 
-fn loadavg() -> String {
+pub(crate) fn loadavg() -> String {
     std::fs::read_to_string("/proc/loadavg")
         .map(|l| l.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
         .unwrap_or_else(|_| "?".into())
 }
 
-fn now_utc() -> String {
+pub(crate) fn now_utc() -> String {
     Command::new("date")
         .args(["-u", "+%Y-%m-%d %H:%M UTC"])
         .output()
@@ -221,8 +221,13 @@ fn fake_script() -> String {
 }
 
 fn start_fake(bin: &Path, tmp: &Path) -> Result<Proc> {
+    start_fake_with(bin, tmp, &fake_script())
+}
+
+/// The fake Ollama on a free loopback port, driven by `script` (JSON).
+pub(crate) fn start_fake_with(bin: &Path, tmp: &Path, script_json: &str) -> Result<Proc> {
     let script = tmp.join("fake-script.json");
-    std::fs::write(&script, fake_script())?;
+    std::fs::write(&script, script_json)?;
     let log = tmp.join("fake.log");
     let mut command = Command::new(bin);
     command
@@ -257,6 +262,18 @@ fn start_fake(bin: &Path, tmp: &Path) -> Result<Proc> {
 }
 
 fn start_oapd(bin: &Path, tmp: &Path, upstream: SocketAddr, model_dir: &Path) -> Result<Proc> {
+    start_oapd_with(bin, tmp, upstream, model_dir, "")
+}
+
+/// `oapd serve` in front of `upstream`, its config and data in `tmp`, with
+/// `extra_yaml` (whole top-level sections) appended to the config.
+pub(crate) fn start_oapd_with(
+    bin: &Path,
+    tmp: &Path,
+    upstream: SocketAddr,
+    model_dir: &Path,
+    extra_yaml: &str,
+) -> Result<Proc> {
     let port = free_port()?;
     let config = tmp.join("oapd.yaml");
     let yaml = format!(
@@ -264,7 +281,7 @@ fn start_oapd(bin: &Path, tmp: &Path, upstream: SocketAddr, model_dir: &Path) ->
          index:\n  data_dir: {:?}\n\
          embedding:\n  model_dir: {model_dir:?}\n\
          ollama:\n  base_url: \"http://{upstream}\"\n\
-         log:\n  level: warn\n",
+         log:\n  level: warn\n{extra_yaml}",
         tmp.join("data")
     );
     std::fs::write(&config, yaml)?;

@@ -7,6 +7,7 @@
 
 mod bench;
 mod bench_experience;
+mod bench_fitness;
 mod bench_proxy;
 mod bench_tokens;
 mod cross;
@@ -58,6 +59,13 @@ const COMMANDS: &[Command] = &[
                 latency oapd adds in front of a fake Ollama (and the Python\n      \
                 peer ollama-mcp-bridge), first-chunk time, RSS over 100k requests",
         run: bench_proxy::run,
+    },
+    Command {
+        name: "bench-fitness",
+        usage: "bench-fitness [--quick]\n      \
+                small-model fitness overheads: URL sanitisation, /v1/responses vs\n      \
+                chat endpoints, forced tools, validate-model wall time",
+        run: bench_fitness::run,
     },
     Command {
         name: "deb",
