@@ -926,6 +926,8 @@ pub struct ChunkTranslator {
     finished: bool,
     calls: CallMerger,
     last_usage: Value,
+    /// `oap_*` fields of the done chunk, for the `finish_reason` chunk.
+    extensions: Map<String, Value>,
 }
 
 impl ChunkTranslator {
@@ -939,6 +941,7 @@ impl ChunkTranslator {
             finished: false,
             calls: CallMerger::default(),
             last_usage: json!({"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}),
+            extensions: Map::new(),
         }
     }
 
@@ -1032,6 +1035,16 @@ impl ChunkTranslator {
             self.last_usage = usage(chunk);
         }
         if done {
+            // oapd's extension fields on Ollama's done chunk (e.g.
+            // `oap_tool_tokens`) ride on the chunk carrying `finish_reason`.
+            if let Some(object) = chunk.as_object() {
+                self.extensions.extend(
+                    object
+                        .iter()
+                        .filter(|(key, _)| key.starts_with("oap_"))
+                        .map(|(key, value)| (key.clone(), value.clone())),
+                );
+            }
             let reason = finish_reason(
                 chunk.get("done_reason").and_then(Value::as_str),
                 self.calls.has_emitted(),
@@ -1046,9 +1059,11 @@ impl ChunkTranslator {
         if !self.started {
             events.push(self.delta_event(Map::new()));
         }
-        events.push(StreamEvent::Data(Value::Object(self.envelope(json!([
+        let mut finish = self.envelope(json!([
             {"index": 0, "delta": {}, "finish_reason": reason}
-        ])))));
+        ]));
+        finish.extend(std::mem::take(&mut self.extensions));
+        events.push(StreamEvent::Data(Value::Object(finish)));
         if self.include_usage {
             let mut chunk = self.envelope(json!([]));
             chunk.insert("usage".into(), self.last_usage.clone());
@@ -1649,6 +1664,32 @@ mod tests {
         assert_eq!(events.len(), 3);
         assert!(text.starts_with("data: {\"id\":\"c\""));
         assert!(text.ends_with("\n\ndata: [DONE]\n\n"));
+    }
+
+    #[test]
+    fn oap_fields_of_the_done_chunk_ride_on_the_finish_chunk_only() {
+        let mut t = ChunkTranslator::new("c", 1, false);
+        let mut last = done("stop");
+        last["oap_tool_tokens"] = json!(123);
+        last["other_field"] = json!("not ours");
+        let events = t.push_events(&chunk("Hi"));
+        let first = match &events[0] {
+            StreamEvent::Data(value) => value.clone(),
+            other => panic!("{other:?}"),
+        };
+        assert!(first.get("oap_tool_tokens").is_none());
+        let closing = t.push_events(&last);
+        let finish = closing
+            .iter()
+            .find_map(|e| match e {
+                StreamEvent::Data(v) if v["choices"][0]["finish_reason"] == json!("stop") => {
+                    Some(v.clone())
+                }
+                _ => None,
+            })
+            .expect("a finish chunk");
+        assert_eq!(finish["oap_tool_tokens"], json!(123));
+        assert!(finish.get("other_field").is_none());
     }
 
     #[test]
