@@ -427,7 +427,12 @@ pub async fn serve(config: Config, config_path: Option<PathBuf>) -> anyhow::Resu
     background.push(tokio::spawn(probe_upstream(ollama_url, board.clone())));
     background.push(tokio::spawn(reload_on_hangup(running.clone())));
 
-    http::serve(listeners, live, limits, shutdown_signal(), grace).await;
+    http::serve(listeners, live.clone(), limits, shutdown_signal(), grace).await;
+    // The experience cache batches its writes; what was learnt in the last
+    // moments is written before the process exits.
+    if let Some(experience) = &live.current().chat.experience {
+        experience.persist();
+    }
     for task in background {
         task.abort();
     }
