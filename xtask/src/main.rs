@@ -6,6 +6,7 @@
 //! its own module and add a row to [`COMMANDS`].
 
 mod bench;
+mod bench_crawl;
 mod bench_experience;
 mod bench_proxy;
 mod bench_tokens;
@@ -57,6 +58,13 @@ const COMMANDS: &[Command] = &[
                 latency oapd adds in front of a fake Ollama (and the Python\n      \
                 peer ollama-mcp-bridge), first-chunk time, RSS over 100k requests",
         run: bench_proxy::run,
+    },
+    Command {
+        name: "bench-crawl",
+        usage: "bench-crawl [--quick] [--count N]\n      \
+                crawl 10k manifests from loopback HTTPS: manifests/s, RSS, and\n      \
+                /v1/discover p99 during the crawl vs idle (docs/BENCHMARKS.md)",
+        run: bench_crawl::run,
     },
     Command {
         name: "deb",
