@@ -6,6 +6,7 @@
 //! its own module and add a row to [`COMMANDS`].
 
 mod bench;
+mod bench_crawl;
 mod bench_experience;
 mod bench_fitness;
 mod bench_proxy;
@@ -66,6 +67,13 @@ const COMMANDS: &[Command] = &[
                 small-model fitness overheads: URL sanitisation, /v1/responses vs\n      \
                 chat endpoints, forced tools, validate-model wall time",
         run: bench_fitness::run,
+    },
+    Command {
+        name: "bench-crawl",
+        usage: "bench-crawl [--quick] [--count N]\n      \
+                crawl 10k manifests from loopback HTTPS: manifests/s, RSS, and\n      \
+                /v1/discover p99 during the crawl vs idle (docs/BENCHMARKS.md)",
+        run: bench_crawl::run,
     },
     Command {
         name: "deb",

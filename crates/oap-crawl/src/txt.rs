@@ -46,6 +46,8 @@ pub async fn check(resolver: Option<&dyn TxtResolver>, domain: &str) -> TxtHint 
             }
         }
         Err(e) if e.kind() == io::ErrorKind::NotFound => TxtHint::Absent,
+        // The resolver declines this name (e.g. a static local name).
+        Err(e) if e.kind() == io::ErrorKind::Unsupported => TxtHint::NotChecked,
         Err(e) => TxtHint::Failed(e.to_string().chars().take(200).collect()),
     }
 }

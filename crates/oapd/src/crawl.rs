@@ -58,6 +58,9 @@ pub struct CrawlerConfig {
     /// Seconds between checks of `manifests.dirs` for added, changed or
     /// removed files (0 disables the watch).
     pub watch_interval: u64,
+    /// Look up the `_oap.<domain> TXT "v=oap1"` participation hint in DNS
+    /// (recorded in the crawl status; never required).
+    pub check_txt: bool,
 }
 
 impl Default for CrawlerConfig {
@@ -78,6 +81,7 @@ impl Default for CrawlerConfig {
             allow_private: Vec::new(),
             hosts: Vec::new(),
             watch_interval: 2,
+            check_txt: true,
         }
     }
 }
@@ -185,7 +189,9 @@ pub fn build(config: &Config) -> anyhow::Result<Crawler> {
         .map(|e| parse_host_entry(e).map_err(anyhow::Error::msg))
         .collect::<anyhow::Result<HashMap<_, _>>>()
         .context("crawler.hosts")?;
-    let mut executor = Executor::new(policy)?.with_resolver(Arc::new(HostsResolver { table }));
+    let mut executor = Executor::new(policy)?.with_resolver(Arc::new(HostsResolver {
+        table: table.clone(),
+    }));
     if let Some(ca_file) = &c.ca_file {
         let pem = std::fs::read(ca_file)
             .with_context(|| format!("crawler.ca_file: cannot read {}", ca_file.display()))?;
@@ -202,8 +208,11 @@ pub fn build(config: &Config) -> anyhow::Result<Crawler> {
     settings.round_timeout = Duration::from_secs(c.round_timeout);
     settings.concurrency = c.concurrency;
     settings.max_domains = c.max_domains;
-    // No DNS TXT client is built in yet: the hint is recorded as not checked.
-    Ok(Crawler::new(settings, Arc::new(executor), None))
+    let txt: Option<Arc<dyn oap_crawl::TxtResolver>> = c.check_txt.then(|| {
+        let local = table.keys().cloned();
+        Arc::new(crate::txt_dns::DnsTxtResolver::new(local)) as Arc<dyn oap_crawl::TxtResolver>
+    });
+    Ok(Crawler::new(settings, Arc::new(executor), txt))
 }
 
 /// The remote-manifest source for the engine.

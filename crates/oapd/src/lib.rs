@@ -21,5 +21,6 @@ pub mod sanitize;
 pub mod state;
 pub mod tokens;
 pub mod tools;
+pub mod txt_dns;
 pub mod upstream;
 pub mod validation;

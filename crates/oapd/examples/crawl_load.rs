@@ -1,0 +1,490 @@
+//! Crawler benchmark driver (`cargo xtask bench-crawl` runs it): serves a
+//! corpus of manifests over loopback HTTPS under one generated domain per
+//! manifest (`m00000.crawl.bench` …, a wildcard certificate from a test CA
+//! made here), starts the real `oapd serve` with the crawler seeded with
+//! every domain (`crawler.hosts` maps them all to 127.0.0.1, allowed by
+//! `crawler.allow_private: [127.0.0.0/8]`), and measures:
+//!
+//! - manifests/s: corpus size / time from the daemon being ready until
+//!   `/health` counts every crawled manifest in the index (fetch, parse,
+//!   envelope write and embedding included);
+//! - the daemon's VmRSS, sampled every 50 ms while crawling (peak), and at
+//!   the end, plus VmHWM;
+//! - `/v1/discover` latency (one client, back to back) before the crawl
+//!   (a first daemon start with the crawler off, same config otherwise),
+//!   during the crawl, and after it (same daemon, full index): p50/p99.
+//!
+//! ```text
+//! crawl_load --oapd BIN --corpus DIR --model DIR [--count N]
+//! ```
+//!
+//! The first N manifests of DIR that do not declare `stdio` are served.
+//! ```text
+//! ```
+//!
+//! Prints progress, then one line `RESULT {json}`. No traffic leaves
+//! loopback.
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener as StdListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+type Result<T> = std::result::Result<T, Box<dyn std::error::Error + Send + Sync>>;
+
+const ZONE: &str = "crawl.bench";
+
+/// Discovery tasks the load client cycles through.
+const TASKS: &[&str] = &[
+    "what is the weather forecast in Paris tomorrow",
+    "convert 100 US dollars to euros",
+    "translate this sentence into German",
+    "find flights from Berlin to Lisbon next week",
+    "count the words in a text",
+    "look up the stock price of a company",
+    "send an email to my colleague",
+    "turn off the living room lights",
+];
+
+struct Options {
+    oapd: PathBuf,
+    corpus: PathBuf,
+    model: PathBuf,
+    count: usize,
+}
+
+fn parse() -> Result<Options> {
+    let mut args = std::env::args().skip(1);
+    let (mut oapd, mut corpus, mut model, mut count) = (None, None, None, 10_000);
+    while let Some(arg) = args.next() {
+        let mut value = || args.next().ok_or(format!("{arg} needs a value"));
+        match arg.as_str() {
+            "--oapd" => oapd = Some(PathBuf::from(value()?)),
+            "--corpus" => corpus = Some(PathBuf::from(value()?)),
+            "--model" => model = Some(PathBuf::from(value()?)),
+            "--count" => count = value()?.parse()?,
+            other => return Err(format!("unknown argument {other}").into()),
+        }
+    }
+    Ok(Options {
+        oapd: oapd.ok_or("--oapd is required")?,
+        corpus: corpus.ok_or("--corpus is required")?,
+        model: model.ok_or("--model is required")?,
+        count,
+    })
+}
+
+fn domain(i: usize) -> String {
+    format!("m{i:05}.{ZONE}")
+}
+
+/// A test CA and a `*.crawl.bench` server certificate.
+fn pki() -> Result<(String, Arc<rustls::ServerConfig>)> {
+    let ca_key = KeyPair::generate()?;
+    let mut ca_params = CertificateParams::new(Vec::<String>::new())?;
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    let ca = ca_params.self_signed(&ca_key)?;
+    let issuer = Issuer::from_params(&ca_params, &ca_key);
+    let leaf_key = KeyPair::generate()?;
+    let leaf = CertificateParams::new(vec![format!("*.{ZONE}")])?.signed_by(&leaf_key, &issuer)?;
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()?
+        .with_no_client_auth()
+        .with_single_cert(
+            vec![CertificateDer::from(leaf.der().to_vec())],
+            PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(leaf_key.serialize_der())),
+        )?;
+    Ok((ca.pem(), Arc::new(config)))
+}
+
+/// Serves manifest `i` for `m<i>.crawl.bench`; 404 otherwise.
+async fn serve(
+    listener: tokio::net::TcpListener,
+    config: Arc<rustls::ServerConfig>,
+    bodies: Arc<Vec<Vec<u8>>>,
+    served: Arc<AtomicUsize>,
+) {
+    let acceptor = tokio_rustls::TlsAcceptor::from(config);
+    loop {
+        let Ok((tcp, _)) = listener.accept().await else {
+            return;
+        };
+        let (acceptor, bodies, served) = (acceptor.clone(), bodies.clone(), served.clone());
+        tokio::spawn(async move {
+            let Ok(mut tls) = acceptor.accept(tcp).await else {
+                return;
+            };
+            let mut buf = Vec::new();
+            let mut chunk = [0u8; 4096];
+            while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
+                match tls.read(&mut chunk).await {
+                    Ok(0) | Err(_) => return,
+                    Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                }
+                if buf.len() > 65536 {
+                    return;
+                }
+            }
+            let text = String::from_utf8_lossy(&buf);
+            let index = text
+                .lines()
+                .find_map(|l| {
+                    let (k, v) = l.split_once(':')?;
+                    k.eq_ignore_ascii_case("host").then(|| v.trim().to_string())
+                })
+                .and_then(|host| {
+                    let name = host.split(':').next()?.strip_suffix(&format!(".{ZONE}"))?;
+                    name.strip_prefix('m')?.parse::<usize>().ok()
+                })
+                .filter(|i| *i < bodies.len());
+            let response = match index {
+                Some(i) => {
+                    served.fetch_add(1, Ordering::Relaxed);
+                    let body = &bodies[i];
+                    let mut r = format!(
+                        "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\nconnection: close\r\ncontent-length: {}\r\n\r\n",
+                        body.len()
+                    )
+                    .into_bytes();
+                    r.extend_from_slice(body);
+                    r
+                }
+                None => b"HTTP/1.1 404 Not Found\r\nconnection: close\r\ncontent-length: 0\r\n\r\n"
+                    .to_vec(),
+            };
+            let _ = tls.write_all(&response).await;
+            let _ = tls.shutdown().await;
+        });
+    }
+}
+
+/// Plain HTTP/1.1 over a fresh loopback connection: status and body.
+fn http(addr: SocketAddr, method: &str, path: &str, body: &str) -> std::io::Result<(u16, String)> {
+    let mut stream = TcpStream::connect_timeout(&addr, Duration::from_secs(5))?;
+    stream.set_read_timeout(Some(Duration::from_secs(60)))?;
+    write!(
+        stream,
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )?;
+    let mut raw = Vec::new();
+    stream.read_to_end(&mut raw)?;
+    let text = String::from_utf8_lossy(&raw);
+    let status = text
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(|| std::io::Error::other("no HTTP status line"))?;
+    let body = text
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default();
+    Ok((status, body))
+}
+
+struct Daemon {
+    child: Child,
+    addr: SocketAddr,
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn start(oapd: &Path, config: &Path, log: &Path) -> Result<Daemon> {
+    let yaml = std::fs::read_to_string(config)?;
+    let port: u16 = yaml
+        .split("127.0.0.1:")
+        .nth(1)
+        .and_then(|s| s.split('"').next())
+        .and_then(|p| p.parse().ok())
+        .ok_or("no listen port in the config")?;
+    let mut command = Command::new(oapd);
+    for (key, _) in std::env::vars_os() {
+        if key.to_string_lossy().starts_with("OAP_") {
+            command.env_remove(key);
+        }
+    }
+    let child = command
+        .env_remove("OAPD_CONFIG")
+        .env("RUST_LOG", "warn")
+        .arg("--config")
+        .arg(config)
+        .arg("serve")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(log)?)
+        .spawn()?;
+    let mut daemon = Daemon {
+        child,
+        addr: SocketAddr::from(([127, 0, 0, 1], port)),
+    };
+    let deadline = Instant::now() + Duration::from_secs(300);
+    loop {
+        if let Some(status) = daemon.child.try_wait()? {
+            return Err(format!(
+                "oapd exited early ({status}):\n{}",
+                std::fs::read_to_string(log).unwrap_or_default()
+            )
+            .into());
+        }
+        if let Ok((200, _)) = http(daemon.addr, "GET", "/health", "") {
+            return Ok(daemon);
+        }
+        if Instant::now() > deadline {
+            return Err("oapd not ready after 300 s".into());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn indexed(addr: SocketAddr) -> Option<u64> {
+    let (status, body) = http(addr, "GET", "/health", "").ok()?;
+    if status != 200 {
+        return None;
+    }
+    let health: serde_json::Value = serde_json::from_str(&body).ok()?;
+    health["index"]["manifests"].as_u64()
+}
+
+fn vm_kb(pid: u32, field: &str) -> f64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix(field))
+                .and_then(|v| v.split_whitespace().next())
+                .and_then(|v| v.parse::<f64>().ok())
+        })
+        .unwrap_or(0.0)
+}
+
+/// Discover latencies (ms) of requests sent back to back until `stop`
+/// (or `limit` requests).
+fn discover_loop(addr: SocketAddr, stop: &AtomicBool, limit: usize) -> Vec<f64> {
+    let mut out = Vec::new();
+    let mut i = 0;
+    while !stop.load(Ordering::Relaxed) && out.len() < limit {
+        let body = serde_json::json!({"task": TASKS[i % TASKS.len()], "top_k": 5}).to_string();
+        i += 1;
+        let started = Instant::now();
+        match http(addr, "POST", "/v1/discover", &body) {
+            Ok((200, _)) => out.push(started.elapsed().as_secs_f64() * 1000.0),
+            Ok((status, body)) => eprintln!("discover answered {status}: {body}"),
+            Err(err) => eprintln!("discover failed: {err}"),
+        }
+    }
+    out
+}
+
+fn percentile(samples: &[f64], p: f64) -> f64 {
+    if samples.is_empty() {
+        return f64::NAN;
+    }
+    let mut sorted = samples.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
+    sorted[rank.clamp(1, sorted.len()) - 1]
+}
+
+fn corpus_bodies(dir: &Path, count: usize) -> Result<Vec<Vec<u8>>> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "json"))
+        .collect();
+    files.sort();
+    // A network source may never declare a local command: the crawler
+    // refuses those, so they are not part of a crawlable corpus.
+    let mut bodies = Vec::with_capacity(count);
+    for file in &files {
+        if bodies.len() == count {
+            break;
+        }
+        let body = std::fs::read(file)?;
+        let manifest: serde_json::Value = serde_json::from_slice(&body)?;
+        if manifest["invoke"]["method"] != "stdio" {
+            bodies.push(body);
+        }
+    }
+    if bodies.len() < count {
+        return Err(format!(
+            "{} holds {} network manifests, {count} wanted",
+            dir.display(),
+            bodies.len()
+        )
+        .into());
+    }
+    Ok(bodies)
+}
+
+fn main() {
+    if let Err(err) = run() {
+        eprintln!("crawl_load: {err}");
+        std::process::exit(1);
+    }
+}
+
+fn run() -> Result<()> {
+    let options = parse()?;
+    let count = options.count;
+    let bodies = Arc::new(corpus_bodies(&options.corpus, count)?);
+    let tmp = tempfile::tempdir()?;
+    let (ca_pem, server_config) = pki()?;
+    let ca_file = tmp.path().join("ca.pem");
+    std::fs::write(&ca_file, ca_pem)?;
+
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()?;
+    let served = Arc::new(AtomicUsize::new(0));
+    let listener = runtime.block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))?;
+    let web_port = listener.local_addr()?.port();
+    runtime.spawn(serve(
+        listener,
+        server_config,
+        bodies.clone(),
+        served.clone(),
+    ));
+
+    let seeds_file = tmp.path().join("seeds.txt");
+    let seeds: String = (0..count)
+        .map(|i| format!("{}:{web_port}\n", domain(i)))
+        .collect();
+    std::fs::write(&seeds_file, seeds)?;
+    let hosts: Vec<String> = (0..count)
+        .map(|i| format!("\"{}=127.0.0.1\"", domain(i)))
+        .collect();
+    let port = StdListener::bind("127.0.0.1:0")?.local_addr()?.port();
+    let config = |enabled: bool| {
+        format!(
+            "server:\n  listen: [\"127.0.0.1:{port}\"]\n\
+             index:\n  data_dir: {:?}\n\
+             embedding:\n  model_dir: {:?}\n\
+             log:\n  level: warn\n\
+             crawler:\n  enabled: {enabled}\n  seeds_file: {seeds_file:?}\n  ca_file: {ca_file:?}\n  \
+             allow_private: [\"127.0.0.0/8\"]\n  max_domains: {}\n  round_timeout: 3600\n  \
+             watch_interval: 0\n  hosts: [{}]\n",
+            tmp.path().join("data"),
+            options.model,
+            count.max(1),
+            hosts.join(", ")
+        )
+    };
+    let config_path = tmp.path().join("oapd.yaml");
+    let log = tmp.path().join("oapd.log");
+
+    // 1. Idle: crawler off, bundled manifests only.
+    std::fs::write(&config_path, config(false))?;
+    let (idle_before, bundled) = {
+        let daemon = start(&options.oapd, &config_path, &log)?;
+        let bundled = indexed(daemon.addr).ok_or("no /health index count")?;
+        discover_loop(daemon.addr, &AtomicBool::new(false), 20); // warm-up
+        let samples = discover_loop(daemon.addr, &AtomicBool::new(false), 400);
+        (samples, bundled)
+    };
+    println!(
+        "idle (crawler off, {bundled} manifests): p50 {:.1} ms, p99 {:.1} ms over {} requests",
+        percentile(&idle_before, 50.0),
+        percentile(&idle_before, 99.0),
+        idle_before.len()
+    );
+
+    // 2. The crawl, with discovery traffic and RSS sampling alongside.
+    std::fs::write(&config_path, config(true))?;
+    let target = bundled + count as u64;
+    let started = Instant::now();
+    let daemon = start(&options.oapd, &config_path, &log)?;
+    let ready_ms = started.elapsed().as_secs_f64() * 1000.0;
+    let crawl_started = Instant::now();
+    let pid = daemon.child.id();
+    let stop = Arc::new(AtomicBool::new(false));
+    let peak_rss = Arc::new(Mutex::new(0f64));
+    let sampler = {
+        let (stop, peak) = (stop.clone(), peak_rss.clone());
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                let rss = vm_kb(pid, "VmRSS:");
+                if let Ok(mut p) = peak.lock() {
+                    *p = p.max(rss);
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        })
+    };
+    let loader = {
+        let (stop, addr) = (stop.clone(), daemon.addr);
+        std::thread::spawn(move || discover_loop(addr, &stop, usize::MAX))
+    };
+    let mut fetched_at = None;
+    let deadline = Instant::now() + Duration::from_secs(3600);
+    let mut last_report = Instant::now();
+    let done = loop {
+        let now_indexed = indexed(daemon.addr).unwrap_or(0);
+        if fetched_at.is_none() && served.load(Ordering::Relaxed) >= count {
+            fetched_at = Some(crawl_started.elapsed().as_secs_f64());
+        }
+        if now_indexed >= target {
+            break true;
+        }
+        if Instant::now() > deadline {
+            break false;
+        }
+        if last_report.elapsed() > Duration::from_secs(10) {
+            println!(
+                "  {:.0} s: served {} manifests, index holds {now_indexed}",
+                crawl_started.elapsed().as_secs_f64(),
+                served.load(Ordering::Relaxed)
+            );
+            last_report = Instant::now();
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    };
+    let crawl_s = crawl_started.elapsed().as_secs_f64();
+    stop.store(true, Ordering::Relaxed);
+    let during = loader.join().map_err(|_| "load thread panicked")?;
+    let _ = sampler.join();
+    if !done {
+        return Err(format!(
+            "crawl not finished after an hour; log:\n{}",
+            std::fs::read_to_string(&log).unwrap_or_default()
+        )
+        .into());
+    }
+    let end_rss = vm_kb(pid, "VmRSS:");
+    let hwm = vm_kb(pid, "VmHWM:");
+    let peak = peak_rss.lock().map(|p| *p).unwrap_or(0.0).max(end_rss);
+
+    // 3. Idle again, same daemon, full index.
+    let idle_after = discover_loop(daemon.addr, &AtomicBool::new(false), 400);
+    drop(daemon);
+
+    let mb = |kb: f64| kb * 1024.0 / 1e6;
+    let result = serde_json::json!({
+        "manifests": count,
+        "bundled": bundled,
+        "ready_ms": ready_ms,
+        "fetched_s": fetched_at,
+        "crawl_s": crawl_s,
+        "manifests_per_s": count as f64 / crawl_s,
+        "peak_rss_mb": mb(peak),
+        "end_rss_mb": mb(end_rss),
+        "hwm_mb": mb(hwm),
+        "idle_before": {"n": idle_before.len(), "p50": percentile(&idle_before, 50.0), "p99": percentile(&idle_before, 99.0)},
+        "during": {"n": during.len(), "p50": percentile(&during, 50.0), "p99": percentile(&during, 99.0)},
+        "idle_after": {"n": idle_after.len(), "p50": percentile(&idle_after, 50.0), "p99": percentile(&idle_after, 99.0)},
+    });
+    println!("RESULT {result}");
+    Ok(())
+}
