@@ -13,6 +13,7 @@
 //! and no `OAP_*` environment; they are killed when this task ends, also on
 //! error (their handles kill them on drop).
 
+use crate::bench_proxy::{loadavg, now_utc};
 use std::io::Read;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -365,20 +366,6 @@ fn source_revision() -> String {
         }
         None => "unknown (no git)".into(),
     }
-}
-
-fn loadavg() -> String {
-    std::fs::read_to_string("/proc/loadavg")
-        .map(|l| l.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
-        .unwrap_or_else(|_| "?".into())
-}
-
-fn now_utc() -> String {
-    Command::new("date")
-        .args(["-u", "+%Y-%m-%d %H:%M UTC"])
-        .output()
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
-        .unwrap_or_default()
 }
 
 fn write_config(path: &Path, port: u16, data_dir: &Path, model: &Path, extra: &str) -> Result<()> {

@@ -4,6 +4,7 @@
 //! generated domain per manifest, the real `oapd serve`; see its doc) and
 //! writes the figures into the "Crawler" section of docs/BENCHMARKS.md.
 
+use crate::bench_proxy::{loadavg, now_utc};
 use std::path::Path;
 use std::process::Command;
 
@@ -194,18 +195,4 @@ fn machine() -> String {
         .unwrap_or("unknown CPU");
     let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
     format!("{model}, {cores} cores")
-}
-
-fn loadavg() -> String {
-    std::fs::read_to_string("/proc/loadavg")
-        .map(|l| l.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
-        .unwrap_or_else(|_| "?".into())
-}
-
-fn now_utc() -> String {
-    Command::new("date")
-        .args(["-u", "+%Y-%m-%d %H:%M UTC"])
-        .output()
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
-        .unwrap_or_default()
 }
