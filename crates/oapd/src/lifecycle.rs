@@ -415,6 +415,12 @@ pub async fn serve(config: Config, config_path: Option<PathBuf>) -> anyhow::Resu
         crawl_tasks: Mutex::new(crawl_tasks),
     });
 
+    // The signal handlers exist before READY=1: a manager (or a test) may
+    // send SIGHUP or SIGTERM the moment it sees READY, and a signal that
+    // arrives before its handler takes the default action (terminate).
+    let hangup = install_signal(tokio::signal::unix::SignalKind::hangup(), "SIGHUP");
+    let terminate = install_signal(tokio::signal::unix::SignalKind::terminate(), "SIGTERM");
+
     // Listening and the index is open: ready.
     let status = board.line();
     notify(&[NotifyState::Ready, NotifyState::Status(&status)]);
@@ -425,9 +431,18 @@ pub async fn serve(config: Config, config_path: Option<PathBuf>) -> anyhow::Resu
         background.push(tokio::spawn(watchdog(interval / 2, live.clone())));
     }
     background.push(tokio::spawn(probe_upstream(ollama_url, board.clone())));
-    background.push(tokio::spawn(reload_on_hangup(running.clone())));
+    if let Some(hangup) = hangup {
+        background.push(tokio::spawn(reload_on_hangup(running.clone(), hangup)));
+    }
 
-    http::serve(listeners, live.clone(), limits, shutdown_signal(), grace).await;
+    http::serve(
+        listeners,
+        live.clone(),
+        limits,
+        shutdown_signal(terminate),
+        grace,
+    )
+    .await;
     // The experience cache batches its writes; what was learnt in the last
     // moments is written before the process exits.
     if let Some(experience) = &live.current().chat.experience {
@@ -504,34 +519,40 @@ fn host_and_port(url: &str) -> Option<String> {
     }
 }
 
-async fn reload_on_hangup(running: Arc<Running>) {
-    use tokio::signal::unix::{signal, SignalKind};
-    let mut hangup = match signal(SignalKind::hangup()) {
-        Ok(hangup) => hangup,
+/// A stream of `kind` signals, or `None` (logged) when the handler cannot be
+/// installed.
+fn install_signal(
+    kind: tokio::signal::unix::SignalKind,
+    name: &'static str,
+) -> Option<tokio::signal::unix::Signal> {
+    match tokio::signal::unix::signal(kind) {
+        Ok(stream) => Some(stream),
         Err(err) => {
-            tracing::error!(error = %err, "cannot install SIGHUP handler; reload unavailable");
-            return;
+            tracing::error!(error = %err, signal = name, "cannot install signal handler");
+            None
         }
-    };
+    }
+}
+
+async fn reload_on_hangup(running: Arc<Running>, mut hangup: tokio::signal::unix::Signal) {
     while hangup.recv().await.is_some() {
         running.reload().await;
     }
 }
 
-async fn shutdown_signal() {
-    use tokio::signal::unix::{signal, SignalKind};
-    let mut term = match signal(SignalKind::terminate()) {
-        Ok(term) => term,
-        Err(err) => {
-            tracing::error!(error = %err, "cannot install SIGTERM handler");
-            let _ = tokio::signal::ctrl_c().await;
-            notify(&[NotifyState::Stopping]);
-            return;
+/// Resolves on SIGTERM (or SIGINT); tells the manager we are stopping.
+async fn shutdown_signal(terminate: Option<tokio::signal::unix::Signal>) {
+    match terminate {
+        Some(mut term) => {
+            tokio::select! {
+                _ = term.recv() => tracing::info!("SIGTERM received"),
+                _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT received"),
+            }
         }
-    };
-    tokio::select! {
-        _ = term.recv() => tracing::info!("SIGTERM received"),
-        _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT received"),
+        None => {
+            let _ = tokio::signal::ctrl_c().await;
+            tracing::info!("SIGINT received");
+        }
     }
     notify(&[NotifyState::Stopping]);
 }
