@@ -43,6 +43,8 @@ pub struct CrawlerSettings {
     pub concurrency: usize,
     /// Most domains tracked (seeds + registered); more are refused.
     pub max_domains: usize,
+    /// Domains fetched between index rebuilds within one pass.
+    pub rebuild_every: usize,
 }
 
 impl CrawlerSettings {
@@ -56,6 +58,7 @@ impl CrawlerSettings {
             round_timeout: Duration::from_secs(300),
             concurrency: 4,
             max_domains: 10_000,
+            rebuild_every: 256,
         }
     }
 }
@@ -198,44 +201,55 @@ impl Crawler {
         };
         let mut report = CrawlReport::default();
         let deadline = tokio::time::Instant::now() + self.settings.round_timeout;
-        let mut changed = false;
-        let results = stream::iter(targets)
-            .map(|state| async move {
-                let outcome = if tokio::time::Instant::now() >= deadline {
-                    None
-                } else {
-                    tokio::time::timeout_at(deadline, self.crawl_one(&state))
-                        .await
-                        .ok()
+        // In slices: each slice's manifests are embedded and become
+        // discoverable before the next slice is fetched, instead of after the
+        // whole pass (10k new domains would otherwise wait ~25 min on a
+        // 2-core board), and a rebuild never holds a whole pass's new
+        // vectors in memory.
+        for slice in targets.chunks(self.settings.rebuild_every.max(1)) {
+            let results = stream::iter(slice.iter().cloned())
+                .map(|state| async move {
+                    let outcome = if tokio::time::Instant::now() >= deadline {
+                        None
+                    } else {
+                        tokio::time::timeout_at(deadline, self.crawl_one(&state))
+                            .await
+                            .ok()
+                    };
+                    (state, outcome)
+                })
+                .buffer_unordered(self.settings.concurrency.max(1))
+                .collect::<Vec<_>>()
+                .await;
+            let mut changed = false;
+            for (state, outcome) in results {
+                let Some((outcome, hint)) = outcome else {
+                    report.deferred += 1;
+                    continue;
                 };
-                (state, outcome)
-            })
-            .buffer_unordered(self.settings.concurrency.max(1))
-            .collect::<Vec<_>>()
-            .await;
-        for (state, outcome) in results {
-            let Some((outcome, hint)) = outcome else {
-                report.deferred += 1;
-                continue;
-            };
-            report.attempted += 1;
-            changed |= self.apply(&state.domain, outcome, hint, &mut report);
-        }
-        if let Err(err) = self.save() {
-            tracing::error!(error = %err, "cannot save the crawl state");
-        }
-        if changed {
-            if let Some(engine) = engine {
-                let engine = Arc::clone(engine);
-                // Embedding is CPU work: off the async workers. Readers keep
-                // the old snapshot until the new one is swapped in.
-                match tokio::task::spawn_blocking(move || engine.rebuild(false)).await {
-                    Ok(Ok(build)) => report.rebuild = Some(build),
-                    Ok(Err(err)) => report.rebuild_error = Some(err.to_string()),
-                    Err(err) => report.rebuild_error = Some(err.to_string()),
-                }
-                if let Some(err) = &report.rebuild_error {
-                    tracing::error!(error = %err, "index rebuild after crawl failed; the old index keeps serving");
+                report.attempted += 1;
+                changed |= self.apply(&state.domain, outcome, hint, &mut report);
+            }
+            if let Err(err) = self.save() {
+                tracing::error!(error = %err, "cannot save the crawl state");
+            }
+            if changed {
+                if let Some(engine) = engine {
+                    let engine = Arc::clone(engine);
+                    // Embedding is CPU work: off the async workers, at
+                    // background priority (Engine::rebuild). Readers keep the
+                    // old snapshot until the new one is swapped in.
+                    match tokio::task::spawn_blocking(move || engine.rebuild(false)).await {
+                        Ok(Ok(build)) => {
+                            report.rebuild = Some(build);
+                            report.rebuild_error = None;
+                        }
+                        Ok(Err(err)) => report.rebuild_error = Some(err.to_string()),
+                        Err(err) => report.rebuild_error = Some(err.to_string()),
+                    }
+                    if let Some(err) = &report.rebuild_error {
+                        tracing::error!(error = %err, "index rebuild after crawl failed; the old index keeps serving");
+                    }
                 }
             }
         }

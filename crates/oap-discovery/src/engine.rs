@@ -67,6 +67,8 @@ pub enum EngineError {
     Index(#[from] IndexError),
     #[error("index build lock poisoned by an earlier panic")]
     Poisoned,
+    #[error("cannot start the rebuild thread: {0}")]
+    Thread(std::io::Error),
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -194,6 +196,15 @@ pub struct Engine {
     build_lock: Mutex<()>,
 }
 
+/// Who waits on an index build.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Priority {
+    /// Start-up and the command line: nothing else runs, use every core.
+    Foreground,
+    /// A rebuild while serving: idle-class threads, so queries go first.
+    Background,
+}
+
 impl Engine {
     /// Loads the catalog and opens the index, rebuilding it only when the
     /// catalog, the model or the recipe changed (or the file is damaged).
@@ -243,6 +254,7 @@ impl Engine {
                 embedder.as_deref(),
                 previous.as_ref(),
                 &fingerprint,
+                Priority::Foreground,
             )?,
         };
         built.previous_index_problem = report.previous_index_problem.take();
@@ -264,7 +276,38 @@ impl Engine {
     /// everything instead of reusing unchanged vectors. Queries keep being
     /// served from the old snapshot until the new one is swapped in; on
     /// failure the old snapshot stays.
+    ///
+    /// Runs at background priority (see [`Priority`]): a rebuild while
+    /// serving must not slow the queries down.
     pub fn rebuild(&self, force: bool) -> Result<BuildReport, EngineError> {
+        self.rebuild_at(force, Priority::Background)
+    }
+
+    /// [`Engine::rebuild`] at an explicit priority (`Foreground` for a
+    /// command-line rebuild nobody competes with).
+    pub fn rebuild_at(&self, force: bool, priority: Priority) -> Result<BuildReport, EngineError> {
+        match priority {
+            Priority::Foreground => self.rebuild_inner(force, priority),
+            // A thread of its own, lowered for its lifetime: the catalog
+            // parse and the index write yield to queries too, and the
+            // caller's (pooled) thread keeps its priority.
+            Priority::Background => std::thread::scope(|scope| {
+                let worker = std::thread::Builder::new()
+                    .name("oap-rebuild".into())
+                    .spawn_scoped(scope, || {
+                        oap_embed::lower_current_thread_priority();
+                        self.rebuild_inner(force, priority)
+                    })
+                    .map_err(EngineError::Thread)?;
+                match worker.join() {
+                    Ok(result) => result,
+                    Err(panic) => std::panic::resume_unwind(panic),
+                }
+            }),
+        }
+    }
+
+    fn rebuild_inner(&self, force: bool, priority: Priority) -> Result<BuildReport, EngineError> {
         let _guard = self.build_lock.lock().map_err(|_| EngineError::Poisoned)?;
         let started = Instant::now();
         let catalog = Catalog::load(&self.sources);
@@ -297,6 +340,7 @@ impl Engine {
             self.embedder.as_deref(),
             reuse,
             &fingerprint,
+            priority,
         )?;
         report.problems = catalog.problems;
         report.collisions = catalog.collisions;
@@ -585,6 +629,7 @@ fn build_index(
     embedder: Option<&dyn Embedder>,
     previous: Option<&Index>,
     fingerprint: &str,
+    priority: Priority,
 ) -> Result<(Index, BuildReport), EngineError> {
     let model_id = embedder.map(|e| e.model_id().to_string());
     // A lexical-only index (no model) still needs a valid dimension; it
@@ -656,7 +701,10 @@ fn build_index(
     if let (Some(embedder), Some(model_id)) = (embedder, &model_id) {
         for batch in to_embed.chunks(EMBED_BATCH) {
             let texts: Vec<&str> = batch.iter().map(String::as_str).collect();
-            let vectors = embedder.embed(&texts)?;
+            let vectors = match priority {
+                Priority::Foreground => embedder.embed(&texts)?,
+                Priority::Background => embedder.embed_background(&texts)?,
+            };
             for (text, vector) in batch.iter().zip(vectors) {
                 reusable.insert(document::row_key(model_id, text), vector);
             }

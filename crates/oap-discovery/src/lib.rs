@@ -15,6 +15,6 @@ pub mod scoring;
 pub use catalog::{Catalog, CatalogEntry, Collision, LoadProblem, Origin, Source, Trust};
 pub use engine::{
     BuildReport, Candidate, DiscoverError, Discovery, Engine, EngineConfig, EngineError,
-    EngineStats, ManifestSummary, StoredRecord,
+    EngineStats, ManifestSummary, Priority, StoredRecord,
 };
 pub use scoring::{Mode, ScoreParts, Scoring};

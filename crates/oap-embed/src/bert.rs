@@ -76,6 +76,9 @@ pub struct BertEmbedder {
     dir: PathBuf,
     opts: EmbedOptions,
     pool: Option<rayon::ThreadPool>,
+    /// Idle-class threads for [`Embedder::embed_background`], started on
+    /// first use (a daemon that never rebuilds never starts them).
+    background: std::sync::OnceLock<Result<rayon::ThreadPool, String>>,
 }
 
 impl fmt::Debug for BertEmbedder {
@@ -236,6 +239,7 @@ impl BertEmbedder {
             dir,
             opts,
             pool,
+            background: std::sync::OnceLock::new(),
         })
     }
 
@@ -335,6 +339,46 @@ impl Embedder for BertEmbedder {
             // short parallel sections of a forward pass.
             None => self.device.with_context(|| self.embed_in_pool(texts)),
         }
+    }
+
+    fn embed_background(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, EmbedError> {
+        if texts.is_empty() {
+            return Ok(Vec::new());
+        }
+        // Everything candle and the tokenizer parallelise inside `install`
+        // runs on the idle-class pool's threads, not on the query pool.
+        self.background_pool()?
+            .install(|| self.embed_in_pool(texts))
+    }
+}
+
+impl BertEmbedder {
+    /// Threads of the background pool: one fewer than the foreground has, so
+    /// a core stays free for queries even where idle-class scheduling is
+    /// refused; at least one.
+    fn background_threads(&self) -> usize {
+        let foreground = self.opts.threads.unwrap_or_else(|| {
+            std::thread::available_parallelism()
+                .map(|n| n.get())
+                .unwrap_or(1)
+        });
+        foreground.saturating_sub(1).max(1)
+    }
+
+    fn background_pool(&self) -> Result<&rayon::ThreadPool, EmbedError> {
+        let pool = self.background.get_or_init(|| {
+            let threads = self.background_threads();
+            rayon::ThreadPoolBuilder::new()
+                .num_threads(threads)
+                .thread_name(|i| format!("oap-embed-bg-{i}"))
+                .start_handler(|_| {
+                    crate::priority::lower_current_thread_priority();
+                })
+                .build()
+                .map_err(|e| format!("cannot start {threads} background threads: {e}"))
+        });
+        pool.as_ref()
+            .map_err(|reason| EmbedError::InvalidOptions(reason.clone()))
     }
 }
 

@@ -11,9 +11,13 @@
 
 mod bert;
 mod error;
+mod priority;
 
 pub use bert::{BertEmbedder, EmbedOptions};
 pub use error::EmbedError;
+#[cfg(target_os = "linux")]
+pub use priority::current_thread_is_idle_class;
+pub use priority::lower_current_thread_priority;
 
 /// A text-to-vector model.
 ///
@@ -30,6 +34,13 @@ pub trait Embedder: Send + Sync {
     /// L2-normalised sentence embeddings, one per input, in order. Batches
     /// internally, so callers may pass any number of texts.
     fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, EmbedError>;
+
+    /// Like [`Embedder::embed`], for work nobody is waiting on (index
+    /// rebuilds while serving): implementations run it at a priority that
+    /// lets query embeddings go first. Same results as `embed`.
+    fn embed_background(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, EmbedError> {
+        self.embed(texts)
+    }
 
     /// Embeds a single text (a query, typically).
     fn embed_one(&self, text: &str) -> Result<Vec<f32>, EmbedError> {

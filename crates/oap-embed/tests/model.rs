@@ -358,3 +358,46 @@ fn invalid_options() {
         );
     }
 }
+
+/// Scheduling policy (field 41 of `/proc/self/task/<tid>/stat`) of every
+/// thread whose name starts with `prefix`.
+#[cfg(target_os = "linux")]
+fn policies_of_threads(prefix: &str) -> Vec<u32> {
+    let mut out = Vec::new();
+    for task in fs::read_dir("/proc/self/task").unwrap().flatten() {
+        let comm = fs::read_to_string(task.path().join("comm")).unwrap_or_default();
+        if !comm.trim_end().starts_with(prefix) {
+            continue;
+        }
+        let stat = fs::read_to_string(task.path().join("stat")).unwrap_or_default();
+        // Fields after the parenthesised name; policy is field 41 overall,
+        // i.e. the 39th after the closing parenthesis (state is field 3).
+        let after = stat.rsplit_once(')').map(|(_, rest)| rest).unwrap_or("");
+        let fields: Vec<&str> = after.split_whitespace().collect();
+        out.push(fields[38].parse().unwrap());
+    }
+    out
+}
+
+/// Background embedding (index rebuilds while serving) gives the same
+/// vectors as foreground embedding, on idle-class threads of its own.
+#[test]
+#[cfg(target_os = "linux")]
+fn background_embedding_matches_and_runs_in_the_idle_class() {
+    let e = embedder();
+    let texts: Vec<String> = (0..12).map(|i| words(3 + i * 7)).collect();
+    let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+    let foreground = e.embed(&refs).unwrap();
+    let background = e.embed_background(&refs).unwrap();
+    for (x, y) in foreground.iter().zip(&background) {
+        assert!(max_abs_diff(x, y) < 1e-5);
+    }
+    let policies = policies_of_threads("oap-embed-bg");
+    assert!(!policies.is_empty(), "no background threads were started");
+    const SCHED_IDLE: u32 = 5;
+    assert!(
+        policies.iter().all(|&p| p == SCHED_IDLE),
+        "background threads not idle-class: {policies:?}"
+    );
+    assert!(e.embed_background(&[]).unwrap().is_empty());
+}

@@ -187,7 +187,7 @@ fn run_with_config(
             let (embedder, _) = oapd::app::load_embedder(&config);
             let (engine, mut report) = oapd::app::open_engine(&config, embedder)?;
             if force {
-                report = engine.rebuild(true)?;
+                report = engine.rebuild_at(true, oap_discovery::Priority::Foreground)?;
             }
             println!(
                 "{} manifests, {} rows ({} embedded, index {}), {} problems, {} collisions, {:.0} ms",
