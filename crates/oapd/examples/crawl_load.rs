@@ -219,6 +219,9 @@ fn start(oapd: &Path, config: &Path, log: &Path) -> Result<Daemon> {
     let child = command
         .env_remove("OAPD_CONFIG")
         .env("RUST_LOG", "warn")
+        // As systemd/oapd.service sets it: without a cap every thread that
+        // embeds keeps a glibc arena of its own, and RSS measures those.
+        .env("MALLOC_ARENA_MAX", "2")
         .arg("--config")
         .arg(config)
         .arg("serve")
