@@ -15,7 +15,7 @@ if [ -x /etc/kernel/postinst.d/z50-raspi-firmware ]; then
     DEB_MAINT_PARAMS=configure /etc/kernel/postinst.d/z50-raspi-firmware
     cat /boot/firmware/cmdline.txt
 fi
-systemctl enable systemd-networkd.service oapd-firstboot.service oapd-bootcheck.service
+systemctl enable systemd-networkd.service oapd-firstboot.service oapd-growroot.service oapd-bootcheck.service
 # Build the index now, as the service user, where the service keeps it: the
 # first boot then maps it instead of embedding every bundled manifest (seconds
 # on a Pi 4, minutes under emulation). Not fatal: oapd builds it at start.

@@ -925,7 +925,13 @@ fn tail(text: &str, lines: usize) -> String {
 struct FirstBoot {
     hostname: String,
     token: String,
+    /// Bytes of the root partition as built; the scratch disk is larger, so
+    /// a root filesystem bigger than this proves first boot grew it.
+    built_root_bytes: u64,
 }
+
+/// Space added to the scratch copy of the disk, as a bigger SD card would.
+const BOOT_TEST_EXTRA_BYTES: u64 = 512 * MIB;
 
 fn boot_test(layout: &Layout, timeout: Duration) -> Result<()> {
     let arch = layout.arch;
@@ -945,9 +951,15 @@ fn boot_test(layout: &Layout, timeout: Duration) -> Result<()> {
             .arg(layout.disk())
             .arg(&scratch),
     )?;
+    let built_len = fs::metadata(layout.disk())?.len();
+    fs::OpenOptions::new()
+        .write(true)
+        .open(&scratch)?
+        .set_len(built_len + BOOT_TEST_EXTRA_BYTES)?;
     let settings = FirstBoot {
         hostname: format!("oapd-boot-test-{}", arch.name()),
         token: random_token()?,
+        built_root_bytes: built_len.saturating_sub(MIB + FIRMWARE_MIB * MIB),
     };
     let settings_file = layout.work.join("oapd.yaml");
     fs::write(
@@ -1248,6 +1260,27 @@ fn check_report(console: &str, settings: &FirstBoot) -> Result<()> {
             "the first-boot file is still on the boot partition".into(),
         ));
     }
+    if !lines.contains(&"growroot success active") {
+        return Err(fail("oapd-growroot.service did not succeed".into()));
+    }
+    let root_bytes: u64 = lines
+        .iter()
+        .find_map(|l| l.strip_prefix("rootbytes "))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    if root_bytes <= settings.built_root_bytes {
+        return Err(fail(format!(
+            "the root filesystem has {root_bytes} bytes, not more than the {} of the built \
+             partition: first boot did not grow it into the {} extra MiB",
+            settings.built_root_bytes,
+            BOOT_TEST_EXTRA_BYTES / MIB
+        )));
+    }
+    println!(
+        "image-boot: root filesystem grew to {} MiB (built partition {} MiB)",
+        root_bytes / MIB,
+        settings.built_root_bytes / MIB
+    );
     if !lines.contains(&"envmode 600") {
         return Err(fail("/etc/oapd/oapd.env is not mode 0600".into()));
     }
