@@ -163,6 +163,42 @@ impl Crawler {
         Ok(domain)
     }
 
+    /// Forgets the seed domains that are no longer in `seeds` (normalised
+    /// names, as [`Crawler::add_domain`] returns them) and removes their
+    /// stored manifests: an operator who deletes a seed expects its tools to
+    /// go. Registered and command-line domains are kept. Returns the
+    /// domains dropped; the caller rebuilds the index when any manifest went.
+    pub fn retain_seeds(&self, seeds: &[String]) -> Vec<String> {
+        let keep: std::collections::HashSet<&str> = seeds.iter().map(String::as_str).collect();
+        let mut dropped = Vec::new();
+        {
+            let mut schedule = self.lock();
+            schedule.domains.retain(|domain, state| {
+                let stale = state.added_by == AddedBy::Seed && !keep.contains(domain.as_str());
+                if stale {
+                    dropped.push(domain.clone());
+                }
+                !stale
+            });
+        }
+        for domain in &dropped {
+            match remote::remove_envelope(&self.settings.remote_dir, domain) {
+                Ok(_) => {
+                    tracing::info!(%domain, "seed removed from the config; its manifest is gone")
+                }
+                Err(err) => {
+                    tracing::error!(%domain, error = %err, "cannot remove the manifest of a dropped seed")
+                }
+            }
+        }
+        if !dropped.is_empty() {
+            if let Err(err) = self.save() {
+                tracing::error!(error = %err, "cannot save the crawl state");
+            }
+        }
+        dropped
+    }
+
     /// Per-domain state, by name.
     pub fn status(&self) -> Vec<DomainState> {
         self.lock().domains.values().cloned().collect()

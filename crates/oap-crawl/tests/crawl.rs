@@ -525,8 +525,20 @@ async fn unhealthy_manifests_are_left_out_with_the_reason_shown() {
             .iter()
             .any(|c| c.id == id)
     };
+    // Matches both manifests, the tide service best.
+    let mixed = "high and low tide times, tide tables, or echo my input back";
+    let first = |f: &Fixture| -> Vec<String> {
+        f.engine
+            .discover(mixed, 1)
+            .unwrap()
+            .candidates
+            .into_iter()
+            .map(|c| c.id)
+            .collect()
+    };
     f.crawl(std::slice::from_ref(&domain)).await;
     assert!(found(&f));
+    assert_eq!(first(&f), vec![id.clone()]);
     assert!(f.engine.get(&id).unwrap().unhealthy.is_none());
     assert_eq!(f.server.hits("health.test"), 2);
 
@@ -534,6 +546,8 @@ async fn unhealthy_manifests_are_left_out_with_the_reason_shown() {
     let report = f.crawl(std::slice::from_ref(&domain)).await;
     assert!(report.rebuild.is_some(), "{report:?}");
     assert!(!found(&f), "an unhealthy manifest was offered");
+    // top_k healthy ones still come back: the next best fills the place.
+    assert_eq!(first(&f), vec!["local/local-echo".to_string()]);
     let reason = f.engine.get(&id).unwrap().unhealthy.unwrap();
     assert!(reason.contains("answered HTTP 503"), "{reason}");
     assert!(ids(&f.engine).contains(&id), "still listed");
@@ -543,4 +557,51 @@ async fn unhealthy_manifests_are_left_out_with_the_reason_shown() {
     f.crawl(std::slice::from_ref(&domain)).await;
     assert!(found(&f));
     assert!(f.engine.get(&id).unwrap().unhealthy.is_none());
+}
+
+/// A seed deleted from the config takes its manifest with it at the next
+/// start; registered (and command-line) domains stay.
+#[tokio::test]
+async fn a_seed_dropped_from_the_config_leaves_the_index() {
+    let f = fixture().await;
+    let seed = f
+        .crawler
+        .add_domain(&f.server.domain("good.test"), AddedBy::Seed)
+        .unwrap();
+    let registered = f
+        .crawler
+        .add_domain(&f.server.domain("second.test"), AddedBy::Register)
+        .unwrap();
+    let report = f.crawl(&[seed.clone(), registered.clone()]).await;
+    assert_eq!(report.updated, 2, "{report:?}");
+    assert_eq!(ids(&f.engine).len(), 3, "{:?}", ids(&f.engine));
+
+    // Still a seed: nothing changes.
+    assert!(f
+        .crawler
+        .retain_seeds(std::slice::from_ref(&seed))
+        .is_empty());
+    assert_eq!(f.crawler.status().len(), 2);
+
+    // Seed list now empty: the seed goes, the registered domain stays.
+    assert_eq!(f.crawler.retain_seeds(&[]), vec![seed.clone()]);
+    let left: Vec<String> = f.crawler.status().into_iter().map(|s| s.domain).collect();
+    assert_eq!(left, vec![registered.clone()]);
+    f.engine.rebuild(false).unwrap();
+    let now = ids(&f.engine);
+    assert!(
+        !now.iter().any(|id| id.starts_with(&format!("{seed}/"))),
+        "{now:?}"
+    );
+    assert!(
+        now.iter()
+            .any(|id| id.starts_with(&format!("{registered}/"))),
+        "{now:?}"
+    );
+    assert!(now.contains(&"local/local-echo".to_string()));
+
+    // The schedule file agrees after a restart.
+    let reopened = Crawler::new(f.crawler.settings().clone(), f.crawler_executor(), None);
+    let left: Vec<String> = reopened.status().into_iter().map(|s| s.domain).collect();
+    assert_eq!(left, vec![registered]);
 }

@@ -446,19 +446,31 @@ impl Engine {
 
         let search_started = Instant::now();
         let terms = oap_index::tokenize(&views.lexical);
-        let scored = scoring::rank(
-            &snapshot.index,
-            &self.config.scoring,
-            mode,
-            query_vector.as_deref(),
-            &terms,
-            top_k,
-        );
+        // Unhealthy manifests are dropped after ranking; ask for more until
+        // `top_k` healthy ones are found or the index has no more (they are
+        // rare, so this is one pass nearly always).
+        let mut want = top_k;
+        let candidates: Vec<Candidate> = loop {
+            let scored = scoring::rank(
+                &snapshot.index,
+                &self.config.scoring,
+                mode,
+                query_vector.as_deref(),
+                &terms,
+                want,
+            );
+            let exhausted = scored.len() < want;
+            let mut healthy: Vec<Candidate> = scored
+                .into_iter()
+                .filter_map(|(doc, parts)| candidate(&snapshot.index, doc, parts))
+                .collect();
+            if healthy.len() >= top_k || exhausted || want >= snapshot.index.len() {
+                healthy.truncate(top_k);
+                break healthy;
+            }
+            want = want.saturating_mul(2).min(snapshot.index.len());
+        };
         let threshold = self.config.scoring.threshold(mode);
-        let candidates: Vec<Candidate> = scored
-            .into_iter()
-            .filter_map(|(doc, parts)| candidate(&snapshot.index, doc, parts))
-            .collect();
         let search_ms = search_started.elapsed().as_secs_f64() * 1e3;
         // Abstention looks at the best candidate's score parts (its cosine in
         // hybrid mode), calibrated on the retrieval benchmark.

@@ -174,7 +174,27 @@ pub fn start_crawler(
         let crawler = Arc::new(crate::crawl::build(config).context("crawler setup")?);
         let seeds = crate::crawl::seeds(config)?;
         let added = crate::crawl::add_seeds(&crawler, &seeds, oap_crawl::AddedBy::Seed);
-        tracing::info!(seeds = added.len(), "crawler started");
+        let dropped = crawler.retain_seeds(&added);
+        tracing::info!(
+            seeds = added.len(),
+            dropped = dropped.len(),
+            "crawler started"
+        );
+        if !dropped.is_empty() {
+            // Their manifests left the store: the index follows.
+            let engine = engine.clone();
+            tasks.push(tokio::spawn(async move {
+                match tokio::task::spawn_blocking(move || engine.rebuild(false)).await {
+                    Ok(Ok(_)) => {}
+                    Ok(Err(err)) => {
+                        tracing::error!(error = %err, "index rebuild after dropping seeds failed")
+                    }
+                    Err(err) => {
+                        tracing::error!(error = %err, "index rebuild after dropping seeds failed")
+                    }
+                }
+            }));
+        }
         Some(crawler)
     } else {
         None

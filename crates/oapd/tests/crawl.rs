@@ -377,3 +377,61 @@ fn the_directory_watch_picks_up_added_changed_and_removed_manifests() {
     wait_for("the removal", || ids().is_empty());
     assert_eq!(daemon.get("/health").status, 200);
 }
+
+/// A registration whose fetch outlasts the wait (fetch timeout + 2 s) is
+/// answered 202 "queued" and finishes in the background: two registrations
+/// of a slow domain at once run one pass after the other (3 s each, the
+/// fetch timeout), so the second waits ~6 s.
+#[test]
+fn a_registration_that_outlasts_the_wait_is_accepted_and_finishes_later() {
+    let web = web();
+    let daemon = DaemonBuilder::new()
+        .env("OAP_SERVER_AUTH_TOKEN", TOKEN)
+        .yaml(&crawler_yaml(&web, true, &[]))
+        .start_with_auth(TOKEN);
+    let auth = format!("Bearer {TOKEN}");
+    let headers = [
+        ("Authorization", auth.as_str()),
+        ("Content-Type", "application/json"),
+    ];
+    let slow = web.server.domain("slow.test");
+    let body = format!(r#"{{"domain": "{slow}"}}"#);
+    let responses: Vec<_> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..2)
+            .map(|_| {
+                scope.spawn(|| {
+                    daemon.request("POST", "/v1/manifests/register", &headers, body.as_bytes())
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let statuses: Vec<u16> = responses.iter().map(|r| r.status).collect();
+    assert!(
+        statuses.iter().all(|s| *s == 202 || *s == 422),
+        "{statuses:?}"
+    );
+    let queued = responses
+        .iter()
+        .find(|r| r.status == 202)
+        .unwrap_or_else(|| panic!("no registration was queued: {statuses:?}"));
+    let queued = queued.json();
+    assert_eq!(queued["result"], "queued");
+    assert_eq!(queued["domain"], slow.as_str());
+
+    // The queued pass finishes in the background and records its failure.
+    wait_for("the queued fetch to finish", || {
+        let status = daemon
+            .request("GET", "/v1/crawl/status", &headers, b"")
+            .json();
+        status["domains"].as_array().is_some_and(|domains| {
+            domains.iter().any(|d| {
+                d["domain"] == slow.as_str() && d["consecutive_failures"].as_u64() >= Some(2)
+            })
+        })
+    });
+    // Nothing was indexed from it, and the daemon still serves.
+    let listed = daemon.request("GET", "/v1/manifests", &headers, b"").json();
+    assert!(!listed.to_string().contains("slow.test"), "{listed}");
+    assert_eq!(daemon.request("GET", "/health", &headers, b"").status, 200);
+}
