@@ -43,6 +43,12 @@ pub struct CrawlerSettings {
     pub concurrency: usize,
     /// Most domains tracked (seeds + registered); more are refused.
     pub max_domains: usize,
+    /// Crawl internet domains (`crawler.enabled`). When false only LAN
+    /// targets are crawled and `add_domain` is refused; stored internet
+    /// manifests stay indexed but are not refreshed.
+    pub internet: bool,
+    /// LAN discovery is on (`crawler.mdns`); LAN targets are crawled only then.
+    pub lan: bool,
 }
 
 impl CrawlerSettings {
@@ -56,6 +62,8 @@ impl CrawlerSettings {
             round_timeout: Duration::from_secs(300),
             concurrency: 4,
             max_domains: 10_000,
+            internet: true,
+            lan: false,
         }
     }
 }
@@ -86,6 +94,12 @@ pub enum AddError {
     Domain(#[from] DomainError),
     #[error("the crawler already tracks {0} domains (crawler.max_domains)")]
     Full(usize),
+    #[error("the internet crawler is disabled (crawler.enabled: false); only LAN discovery runs")]
+    InternetDisabled,
+    #[error("already tracking {0} LAN services (the cap)")]
+    LanFull(usize),
+    #[error("LAN key {0} is taken by another service")]
+    LanKeyTaken(String),
 }
 
 enum DomainOutcome {
@@ -97,10 +111,12 @@ enum DomainOutcome {
 
 /// The crawler. Share it behind an `Arc`.
 pub struct Crawler {
-    settings: CrawlerSettings,
+    pub(crate) settings: CrawlerSettings,
     executor: Arc<Executor>,
     txt: Option<Arc<dyn TxtResolver>>,
     schedule: Mutex<Schedule>,
+    /// Recent LAN advertisements refused, with why (bounded).
+    pub(crate) lan_refusals: Mutex<std::collections::VecDeque<crate::mdns::LanRefusalRecord>>,
     /// One pass at a time (the schedule loop, `register`, the CLI).
     pass: tokio::sync::Mutex<()>,
 }
@@ -122,6 +138,7 @@ impl Crawler {
             executor,
             txt,
             schedule: Mutex::new(schedule),
+            lan_refusals: Mutex::new(std::collections::VecDeque::new()),
             pass: tokio::sync::Mutex::new(()),
         }
     }
@@ -130,7 +147,7 @@ impl Crawler {
         &self.settings
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Schedule> {
+    pub(crate) fn lock(&self) -> std::sync::MutexGuard<'_, Schedule> {
         // A panic while holding the lock leaves plain data behind; keep going.
         self.schedule.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -138,6 +155,9 @@ impl Crawler {
     /// Adds (or re-activates) a domain; it is due at once. Returns its
     /// normalised name.
     pub fn add_domain(&self, raw: &str, added_by: AddedBy) -> Result<String, AddError> {
+        if !self.settings.internet {
+            return Err(AddError::InternetDisabled);
+        }
         let domain = normalize_domain(raw)?;
         let mut schedule = self.lock();
         let now = now_ms();
@@ -165,9 +185,23 @@ impl Crawler {
         self.lock().domains.values().cloned().collect()
     }
 
-    /// When the next domain is due (ms since the epoch).
+    /// Whether the background schedule crawls `state` (internet targets
+    /// only with `internet`, LAN targets only with `lan`).
+    fn scheduled(&self, state: &DomainState) -> bool {
+        match state.trust {
+            Trust::Lan => self.settings.lan,
+            _ => self.settings.internet,
+        }
+    }
+
+    /// When the next scheduled domain is due (ms since the epoch).
     pub fn next_due_ms(&self) -> Option<u64> {
-        self.lock().next_due_ms()
+        self.lock()
+            .domains
+            .values()
+            .filter(|s| self.scheduled(s))
+            .map(|s| s.next_due_ms)
+            .min()
     }
 
     /// Saves the schedule (atomically).
@@ -189,7 +223,11 @@ impl Crawler {
             let schedule = self.lock();
             let names = match only {
                 Some(names) => names.to_vec(),
-                None => schedule.due(now),
+                None => schedule
+                    .due(now)
+                    .into_iter()
+                    .filter(|n| schedule.domains.get(n).is_some_and(|s| self.scheduled(s)))
+                    .collect(),
             };
             names
                 .iter()
@@ -261,11 +299,16 @@ impl Crawler {
         } else {
             Validators::default()
         };
+        // HTTPS is mandatory for internet domains; LAN devices rarely have
+        // a certificate, so their targets may be plain HTTP (the address was
+        // checked when the advertisement was accepted and is checked again by
+        // the executor's lan trust rules).
+        let https_only = state.trust != Trust::Lan;
         let result = fetch_manifest(
             &self.executor,
             &state.url,
             state.trust,
-            true,
+            https_only,
             &validators,
             self.settings.fetch,
         )
