@@ -290,7 +290,13 @@ impl Crawler {
     }
 
     async fn crawl_one(&self, state: &DomainState) -> (DomainOutcome, txt::TxtHint) {
-        let hint = txt::check(self.txt.as_deref(), &state.domain).await;
+        // The TXT hint is a DNS record of an internet domain; a LAN key
+        // (`<instance>.local`) is not a DNS name to look up.
+        let hint = if state.trust == Trust::Lan {
+            txt::TxtHint::NotChecked
+        } else {
+            txt::check(self.txt.as_deref(), &state.domain).await
+        };
         // Validators only while the stored copy exists: a 304 must never
         // stand in for a manifest that is gone.
         let stored = remote::read_envelope(&self.settings.remote_dir, &state.domain);

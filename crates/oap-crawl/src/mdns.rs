@@ -306,18 +306,34 @@ impl LanUpdate {
     }
 }
 
-/// Removes every LAN target from `schedule` and its envelope from
-/// `remote_dir`; returns how many envelopes existed.
+/// Removes every LAN target from `schedule` and every LAN envelope
+/// (`*.local.json`: only LAN keys end in `.local`) from `remote_dir`, also
+/// those the schedule lost track of; returns how many envelopes existed.
 pub fn purge_lan(schedule: &mut Schedule, remote_dir: &std::path::Path) -> usize {
-    let keys: Vec<String> = schedule
+    let mut keys: Vec<String> = schedule
         .domains
         .values()
         .filter(|s| s.trust == Trust::Lan)
         .map(|s| s.domain.clone())
         .collect();
+    for key in &keys {
+        schedule.domains.remove(key);
+    }
+    if let Ok(listing) = std::fs::read_dir(remote_dir) {
+        for entry in listing.flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if let Some(key) = name.strip_suffix(".json") {
+                if key.ends_with(".local")
+                    && !key.starts_with('.')
+                    && !keys.iter().any(|k| k == key)
+                {
+                    keys.push(key.to_string());
+                }
+            }
+        }
+    }
     let mut removed = 0;
     for key in keys {
-        schedule.domains.remove(&key);
         match remote::remove_envelope(remote_dir, &key) {
             Ok(existed) => removed += usize::from(existed),
             Err(err) => tracing::error!(%key, error = %err, "cannot remove a LAN manifest"),
@@ -406,17 +422,16 @@ impl Crawler {
     /// Removes every LAN target (LAN discovery is off); returns how many
     /// stored manifests were removed.
     pub fn purge_lan_targets(&self) -> usize {
-        let removed = {
+        let (removed, changed) = {
             let mut schedule = self.lock();
             let before = schedule.domains.len();
             let removed = purge_lan(&mut schedule, &self.settings.remote_dir);
-            if schedule.domains.len() == before {
-                return 0;
-            }
-            removed
+            (removed, schedule.domains.len() != before)
         };
-        if let Err(err) = self.save() {
-            tracing::error!(error = %err, "cannot save the crawl state");
+        if changed {
+            if let Err(err) = self.save() {
+                tracing::error!(error = %err, "cannot save the crawl state");
+            }
         }
         removed
     }
