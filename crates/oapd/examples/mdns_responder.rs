@@ -158,7 +158,13 @@ fn hostile_announcer(address: Ipv4Addr, port: u16) {
             port,
             &["path=oap.json".into()],
         ),
-        announcement("Loopback Box", "loopback.local.", Ipv4Addr::LOCALHOST, port, &[]),
+        announcement(
+            "Loopback Box",
+            "loopback.local.",
+            Ipv4Addr::LOCALHOST,
+            port,
+            &[],
+        ),
         announcement(
             "Metadata Box",
             "metadata.local.",
@@ -198,6 +204,13 @@ fn main() {
             std::process::exit(2)
         });
     let port: u16 = arg("--port").and_then(|p| p.parse().ok()).unwrap_or(8080);
+    run(address, port);
+}
+
+/// The device: HTTP, mDNS registrations, hostile announcer, stdin commands.
+/// (`crates/oapd/tests/mdns.rs` includes this file and runs this in a
+/// child process, so the test needs no separately built example.)
+pub fn run(address: Ipv4Addr, port: u16) {
     let listener = TcpListener::bind((address, port)).unwrap_or_else(|err| {
         eprintln!("mdns_responder: cannot listen on {address}:{port}: {err}");
         std::process::exit(1)
