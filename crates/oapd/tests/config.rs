@@ -1253,3 +1253,18 @@ fn errors_do_not_echo_the_token() {
     ));
     assert!(!e.to_string().contains("secret"), "{e}");
 }
+
+#[test]
+fn crawler_mdns_is_off_by_default_and_set_by_file_or_env() {
+    assert!(!ok(yaml("")).crawler.mdns);
+    assert!(ok(yaml("crawler:\n  mdns: true\n")).crawler.mdns);
+    assert!(
+        ok(yaml_env("", &[("OAP_CRAWLER_MDNS", "true")]))
+            .crawler
+            .mdns
+    );
+    let e = err(yaml("crawler:\n  mdns: maybe\n"));
+    assert!(e.to_string().contains("crawler.mdns"), "{e}");
+    let e = err(yaml_env("", &[("OAP_CRAWLER_MDNS", "sometimes")]));
+    assert!(e.to_string().contains("OAP_CRAWLER_MDNS"), "{e}");
+}

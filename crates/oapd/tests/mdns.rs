@@ -446,3 +446,75 @@ fn lan_manifests_come_and_go_inside_network_namespaces() {
     // The daemon kept serving throughout.
     assert_eq!(lab.request("GET", "/health", b"").status, 200);
 }
+
+/// With `crawler.mdns` off (the default) no browser runs and LAN manifests
+/// left by an earlier run with it on leave the index; internet ones stay.
+/// Runs in the host namespace: nothing here sends multicast.
+#[test]
+fn mdns_off_removes_lan_manifests_left_from_before() {
+    if std::env::var_os(RESPONDER_ENV).is_some() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let crawled = dir.path().join("data/crawled");
+    std::fs::create_dir_all(&crawled).unwrap();
+    let envelope = |host: &str, trust: &str, name: &str| {
+        serde_json::json!({
+            "host": host,
+            "url": format!("http://10.0.0.9/{name}.json"),
+            "trust": trust,
+            "fetched_at_unix": 1,
+            "body": serde_json::json!({
+                "oap": "1.0",
+                "name": name,
+                "description": format!("{name} does things"),
+                "invoke": {"method": "GET", "url": "http://10.0.0.9/run"}
+            }).to_string(),
+        })
+        .to_string()
+    };
+    std::fs::write(
+        crawled.join("old-hub.local.json"),
+        envelope("old-hub.local", "lan", "old-hub"),
+    )
+    .unwrap();
+    std::fs::write(
+        crawled.join("example.org.json"),
+        envelope("example.org", "internet", "web-thing"),
+    )
+    .unwrap();
+    let state = serde_json::json!({"domains": {"old-hub.local": {
+        "domain": "old-hub.local", "added_by": "mdns", "trust": "lan",
+        "url": "http://10.0.0.9/old-hub.json", "next_due_ms": 0,
+        "mdns_name": "Old Hub._oap._tcp.local."
+    }}});
+    std::fs::write(dir.path().join("data/crawl-state.json"), state.to_string()).unwrap();
+
+    let daemon = support::DaemonBuilder::new()
+        .without_model()
+        .in_dir(dir)
+        .yaml("crawler:\n  watch_interval: 1\n")
+        .start();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let list = daemon.get("/v1/manifests").json();
+        if manifest(&list, "old-hub.local/old-hub").is_none() {
+            assert!(manifest(&list, "example.org/web-thing").is_some(), "{list}");
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "LAN manifest still indexed:\n{}",
+            daemon.log_text()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(!crawled.join("old-hub.local.json").exists());
+    assert!(crawled.join("example.org.json").exists());
+    let state = std::fs::read_to_string(daemon.dir.path().join("data/crawl-state.json")).unwrap();
+    assert!(!state.contains("old-hub"), "{state}");
+    let status = daemon.get("/v1/crawl/status").json();
+    assert_eq!(status["enabled"], false, "{status}");
+    assert_eq!(status["mdns"], false, "{status}");
+    assert!(!daemon.log_text().contains("mDNS) browsing"));
+}
