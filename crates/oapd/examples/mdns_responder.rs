@@ -45,7 +45,13 @@ fn good_manifest(base: &str) -> String {
         "description": "Read the current temperature and humidity inside the greenhouse from the \
                         sensor on the home network. Use for questions like 'how warm is the \
                         greenhouse', 'greenhouse humidity right now'.",
-        "input": {"format": "application/json", "description": "No parameters needed."},
+        "input": {
+            "format": "application/json",
+            "description": "Which part of the greenhouse (optional).",
+            "parameters": {
+                "zone": {"type": "string", "description": "north or south bed", "required": false}
+            }
+        },
         "output": {"format": "application/json", "description": "temperature_c and humidity_pct"},
         "invoke": {"method": "POST", "url": format!("{base}/invoke")},
         "tags": ["greenhouse", "temperature", "humidity", "sensor"]
@@ -84,7 +90,30 @@ fn handle(mut stream: TcpStream, base: &str) -> std::io::Result<()> {
         }
         buf.extend_from_slice(&chunk[..n]);
     }
-    let head = String::from_utf8_lossy(&buf);
+    let head_end = buf
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .map_or(buf.len(), |p| p + 4);
+    let head = String::from_utf8_lossy(&buf[..head_end]).to_string();
+    // Read the body too: closing with unread bytes would reset the
+    // connection under the response.
+    let length: usize = head
+        .lines()
+        .find_map(|l| {
+            let (name, value) = l.split_once(':')?;
+            name.eq_ignore_ascii_case("content-length")
+                .then(|| value.trim().parse().ok())?
+        })
+        .unwrap_or(0)
+        .min(64 * 1024);
+    let mut have = buf.len() - head_end;
+    while have < length {
+        let n = stream.read(&mut chunk)?;
+        if n == 0 {
+            break;
+        }
+        have += n;
+    }
     let mut parts = head.split_whitespace();
     let (method, path) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
     let (status, body) = match (method, path) {

@@ -21,6 +21,7 @@ use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
+use fake_ollama::{Chunk, Echo, FakeOllama, ModelSpec, Script, Turn};
 use support::{require_model, send_raw, Response};
 
 /// Set in the environment of the responder child (this test binary re-run).
@@ -147,14 +148,15 @@ impl Lab {
         (stdin, rx)
     }
 
-    /// Starts the daemon in B with `crawler.mdns: true`; returns its index
-    /// in `children`.
-    fn start_daemon(&mut self) -> usize {
+    /// Starts the daemon in B with `crawler.mdns: true` and `ollama_url`;
+    /// returns its index in `children`.
+    fn start_daemon(&mut self, ollama_url: &str) -> usize {
         let data = self.dir.path().join("data");
         let config = format!(
             "server:\n  listen: [\"127.0.0.1:{DAEMON_PORT}\"]\n  auth_token: {TOKEN:?}\n\
              index:\n  data_dir: {data:?}\n\
              embedding:\n  model_dir: {model:?}\n\
+             ollama:\n  base_url: {ollama_url:?}\n\
              crawler:\n  mdns: true\n  fetch_timeout: 3\n  retry_base: 1\n  max_failures: 2\n  watch_interval: 1\n",
             model = require_model(),
         );
@@ -314,7 +316,27 @@ fn lan_manifests_come_and_go_inside_network_namespaces() {
             return;
         }
     };
-    let daemon = lab.start_daemon();
+    // The scripted Ollama listens inside B (its socket is bound from a
+    // thread in B; the runtime's workers serve it from anywhere).
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let handle = runtime.handle().clone();
+    let script = Script::new()
+        .model(ModelSpec::new("qwen3:4b").capabilities(&["completion", "tools"]))
+        .turn(Turn::chunks(vec![Chunk::tool_call(
+            "oap_greenhouse_sensor",
+            serde_json::json!({"zone": "north"}),
+        )]))
+        .turn(Turn::echo(Echo::LastTool));
+    let ollama = in_netns(&lab.b, move || {
+        handle
+            .block_on(FakeOllama::start(script))
+            .expect("fake ollama")
+    });
+    let daemon = lab.start_daemon(&ollama.url());
     lab.wait_for("one mDNS browser thread", |lab| {
         lab.mdns_threads(daemon) == 1
     });
@@ -354,6 +376,25 @@ fn lan_manifests_come_and_go_inside_network_namespaces() {
     assert_eq!(entry["manifest_id"], GOOD_ID);
     assert_eq!(entry["mdns_name"], "Greenhouse Sensor._oap._tcp.local.");
     assert_eq!(entry["txt_hint"]["state"], "not_checked", "{entry}");
+
+    // Its tool runs through the bridge: the daemon calls the device's
+    // invoke URL on 10.77.0.1 (a private address lan trust may reach).
+    let chat = lab.request(
+        "POST",
+        "/api/chat",
+        serde_json::json!({
+            "model": "qwen3:4b",
+            "messages": [{"role": "user", "content": "How warm is the greenhouse right now?"}],
+            "stream": false
+        })
+        .to_string()
+        .as_bytes(),
+    );
+    assert_eq!(chat.status, 200, "{}", String::from_utf8_lossy(&chat.body));
+    let chat = chat.json();
+    let content = chat["message"]["content"].as_str().unwrap_or_default();
+    assert!(content.contains("23.5"), "{chat}\n{}", lab.log());
+    drop(runtime);
 
     // Hostile advertisers: refused with the reason, nothing indexed.
     lab.wait_for("the four refusals", |lab| {
