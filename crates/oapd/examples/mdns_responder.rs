@@ -20,11 +20,14 @@
 //!   `Huge Txt` (a 1.2 KiB TXT record).
 //!
 //! stdin: `unregister` withdraws `Greenhouse Sensor` (goodbye packets) and
-//! prints `UNREGISTERED`; `quit` or end of input shuts down. Prints `READY`
+//! prints `UNREGISTERED`; `flood` adds 80 more services (`Flood 000` ...,
+//! `path=/flood.json`, which answers 404) and prints `FLOODING`; `quit` or
+//! end of input shuts down. Prints `READY`
 //! once everything is up.
 
 use std::io::{BufRead, Read, Write};
 use std::net::{Ipv4Addr, TcpListener, TcpStream, UdpSocket};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use mdns_sd::{ServiceDaemon, ServiceInfo};
@@ -211,12 +214,25 @@ fn hostile_announcer(address: Ipv4Addr, port: u16) {
                 .collect::<Vec<_>>(),
         ),
     ];
+    let flood: Vec<Vec<u8>> = (0..FLOOD_SERVICES)
+        .map(|i| {
+            announcement(
+                &format!("Flood {i:03}"),
+                &format!("flood{i:03}.local."),
+                address,
+                port,
+                &["path=/flood.json".into()],
+            )
+        })
+        .collect();
     let Ok(socket) = UdpSocket::bind((address, 0)) else {
         eprintln!("mdns_responder: cannot bind the hostile announcer");
         return;
     };
     loop {
-        for packet in &packets {
+        let flooding = FLOOD.load(Ordering::Relaxed);
+        let extra = if flooding { &flood[..] } else { &[] };
+        for packet in packets.iter().chain(extra) {
             if let Err(err) = socket.send_to(packet, ("224.0.0.251", 5353)) {
                 eprintln!("mdns_responder: send: {err}");
             }
@@ -224,6 +240,10 @@ fn hostile_announcer(address: Ipv4Addr, port: u16) {
         std::thread::sleep(Duration::from_secs(1));
     }
 }
+
+/// `flood` on stdin: also announce this many distinct services.
+const FLOOD_SERVICES: usize = 80;
+static FLOOD: AtomicBool = AtomicBool::new(false);
 
 fn main() {
     let address: Ipv4Addr = arg("--address")
@@ -283,6 +303,11 @@ pub fn run(address: Ipv4Addr, port: u16) {
                     Err(err) => eprintln!("mdns_responder: unregister: {err}"),
                 }
                 println!("UNREGISTERED");
+                let _ = std::io::stdout().flush();
+            }
+            Ok("flood") => {
+                FLOOD.store(true, Ordering::Relaxed);
+                println!("FLOODING");
                 let _ = std::io::stdout().flush();
             }
             Ok("quit") | Err(_) => break,

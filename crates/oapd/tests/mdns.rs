@@ -484,8 +484,41 @@ fn lan_manifests_come_and_go_inside_network_namespaces() {
         )
         .json();
     assert_ne!(found["match"]["id"], GOOD_ID, "{found}");
+
+    // A flooding advertiser (80 services): at most 64 LAN targets are
+    // tracked, the rest refused with the reason; the daemon keeps serving.
+    writeln!(responder, "flood").unwrap();
+    wait_line(&lines, "FLOODING");
+    lab.wait_for("the LAN cap to refuse the flood", |lab| {
+        lab.get_json("/v1/crawl/status")["lan_refused"]
+            .as_array()
+            .is_some_and(|r| {
+                r.iter().any(|r| {
+                    r["reason"]
+                        .as_str()
+                        .is_some_and(|s| s.contains("already tracking 64 LAN services"))
+                })
+            })
+    });
+    let status = lab.get_json("/v1/crawl/status");
+    let lan = status["domains"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|d| d["trust"] == "lan")
+        .count();
+    assert_eq!(lan, 64, "{status}");
+    assert!(
+        status["lan_refused"].as_array().unwrap().len() <= 32,
+        "{status}"
+    );
     // The daemon kept serving throughout.
     assert_eq!(lab.request("GET", "/health", b"").status, 200);
+    let list = lab.get_json("/v1/manifests");
+    assert!(
+        list.as_array().unwrap().iter().all(|m| m["trust"] != "lan"),
+        "{list}"
+    );
 }
 
 /// With `crawler.mdns` off (the default) no browser runs and LAN manifests
