@@ -402,6 +402,7 @@ impl Crawler {
         state.last_fetch_ms = Some(now);
         state.txt_hint = hint;
         let mut changed = false;
+        let mut forget_lan: Option<(String, String)> = None;
         match outcome {
             DomainOutcome::NotModified(rewrite) => {
                 report.unchanged += 1;
@@ -485,6 +486,11 @@ impl Crawler {
                             state.manifest_id = None;
                             state.content_hash = None;
                             state.validators = Validators::default();
+                            if state.trust == Trust::Lan {
+                                forget_lan = state.mdns_name.clone().map(|name| {
+                                    (name, state.removed_reason.clone().unwrap_or_default())
+                                });
+                            }
                         }
                         Err(err) => {
                             tracing::error!(%domain, error = %err, "cannot remove the manifest");
@@ -492,6 +498,14 @@ impl Crawler {
                     }
                 }
             }
+        }
+        // A LAN target is tracked only while advertised: once it has failed
+        // too often it is dropped (a device that comes back announces
+        // itself again), so dead devices never hold one of the capped LAN
+        // slots; why stays visible among the LAN refusals.
+        if let Some((name, reason)) = forget_lan {
+            schedule.domains.remove(domain);
+            self.note_lan_refusal(&name, &reason);
         }
         changed
     }

@@ -190,6 +190,24 @@ async fn lan_targets_are_still_checked_by_the_executor_and_the_manifest_rules() 
         "{report:?}"
     );
     assert!(ids(&f.engine).is_empty());
+    assert_eq!(f.crawler.status().len(), 1);
+
+    // After max_failures (2) a LAN target is dropped, so a dead or hostile
+    // device does not hold a capped slot; the reason stays visible.
+    f.crawler
+        .crawl_pass(Some(&["shell.local".to_string()]), Some(&f.engine))
+        .await;
+    assert!(f.crawler.status().is_empty());
+    let refusals = f.crawler.lan_refusals();
+    assert_eq!(refusals.len(), 1, "{refusals:?}");
+    assert_eq!(refusals[0].name, "Shell._oap._tcp.local.");
+    assert!(
+        refusals[0]
+            .reason
+            .starts_with("removed after 2 consecutive failures; last: ")
+            && refusals[0].reason.contains("stdio"),
+        "{refusals:?}"
+    );
 }
 
 #[tokio::test]

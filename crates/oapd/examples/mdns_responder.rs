@@ -21,7 +21,7 @@
 //!
 //! stdin: `unregister` withdraws `Greenhouse Sensor` (goodbye packets) and
 //! prints `UNREGISTERED`; `flood` adds 80 more services (`Flood 000` ...,
-//! `path=/flood.json`, which answers 404) and prints `FLOODING`; `quit` or
+//! `path=/flood.json`, a valid manifest) and prints `FLOODING`; `quit` or
 //! end of input shuts down. Prints `READY`
 //! once everything is up.
 
@@ -58,6 +58,16 @@ fn good_manifest(base: &str) -> String {
         "output": {"format": "application/json", "description": "temperature_c and humidity_pct"},
         "invoke": {"method": "POST", "url": format!("{base}/invoke")},
         "tags": ["greenhouse", "temperature", "humidity", "sensor"]
+    })
+    .to_string()
+}
+
+fn flood_manifest() -> String {
+    serde_json::json!({
+        "oap": "1.0",
+        "name": "flood-device",
+        "description": "One of very many identical devices announced by a flooding advertiser.",
+        "invoke": {"method": "GET", "url": "http://10.77.0.1:8080/invoke"}
     })
     .to_string()
 }
@@ -122,6 +132,7 @@ fn handle(mut stream: TcpStream, base: &str) -> std::io::Result<()> {
     let (status, body) = match (method, path) {
         ("GET", "/.well-known/oap.json") => ("200 OK", good_manifest(base)),
         ("GET", "/stdio.json") => ("200 OK", stdio_manifest()),
+        ("GET", "/flood.json") => ("200 OK", flood_manifest()),
         ("POST", "/invoke") => (
             "200 OK",
             r#"{"temperature_c": 23.5, "humidity_pct": 61}"#.to_string(),
