@@ -45,6 +45,12 @@ pub struct CrawlerSettings {
     pub max_domains: usize,
     /// Domains fetched between index rebuilds within one pass.
     pub rebuild_every: usize,
+    /// Crawl internet domains (`crawler.enabled`). When false only LAN
+    /// targets are crawled and `add_domain` is refused; stored internet
+    /// manifests stay indexed but are not refreshed.
+    pub internet: bool,
+    /// LAN discovery is on (`crawler.mdns`); LAN targets are crawled only then.
+    pub lan: bool,
 }
 
 impl CrawlerSettings {
@@ -59,6 +65,8 @@ impl CrawlerSettings {
             concurrency: 4,
             max_domains: 10_000,
             rebuild_every: 256,
+            internet: true,
+            lan: false,
         }
     }
 }
@@ -89,6 +97,12 @@ pub enum AddError {
     Domain(#[from] DomainError),
     #[error("the crawler already tracks {0} domains (crawler.max_domains)")]
     Full(usize),
+    #[error("the internet crawler is disabled (crawler.enabled: false); only LAN discovery runs")]
+    InternetDisabled,
+    #[error("already tracking {0} LAN services (the cap)")]
+    LanFull(usize),
+    #[error("LAN key {0} is taken by another service")]
+    LanKeyTaken(String),
 }
 
 enum DomainOutcome {
@@ -100,10 +114,12 @@ enum DomainOutcome {
 
 /// The crawler. Share it behind an `Arc`.
 pub struct Crawler {
-    settings: CrawlerSettings,
+    pub(crate) settings: CrawlerSettings,
     executor: Arc<Executor>,
     txt: Option<Arc<dyn TxtResolver>>,
     schedule: Mutex<Schedule>,
+    /// Recent LAN advertisements refused, with why (bounded).
+    pub(crate) lan_refusals: Mutex<std::collections::VecDeque<crate::mdns::LanRefusalRecord>>,
     /// One pass at a time (the schedule loop, `register`, the CLI).
     pass: tokio::sync::Mutex<()>,
 }
@@ -125,6 +141,7 @@ impl Crawler {
             executor,
             txt,
             schedule: Mutex::new(schedule),
+            lan_refusals: Mutex::new(std::collections::VecDeque::new()),
             pass: tokio::sync::Mutex::new(()),
         }
     }
@@ -133,7 +150,7 @@ impl Crawler {
         &self.settings
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Schedule> {
+    pub(crate) fn lock(&self) -> std::sync::MutexGuard<'_, Schedule> {
         // A panic while holding the lock leaves plain data behind; keep going.
         self.schedule.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -141,6 +158,9 @@ impl Crawler {
     /// Adds (or re-activates) a domain; it is due at once. Returns its
     /// normalised name.
     pub fn add_domain(&self, raw: &str, added_by: AddedBy) -> Result<String, AddError> {
+        if !self.settings.internet {
+            return Err(AddError::InternetDisabled);
+        }
         let domain = normalize_domain(raw)?;
         let mut schedule = self.lock();
         let now = now_ms();
@@ -204,9 +224,23 @@ impl Crawler {
         self.lock().domains.values().cloned().collect()
     }
 
-    /// When the next domain is due (ms since the epoch).
+    /// Whether the background schedule crawls `state` (internet targets
+    /// only with `internet`, LAN targets only with `lan`).
+    fn scheduled(&self, state: &DomainState) -> bool {
+        match state.trust {
+            Trust::Lan => self.settings.lan,
+            _ => self.settings.internet,
+        }
+    }
+
+    /// When the next scheduled domain is due (ms since the epoch).
     pub fn next_due_ms(&self) -> Option<u64> {
-        self.lock().next_due_ms()
+        self.lock()
+            .domains
+            .values()
+            .filter(|s| self.scheduled(s))
+            .map(|s| s.next_due_ms)
+            .min()
     }
 
     /// Saves the schedule (atomically).
@@ -228,7 +262,11 @@ impl Crawler {
             let schedule = self.lock();
             let names = match only {
                 Some(names) => names.to_vec(),
-                None => schedule.due(now),
+                None => schedule
+                    .due(now)
+                    .into_iter()
+                    .filter(|n| schedule.domains.get(n).is_some_and(|s| self.scheduled(s)))
+                    .collect(),
             };
             names
                 .iter()
@@ -302,7 +340,13 @@ impl Crawler {
     }
 
     async fn crawl_one(&self, state: &DomainState) -> (DomainOutcome, txt::TxtHint) {
-        let hint = txt::check(self.txt.as_deref(), &state.domain).await;
+        // The TXT hint is a DNS record of an internet domain; a LAN key
+        // (`<instance>.local`) is not a DNS name to look up.
+        let hint = if state.trust == Trust::Lan {
+            txt::TxtHint::NotChecked
+        } else {
+            txt::check(self.txt.as_deref(), &state.domain).await
+        };
         // Validators only while the stored copy exists: a 304 must never
         // stand in for a manifest that is gone.
         let stored = remote::read_envelope(&self.settings.remote_dir, &state.domain);
@@ -311,11 +355,16 @@ impl Crawler {
         } else {
             Validators::default()
         };
+        // HTTPS is mandatory for internet domains; LAN devices rarely have
+        // a certificate, so their targets may be plain HTTP (the address was
+        // checked when the advertisement was accepted and is checked again by
+        // the executor's lan trust rules).
+        let https_only = state.trust != Trust::Lan;
         let result = fetch_manifest(
             &self.executor,
             &state.url,
             state.trust,
-            true,
+            https_only,
             &validators,
             self.settings.fetch,
         )
@@ -403,6 +452,7 @@ impl Crawler {
         state.last_fetch_ms = Some(now);
         state.txt_hint = hint;
         let mut changed = false;
+        let mut forget_lan: Option<(String, String)> = None;
         match outcome {
             DomainOutcome::NotModified(rewrite) => {
                 report.unchanged += 1;
@@ -486,6 +536,11 @@ impl Crawler {
                             state.manifest_id = None;
                             state.content_hash = None;
                             state.validators = Validators::default();
+                            if state.trust == Trust::Lan {
+                                forget_lan = state.mdns_name.clone().map(|name| {
+                                    (name, state.removed_reason.clone().unwrap_or_default())
+                                });
+                            }
                         }
                         Err(err) => {
                             tracing::error!(%domain, error = %err, "cannot remove the manifest");
@@ -493,6 +548,14 @@ impl Crawler {
                     }
                 }
             }
+        }
+        // A LAN target is tracked only while advertised: once it has failed
+        // too often it is dropped (a device that comes back announces
+        // itself again), so dead devices never hold one of the capped LAN
+        // slots; why stays visible among the LAN refusals.
+        if let Some((name, reason)) = forget_lan {
+            schedule.domains.remove(domain);
+            self.note_lan_refusal(&name, &reason);
         }
         changed
     }

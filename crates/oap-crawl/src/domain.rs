@@ -77,6 +77,14 @@ pub fn normalize_domain(raw: &str) -> Result<String, DomainError> {
     {
         return Err(fail("an IP address is not a domain"));
     }
+    // `.local` is multicast DNS (RFC 6762), never an internet domain; LAN
+    // services are keyed `<instance>.local`, so refusing it here also keeps
+    // a registered "domain" from taking a LAN device's key.
+    if labels.last() == Some(&"local") {
+        return Err(fail(
+            ".local names are LAN (mDNS) names, not internet domains (see crawler.mdns)",
+        ));
+    }
     Ok(match port {
         Some(443) | None => host,
         Some(port) => format!("{host}:{port}"),
@@ -119,6 +127,9 @@ mod tests {
             "example.com:http",
             "bücher.ch",
             "1.2.3.4.5",
+            "printer.local",
+            "Hub.LOCAL.",
+            "hub.local:8080",
         ] {
             assert!(normalize_domain(bad).is_err(), "{bad:?} accepted");
         }

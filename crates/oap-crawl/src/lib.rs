@@ -16,10 +16,14 @@
 //!   ([`oap_discovery::remote`]) and the engine rebuilds incrementally.
 //! - [`txt`]: the optional `_oap.<domain> TXT "v=oap1"` hint, through a
 //!   resolver trait.
+//! - [`mdns`]: LAN discovery's pure part: a resolved `_oap._tcp.local.`
+//!   service becomes a `lan` trust target (validated address, port, TXT
+//!   path, capped sizes); the daemon runs the mDNS browser.
 
 pub mod crawler;
 pub mod domain;
 pub mod fetch;
+pub mod mdns;
 pub mod schedule;
 pub mod txt;
 

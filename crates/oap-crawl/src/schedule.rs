@@ -58,6 +58,8 @@ pub enum AddedBy {
     Register,
     /// `oapd crawl DOMAIN`.
     Cli,
+    /// Advertised on the LAN over mDNS/DNS-SD (`crawler.mdns`).
+    Mdns,
 }
 
 /// Everything known about one domain (shown by `GET /v1/crawl/status`).
@@ -93,6 +95,10 @@ pub struct DomainState {
     /// The last health verdict of its manifest.
     #[serde(default)]
     pub health: Option<String>,
+    /// LAN targets: the advertised DNS-SD service name
+    /// (`<instance>._oap._tcp.local.`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mdns_name: Option<String>,
 }
 
 fn not_checked() -> TxtHint {
@@ -118,6 +124,7 @@ impl DomainState {
             removed_reason: None,
             txt_hint: TxtHint::NotChecked,
             health: None,
+            mdns_name: None,
         }
     }
 }

@@ -170,14 +170,26 @@ pub fn start_crawler(
     watch_baseline: crate::crawl::DirSignature,
 ) -> anyhow::Result<(Option<Arc<oap_crawl::Crawler>>, CrawlTasks)> {
     let mut tasks = Vec::new();
-    let crawler = if config.crawler.enabled {
-        let crawler = Arc::new(crate::crawl::build(config).context("crawler setup")?);
-        let seeds = crate::crawl::seeds(config)?;
-        let added = crate::crawl::add_seeds(&crawler, &seeds, oap_crawl::AddedBy::Seed);
-        let dropped = crawler.retain_seeds(&added);
+    // LAN discovery (crawler.mdns) needs the crawler for its LAN targets
+    // even when internet crawling (crawler.enabled) is off; the crawler then
+    // fetches LAN targets only and refuses registrations.
+    let crawler = if config.crawler.enabled || config.crawler.mdns {
+        let crawler = Arc::new(
+            crate::crawl::build_for(config, config.crawler.enabled).context("crawler setup")?,
+        );
+        let mut seeds_added = 0;
+        let mut dropped = Vec::new();
+        if config.crawler.enabled {
+            let seeds = crate::crawl::seeds(config)?;
+            let added = crate::crawl::add_seeds(&crawler, &seeds, oap_crawl::AddedBy::Seed);
+            seeds_added = added.len();
+            dropped = crawler.retain_seeds(&added);
+        }
         tracing::info!(
-            seeds = added.len(),
+            seeds = seeds_added,
             dropped = dropped.len(),
+            internet = config.crawler.enabled,
+            mdns = config.crawler.mdns,
             "crawler started"
         );
         if !dropped.is_empty() {
@@ -199,6 +211,20 @@ pub fn start_crawler(
     } else {
         None
     };
+    if !config.crawler.mdns {
+        // LAN discovery off: no LAN tools, also none left from a run with it on.
+        let removed = match &crawler {
+            Some(crawler) => crawler.purge_lan_targets(),
+            None => crate::mdns::purge_stored(config),
+        };
+        if removed > 0 {
+            tracing::info!(removed, "LAN manifests removed (crawler.mdns is off)");
+            let engine = engine.clone();
+            tasks.push(tokio::spawn(async move {
+                let _ = tokio::task::spawn_blocking(move || engine.rebuild(false)).await;
+            }));
+        }
+    }
     if config.crawler.watch_interval > 0 {
         tasks.push(tokio::spawn(crate::crawl::watch_dirs(
             engine.clone(),
@@ -214,6 +240,12 @@ pub fn start_crawler(
             Duration::from_secs(1),
             std::future::pending(),
         )));
+        if config.crawler.mdns {
+            tasks.push(tokio::spawn(crate::mdns::browse(
+                crawler.clone(),
+                engine.clone(),
+            )));
+        }
     }
     Ok((crawler, tasks))
 }

@@ -764,7 +764,7 @@ config_keys! {
     crawler {
         enabled, seeds, seeds_file, interval, jitter, retry_base, max_failures, fetch_timeout,
         round_timeout, concurrency, max_domains, ca_file, allow_private, hosts, watch_interval,
-        check_txt,
+        check_txt, mdns,
     }
     experience { enabled, min_similarity, ttl, max_entries }
 }

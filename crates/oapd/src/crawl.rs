@@ -61,6 +61,12 @@ pub struct CrawlerConfig {
     /// Look up the `_oap.<domain> TXT "v=oap1"` participation hint in DNS
     /// (recorded in the crawl status; never required).
     pub check_txt: bool,
+    /// Discover manifests advertised on the LAN over mDNS/DNS-SD
+    /// (`_oap._tcp.local.`, TXT `path=`), crawled with `lan` trust over
+    /// plain HTTP. Runs the crawler for LAN targets even when `enabled` is
+    /// false. Off by default (it joins the mDNS multicast group on every
+    /// interface); on in the appliance image.
+    pub mdns: bool,
 }
 
 impl Default for CrawlerConfig {
@@ -82,6 +88,7 @@ impl Default for CrawlerConfig {
             hosts: Vec::new(),
             watch_interval: 2,
             check_txt: true,
+            mdns: false,
         }
     }
 }
@@ -170,8 +177,16 @@ impl Resolver for HostsResolver {
     }
 }
 
-/// The crawler for `config` (its state lives in `index.data_dir`).
+/// The crawler for `config` (its state lives in `index.data_dir`), for
+/// the command line: internet domains on, whatever `crawler.enabled` says.
 pub fn build(config: &Config) -> anyhow::Result<Crawler> {
+    build_for(config, true)
+}
+
+/// The crawler for `config`; `internet` says whether it crawls internet
+/// domains (the daemon: `crawler.enabled`). LAN targets are crawled when
+/// `crawler.mdns` is on.
+pub fn build_for(config: &Config, internet: bool) -> anyhow::Result<Crawler> {
     let c = &config.crawler;
     let policy = ExecPolicy {
         max_redirects: 3,
@@ -208,6 +223,8 @@ pub fn build(config: &Config) -> anyhow::Result<Crawler> {
     settings.round_timeout = Duration::from_secs(c.round_timeout);
     settings.concurrency = c.concurrency;
     settings.max_domains = c.max_domains;
+    settings.internet = internet;
+    settings.lan = c.mdns;
     let txt: Option<Arc<dyn oap_crawl::TxtResolver>> = c.check_txt.then(|| {
         let local = table.keys().cloned();
         Arc::new(crate::txt_dns::DnsTxtResolver::new(local)) as Arc<dyn oap_crawl::TxtResolver>
@@ -380,7 +397,10 @@ pub fn status_json(crawler: Option<&Crawler>, background: bool) -> serde_json::V
     serde_json::json!({
         "enabled": crawler.is_some(),
         "background": background,
+        "internet": crawler.is_some_and(|c| c.settings().internet),
+        "mdns": crawler.is_some_and(|c| c.settings().lan),
         "domains": domains,
+        "lan_refused": crawler.map(|c| c.lan_refusals()).unwrap_or_default(),
     })
 }
 
@@ -437,6 +457,9 @@ pub async fn register(
         Ok(domain) => domain,
         Err(err @ oap_crawl::crawler::AddError::Full(_)) => {
             return http::error(StatusCode::CONFLICT, err.to_string())
+        }
+        Err(err @ oap_crawl::crawler::AddError::InternetDisabled) => {
+            return http::error(StatusCode::NOT_FOUND, err.to_string())
         }
         Err(err) => return http::error(StatusCode::BAD_REQUEST, err.to_string()),
     };

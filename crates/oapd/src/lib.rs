@@ -14,6 +14,7 @@ pub mod forcing;
 pub mod http;
 pub mod lifecycle;
 pub mod logging;
+pub mod mdns;
 pub mod meta;
 pub mod render;
 pub mod responses;

@@ -603,7 +603,7 @@ fn every_key_is_reachable_from_the_env() {
     let vars = Config::env_vars();
     // server, index, embedding, manifests, discovery, tool_bridge, ollama, tools, log, crawler,
     // experience
-    assert_eq!(vars.len(), 9 + 3 + 5 + 2 + 4 + 11 + 4 + 6 + 2 + 16 + 4);
+    assert_eq!(vars.len(), 9 + 3 + 5 + 2 + 4 + 11 + 4 + 6 + 2 + 17 + 4);
     assert!(vars.contains(&(
         "OAP_TOOL_BRIDGE_DEFAULT_TOP_K".to_owned(),
         "tool_bridge.default_top_k".to_owned()
@@ -1252,4 +1252,19 @@ fn errors_do_not_echo_the_token() {
         "server:\n  auth_token: \"secret with spaces 123456\"\n",
     ));
     assert!(!e.to_string().contains("secret"), "{e}");
+}
+
+#[test]
+fn crawler_mdns_is_off_by_default_and_set_by_file_or_env() {
+    assert!(!ok(yaml("")).crawler.mdns);
+    assert!(ok(yaml("crawler:\n  mdns: true\n")).crawler.mdns);
+    assert!(
+        ok(yaml_env("", &[("OAP_CRAWLER_MDNS", "true")]))
+            .crawler
+            .mdns
+    );
+    let e = err(yaml("crawler:\n  mdns: maybe\n"));
+    assert!(e.to_string().contains("crawler.mdns"), "{e}");
+    let e = err(yaml_env("", &[("OAP_CRAWLER_MDNS", "sometimes")]));
+    assert!(e.to_string().contains("OAP_CRAWLER_MDNS"), "{e}");
 }
