@@ -63,18 +63,28 @@ fn wait_for(what: &str, mut check: impl FnMut() -> bool) {
     }
 }
 
+/// A daemon crawling the test server, with an operator token (needed to
+/// register domains).
+fn operator_daemon(web: &Web) -> support::Daemon {
+    DaemonBuilder::new()
+        .env("OAP_SERVER_AUTH_TOKEN", TOKEN)
+        .yaml(&crawler_yaml(web, true, &[]))
+        .start_with_auth(TOKEN)
+}
+
+fn operator_headers(auth: &str) -> [(&'static str, &str); 2] {
+    [
+        ("Authorization", auth),
+        ("Content-Type", "application/json"),
+    ]
+}
+
 #[test]
 fn register_fetches_indexes_and_reports_status() {
     let web = web();
-    let daemon = DaemonBuilder::new()
-        .env("OAP_SERVER_AUTH_TOKEN", TOKEN)
-        .yaml(&crawler_yaml(&web, true, &[]))
-        .start_with_auth(TOKEN);
+    let daemon = operator_daemon(&web);
     let auth = format!("Bearer {TOKEN}");
-    let headers = [
-        ("Authorization", auth.as_str()),
-        ("Content-Type", "application/json"),
-    ];
+    let headers = operator_headers(&auth);
     let register =
         |body: &str| daemon.request("POST", "/v1/manifests/register", &headers, body.as_bytes());
 
@@ -385,15 +395,9 @@ fn the_directory_watch_picks_up_added_changed_and_removed_manifests() {
 #[test]
 fn a_registration_that_outlasts_the_wait_is_accepted_and_finishes_later() {
     let web = web();
-    let daemon = DaemonBuilder::new()
-        .env("OAP_SERVER_AUTH_TOKEN", TOKEN)
-        .yaml(&crawler_yaml(&web, true, &[]))
-        .start_with_auth(TOKEN);
+    let daemon = operator_daemon(&web);
     let auth = format!("Bearer {TOKEN}");
-    let headers = [
-        ("Authorization", auth.as_str()),
-        ("Content-Type", "application/json"),
-    ];
+    let headers = operator_headers(&auth);
     let slow = web.server.domain("slow.test");
     let body = format!(r#"{{"domain": "{slow}"}}"#);
     let responses: Vec<_> = std::thread::scope(|scope| {
