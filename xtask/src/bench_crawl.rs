@@ -100,14 +100,18 @@ fn render(r: &Value, command: &str, load_before: &str, load_after: &str) -> Stri
     let during = f(&r["during"]["p99"]);
     let ratio = during / idle;
     let ratio_after = during / idle_after;
-    let verdict = if ratio <= TARGET_RATIO {
-        format!("meets the target (≤ {TARGET_RATIO})")
+    // The index grows from the bundled set to the full crawl while the
+    // crawl runs; the verdict takes the worse of the two baselines, so a
+    // noisy idle phase cannot make the crawl look cheap.
+    let worst = ratio.max(ratio_after);
+    let verdict = if worst <= TARGET_RATIO {
+        format!("meets the target (≤ {TARGET_RATIO}) against both baselines")
     } else {
         format!(
-            "misses the target (≤ {TARGET_RATIO}). Rebuilds already run on idle-class \
-             (SCHED_IDLE) threads and in slices of 256 domains, so what is left is the growing \
-             index (compare the full-index ratio) and the fetches, TLS and index writes the \
-             crawl does at normal priority, on 2 cores shared with the load generator"
+            "misses the target (≤ {TARGET_RATIO}) against at least one baseline (worst \
+             {worst:.2}). Rebuilds run on idle-class (SCHED_IDLE) threads, so queries \
+             preempt them, but on 2 vCPUs a query still shares caches and memory bandwidth \
+             with the rebuild between its parallel sections; see the analysis below the table"
         )
     };
     let row = |name: &str, key: &str| {
@@ -140,8 +144,9 @@ fn render(r: &Value, command: &str, load_before: &str, load_after: &str) -> Stri
          | daemon VmRSS at the end / VmHWM | {:.0} MB / {:.0} MB |\n\n\
          `/v1/discover` latency, one client back to back (ms):\n\n\
          | phase | requests | p50 | p99 |\n|---|---|---|---|\n{}{}{}\n\
-         p99 during the crawl / idle p99 (bundled index, same run): **{ratio:.2}** — {verdict}. \
-         Against the idle p99 on the full index afterwards: {ratio_after:.2}.\n",
+         p99 during the crawl / idle p99: **{ratio:.2}** against the bundled index before \
+         the crawl, **{ratio_after:.2}** against the full index after it (same run) — \
+         {verdict}.\n",
         machine(),
         now_utc(),
         r["manifests"],

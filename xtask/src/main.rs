@@ -105,9 +105,10 @@ const COMMANDS: &[Command] = &[
     },
     Command {
         name: "cross",
-        usage: "cross [--test]\n      \
+        usage: "cross [--test] [--jetpack5]\n      \
                 aarch64 release binary (no Docker), checked for ELF arch and glibc\n      \
-                floor; --test runs the non-inference suites under qemu-aarch64-static",
+                floor; --test runs the non-inference suites under qemu-aarch64-static;\n      \
+                --jetpack5 builds with cargo-zigbuild against glibc 2.31 (target/zig)",
         run: cross::run,
     },
     Command {
