@@ -113,7 +113,10 @@ pub fn run(args: &[String]) -> Result<()> {
     }
     ensure_target()?;
     if jetpack5 {
-        ensure!(!test, "--jetpack5 builds the binary only; run --test on its own");
+        ensure!(
+            !test,
+            "--jetpack5 builds the binary only; run --test on its own"
+        );
         return build_jetpack5();
     }
     need("aarch64-linux-gnu-gcc", "gcc-aarch64-linux-gnu")?;
@@ -170,7 +173,14 @@ fn zig_tools() -> Result<std::path::PathBuf> {
     std::fs::write(&requirements, ZIG_TOOLS.join("\n") + "\n")?;
     run_in_root(
         Command::new("python3")
-            .args(["-m", "pip", "install", "--quiet", "--no-deps", "--require-hashes"])
+            .args([
+                "-m",
+                "pip",
+                "install",
+                "--quiet",
+                "--no-deps",
+                "--require-hashes",
+            ])
             .args(["--only-binary=:all:", "--upgrade", "--target"])
             .arg(&dir)
             .arg("-r")
@@ -193,7 +203,10 @@ fn build_jetpack5() -> Result<()> {
     run_in_root(
         Command::new(tools.join("bin/cargo-zigbuild"))
             .args(["zigbuild", "--release", "--package", "oapd", "--target"])
-            .arg(format!("{TARGET}.{}.{}", JETPACK5_GLIBC.0, JETPACK5_GLIBC.1))
+            .arg(format!(
+                "{TARGET}.{}.{}",
+                JETPACK5_GLIBC.0, JETPACK5_GLIBC.1
+            ))
             .env("PATH", path)
             // cargo-zigbuild runs zig as `python3 -m ziglang` from here.
             .env("PYTHONPATH", &tools)
