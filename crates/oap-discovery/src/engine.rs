@@ -299,10 +299,15 @@ impl Engine {
                         self.rebuild_inner(force, priority)
                     })
                     .map_err(EngineError::Thread)?;
-                match worker.join() {
+                let result = match worker.join() {
                     Ok(result) => result,
                     Err(panic) => std::panic::resume_unwind(panic),
-                }
+                };
+                // The rebuild's temporaries (vector maps, batch activations)
+                // are freed now; give the pages back rather than keep the
+                // daemon at the rebuild's peak.
+                oap_embed::return_freed_memory();
+                result
             }),
         }
     }

@@ -31,6 +31,14 @@ pub(crate) const WEIGHTS_FILE: &str = "model.safetensors";
 /// cap never changes the result for ordinary input.
 const MAX_INPUT_BYTES_PER_TOKEN: usize = 512;
 
+/// Texts per forward pass for background embedding. A forward pass holds
+/// activations for the whole batch (attention scores alone are
+/// batch × heads × tokens² floats: ~50 MB for 16 texts of 256 tokens), and a
+/// rebuild runs beside a serving daemon with a memory limit; smaller batches
+/// cost little speed on one thread and also let a preempted rebuild resume
+/// sooner.
+const BACKGROUND_BATCH_SIZE: usize = 4;
+
 /// Tuning knobs for [`BertEmbedder`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct EmbedOptions {
@@ -261,7 +269,11 @@ impl BertEmbedder {
         &self.opts
     }
 
-    fn embed_in_pool(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, EmbedError> {
+    fn embed_in_pool(
+        &self,
+        texts: &[&str],
+        batch_size: usize,
+    ) -> Result<Vec<Vec<f32>>, EmbedError> {
         let budget = self
             .opts
             .max_tokens
@@ -278,7 +290,7 @@ impl BertEmbedder {
         order.sort_by_key(|&i| encodings[i].len());
 
         let mut out = vec![Vec::new(); encodings.len()];
-        for chunk in order.chunks(self.opts.batch_size) {
+        for chunk in order.chunks(batch_size.max(1)) {
             let batch: Vec<&Encoding> = chunk.iter().map(|&i| &encodings[i]).collect();
             for (&i, v) in chunk.iter().zip(self.forward(&batch)?) {
                 out[i] = v;
@@ -334,10 +346,12 @@ impl Embedder for BertEmbedder {
             return Ok(Vec::new());
         }
         match &self.pool {
-            Some(pool) => pool.install(|| self.embed_in_pool(texts)),
+            Some(pool) => pool.install(|| self.embed_in_pool(texts, self.opts.batch_size)),
             // candle's own CPU pool keeps its workers warm between the many
             // short parallel sections of a forward pass.
-            None => self.device.with_context(|| self.embed_in_pool(texts)),
+            None => self
+                .device
+                .with_context(|| self.embed_in_pool(texts, self.opts.batch_size)),
         }
     }
 
@@ -348,7 +362,7 @@ impl Embedder for BertEmbedder {
         // Everything candle and the tokenizer parallelise inside `install`
         // runs on the idle-class pool's threads, not on the query pool.
         self.background_pool()?
-            .install(|| self.embed_in_pool(texts))
+            .install(|| self.embed_in_pool(texts, self.opts.batch_size.min(BACKGROUND_BATCH_SIZE)))
     }
 }
 
