@@ -19,10 +19,18 @@ const TARGET_RATIO: f64 = 1.5;
 
 pub fn run(args: &[String]) -> Result<()> {
     let mut count = 10_000usize;
+    let mut rate = String::from("0");
     let mut iter = args.iter();
     while let Some(arg) = iter.next() {
         match arg.as_str() {
             "--quick" => count = 1_000,
+            "--rate" => {
+                rate = iter.next().context("--rate needs a value")?.clone();
+                let parsed: f64 = rate.parse().context("--rate")?;
+                if !(parsed >= 0.0 && parsed.is_finite()) {
+                    bail!("--rate: expected requests per second ≥ 0, got {rate}");
+                }
+            }
             "--count" => {
                 count = iter
                     .next()
@@ -66,6 +74,7 @@ pub fn run(args: &[String]) -> Result<()> {
         .arg("--model")
         .arg(root.join("models/all-MiniLM-L6-v2"))
         .args(["--count", &count.to_string()])
+        .args(["--rate", &rate])
         .stderr(std::process::Stdio::inherit())
         .output()
         .context("cannot run crawl_load")?;
@@ -142,7 +151,7 @@ fn render(r: &Value, command: &str, load_before: &str, load_after: &str) -> Stri
          | **throughput** | **{:.1} manifests/s** |\n\
          | daemon VmRSS while crawling, peak (sampled every 50 ms) | {:.0} MB |\n\
          | daemon VmRSS at the end / VmHWM | {:.0} MB / {:.0} MB |\n\n\
-         `/v1/discover` latency, one client back to back (ms):\n\n\
+         `/v1/discover` latency, one client, {} (ms):\n\n\
          | phase | requests | p50 | p99 |\n|---|---|---|---|\n{}{}{}\n\
          p99 during the crawl / idle p99: **{ratio:.2}** against the bundled index before \
          the crawl, **{ratio_after:.2}** against the full index after it (same run) — \
@@ -159,6 +168,11 @@ fn render(r: &Value, command: &str, load_before: &str, load_after: &str) -> Stri
         f(&r["peak_rss_mb"]),
         f(&r["end_rss_mb"]),
         f(&r["hwm_mb"]),
+        match f(&r["rate"]) {
+            rate if rate > 0.0 =>
+                format!("{rate} requests/s on a fixed schedule (latency from the scheduled start)"),
+            _ => "back to back".to_string(),
+        },
         row(
             &format!("idle, crawler off ({} bundled manifests)", r["bundled"]),
             "idle_before"

@@ -70,7 +70,7 @@ const COMMANDS: &[Command] = &[
     },
     Command {
         name: "bench-crawl",
-        usage: "bench-crawl [--quick] [--count N]\n      \
+        usage: "bench-crawl [--quick] [--count N] [--rate R]\n      \
                 crawl 10k manifests from loopback HTTPS: manifests/s, RSS, and\n      \
                 /v1/discover p99 during the crawl vs idle (docs/BENCHMARKS.md)",
         run: bench_crawl::run,

@@ -58,11 +58,15 @@ struct Options {
     corpus: PathBuf,
     model: PathBuf,
     count: usize,
+    /// Discover requests per second during every phase; 0 sends them back
+    /// to back (closed loop, saturating).
+    rate: f64,
 }
 
 fn parse() -> Result<Options> {
     let mut args = std::env::args().skip(1);
     let (mut oapd, mut corpus, mut model, mut count) = (None, None, None, 10_000);
+    let mut rate = 0.0;
     while let Some(arg) = args.next() {
         let mut value = || args.next().ok_or(format!("{arg} needs a value"));
         match arg.as_str() {
@@ -70,6 +74,7 @@ fn parse() -> Result<Options> {
             "--corpus" => corpus = Some(PathBuf::from(value()?)),
             "--model" => model = Some(PathBuf::from(value()?)),
             "--count" => count = value()?.parse()?,
+            "--rate" => rate = value()?.parse()?,
             other => return Err(format!("unknown argument {other}").into()),
         }
     }
@@ -78,6 +83,7 @@ fn parse() -> Result<Options> {
         corpus: corpus.ok_or("--corpus is required")?,
         model: model.ok_or("--model is required")?,
         count,
+        rate,
     })
 }
 
@@ -273,15 +279,26 @@ fn vm_kb(pid: u32, field: &str) -> f64 {
         .unwrap_or(0.0)
 }
 
-/// Discover latencies (ms) of requests sent back to back until `stop`
-/// (or `limit` requests).
-fn discover_loop(addr: SocketAddr, stop: &AtomicBool, limit: usize) -> Vec<f64> {
+/// Discover latencies (ms) until `stop` (or `limit` requests): back to
+/// back when `rate` is 0, else at `rate` requests per second on a fixed
+/// schedule, each latency counted from its scheduled start (a late send
+/// counts its wait, so a slow server cannot hide behind a slow client).
+fn discover_loop(addr: SocketAddr, stop: &AtomicBool, limit: usize, rate: f64) -> Vec<f64> {
     let mut out = Vec::new();
     let mut i = 0;
+    let begin = Instant::now();
     while !stop.load(Ordering::Relaxed) && out.len() < limit {
         let body = serde_json::json!({"task": TASKS[i % TASKS.len()], "top_k": 5}).to_string();
+        let started = if rate > 0.0 {
+            let due = begin + Duration::from_secs_f64(i as f64 / rate);
+            if let Some(wait) = due.checked_duration_since(Instant::now()) {
+                std::thread::sleep(wait);
+            }
+            due
+        } else {
+            Instant::now()
+        };
         i += 1;
-        let started = Instant::now();
         match http(addr, "POST", "/v1/discover", &body) {
             Ok((200, _)) => out.push(started.elapsed().as_secs_f64() * 1000.0),
             Ok((status, body)) => eprintln!("discover answered {status}: {body}"),
@@ -341,6 +358,7 @@ fn main() {
 fn run() -> Result<()> {
     let options = parse()?;
     let count = options.count;
+    let rate = options.rate;
     let bodies = Arc::new(corpus_bodies(&options.corpus, count)?);
     let tmp = tempfile::tempdir()?;
     let (ca_pem, server_config) = pki()?;
@@ -393,8 +411,8 @@ fn run() -> Result<()> {
     let (idle_before, bundled) = {
         let daemon = start(&options.oapd, &config_path, &log)?;
         let bundled = indexed(daemon.addr).ok_or("no /health index count")?;
-        discover_loop(daemon.addr, &AtomicBool::new(false), 20); // warm-up
-        let samples = discover_loop(daemon.addr, &AtomicBool::new(false), 400);
+        discover_loop(daemon.addr, &AtomicBool::new(false), 20, 0.0); // warm-up
+        let samples = discover_loop(daemon.addr, &AtomicBool::new(false), 400, rate);
         (samples, bundled)
     };
     println!(
@@ -428,7 +446,7 @@ fn run() -> Result<()> {
     };
     let loader = {
         let (stop, addr) = (stop.clone(), daemon.addr);
-        std::thread::spawn(move || discover_loop(addr, &stop, usize::MAX))
+        std::thread::spawn(move || discover_loop(addr, &stop, usize::MAX, rate))
     };
     let mut fetched_at = None;
     let deadline = Instant::now() + Duration::from_secs(3600);
@@ -470,7 +488,7 @@ fn run() -> Result<()> {
     let peak = peak_rss.lock().map(|p| *p).unwrap_or(0.0).max(end_rss);
 
     // 3. Idle again, same daemon, full index.
-    let idle_after = discover_loop(daemon.addr, &AtomicBool::new(false), 400);
+    let idle_after = discover_loop(daemon.addr, &AtomicBool::new(false), 400, rate);
     drop(daemon);
 
     let mb = |kb: f64| kb * 1024.0 / 1e6;
@@ -485,6 +503,7 @@ fn run() -> Result<()> {
         "end_rss_mb": mb(end_rss),
         "hwm_mb": mb(hwm),
         "idle_before": {"n": idle_before.len(), "p50": percentile(&idle_before, 50.0), "p99": percentile(&idle_before, 99.0)},
+        "rate": rate,
         "during": {"n": during.len(), "p50": percentile(&during, 50.0), "p99": percentile(&during, 99.0)},
         "idle_after": {"n": idle_after.len(), "p50": percentile(&idle_after, 50.0), "p99": percentile(&idle_after, 99.0)},
     });
