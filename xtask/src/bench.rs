@@ -321,24 +321,13 @@ fn cells(row: &str) -> Vec<String> {
         .collect()
 }
 
+/// The shared description (CPU, cores, RAM) plus the kernel, which the
+/// speed figures depend on.
 fn machine_description() -> String {
-    let lscpu = Command::new("lscpu")
-        .output()
-        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
-        .unwrap_or_default();
-    let model = lscpu
-        .lines()
-        .find_map(|l| l.strip_prefix("Model name:"))
-        .map(str::trim)
-        .unwrap_or("unknown CPU");
-    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
-    let mem_gb = std::fs::read_to_string("/proc/meminfo")
-        .ok()
-        .and_then(|m| number_after(&m, "MemTotal:"))
-        .map_or(0.0, |kb| kb / 1024.0 / 1024.0);
     let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
     format!(
-        "{model}, {cores} cores, {mem_gb:.1} GiB RAM, Linux {}",
+        "{}, Linux {}",
+        crate::bench_proxy::machine_description(),
         kernel.trim()
     )
 }

@@ -4,7 +4,7 @@
 //! generated domain per manifest, the real `oapd serve`; see its doc) and
 //! writes the figures into the "Crawler" section of docs/BENCHMARKS.md.
 
-use crate::bench_proxy::{loadavg, now_utc};
+use crate::bench_proxy::{loadavg, machine_description, now_utc};
 use std::path::Path;
 use std::process::Command;
 
@@ -156,7 +156,7 @@ fn render(r: &Value, command: &str, load_before: &str, load_after: &str) -> Stri
          p99 during the crawl / idle p99: **{ratio:.2}** against the bundled index before \
          the crawl, **{ratio_after:.2}** against the full index after it (same run) — \
          {verdict}.\n",
-        machine(),
+        machine_description(),
         now_utc(),
         r["manifests"],
         r["manifests"],
@@ -201,18 +201,4 @@ fn write_section(path: &Path, section: &str) -> Result<()> {
     std::fs::write(path, updated).with_context(|| format!("cannot write {}", path.display()))?;
     println!("wrote the Crawler section of {}", path.display());
     Ok(())
-}
-
-fn machine() -> String {
-    let lscpu = Command::new("lscpu")
-        .output()
-        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
-        .unwrap_or_default();
-    let model = lscpu
-        .lines()
-        .find_map(|l| l.strip_prefix("Model name:"))
-        .map(str::trim)
-        .unwrap_or("unknown CPU");
-    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
-    format!("{model}, {cores} cores")
 }
