@@ -170,6 +170,7 @@ pub fn start_crawler(
     watch_baseline: crate::crawl::DirSignature,
 ) -> anyhow::Result<(Option<Arc<oap_crawl::Crawler>>, CrawlTasks)> {
     let mut tasks = Vec::new();
+    let mut dropped_seeds = 0;
     // LAN discovery (crawler.mdns) needs the crawler for its LAN targets
     // even when internet crawling (crawler.enabled) is off; the crawler then
     // fetches LAN targets only and refuses registrations.
@@ -178,39 +179,24 @@ pub fn start_crawler(
             crate::crawl::build_for(config, config.crawler.enabled).context("crawler setup")?,
         );
         let mut seeds_added = 0;
-        let mut dropped = Vec::new();
         if config.crawler.enabled {
             let seeds = crate::crawl::seeds(config)?;
             let added = crate::crawl::add_seeds(&crawler, &seeds, oap_crawl::AddedBy::Seed);
             seeds_added = added.len();
-            dropped = crawler.retain_seeds(&added);
+            dropped_seeds = crawler.retain_seeds(&added).len();
         }
         tracing::info!(
             seeds = seeds_added,
-            dropped = dropped.len(),
+            dropped = dropped_seeds,
             internet = config.crawler.enabled,
             mdns = config.crawler.mdns,
             "crawler started"
         );
-        if !dropped.is_empty() {
-            // Their manifests left the store: the index follows.
-            let engine = engine.clone();
-            tasks.push(tokio::spawn(async move {
-                match tokio::task::spawn_blocking(move || engine.rebuild(false)).await {
-                    Ok(Ok(_)) => {}
-                    Ok(Err(err)) => {
-                        tracing::error!(error = %err, "index rebuild after dropping seeds failed")
-                    }
-                    Err(err) => {
-                        tracing::error!(error = %err, "index rebuild after dropping seeds failed")
-                    }
-                }
-            }));
-        }
         Some(crawler)
     } else {
         None
     };
+    let mut lan_removed = 0;
     if !config.crawler.mdns {
         // LAN discovery off: no LAN tools, also none left from a run with it on.
         let removed = match &crawler {
@@ -219,11 +205,16 @@ pub fn start_crawler(
         };
         if removed > 0 {
             tracing::info!(removed, "LAN manifests removed (crawler.mdns is off)");
-            let engine = engine.clone();
-            tasks.push(tokio::spawn(async move {
-                let _ = tokio::task::spawn_blocking(move || engine.rebuild(false)).await;
-            }));
+            lan_removed = removed;
         }
+    }
+    // Manifests that left the store at start (dropped seeds, LAN manifests
+    // with mDNS off): one rebuild covers them all.
+    if dropped_seeds > 0 || lan_removed > 0 {
+        let engine = engine.clone();
+        tasks.push(tokio::spawn(async move {
+            crate::crawl::rebuild_off_workers(&engine, "manifests left the store at start").await;
+        }));
     }
     if config.crawler.watch_interval > 0 {
         tasks.push(tokio::spawn(crate::crawl::watch_dirs(

@@ -344,22 +344,30 @@ pub async fn watch_dirs(
         tokio::time::sleep(interval.min(Duration::from_millis(500))).await;
         let Ok(settled) = scan().await else { continue };
         last = settled;
-        let engine = engine.clone();
-        match tokio::task::spawn_blocking(move || engine.rebuild(false)).await {
-            Ok(Ok(report)) => {
-                tracing::info!(
-                    manifests = report.docs,
-                    embedded = report.embedded_rows,
-                    problems = report.problems.len(),
-                    "manifest directories changed: index rebuilt"
-                );
-                crate::app::log_report(&report);
-            }
-            Ok(Err(err)) => {
-                tracing::error!(error = %err, "rebuild after a directory change failed; the old index keeps serving")
-            }
-            Err(err) => tracing::error!(error = %err, "rebuild task failed"),
+        rebuild_off_workers(&engine, "manifest directories changed").await;
+    }
+}
+
+/// Rebuilds `engine` on a blocking thread (at background priority, see
+/// `Engine::rebuild`) and logs the outcome with `why`; a failed rebuild
+/// leaves the old index serving.
+pub async fn rebuild_off_workers(engine: &Arc<Engine>, why: &str) {
+    let engine = engine.clone();
+    match tokio::task::spawn_blocking(move || engine.rebuild(false)).await {
+        Ok(Ok(report)) => {
+            tracing::info!(
+                manifests = report.docs,
+                embedded = report.embedded_rows,
+                problems = report.problems.len(),
+                why,
+                "index rebuilt"
+            );
+            crate::app::log_report(&report);
         }
+        Ok(Err(err)) => {
+            tracing::error!(error = %err, why, "index rebuild failed; the old index keeps serving")
+        }
+        Err(err) => tracing::error!(error = %err, why, "rebuild task failed"),
     }
 }
 

@@ -58,25 +58,12 @@ pub fn advertised(service: &ResolvedService) -> AdvertisedService {
     }
 }
 
-async fn rebuild(engine: &Arc<Engine>, why: &str) {
-    let engine = engine.clone();
-    match tokio::task::spawn_blocking(move || engine.rebuild(false)).await {
-        Ok(Ok(report)) => {
-            tracing::info!(manifests = report.docs, why, "index rebuilt");
-        }
-        Ok(Err(err)) => {
-            tracing::error!(error = %err, why, "index rebuild failed; the old index keeps serving")
-        }
-        Err(err) => tracing::error!(error = %err, "rebuild task failed"),
-    }
-}
-
 /// Forgets `fullname` and rebuilds when its manifest was indexed.
 async fn forget(crawler: &Crawler, engine: &Arc<Engine>, fullname: &str, why: &str) {
     if let Some((key, existed)) = crawler.remove_lan_target(fullname) {
         tracing::info!(service = %fullname, %key, why, "LAN service removed");
         if existed {
-            rebuild(engine, "LAN service removed").await;
+            crate::crawl::rebuild_off_workers(engine, "LAN service removed").await;
         }
     }
 }
