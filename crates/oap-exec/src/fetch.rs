@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use hyper::header::{self, HeaderMap, HeaderName, HeaderValue};
-use hyper::{Method, StatusCode};
+use hyper::Method;
 use tracing::debug;
 
 use crate::error::ToolError;
@@ -141,14 +141,7 @@ impl Executor {
                 .exchange(&addrs, &url, &Method::GET, &headers, None)
                 .await?;
             let status = exchange.response.status();
-            let is_redirect = matches!(
-                status,
-                StatusCode::MOVED_PERMANENTLY
-                    | StatusCode::FOUND
-                    | StatusCode::SEE_OTHER
-                    | StatusCode::TEMPORARY_REDIRECT
-                    | StatusCode::PERMANENT_REDIRECT
-            );
+            let is_redirect = crate::http::is_redirect(status);
             if is_redirect {
                 let location = exchange
                     .response

@@ -742,14 +742,7 @@ impl Executor {
                 .headers()
                 .get(header::LOCATION)
                 .map(|v| v.to_str().map(str::to_string));
-            let is_redirect = matches!(
-                status,
-                StatusCode::MOVED_PERMANENTLY
-                    | StatusCode::FOUND
-                    | StatusCode::SEE_OTHER
-                    | StatusCode::TEMPORARY_REDIRECT
-                    | StatusCode::PERMANENT_REDIRECT
-            );
+            let is_redirect = is_redirect(status);
             if is_redirect {
                 if let Some(location) = location {
                     let location = location.map_err(|_| {
@@ -901,6 +894,18 @@ fn looks_textual(content_type: &str) -> bool {
         || ct.contains("json")
         || ct.contains("xml")
         || ct.contains("javascript")
+}
+
+/// The statuses this crate follows as redirects (each hop re-checked).
+pub(crate) fn is_redirect(status: StatusCode) -> bool {
+    matches!(
+        status,
+        StatusCode::MOVED_PERMANENTLY
+            | StatusCode::FOUND
+            | StatusCode::SEE_OTHER
+            | StatusCode::TEMPORARY_REDIRECT
+            | StatusCode::PERMANENT_REDIRECT
+    )
 }
 
 #[cfg(test)]
