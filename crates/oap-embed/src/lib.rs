@@ -15,8 +15,6 @@ mod priority;
 
 pub use bert::{BertEmbedder, EmbedOptions};
 pub use error::EmbedError;
-#[cfg(target_os = "linux")]
-pub use priority::current_thread_is_idle_class;
 pub use priority::{lower_current_thread_priority, return_freed_memory};
 
 /// A text-to-vector model.

@@ -35,9 +35,9 @@ pub fn lower_current_thread_priority() -> bool {
     }
 }
 
-/// Whether the calling thread runs in the idle class (for tests).
-#[cfg(target_os = "linux")]
-pub fn current_thread_is_idle_class() -> bool {
+/// Whether the calling thread runs in the idle class.
+#[cfg(all(test, target_os = "linux"))]
+fn current_thread_is_idle_class() -> bool {
     // SAFETY: pid 0 is the calling thread; no pointers.
     unsafe { libc::sched_getscheduler(0) == libc::SCHED_IDLE }
 }
