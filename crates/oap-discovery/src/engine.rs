@@ -16,6 +16,7 @@ use oap_index::{DocInput, Index, IndexError, IndexWriter, RowInput, VectorDtype}
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
+use crate::activity::{QueryActivity, MAX_PAUSE};
 use crate::catalog::{Catalog, CatalogEntry, Collision, LoadProblem, Origin, Source, Trust};
 use crate::document::{self, RowWeights, RECIPE_VERSION};
 use crate::query;
@@ -24,8 +25,13 @@ use crate::scoring::{self, Mode, ScoreParts, Scoring};
 /// File name of the index inside the data directory.
 pub const INDEX_FILE: &str = "index.oapx";
 
-/// Texts embedded per forward pass while indexing.
+/// Texts handed to the embedder at once while indexing.
 const EMBED_BATCH: usize = 32;
+
+/// Texts embedded between two looks at the running queries in a background
+/// rebuild: one of the embedder's background forward passes, so a query
+/// arriving mid-rebuild overlaps at most one of them.
+const BACKGROUND_EMBED_CHUNK: usize = 4;
 
 /// Settings of the engine (the daemon maps its config onto this).
 #[derive(Debug, Clone)]
@@ -194,6 +200,9 @@ pub struct Engine {
     embedder: Option<Arc<dyn Embedder>>,
     snapshot: ArcSwap<Snapshot>,
     build_lock: Mutex<()>,
+    /// Queries in flight; a background rebuild waits for them between units
+    /// of work (see `activity`).
+    activity: QueryActivity,
 }
 
 /// Who waits on an index build.
@@ -254,7 +263,7 @@ impl Engine {
                 embedder.as_deref(),
                 previous.as_ref(),
                 &fingerprint,
-                Priority::Foreground,
+                None,
             )?,
         };
         built.previous_index_problem = report.previous_index_problem.take();
@@ -268,6 +277,7 @@ impl Engine {
             embedder,
             snapshot: ArcSwap::from_pointee(snapshot),
             build_lock: Mutex::new(()),
+            activity: QueryActivity::default(),
         };
         Ok((engine, built))
     }
@@ -345,7 +355,7 @@ impl Engine {
             self.embedder.as_deref(),
             reuse,
             &fingerprint,
-            priority,
+            (priority == Priority::Background).then_some(&self.activity),
         )?;
         report.problems = catalog.problems;
         report.collisions = catalog.collisions;
@@ -354,7 +364,10 @@ impl Engine {
         // wait for itself.
         drop(current);
         let previous = self.snapshot.swap(Arc::new(Snapshot { index, model_id }));
-        retire(previous);
+        retire(
+            previous,
+            (priority == Priority::Background).then_some(&self.activity),
+        );
         Ok(report)
     }
 
@@ -397,6 +410,7 @@ impl Engine {
         let Some(embedder) = &self.embedder else {
             return Ok(None);
         };
+        let _running = self.activity.enter();
         let views = query::views_with(task, &self.config.scoring.query);
         Ok(Some(embedder.embed_one(&views.dense)?))
     }
@@ -423,6 +437,7 @@ impl Engine {
         if task.trim().is_empty() {
             return Err(DiscoverError::EmptyTask);
         }
+        let _running = self.activity.enter();
         let top_k = top_k.max(1);
         let snapshot = self.snapshot.load_full();
         let views = query::views_with(task, &self.config.scoring.query);
@@ -651,10 +666,14 @@ fn fingerprint(
 /// finished last and show in the discovery tail. (After `swap`, arc-swap
 /// has turned outstanding guards into counted references, so the count is
 /// exact.)
-fn retire(previous: Arc<Snapshot>) {
+fn retire(previous: Arc<Snapshot>, activity: Option<&QueryActivity>) {
     let deadline = Instant::now() + RETIRE_WAIT;
     while Arc::strong_count(&previous) > 1 && Instant::now() < deadline {
         std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    // Unmapping takes the address-space lock a query's page faults need.
+    if let Some(activity) = activity {
+        activity.yield_to_queries(MAX_PAUSE);
     }
     drop(previous);
 }
@@ -669,25 +688,32 @@ fn build_index(
     embedder: Option<&dyn Embedder>,
     previous: Option<&Index>,
     fingerprint: &str,
-    priority: Priority,
+    // Set for a background rebuild: the queries to step aside for.
+    background: Option<&QueryActivity>,
 ) -> Result<(Index, BuildReport), EngineError> {
+    let yielded = std::cell::Cell::new(std::time::Duration::ZERO);
+    let yield_to_queries = || {
+        if let Some(activity) = background {
+            yielded.set(yielded.get() + activity.yield_to_queries(MAX_PAUSE));
+        }
+    };
     let model_id = embedder.map(|e| e.model_id().to_string());
     // A lexical-only index (no model) still needs a valid dimension; it
     // simply has no rows.
     let dim = embedder.map_or(1, |e| e.dim());
 
-    // Vectors from the previous index, keyed by (model, text) hash. Keys
-    // include the model id, so a model change can never reuse a vector.
-    let mut reusable: HashMap<[u8; 16], Vec<f32>> = HashMap::new();
-    if let (Some(previous), Some(_)) = (previous, &model_id) {
-        if previous.dim() == dim {
-            for doc in 0..previous.len() as u32 {
-                for row in previous.rows_of(doc) {
-                    reusable.insert(row.key, row.vector);
-                }
-            }
-        }
+    // Rows of the previous index, keyed by (model, text) hash. Keys include
+    // the model id, so a model change can never reuse a vector. Only the
+    // row's position is kept: the vector is read from the old mapping when
+    // the new index is written, so a rebuild at 10k manifests does not hold
+    // another copy of every vector in memory.
+    let mut reusable: HashMap<[u8; 16], usize> = HashMap::new();
+    let previous = previous.filter(|p| model_id.is_some() && p.dim() == dim);
+    if let Some(previous) = previous {
+        reusable.extend(previous.row_keys().enumerate().map(|(r, key)| (key, r)));
     }
+    // Vectors embedded by this build.
+    let mut fresh: HashMap<[u8; 16], Vec<f32>> = HashMap::new();
 
     struct PlannedDoc {
         record: Vec<u8>,
@@ -739,14 +765,22 @@ fn build_index(
     let mut embedded_rows = 0;
     let mut reused_rows = 0;
     if let (Some(embedder), Some(model_id)) = (embedder, &model_id) {
-        for batch in to_embed.chunks(EMBED_BATCH) {
+        let chunk = if background.is_some() {
+            BACKGROUND_EMBED_CHUNK
+        } else {
+            EMBED_BATCH
+        };
+        for batch in to_embed.chunks(chunk) {
             let texts: Vec<&str> = batch.iter().map(String::as_str).collect();
-            let vectors = match priority {
-                Priority::Foreground => embedder.embed(&texts)?,
-                Priority::Background => embedder.embed_background(&texts)?,
+            let vectors = match background {
+                None => embedder.embed(&texts)?,
+                Some(_) => {
+                    yield_to_queries();
+                    embedder.embed_background(&texts)?
+                }
             };
             for (text, vector) in batch.iter().zip(vectors) {
-                reusable.insert(document::row_key(model_id, text), vector);
+                fresh.insert(document::row_key(model_id, text), vector);
             }
             embedded_rows += batch.len();
         }
@@ -770,16 +804,26 @@ fn build_index(
     for doc in planned {
         let mut rows = Vec::with_capacity(doc.rows.len());
         for (row, key) in doc.rows {
-            let Some(vector) = reusable.get(&key) else {
-                continue;
+            let vector = match fresh.get(&key) {
+                Some(vector) => vector.clone(),
+                None => {
+                    let old = reusable
+                        .get(&key)
+                        .zip(previous)
+                        .and_then(|(&r, previous)| previous.row_at(r));
+                    match old {
+                        Some(old) => {
+                            reused_rows += 1;
+                            old.vector
+                        }
+                        None => continue,
+                    }
+                }
             };
-            if !queued.contains(&key) {
-                reused_rows += 1;
-            }
             rows.push(RowInput {
                 key,
                 weight: row.weight,
-                vector: vector.clone(),
+                vector,
             });
         }
         rows_total += rows.len();
@@ -791,13 +835,18 @@ fn build_index(
         })?;
     }
     let path = config.index_path();
+    // Writing and then mapping (and populating) a file of up to ~100 MB:
+    // each is one step that should not start under a running query.
+    yield_to_queries();
     writer.write_atomic(&path)?;
+    yield_to_queries();
     let index = open_index(config, &path)?;
     tracing::info!(
         docs,
         rows = rows_total,
         embedded_rows,
         reused_rows,
+        yielded_ms = yielded.get().as_millis() as u64,
         path = %path.display(),
         "index written"
     );

@@ -5,6 +5,7 @@
 //! instruction from its inline data, [`scoring`] fuses dense and lexical
 //! scores, and [`engine`] ties them to the memory-mapped index.
 
+mod activity;
 pub mod catalog;
 pub mod document;
 pub mod engine;

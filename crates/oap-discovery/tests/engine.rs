@@ -195,6 +195,49 @@ fn unchanged_manifests_are_not_re_embedded() {
         .as_str()
         .unwrap()
         .starts_with("Tally"));
+
+    // Reused vectors are copied from the old file unchanged: a background
+    // rebuild after one more edit writes the same rows as re-embedding
+    // everything does.
+    let rows = |data: &Path| {
+        let index = oap_index::Index::open(data.join(oap_discovery::engine::INDEX_FILE)).unwrap();
+        let mut rows: Vec<_> = (0..index.len() as u32)
+            .map(|doc| {
+                let id = index.doc_id(doc).unwrap().to_string();
+                (id, index.rows_of(doc).collect::<Vec<_>>())
+            })
+            .collect();
+        rows.sort_by(|a, b| a.0.cmp(&b.0));
+        rows
+    };
+    let grep = manifests.path().join("grep.json");
+    let edited = fs::read_to_string(&grep).unwrap().replace("Search", "Scan");
+    fs::write(&grep, edited).unwrap();
+    let report = engine.rebuild(false).unwrap();
+    assert!(
+        report.reused_rows > 0 && report.embedded_rows > 0,
+        "{report:?}"
+    );
+    let reused = rows(data.path());
+    let report = engine.rebuild(true).unwrap();
+    assert_eq!(report.reused_rows, 0);
+    let embedded = rows(data.path());
+    assert_eq!(embedded.len(), reused.len());
+    for ((id, got), (want_id, want)) in reused.iter().zip(&embedded) {
+        assert_eq!(id, want_id);
+        assert_eq!(got.len(), want.len(), "{id}");
+        for (got, want) in got.iter().zip(want) {
+            assert_eq!((got.key, got.weight), (want.key, want.weight), "{id}");
+            // Batch composition changes the padding, hence the last bits.
+            let off = got
+                .vector
+                .iter()
+                .zip(&want.vector)
+                .map(|(a, b)| (a - b).abs())
+                .fold(0f32, f32::max);
+            assert!(off < 1e-4, "{id}: a reused vector differs by {off}");
+        }
+    }
 }
 
 #[test]

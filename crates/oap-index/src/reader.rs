@@ -475,6 +475,18 @@ impl Index {
         }
     }
 
+    /// Keys of all rows in row order; position `r` is the row
+    /// [`Index::row_at`] returns. Reads no vectors (a rebuild looks up which
+    /// vectors it can reuse without copying them all out first).
+    pub fn row_keys(&self) -> impl Iterator<Item = [u8; 16]> + '_ {
+        self.row_metas().iter().map(|m| m.key)
+    }
+
+    /// Row `r` of the whole index (not of one document), dequantised.
+    pub fn row_at(&self, r: usize) -> Option<RowRef> {
+        self.row(r)
+    }
+
     fn row(&self, r: usize) -> Option<RowRef> {
         let m = self.row_metas().get(r)?;
         let start = r.checked_mul(self.dim)?;

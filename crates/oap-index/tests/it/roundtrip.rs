@@ -51,6 +51,18 @@ fn check_round_trip(dtype: VectorDtype) {
             }
         }
     }
+    // The whole-index row view agrees with the per-document one.
+    let per_doc: Vec<_> = (0..docs.len() as u32)
+        .flat_map(|i| idx.rows_of(i))
+        .collect();
+    let keys: Vec<_> = idx.row_keys().collect();
+    assert_eq!(keys.len(), idx.rows());
+    for (r, row) in per_doc.iter().enumerate() {
+        assert_eq!(keys[r], row.key);
+        assert_eq!(idx.row_at(r).as_ref(), Some(row));
+    }
+    assert_eq!(idx.row_at(idx.rows()), None);
+
     let n = docs.len() as u32;
     assert_eq!(idx.doc_id(n), None);
     assert_eq!(idx.record(n), None);
