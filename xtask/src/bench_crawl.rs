@@ -118,9 +118,7 @@ fn render(r: &Value, command: &str, load_before: &str, load_after: &str) -> Stri
     } else {
         format!(
             "misses the target (≤ {TARGET_RATIO}) against at least one baseline (worst \
-             {worst:.2}). Rebuilds run on idle-class (SCHED_IDLE) threads, so queries \
-             preempt them, but on 2 vCPUs a query still shares caches and memory bandwidth \
-             with the rebuild between its parallel sections; see the analysis below the table"
+             {worst:.2}); see the analysis below the table"
         )
     };
     let row = |name: &str, key: &str| {
@@ -134,15 +132,17 @@ fn render(r: &Value, command: &str, load_before: &str, load_after: &str) -> Stri
     format!(
         "## Crawler\n\n\
          `{command}` (`--quick`: 1,000 manifests). Machine: {}; load average (1/5/15 min) \
-         {load_before} before, {load_after} after; measured {} (a shared, loaded machine: \
-         other builds ran alongside, so the figures are pessimistic).\n\n\
+         {load_before} before, {load_after} after; measured {} (a shared cloud machine: \
+         compare the ratios of one run, not absolute times across runs).\n\n\
          Setup: {} generated manifests (`make_corpus`, network ones only) served over loopback \
          HTTPS (test CA, wildcard certificate) under one domain each (`m00000.crawl.bench` …, \
          all mapped to 127.0.0.1 by `crawler.hosts`, allowed by `crawler.allow_private: \
          [127.0.0.0/8]`), seeded through `crawler.seeds_file`; the real `oapd serve` with the \
          embedding model, crawler concurrency 4 (default), `MALLOC_ARENA_MAX=2` as in the \
          systemd unit. Rebuilds while serving run on idle-class threads (`SCHED_IDLE`, a pool \
-         of cores − 1) every 256 domains. Time counts from the daemon being \
+         of cores − 1), after every max(256, indexed / 4) domains, and wait for running \
+         queries between steps (4-text embedding chunks, the index write, its mapping and \
+         unmapping). Time counts from the daemon being \
          ready until `/health` counts every crawled manifest in the index.\n\n\
          | figure | value |\n|---|---|\n\
          | manifests crawled and indexed | {} |\n\

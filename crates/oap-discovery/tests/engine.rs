@@ -476,3 +476,82 @@ fn listing_and_lookup_use_stable_ids() {
     assert!(record.origin.location.ends_with("earthquake.json"));
     assert_eq!(record.content_hash.len(), 64);
 }
+
+/// Records, in order, when the query embeds and when a rebuild embeds.
+struct Observed {
+    inner: Arc<BertEmbedder>,
+    events: std::sync::Mutex<Vec<&'static str>>,
+}
+
+impl Embedder for Observed {
+    fn model_id(&self) -> &str {
+        self.inner.model_id()
+    }
+    fn dim(&self) -> usize {
+        self.inner.dim()
+    }
+    fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, EmbedError> {
+        if std::thread::current().name() == Some("query") {
+            let out = self.inner.embed(texts);
+            self.events.lock().unwrap().push("query starts");
+            // A slow query: long enough for a rebuild started meanwhile to
+            // reach its first embedding, well under a rebuild's longest
+            // wait (100 ms) even when the sleep overshoots on a busy machine.
+            std::thread::sleep(std::time::Duration::from_millis(50));
+            self.events.lock().unwrap().push("query ends");
+            out
+        } else {
+            self.events.lock().unwrap().push("rebuild embeds");
+            self.inner.embed(texts)
+        }
+    }
+}
+
+#[test]
+fn a_background_rebuild_waits_for_a_running_query() {
+    let manifests = manifest_dir(CLI);
+    let data = tempfile::tempdir().unwrap();
+    let observed = Arc::new(Observed {
+        inner: real_model(),
+        events: std::sync::Mutex::new(Vec::new()),
+    });
+    let (engine, _) = open(
+        data.path(),
+        vec![Source::Dir(manifests.path().into())],
+        Some(observed.clone()),
+    );
+    let engine = Arc::new(engine);
+    observed.events.lock().unwrap().clear();
+
+    let query = {
+        let engine = engine.clone();
+        std::thread::Builder::new()
+            .name("query".into())
+            .spawn(move || {
+                engine
+                    .discover("count the words in a text", 1)
+                    .map(|d| d.best)
+            })
+            .unwrap()
+    };
+    while !observed.events.lock().unwrap().contains(&"query starts") {
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    // Something to embed while the query runs.
+    let wc = manifests.path().join("wc.json");
+    let changed = fs::read_to_string(&wc)
+        .unwrap()
+        .replace("Count lines", "Tally lines");
+    fs::write(&wc, changed).unwrap();
+    let report = engine.rebuild(false).unwrap();
+    assert!(report.embedded_rows > 0);
+    query.join().unwrap().unwrap();
+
+    let events = observed.events.lock().unwrap().clone();
+    let first_rebuild = events.iter().position(|e| *e == "rebuild embeds");
+    let query_end = events.iter().position(|e| *e == "query ends");
+    assert!(
+        first_rebuild.is_some() && query_end < first_rebuild,
+        "the rebuild embedded while the query ran: {events:?}"
+    );
+}
