@@ -423,3 +423,182 @@ fn a_forced_tool_runs_in_meta_mode_too() {
     );
     assert_forced_round_trip(&upstream, answer["message"]["content"].as_str().unwrap());
 }
+
+// --- operator routes from a LAN client --------------------------------------------
+
+/// A network namespace of this test's own, with a veth pair inside it: a
+/// client there connecting to the address of one end is not a loopback
+/// client, and no packet leaves the namespace. Dropping it kills the daemon
+/// and deletes the namespace.
+struct LanLab {
+    name: String,
+    daemon: Option<std::process::Child>,
+    dir: tempfile::TempDir,
+}
+
+const LAN_IP: &str = "10.78.0.1";
+const LAN_PORT: u16 = 18311;
+
+fn run(args: &[&str]) -> Result<(), String> {
+    let out = std::process::Command::new(args[0])
+        .args(&args[1..])
+        .output()
+        .map_err(|e| format!("{}: {e}", args.join(" ")))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "{} failed: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        ))
+    }
+}
+
+impl Drop for LanLab {
+    fn drop(&mut self) {
+        if let Some(daemon) = &mut self.daemon {
+            let _ = daemon.kill();
+            let _ = daemon.wait();
+        }
+        let _ = run(&["ip", "netns", "del", &self.name]);
+    }
+}
+
+impl LanLab {
+    /// The lab, or why it cannot be built here (then the test is skipped).
+    fn new() -> Result<LanLab, String> {
+        if !nix::unistd::geteuid().is_root() {
+            return Err("not root".into());
+        }
+        let name = format!("oapd-fit-{}", std::process::id());
+        run(&["ip", "netns", "add", &name])?;
+        let lab = LanLab {
+            name: name.clone(),
+            daemon: None,
+            dir: tempfile::tempdir().map_err(|e| e.to_string())?,
+        };
+        let address = format!("{LAN_IP}/32");
+        for step in [
+            &["ip", "-n", &name, "link", "set", "lo", "up"][..],
+            &[
+                "ip", "-n", &name, "link", "add", "va", "type", "veth", "peer", "name", "vb",
+            ],
+            &["ip", "-n", &name, "addr", "add", &address, "dev", "va"],
+            &["ip", "-n", &name, "link", "set", "va", "up"],
+            &["ip", "-n", &name, "link", "set", "vb", "up"],
+        ] {
+            run(step)?;
+        }
+        Ok(lab)
+    }
+
+    /// Runs `f` on a thread inside the namespace.
+    fn inside<T: Send + 'static>(&self, f: impl FnOnce() -> T + Send + 'static) -> T {
+        let path = format!("/var/run/netns/{}", self.name);
+        std::thread::spawn(move || {
+            let file = std::fs::File::open(&path).expect("namespace file");
+            nix::sched::setns(&file, nix::sched::CloneFlags::CLONE_NEWNET).expect("setns");
+            f()
+        })
+        .join()
+        .expect("client thread")
+    }
+
+    fn request(
+        &self,
+        ip: &'static str,
+        method: &'static str,
+        path: &'static str,
+    ) -> support::Response {
+        self.inside(move || {
+            let raw = format!("{method} {path} HTTP/1.1\r\nHost: oapd\r\nConnection: close\r\nContent-Length: 0\r\n\r\n");
+            let addr = format!("{ip}:{LAN_PORT}").parse().unwrap();
+            support::send_raw(addr, raw.as_bytes()).expect("request")
+        })
+    }
+
+    /// The daemon in the namespace, listening on the LAN address and on
+    /// loopback, with the experience cache on and no operator token.
+    fn start_daemon(&mut self) {
+        let data = self.dir.path().join("data");
+        let config = format!(
+            "server:\n  listen: [\"{LAN_IP}:{LAN_PORT}\", \"127.0.0.1:{LAN_PORT}\"]\n\
+             index:\n  data_dir: {data:?}\n\
+             embedding:\n  model_dir: {model:?}\n\
+             ollama:\n  base_url: \"http://127.0.0.1:9\"\n\
+             experience:\n  enabled: true\n",
+            model = support::require_model(),
+        );
+        let path = self.dir.path().join("config.yaml");
+        std::fs::write(&path, config).expect("config");
+        let log = std::fs::File::create(self.dir.path().join("oapd.log")).expect("log");
+        let mut command = std::process::Command::new("ip");
+        command.args(["netns", "exec", &self.name]);
+        command.args(support::oapd_argv());
+        for (key, _) in std::env::vars_os() {
+            if key.to_string_lossy().starts_with("OAP_") {
+                command.env_remove(key);
+            }
+        }
+        let child = command
+            .env_remove("OAPD_CONFIG")
+            .arg("--config")
+            .arg(&path)
+            .arg("serve")
+            .stdout(std::process::Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("spawn oapd");
+        self.daemon = Some(child);
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+        loop {
+            if let Some(Ok(Some(status))) = self.daemon.as_mut().map(|d| d.try_wait()) {
+                panic!("oapd exited early ({status}):\n{}", self.log());
+            }
+            let ready = self.inside(|| {
+                let raw = b"GET /health HTTP/1.1\r\nHost: oapd\r\nConnection: close\r\n\r\n";
+                let addr = format!("{LAN_IP}:{LAN_PORT}").parse().unwrap();
+                support::send_raw(addr, raw)
+                    .map(|r| r.status == 200)
+                    .unwrap_or(false)
+            });
+            if ready {
+                return;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "oapd not ready:\n{}",
+                self.log()
+            );
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("oapd.log")).unwrap_or_default()
+    }
+}
+
+#[test]
+fn deleting_experience_from_a_lan_client_without_a_token_is_refused() {
+    let mut lab = match LanLab::new() {
+        Ok(lab) => lab,
+        Err(why) => {
+            eprintln!("skipped: cannot build a network namespace here ({why})");
+            return;
+        }
+    };
+    lab.start_daemon();
+    // Reading is open to the LAN; deleting is not, without a token.
+    assert_eq!(lab.request(LAN_IP, "GET", "/v1/experience").status, 200);
+    for path in ["/v1/experience", "/v1/experience/exp_0123456789abcdef"] {
+        let refused = lab.request(LAN_IP, "DELETE", path);
+        assert_eq!(refused.status, 403, "{path}: {}", lab.log());
+        assert!(refused.error().contains("server.auth_token"), "{path}");
+    }
+    // The same request from loopback is the operator's.
+    let allowed = lab.request("127.0.0.1", "DELETE", "/v1/experience");
+    assert_eq!(allowed.status, 200, "{}", lab.log());
+    assert_eq!(allowed.json()["deleted"], 0);
+}
