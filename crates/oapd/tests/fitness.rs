@@ -2,7 +2,8 @@
 //! URL hygiene, the experience cache in meta mode and meta-tool argument
 //! errors, with the real `oapd` binary between a raw loopback client and
 //! the scripted fake Ollama; the bundled tools (`wc`, `date`, `grep`) run
-//! for real.
+//! for real. Last, the experience purge from a LAN client, inside a
+//! network namespace the test builds.
 
 mod support;
 
