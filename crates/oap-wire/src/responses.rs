@@ -377,6 +377,18 @@ fn function_call_item(call: &Value, status: &str) -> Value {
            "arguments": arguments, "status": status})
 }
 
+/// Copies the bridge's `oap_*` figures (tools injected, rounds, tool
+/// tokens) from the final chunk onto the response object, as `/api/chat`
+/// carries them on its `done` chunk.
+fn copy_extensions(done: &Value, response: &mut Value) {
+    let (Some(done), Some(response)) = (done.as_object(), response.as_object_mut()) else {
+        return;
+    };
+    for (key, value) in done.iter().filter(|(k, _)| k.starts_with("oap_")) {
+        response.insert(key.clone(), value.clone());
+    }
+}
+
 fn incomplete(done: &Value) -> bool {
     done.get("done_reason").and_then(Value::as_str) == Some("length")
 }
@@ -408,6 +420,7 @@ pub fn chat_to_response(head: &ResponseHead, answer: &Value) -> Value {
     if incomplete(answer) {
         response["incomplete_details"] = json!({"reason": "max_output_tokens"});
     }
+    copy_extensions(answer, &mut response);
     response
 }
 
@@ -579,6 +592,7 @@ impl ResponseStream {
             if incomplete(chunk) {
                 response["incomplete_details"] = json!({"reason": "max_output_tokens"});
             }
+            copy_extensions(chunk, &mut response);
             let kind = if incomplete(chunk) {
                 "response.incomplete"
             } else {

@@ -398,11 +398,21 @@ async fn drive(
             .partition(|call| by_name.contains_key(call.name.as_str()) || extras.owns(&call.name));
         if let Some(forced) = forced {
             let any_call = !ours.is_empty() || !theirs.is_empty();
-            match crate::forcing::enforce(ctx, forced, &model, any_call).await {
-                Some(call) => {
+            let called_forced = ours.iter().any(|call| call.name == forced.name);
+            match crate::forcing::enforce(ctx, forced, &model, called_forced).await {
+                Some(call) if !any_call => {
                     // The answer given without the tool is dropped.
                     ours = vec![call];
                     round.content = String::new();
+                }
+                Some(call) => {
+                    // The model called another tool instead: the forced one
+                    // runs first, the model's own calls run (or go back to
+                    // the client) as usual.
+                    ours.insert(0, call);
+                    if !crate::forcing::release(out, held).await {
+                        return;
+                    }
                 }
                 None => {
                     if !crate::forcing::release(out, held).await {
@@ -427,7 +437,7 @@ async fn drive(
         let results = tokio::select! {
             results = async {
                 match &extras.meta {
-                    Some(meta) => meta.run_calls(ctx, &ours).await,
+                    Some(meta) => meta.run_calls(ctx, &by_name, &ours).await,
                     None => run_calls(ctx, &by_name, &ours).await,
                 }
             } => results,

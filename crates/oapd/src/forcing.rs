@@ -4,12 +4,14 @@
 //! 1. offers that tool even when discovery would not (first, so a token
 //!    budget drops it last),
 //! 2. adds a system instruction to call it, placed before the user message,
-//! 3. holds the model's first round back; if the model answered without any
-//!    tool call, it asks the model for the arguments alone (a non-streamed
+//! 3. holds the model's first round back; if the model did not call the
+//!    forced tool, it asks the model for the arguments alone (a non-streamed
 //!    `/api/chat` with the tool's parameters schema as `format`), runs the
 //!    tool itself through the ordinary checked path, and the loop goes on
-//!    with its result. The held answer is dropped; if extraction fails it
-//!    is sent as it was.
+//!    with its result. An answer given without any tool call is dropped; if
+//!    the model called a different tool, that call is kept and runs after
+//!    the forced one (a client's tool goes back to the client as usual). If
+//!    extraction fails, the round is sent on as it was.
 
 use std::sync::Arc;
 
@@ -208,16 +210,16 @@ pub(crate) async fn release(out: &mpsc::Sender<Event>, held: Vec<Event>) -> bool
     true
 }
 
-/// When the model answered without calling any tool, asks it for the
-/// forced tool's arguments and returns the call to run; `None` when it
-/// complied (or called another tool) or extraction failed.
+/// When the model did not call the forced tool (it answered, or called
+/// another tool), asks it for the forced tool's arguments and returns the
+/// call to run; `None` when it complied or extraction failed.
 pub(crate) async fn enforce(
     ctx: &ChatContext,
     forced: &Forced,
     model: &str,
-    any_call: bool,
+    called_forced: bool,
 ) -> Option<ToolCall> {
-    if any_call {
+    if called_forced {
         return None;
     }
     let body = json!({

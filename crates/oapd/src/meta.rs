@@ -3,7 +3,9 @@
 //!
 //! - `oap_discover(task)` runs the same discovery as direct mode and
 //!   returns the fitting tools compactly (name, first-sentence description,
-//!   parameters schema);
+//!   parameters schema); with the experience cache on, it consults the
+//!   cache first for its `task` (a remembered tool is listed alone) and
+//!   a successful `oap_invoke` of a listed tool is remembered for it;
 //! - `oap_invoke(tool, arguments)` runs one of them through the same path as
 //!   a direct call (argument checking, SSRF policy, stdio only for local
 //!   trust, timeouts).
@@ -72,13 +74,25 @@ impl MetaSession {
     }
 
     /// Runs the model's calls in order (an `oap_invoke` may depend on an
-    /// `oap_discover` earlier in the same turn).
-    pub async fn run_calls(&self, ctx: &ChatContext, calls: &[ToolCall]) -> Vec<ToolResult> {
+    /// `oap_discover` earlier in the same turn). `injected` are the tools
+    /// offered directly next to the meta-tools (a forced tool).
+    pub async fn run_calls(
+        &self,
+        ctx: &ChatContext,
+        injected: &HashMap<&str, &InjectedTool>,
+        calls: &[ToolCall],
+    ) -> Vec<ToolResult> {
         let mut results = Vec::with_capacity(calls.len());
         for call in calls {
             let result = match call.name.as_str() {
                 DISCOVER => self.discover(call).await,
                 INVOKE => self.invoke(ctx, call).await,
+                name if injected.contains_key(name) => {
+                    crate::bridge::run_calls(ctx, injected, std::slice::from_ref(call))
+                        .await
+                        .pop()
+                        .unwrap_or_else(|| error("the tool produced no result".into()))
+                }
                 other => error(format!("unknown tool '{other}'")),
             };
             results.push(result);
@@ -99,10 +113,22 @@ impl MetaSession {
             ));
         }
         let task: String = task.chars().take(MAX_TASK_CHARS).collect();
-        let tools = self
-            .service
-            .discover_tools(task, self.top_k, self.reserved.clone())
-            .await;
+        // The experience cache answers for the task the model asked about,
+        // as it does for the user's message in direct mode: a remembered
+        // tool is listed alone, and every listed tool reports its outcome
+        // back when `oap_invoke` runs it.
+        let tools = match &self.service.experience {
+            Some(experience) => {
+                experience
+                    .tools_for(&self.service, task, self.top_k, self.reserved.clone())
+                    .await
+            }
+            None => {
+                self.service
+                    .discover_tools(task, self.top_k, self.reserved.clone())
+                    .await
+            }
+        };
         if tools.is_empty() {
             return ToolResult {
                 content: "No tool fits this task. Answer without tools.".into(),

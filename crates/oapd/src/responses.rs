@@ -23,6 +23,22 @@ fn error(status: StatusCode, message: &str) -> Response<Body> {
     )
 }
 
+/// oapd is stateless: it stores no responses, so a request that continues
+/// one by id cannot be served. Ignoring the field would answer as if the
+/// conversation had just begun, so it is refused, naming the field.
+fn refuse_stored_state(request: &Value) -> Option<Response<Body>> {
+    let field = "previous_response_id";
+    if request.get(field).is_none_or(Value::is_null) {
+        return None;
+    }
+    let message = format!(
+        "{field}: oapd is stateless and keeps no responses; send the whole conversation in input instead"
+    );
+    let mut body = oap_wire::openai::openai_error(400, &message);
+    body["error"]["param"] = Value::from(field);
+    Some(http::json(StatusCode::BAD_REQUEST, &body))
+}
+
 /// Handles one `/v1/responses` request.
 pub async fn handle(chat: &Arc<ChatService>, request: Request<Incoming>) -> Response<Body> {
     let body = match http::read_body(request.into_body(), chat.max_request_bytes).await {
@@ -45,6 +61,9 @@ pub async fn handle(chat: &Arc<ChatService>, request: Request<Incoming>) -> Resp
         }
         Err(err) => return error(StatusCode::BAD_REQUEST, &format!("invalid JSON: {err}")),
     };
+    if let Some(refused) = refuse_stored_state(&original) {
+        return refused;
+    }
     let translated = responses::request_to_chat(&original).and_then(|chat_request| {
         oap_wire::openai::chat_request_to_ollama(&chat_request).map(|o| (chat_request, o))
     });

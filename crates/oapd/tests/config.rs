@@ -4,7 +4,8 @@
 use std::path::{Path, PathBuf};
 
 use oapd::config::{
-    Config, ConfigError, DiscoveryMode, Loaded, LogFormat, VectorDtype, MAX_CONFIG_FILE_BYTES,
+    Config, ConfigError, DiscoveryMode, Loaded, LogFormat, UrlPolicy, VectorDtype,
+    MAX_CONFIG_FILE_BYTES,
 };
 
 fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
@@ -1034,6 +1035,128 @@ fn tool_bridge_ranges() {
         "tool_bridge:\n  max_rounds: 10\n  default_top_k: 20\n  http_timeout: 3600\n  stdio_timeout: 1\n",
     ));
     ok(yaml("tool_bridge:\n  max_rounds: 1\n  default_top_k: 1\n"));
+}
+
+#[test]
+fn experience_ranges() {
+    for (text, key, msg) in [
+        (
+            "experience:\n  min_similarity: 1.5\n",
+            "experience.min_similarity",
+            "must be between 0 and 1, got 1.5",
+        ),
+        (
+            "experience:\n  min_similarity: -0.1\n",
+            "experience.min_similarity",
+            "must be between 0 and 1, got -0.1",
+        ),
+        (
+            "experience:\n  ttl: 59\n",
+            "experience.ttl",
+            "must be between 60 and 315360000, got 59",
+        ),
+        (
+            "experience:\n  ttl: 315360001\n",
+            "experience.ttl",
+            "must be between 60 and 315360000, got 315360001",
+        ),
+        (
+            "experience:\n  max_entries: 0\n",
+            "experience.max_entries",
+            "must be between 1 and 100000, got 0",
+        ),
+        (
+            "experience:\n  max_entries: 100001\n",
+            "experience.max_entries",
+            "must be between 1 and 100000, got 100001",
+        ),
+    ] {
+        assert_eq!(single_problem(text), (key.to_owned(), msg.to_owned()));
+    }
+    assert_eq!(
+        single_problem("experience:\n  min_similarity: .nan\n").0,
+        "experience.min_similarity"
+    );
+    // Boundaries are accepted.
+    let c = ok(yaml(
+        "experience:\n  enabled: true\n  min_similarity: 0\n  ttl: 60\n  max_entries: 1\n",
+    ));
+    assert_eq!(c.experience.min_similarity, 0.0);
+    ok(yaml(
+        "experience:\n  min_similarity: 1\n  ttl: 315360000\n  max_entries: 100000\n",
+    ));
+    let e = err(yaml("experience:\n  enabled: sometimes\n"));
+    assert!(
+        e.to_string().starts_with(
+            r#"config.yaml: experience.enabled: expected a boolean (true/false), got "sometimes""#
+        ),
+        "{e}"
+    );
+}
+
+#[test]
+fn url_policy_tools_and_only_validated_models_values() {
+    let c = ok(yaml(
+        "tool_bridge:\n  only_validated_models: true\n  url_policy: remove\n  url_policy_tools:\n    local/grep: \"off\"\n    api.example.com: flag\n",
+    ));
+    assert!(c.tool_bridge.only_validated_models);
+    assert_eq!(c.tool_bridge.url_policy, UrlPolicy::Remove);
+    assert_eq!(
+        c.tool_bridge.url_policy_tools.get("local/grep"),
+        Some(&UrlPolicy::Off)
+    );
+    assert_eq!(
+        c.tool_bridge.url_policy_tools.get("api.example.com"),
+        Some(&UrlPolicy::Flag)
+    );
+    for (text, want) in [
+        (
+            "tool_bridge:\n  url_policy_tools:\n    local/grep: strip\n",
+            r#"config.yaml: tool_bridge.url_policy_tools.local/grep: expected one of "off", "flag", "remove", got "strip""#,
+        ),
+        (
+            "tool_bridge:\n  url_policy_tools: [local/grep]\n",
+            "config.yaml: tool_bridge.url_policy_tools: expected a mapping",
+        ),
+        (
+            "tool_bridge:\n  only_validated_models: maybe\n",
+            r#"config.yaml: tool_bridge.only_validated_models: expected a boolean (true/false), got "maybe""#,
+        ),
+    ] {
+        let e = err(yaml(text));
+        assert!(
+            e.to_string().starts_with(want),
+            "for {text:?}\n  got:  {e}\n  want: {want}"
+        );
+    }
+    // From the environment: key=value pairs.
+    let c = ok(yaml_env(
+        "",
+        &[
+            (
+                "OAP_TOOL_BRIDGE_URL_POLICY_TOOLS",
+                "local/grep=off, a.example=remove",
+            ),
+            ("OAP_TOOL_BRIDGE_ONLY_VALIDATED_MODELS", "true"),
+        ],
+    ));
+    assert_eq!(
+        c.tool_bridge.url_policy_tools.get("a.example"),
+        Some(&UrlPolicy::Remove)
+    );
+    assert!(c.tool_bridge.only_validated_models);
+    for (raw, want) in [
+        ("local/grep", "expected key=value pairs"),
+        ("=off", "empty key"),
+        ("local/grep=strip", r#"got "strip""#),
+    ] {
+        let e = err(yaml_env("", &[("OAP_TOOL_BRIDGE_URL_POLICY_TOOLS", raw)]));
+        let text = e.to_string();
+        assert!(
+            text.starts_with("OAP_TOOL_BRIDGE_URL_POLICY_TOOLS: ") && text.contains(want),
+            "{raw}: {text}"
+        );
+    }
 }
 
 #[test]

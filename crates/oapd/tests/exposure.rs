@@ -254,19 +254,35 @@ fn a_budget_below_any_tool_injects_none_and_the_request_still_works() {
     assert_eq!(reported, tokens::tools_tokens(tools.iter()));
 }
 
-#[test]
-fn a_bad_budget_is_a_config_error() {
+/// `oapd config` with one environment variable: fails, with this output.
+fn config_error(var: &str, value: &str) -> String {
     let out = support::oapd()
         .args(["config"])
-        .env("OAP_TOOL_BRIDGE_TOOL_TOKEN_BUDGET", "10")
-        .env("OAP_TOOL_BRIDGE_EXPOSURE", "lazy")
+        .env(var, value)
         .output()
         .unwrap();
     let text =
         String::from_utf8_lossy(&out.stderr).to_string() + &String::from_utf8_lossy(&out.stdout);
-    assert!(!out.status.success(), "{text}");
+    assert!(!out.status.success(), "{var}={value}: {text}");
+    text
+}
+
+#[test]
+fn a_budget_below_the_minimum_is_a_config_error() {
+    let text = config_error("OAP_TOOL_BRIDGE_TOOL_TOKEN_BUDGET", "10");
     assert!(
-        text.contains("OAP_TOOL_BRIDGE_EXPOSURE") || text.contains("tool_token_budget"),
+        text.contains(
+            "tool_bridge.tool_token_budget: must be between 50 and 1000000, got 10 (set by OAP_TOOL_BRIDGE_TOOL_TOKEN_BUDGET)"
+        ),
+        "{text}"
+    );
+}
+
+#[test]
+fn an_unknown_exposure_is_a_config_error() {
+    let text = config_error("OAP_TOOL_BRIDGE_EXPOSURE", "lazy");
+    assert!(
+        text.contains(r#"OAP_TOOL_BRIDGE_EXPOSURE: expected one of "direct", "meta", got "lazy""#),
         "{text}"
     );
 }
@@ -359,6 +375,26 @@ fn meta_mode_refuses_undiscovered_unknown_and_malformed_invocations() {
     );
     let (_, chunks) = chat(&daemon, WC_TASK, json!({"oap_max_rounds": 5}));
     assert!(content_of(&chunks).contains("must be a JSON object"));
+    upstream.fake.set_script(
+        models()
+            .turn(Turn::tool_call(
+                "oap_discover",
+                json!({"task": "count words"}),
+            ))
+            .turn(Turn::tool_call(
+                "oap_invoke",
+                json!({"tool": "oap_wc", "arguments": {"args": ["-w"], "stdin": {"text": "a b"}}}),
+            ))
+            .turn(Turn::echo(Echo::LastTool)),
+    );
+    let (_, chunks) = chat(&daemon, WC_TASK, json!({"oap_max_rounds": 5}));
+    let text = content_of(&chunks);
+    assert!(
+        text.contains("oap_wc was not called")
+            && text.contains("argument 'stdin' must be a string"),
+        "{text}"
+    );
+    // An empty discovery task is a tool error too.
     upstream.fake.set_script(
         models()
             .turn(Turn::tool_call("oap_discover", json!({"task": ""})))

@@ -4,6 +4,7 @@
 mod support;
 
 use fake_ollama::{Chunk, Echo, ModelSpec, Script, Turn};
+use oapd::tokens;
 use serde_json::{json, Value};
 use support::{fake, Daemon, DaemonBuilder, Upstream};
 
@@ -76,11 +77,149 @@ fn a_discovered_tool_runs_and_the_answer_is_a_response_object() {
     assert!(body["usage"]["total_tokens"].as_u64().unwrap() > 0);
     let sent = upstream.fake.chat_requests();
     assert_eq!(sent.len(), 2);
+    // The cost of oapd's tool definitions: header and response field agree
+    // and are exactly the estimate of what was injected (no client tools).
+    let header: usize = response
+        .header("x-oap-tool-tokens")
+        .expect("X-Oap-Tool-Tokens header")
+        .parse()
+        .unwrap();
+    assert!(header > 0);
+    assert_eq!(body["oap_tool_tokens"], header, "{body}");
+    assert_eq!(
+        header,
+        tokens::tools_tokens(sent[0]["tools"].as_array().unwrap().iter())
+    );
+    assert_eq!(body["oap_round"], 2);
     assert_eq!(
         sent[0]["messages"][0],
         json!({"role": "system", "content": "Be brief."})
     );
     assert_eq!(sent[0]["messages"][1]["content"], TASK);
+}
+
+#[test]
+fn streaming_runs_oapds_own_tool_and_the_client_sees_only_the_answer() {
+    let upstream = fake(
+        Script::new()
+            .model(ModelSpec::new("m"))
+            .turn(Turn::tool_call(
+                "oap_wc",
+                json!({"args": "-w", "stdin": "one two three four"}),
+            ))
+            .turn(Turn::echo(Echo::LastTool)),
+    );
+    let daemon = daemon_for(&upstream);
+    let response = daemon.post_json(
+        "/v1/responses",
+        &json!({"model": "m", "stream": true, "input": TASK}).to_string(),
+    );
+    assert_eq!(
+        response.status,
+        200,
+        "{}",
+        String::from_utf8_lossy(&response.body)
+    );
+    assert_eq!(response.header("content-type"), Some("text/event-stream"));
+    let events = events(&response.body);
+    let kinds: Vec<&str> = events.iter().map(|e| e["type"].as_str().unwrap()).collect();
+    assert_eq!(kinds.first(), Some(&"response.created"), "{kinds:?}");
+    assert_eq!(kinds.last(), Some(&"response.completed"), "{kinds:?}");
+    assert_eq!(
+        kinds.iter().filter(|k| **k == "response.completed").count(),
+        1
+    );
+    // oapd's own call never leaks out as something the client must answer.
+    assert!(
+        !kinds.iter().any(|k| k.contains("function_call")),
+        "{kinds:?}"
+    );
+    for event in &events {
+        assert_ne!(event["item"]["type"], "function_call", "{event}");
+    }
+    // The final text: wc's count, echoed by the model in round 2.
+    let deltas: String = events
+        .iter()
+        .filter(|e| e["type"] == "response.output_text.delta")
+        .filter_map(|e| e["delta"].as_str())
+        .collect();
+    assert_eq!(deltas.trim(), "4");
+    let completed = &events.last().unwrap()["response"];
+    assert_eq!(completed["status"], "completed");
+    let output = completed["output"].as_array().unwrap();
+    assert_eq!(output.len(), 1, "{completed}");
+    assert_eq!(output[0]["type"], "message");
+    assert_eq!(
+        output[0]["content"][0]["text"].as_str().unwrap().trim(),
+        "4"
+    );
+    // The tool ran for real: its result went to the model in round 2.
+    let sent = upstream.fake.chat_requests();
+    assert_eq!(sent.len(), 2);
+    let result = sent[1]["messages"]
+        .as_array()
+        .unwrap()
+        .last()
+        .unwrap()
+        .clone();
+    assert_eq!(result["role"], "tool");
+    assert_eq!(result["tool_name"], "oap_wc");
+    assert!(
+        result["content"].as_str().unwrap().contains('4'),
+        "{result}"
+    );
+    // Token reporting: the header and the final event's response agree.
+    let header: usize = response
+        .header("x-oap-tool-tokens")
+        .expect("X-Oap-Tool-Tokens header")
+        .parse()
+        .unwrap();
+    assert_eq!(completed["oap_tool_tokens"], header, "{completed}");
+    assert_eq!(
+        header,
+        tokens::tools_tokens(sent[0]["tools"].as_array().unwrap().iter())
+    );
+    assert_eq!(completed["oap_round"], 2);
+}
+
+#[test]
+fn previous_response_id_is_refused_because_oapd_keeps_no_state() {
+    let upstream = fake(
+        Script::new()
+            .model(ModelSpec::new("m"))
+            .default_turn(Turn::reply("hi")),
+    );
+    let daemon = daemon_for(&upstream);
+    for stream in [false, true] {
+        let response = daemon.post_json(
+            "/v1/responses",
+            &json!({"model": "m", "input": "and then?", "stream": stream,
+                    "previous_response_id": "resp_0123456789abcdef"})
+            .to_string(),
+        );
+        assert_eq!(response.status, 400);
+        let error = &response.json()["error"];
+        assert_eq!(error["type"], "invalid_request_error", "{error}");
+        assert_eq!(error["param"], "previous_response_id", "{error}");
+        let message = error["message"].as_str().unwrap();
+        assert!(
+            message.contains("previous_response_id") && message.contains("stateless"),
+            "{message}"
+        );
+    }
+    assert!(
+        upstream.fake.chat_requests().is_empty(),
+        "nothing reached Ollama"
+    );
+    // An explicit null is no continuation: served as usual.
+    let response = daemon.post_json(
+        "/v1/responses",
+        &json!({"model": "m", "input": "hello", "stream": false, "oap_discover": false,
+                "previous_response_id": null})
+        .to_string(),
+    );
+    assert_eq!(response.status, 200);
+    assert_eq!(response.json()["output"][0]["content"][0]["text"], "hi");
 }
 
 #[test]

@@ -359,3 +359,50 @@ fn an_unreachable_ollama_or_unknown_model_gives_no_verdict() {
     );
     assert_eq!(output.status.code(), Some(2), "a zero timeout is refused");
 }
+
+#[test]
+fn a_stored_failed_verdict_keeps_tools_away_under_the_gate() {
+    // The model fails validation; afterwards it echoes the tools it is
+    // offered, so an injected tool would show in its answer.
+    let mut turns: Vec<Turn> = vec![
+        Turn::reply("It is sunny in Paris."),
+        Turn::reply("It is sunny in Paris."),
+        Turn::reply("37"),
+    ];
+    turns.push(Turn::echo(Echo::ToolNames));
+    let turns = turns.into_iter().map(|t| t.for_model("bad")).collect();
+    let upstream = fake(script_with(&["bad"], turns));
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let output = validate(&upstream.fake.url(), &data, &["--model", "bad"]);
+    assert_eq!(output.status.code(), Some(1), "{}", text(&output));
+    assert_eq!(store(&data)["records"][0]["passed"], false);
+
+    let daemon = DaemonBuilder::new()
+        .in_dir(dir)
+        .yaml(&format!(
+            "ollama:\n  base_url: {:?}\ntool_bridge:\n  only_validated_models: true\n",
+            upstream.fake.url()
+        ))
+        .start();
+    assert_eq!(daemon.get("/v1/validation/bad").json()["passed"], false);
+    let response = daemon.post_json(
+        "/api/chat",
+        &json!({"model": "bad", "stream": false,
+                "messages": [{"role": "user", "content": "count the words in this text: one two three"}]})
+        .to_string(),
+    );
+    assert_eq!(response.status, 200, "{}", daemon.log_text());
+    assert_eq!(
+        response.json()["message"]["content"],
+        "",
+        "no tools were offered to the failed model"
+    );
+    let sent = upstream.fake.chat_requests();
+    let last = sent.last().unwrap();
+    assert_eq!(last["model"], "bad");
+    assert!(
+        last.get("tools").is_none(),
+        "the request passed through untouched: {last}"
+    );
+}
