@@ -12,6 +12,10 @@
 //!    the model called a different tool, that call is kept and runs after
 //!    the forced one (a client's tool goes back to the client as usual). If
 //!    extraction fails, the round is sent on as it was.
+//!
+//! Only a request whose last message is the user's is forced: a client
+//! sending its own tool's result back continues a turn already forced, and
+//! forcing it again would run the tool twice.
 
 use std::sync::Arc;
 
@@ -108,6 +112,19 @@ impl crate::chat::ChatService {
         tools: &mut Vec<InjectedTool>,
         chat: &mut Map<String, Value>,
     ) -> Option<Forced> {
+        // Only a turn the user just began is forced. When a client sends its
+        // own tool's result back, the request still ends the same user turn
+        // (the rule was applied when it began); forcing again would run the
+        // tool a second time.
+        let last_role = chat
+            .get("messages")
+            .and_then(Value::as_array)
+            .and_then(|messages| messages.last())
+            .and_then(|message| message.get("role"))
+            .and_then(Value::as_str);
+        if last_role != Some("user") {
+            return None;
+        }
         let task = crate::bridge::task_of(chat)?;
         let reference = self.exposure.force.matching(&task)?.to_string();
         let position = tools

@@ -255,6 +255,36 @@ fn a_forced_tool_the_model_called_itself_is_not_extracted_again() {
     assert!(sent.iter().all(|r| r["stream"] == true));
 }
 
+#[test]
+fn a_continuation_after_the_clients_own_tool_is_not_forced_again() {
+    let upstream = fake(models().default_turn(Turn::reply("The kitchen is at 21 degrees.")));
+    let daemon = daemon_with(&upstream, FORCE_YAML);
+    // The forced turn began earlier; the client now sends its own tool's
+    // result back and expects the answer.
+    let request = json!({"model": MODEL, "stream": false,
+        "tools": [{"type": "function", "function": {"name": "kitchen_sensor",
+            "description": "Reads the kitchen sensor", "parameters": {"type": "object", "properties": {}}}}],
+        "messages": [
+            {"role": "user", "content": FORCED_TASK},
+            {"role": "assistant", "content": "", "tool_calls": [
+                {"function": {"name": "kitchen_sensor", "arguments": {}}}]},
+            {"role": "tool", "tool_name": "kitchen_sensor", "content": "21 C"}]});
+    let answer: Value = ok(daemon.post_json("/api/chat", &request.to_string())).json();
+    assert_eq!(
+        answer["message"]["content"],
+        "The kitchen is at 21 degrees."
+    );
+    let sent = upstream.fake.chat_requests();
+    assert_eq!(sent.len(), 1, "no forced round, no extraction: {sent:?}");
+    assert!(!names(&sent[0]["tools"]).contains(&"oap_date".to_string()));
+    let instructed = sent[0]["messages"].as_array().unwrap().iter().any(|m| {
+        m["content"]
+            .as_str()
+            .is_some_and(|c| c.contains("must be handled with the tool"))
+    });
+    assert!(!instructed, "{}", sent[0]["messages"]);
+}
+
 // --- URL hygiene (tool_bridge.url_policy) ---------------------------------------
 
 const URL_TASK: &str = "summarise https://user.example/doc and count the words in: one two";
