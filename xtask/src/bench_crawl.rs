@@ -150,6 +150,9 @@ fn render(r: &Value, command: &str, load_before: &str, load_after: &str) -> Stri
          | crawled + indexed (embedding included) after | {:.1} s |\n\
          | **throughput** | **{:.1} manifests/s** |\n\
          | daemon VmRSS while crawling, peak (sampled every 50 ms) | {:.0} MB |\n\
+         | … of which anonymous (heap) / mapped files (model, index) at that peak | {:.0} MB / {:.0} MB |\n\
+         | anonymous memory, peak | {:.0} MB |\n\
+         | index file at the end | {:.1} MB |\n\
          | daemon VmRSS at the end / VmHWM | {:.0} MB / {:.0} MB |\n\n\
          `/v1/discover` latency, one client, {} (ms):\n\n\
          | phase | requests | p50 | p99 |\n|---|---|---|---|\n{}{}{}\n\
@@ -166,6 +169,10 @@ fn render(r: &Value, command: &str, load_before: &str, load_after: &str) -> Stri
         f(&r["crawl_s"]),
         f(&r["manifests_per_s"]),
         f(&r["peak_rss_mb"]),
+        f(&r["peak_split_mb"]["anon"]),
+        f(&r["peak_split_mb"]["file"]),
+        f(&r["peak_anon_mb"]),
+        f(&r["index_mb"]),
         f(&r["end_rss_mb"]),
         f(&r["hwm_mb"]),
         match f(&r["rate"]) {

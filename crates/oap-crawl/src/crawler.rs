@@ -76,7 +76,7 @@ impl CrawlerSettings {
 /// the index: `rebuild_every`, or a quarter of the index once that is more.
 /// Every rebuild rewrites the whole index file, so fixed slices would make a
 /// big first crawl write quadratically much (40 rewrites of a file growing
-/// to ~120 MB for 10k manifests); slices growing with the index keep the
+/// to ~35 MB for 10k manifests); slices growing with the index keep the
 /// total a small multiple of the final size, while the first manifests of a
 /// crawl still become discoverable after `rebuild_every` domains.
 pub fn slice_len(rebuild_every: usize, indexed: usize) -> usize {

@@ -835,7 +835,7 @@ fn build_index(
         })?;
     }
     let path = config.index_path();
-    // Writing and then mapping (and populating) a file of up to ~100 MB:
+    // Writing and then mapping (and populating) a file of tens of MB:
     // each is one step that should not start under a running query.
     yield_to_queries();
     writer.write_atomic(&path)?;

@@ -8,8 +8,9 @@
 //! - manifests/s: corpus size / time from the daemon being ready until
 //!   `/health` counts every crawled manifest in the index (fetch, parse,
 //!   envelope write and embedding included);
-//! - the daemon's VmRSS, sampled every 50 ms while crawling (peak), and at
-//!   the end, plus VmHWM;
+//! - the daemon's VmRSS, sampled every 50 ms while crawling (peak, with
+//!   its anonymous / file-backed split at that moment, and the peak of the
+//!   anonymous part), and at the end, plus VmHWM and the index file size;
 //! - `/v1/discover` latency (one client, back to back) before the crawl
 //!   (a first daemon start with the crawler off, same config otherwise),
 //!   during the crawl, and after it (same daemon, full index): p50/p99.
@@ -267,6 +268,16 @@ fn indexed(addr: SocketAddr) -> Option<u64> {
     health["index"]["manifests"].as_u64()
 }
 
+/// The largest VmRSS seen, what it was made of then, and the largest
+/// anonymous part seen at any time (kB).
+#[derive(Debug, Default, Clone, Copy)]
+struct RssPeak {
+    rss: f64,
+    anon_at_peak: f64,
+    file_at_peak: f64,
+    anon: f64,
+}
+
 fn vm_kb(pid: u32, field: &str) -> f64 {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
         .ok()
@@ -431,14 +442,27 @@ fn run() -> Result<()> {
     let crawl_started = Instant::now();
     let pid = daemon.child.id();
     let stop = Arc::new(AtomicBool::new(false));
-    let peak_rss = Arc::new(Mutex::new(0f64));
+    // Peak VmRSS with its split at that moment (heap and other anonymous
+    // memory vs. mapped files: the model and the index), and the peak of
+    // the anonymous part on its own.
+    let peak_rss = Arc::new(Mutex::new(RssPeak::default()));
     let sampler = {
         let (stop, peak) = (stop.clone(), peak_rss.clone());
         std::thread::spawn(move || {
             while !stop.load(Ordering::Relaxed) {
                 let rss = vm_kb(pid, "VmRSS:");
+                let anon = vm_kb(pid, "RssAnon:");
+                let file = vm_kb(pid, "RssFile:");
                 if let Ok(mut p) = peak.lock() {
-                    *p = p.max(rss);
+                    if rss > p.rss {
+                        *p = RssPeak {
+                            rss,
+                            anon_at_peak: anon,
+                            file_at_peak: file,
+                            anon: p.anon,
+                        };
+                    }
+                    p.anon = p.anon.max(anon);
                 }
                 std::thread::sleep(Duration::from_millis(50));
             }
@@ -485,7 +509,11 @@ fn run() -> Result<()> {
     }
     let end_rss = vm_kb(pid, "VmRSS:");
     let hwm = vm_kb(pid, "VmHWM:");
-    let peak = peak_rss.lock().map(|p| *p).unwrap_or(0.0).max(end_rss);
+    let peak = peak_rss.lock().map(|p| *p).unwrap_or_default();
+    let index_bytes = http(daemon.addr, "GET", "/health", "")
+        .ok()
+        .and_then(|(_, body)| serde_json::from_str::<serde_json::Value>(&body).ok())
+        .and_then(|health| health["index"]["bytes"].as_u64());
 
     // 3. Idle again, same daemon, full index.
     let idle_after = discover_loop(daemon.addr, &AtomicBool::new(false), 400, rate);
@@ -499,7 +527,10 @@ fn run() -> Result<()> {
         "fetched_s": fetched_at,
         "crawl_s": crawl_s,
         "manifests_per_s": count as f64 / crawl_s,
-        "peak_rss_mb": mb(peak),
+        "peak_rss_mb": mb(peak.rss.max(end_rss)),
+        "peak_split_mb": {"anon": mb(peak.anon_at_peak), "file": mb(peak.file_at_peak)},
+        "peak_anon_mb": mb(peak.anon),
+        "index_mb": index_bytes.map(|b| b as f64 / 1e6),
         "end_rss_mb": mb(end_rss),
         "hwm_mb": mb(hwm),
         "idle_before": {"n": idle_before.len(), "p50": percentile(&idle_before, 50.0), "p99": percentile(&idle_before, 99.0)},
