@@ -349,13 +349,15 @@ impl Engine {
             });
         }
         let reuse = if force { None } else { Some(&current.index) };
+        // The queries a background rebuild steps aside for.
+        let background = (priority == Priority::Background).then_some(&self.activity);
         let (index, mut report) = build_index(
             &self.config,
             &catalog,
             self.embedder.as_deref(),
             reuse,
             &fingerprint,
-            (priority == Priority::Background).then_some(&self.activity),
+            background,
         )?;
         report.problems = catalog.problems;
         report.collisions = catalog.collisions;
@@ -364,10 +366,7 @@ impl Engine {
         // wait for itself.
         drop(current);
         let previous = self.snapshot.swap(Arc::new(Snapshot { index, model_id }));
-        retire(
-            previous,
-            (priority == Priority::Background).then_some(&self.activity),
-        );
+        retire(previous, background);
         Ok(report)
     }
 

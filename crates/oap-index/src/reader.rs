@@ -93,7 +93,7 @@ impl Iterator for Rows<'_> {
         }
         let r = self.next;
         self.next += 1;
-        self.index.row(r)
+        self.index.row_at(r)
     }
 
     fn size_hint(&self) -> (usize, Option<usize>) {
@@ -484,10 +484,6 @@ impl Index {
 
     /// Row `r` of the whole index (not of one document), dequantised.
     pub fn row_at(&self, r: usize) -> Option<RowRef> {
-        self.row(r)
-    }
-
-    fn row(&self, r: usize) -> Option<RowRef> {
         let m = self.row_metas().get(r)?;
         let start = r.checked_mul(self.dim)?;
         let end = start.checked_add(self.dim)?;

@@ -248,16 +248,25 @@ impl ChatService {
             return Ok(Some(Vec::new()));
         };
         let reserved = bridge::client_tool_names(chat);
-        if let Some(experience) = &self.experience {
-            return Ok(Some(
-                experience
-                    .tools_for(self, task, options.top_k, reserved)
-                    .await,
-            ));
-        }
         Ok(Some(
-            self.discover_tools(task, options.top_k, reserved).await,
+            self.tools_for_task(task, options.top_k, reserved).await,
         ))
+    }
+
+    /// The tools for `task`: what the experience cache remembers for it
+    /// when the cache is on (it falls back to discovery itself), else what
+    /// discovery finds. Direct mode asks with the user's message, meta mode
+    /// with the task the model passes to `oap_discover`.
+    pub async fn tools_for_task(
+        &self,
+        task: String,
+        top_k: usize,
+        reserved: Vec<String>,
+    ) -> Vec<InjectedTool> {
+        match &self.experience {
+            Some(experience) => experience.tools_for(self, task, top_k, reserved).await,
+            None => self.discover_tools(task, top_k, reserved).await,
+        }
     }
 
     /// Discovers manifests for `task` and converts those that fit into tools.

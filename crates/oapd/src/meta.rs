@@ -117,18 +117,10 @@ impl MetaSession {
         // as it does for the user's message in direct mode: a remembered
         // tool is listed alone, and every listed tool reports its outcome
         // back when `oap_invoke` runs it.
-        let tools = match &self.service.experience {
-            Some(experience) => {
-                experience
-                    .tools_for(&self.service, task, self.top_k, self.reserved.clone())
-                    .await
-            }
-            None => {
-                self.service
-                    .discover_tools(task, self.top_k, self.reserved.clone())
-                    .await
-            }
-        };
+        let tools = self
+            .service
+            .tools_for_task(task, self.top_k, self.reserved.clone())
+            .await;
         if tools.is_empty() {
             return ToolResult {
                 content: "No tool fits this task. Answer without tools.".into(),
