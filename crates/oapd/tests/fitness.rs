@@ -9,6 +9,7 @@ mod support;
 
 use fake_ollama::{Echo, ModelSpec, Script, Turn};
 use serde_json::{json, Value};
+use support::netns::{self, run};
 use support::{fake, Daemon, DaemonBuilder, Upstream};
 
 const MODEL: &str = "qwen3:4b";
@@ -137,12 +138,7 @@ fn assert_forced_round_trip(upstream: &Upstream, text: &str) {
     assert_eq!(sent.len(), 3, "{sent:?}");
     assert_eq!(sent[1]["stream"], false);
     assert!(sent[1]["format"]["properties"].is_object(), "{}", sent[1]);
-    let result = sent[2]["messages"]
-        .as_array()
-        .unwrap()
-        .last()
-        .unwrap()
-        .clone();
+    let result = support::last_message(&sent[2]);
     assert_eq!(result["role"], "tool");
     assert_eq!(result["tool_name"], "oap_date");
 }
@@ -172,12 +168,7 @@ fn a_forced_tool_is_called_by_the_bridge_on_the_openai_surface() {
     assert!(text.trim().starts_with("20"), "{text}");
     let sent = upstream.fake.chat_requests();
     assert_eq!(sent.len() - before, 3);
-    let result = sent.last().unwrap()["messages"]
-        .as_array()
-        .unwrap()
-        .last()
-        .unwrap()
-        .clone();
+    let result = support::last_message(sent.last().unwrap());
     assert_eq!(result["tool_name"], "oap_date");
 }
 
@@ -470,22 +461,6 @@ struct LanLab {
 const LAN_IP: &str = "10.78.0.1";
 const LAN_PORT: u16 = 18311;
 
-fn run(args: &[&str]) -> Result<(), String> {
-    let out = std::process::Command::new(args[0])
-        .args(&args[1..])
-        .output()
-        .map_err(|e| format!("{}: {e}", args.join(" ")))?;
-    if out.status.success() {
-        Ok(())
-    } else {
-        Err(format!(
-            "{} failed: {}",
-            args.join(" "),
-            String::from_utf8_lossy(&out.stderr).trim()
-        ))
-    }
-}
-
 impl Drop for LanLab {
     fn drop(&mut self) {
         if let Some(daemon) = &mut self.daemon {
@@ -499,9 +474,7 @@ impl Drop for LanLab {
 impl LanLab {
     /// The lab, or why it cannot be built here (then the test is skipped).
     fn new() -> Result<LanLab, String> {
-        if !nix::unistd::geteuid().is_root() {
-            return Err("not root".into());
-        }
+        netns::available()?;
         let name = format!("oapd-fit-{}", std::process::id());
         run(&["ip", "netns", "add", &name])?;
         let lab = LanLab {
@@ -524,25 +497,13 @@ impl LanLab {
         Ok(lab)
     }
 
-    /// Runs `f` on a thread inside the namespace.
-    fn inside<T: Send + 'static>(&self, f: impl FnOnce() -> T + Send + 'static) -> T {
-        let path = format!("/var/run/netns/{}", self.name);
-        std::thread::spawn(move || {
-            let file = std::fs::File::open(&path).expect("namespace file");
-            nix::sched::setns(&file, nix::sched::CloneFlags::CLONE_NEWNET).expect("setns");
-            f()
-        })
-        .join()
-        .expect("client thread")
-    }
-
     fn request(
         &self,
         ip: &'static str,
         method: &'static str,
         path: &'static str,
     ) -> support::Response {
-        self.inside(move || {
+        netns::inside(&self.name, move || {
             let raw = format!("{method} {path} HTTP/1.1\r\nHost: oapd\r\nConnection: close\r\nContent-Length: 0\r\n\r\n");
             let addr = format!("{ip}:{LAN_PORT}").parse().unwrap();
             support::send_raw(addr, raw.as_bytes()).expect("request")
@@ -564,16 +525,7 @@ impl LanLab {
         let path = self.dir.path().join("config.yaml");
         std::fs::write(&path, config).expect("config");
         let log = std::fs::File::create(self.dir.path().join("oapd.log")).expect("log");
-        let mut command = std::process::Command::new("ip");
-        command.args(["netns", "exec", &self.name]);
-        command.args(support::oapd_argv());
-        for (key, _) in std::env::vars_os() {
-            if key.to_string_lossy().starts_with("OAP_") {
-                command.env_remove(key);
-            }
-        }
-        let child = command
-            .env_remove("OAPD_CONFIG")
+        let child = netns::oapd_in(&self.name)
             .arg("--config")
             .arg(&path)
             .arg("serve")
@@ -587,7 +539,7 @@ impl LanLab {
             if let Some(Ok(Some(status))) = self.daemon.as_mut().map(|d| d.try_wait()) {
                 panic!("oapd exited early ({status}):\n{}", self.log());
             }
-            let ready = self.inside(|| {
+            let ready = netns::inside(&self.name, || {
                 let raw = b"GET /health HTTP/1.1\r\nHost: oapd\r\nConnection: close\r\n\r\n";
                 let addr = format!("{LAN_IP}:{LAN_PORT}").parse().unwrap();
                 support::send_raw(addr, raw)

@@ -16,12 +16,12 @@ mod support;
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::SocketAddr;
-use std::path::Path;
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use fake_ollama::{Chunk, Echo, FakeOllama, ModelSpec, Script, Turn};
+use support::netns::{self, run};
 use support::{require_model, send_raw, Response};
 
 /// Set in the environment of the responder child (this test binary re-run).
@@ -38,22 +38,6 @@ fn zz_responder_child_entry() {
         let address = address.parse().expect("responder address");
         responder::run(address, DEVICE_PORT);
         std::process::exit(0);
-    }
-}
-
-fn run(args: &[&str]) -> Result<(), String> {
-    let out = Command::new(args[0])
-        .args(&args[1..])
-        .output()
-        .map_err(|e| format!("{}: {e}", args.join(" ")))?;
-    if out.status.success() {
-        Ok(())
-    } else {
-        Err(format!(
-            "{} failed: {}",
-            args.join(" "),
-            String::from_utf8_lossy(&out.stderr).trim()
-        ))
     }
 }
 
@@ -81,10 +65,7 @@ impl Drop for Lab {
 impl Lab {
     /// The lab, or why it cannot be built here (then the test is skipped).
     fn new() -> Result<Lab, String> {
-        if !nix::unistd::geteuid().is_root() {
-            return Err("not root".into());
-        }
-        run(&["ip", "-V"]).map_err(|e| format!("`ip` missing: {e}"))?;
+        netns::available()?;
         let pid = std::process::id();
         let a = format!("oapd-mdns-a-{pid}");
         let b = format!("oapd-mdns-b-{pid}");
@@ -163,16 +144,7 @@ impl Lab {
         let path = self.dir.path().join("config.yaml");
         std::fs::write(&path, config).expect("config");
         let log = std::fs::File::create(self.log_path()).expect("log");
-        let mut command = Command::new("ip");
-        command.args(["netns", "exec", &self.b]);
-        command.args(support::oapd_argv());
-        for (key, _) in std::env::vars_os() {
-            if key.to_string_lossy().starts_with("OAP_") {
-                command.env_remove(key);
-            }
-        }
-        let child = command
-            .env_remove("OAPD_CONFIG")
+        let child = netns::oapd_in(&self.b)
             .env("RUST_LOG", "info")
             .arg("--config")
             .arg(&path)
@@ -217,7 +189,7 @@ impl Lab {
         let mut raw = head.into_bytes();
         raw.extend_from_slice(body);
         let addr: SocketAddr = ([127, 0, 0, 1], DAEMON_PORT).into();
-        in_netns(&self.b, move || send_raw(addr, &raw))
+        netns::inside(&self.b, move || send_raw(addr, &raw))
     }
 
     fn request(&self, method: &str, path: &str, body: &[u8]) -> Response {
@@ -264,19 +236,6 @@ impl Lab {
             })
             .unwrap_or(0)
     }
-}
-
-/// Runs `f` on a thread that entered the network namespace `ns` (setns
-/// affects only the calling thread).
-fn in_netns<T: Send + 'static>(ns: &str, f: impl FnOnce() -> T + Send + 'static) -> T {
-    let path = Path::new("/var/run/netns").join(ns);
-    std::thread::spawn(move || {
-        let file = std::fs::File::open(&path).expect("namespace file");
-        nix::sched::setns(&file, nix::sched::CloneFlags::CLONE_NEWNET).expect("setns");
-        f()
-    })
-    .join()
-    .expect("namespace thread")
 }
 
 fn wait_line(rx: &mpsc::Receiver<String>, wanted: &str) {
@@ -331,7 +290,7 @@ fn lan_manifests_come_and_go_inside_network_namespaces() {
             serde_json::json!({"zone": "north"}),
         )]))
         .turn(Turn::echo(Echo::LastTool));
-    let ollama = in_netns(&lab.b, move || {
+    let ollama = netns::inside(&lab.b, move || {
         handle
             .block_on(FakeOllama::start(script))
             .expect("fake ollama")

@@ -19,6 +19,17 @@ fn daemon_for(upstream: &Upstream) -> Daemon {
 
 const TASK: &str = "count the words in this text: one two three four";
 
+/// The model calls oapd's `wc` on [`TASK`]'s text, then repeats its result.
+fn wc_then_echo() -> Script {
+    Script::new()
+        .model(ModelSpec::new("m"))
+        .turn(Turn::tool_call(
+            "oap_wc",
+            json!({"args": "-w", "stdin": "one two three four"}),
+        ))
+        .turn(Turn::echo(Echo::LastTool))
+}
+
 /// The SSE events of a streamed response, checked to be well formed.
 fn events(body: &[u8]) -> Vec<Value> {
     String::from_utf8_lossy(body)
@@ -36,15 +47,7 @@ fn events(body: &[u8]) -> Vec<Value> {
 
 #[test]
 fn a_discovered_tool_runs_and_the_answer_is_a_response_object() {
-    let upstream = fake(
-        Script::new()
-            .model(ModelSpec::new("m"))
-            .turn(Turn::tool_call(
-                "oap_wc",
-                json!({"args": "-w", "stdin": "one two three four"}),
-            ))
-            .turn(Turn::echo(Echo::LastTool)),
-    );
+    let upstream = fake(wc_then_echo());
     let daemon = daemon_for(&upstream);
     let response = daemon.post_json(
         "/v1/responses",
@@ -100,15 +103,7 @@ fn a_discovered_tool_runs_and_the_answer_is_a_response_object() {
 
 #[test]
 fn streaming_runs_oapds_own_tool_and_the_client_sees_only_the_answer() {
-    let upstream = fake(
-        Script::new()
-            .model(ModelSpec::new("m"))
-            .turn(Turn::tool_call(
-                "oap_wc",
-                json!({"args": "-w", "stdin": "one two three four"}),
-            ))
-            .turn(Turn::echo(Echo::LastTool)),
-    );
+    let upstream = fake(wc_then_echo());
     let daemon = daemon_for(&upstream);
     let response = daemon.post_json(
         "/v1/responses",
@@ -156,12 +151,7 @@ fn streaming_runs_oapds_own_tool_and_the_client_sees_only_the_answer() {
     // The tool ran for real: its result went to the model in round 2.
     let sent = upstream.fake.chat_requests();
     assert_eq!(sent.len(), 2);
-    let result = sent[1]["messages"]
-        .as_array()
-        .unwrap()
-        .last()
-        .unwrap()
-        .clone();
+    let result = support::last_message(&sent[1]);
     assert_eq!(result["role"], "tool");
     assert_eq!(result["tool_name"], "oap_wc");
     assert!(

@@ -4,6 +4,8 @@
 
 #![allow(dead_code)]
 
+pub mod netns;
+
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
@@ -62,18 +64,33 @@ pub fn oapd_argv() -> Vec<std::ffi::OsString> {
     }
 }
 
+/// The last message of a chat request oapd sent upstream (after a tool
+/// ran: its result).
+pub fn last_message(request: &serde_json::Value) -> serde_json::Value {
+    request["messages"]
+        .as_array()
+        .and_then(|messages| messages.last())
+        .cloned()
+        .unwrap_or_else(|| panic!("no messages in {request}"))
+}
+
 pub fn oapd() -> Command {
     let argv = oapd_argv();
     let mut command = Command::new(&argv[0]);
     command.args(&argv[1..]);
-    // The daemon's configuration comes only from what each test passes.
+    scrub_config_env(&mut command);
+    command
+}
+
+/// The daemon's configuration comes only from what each test passes: no
+/// `OAP_*` variables or `OAPD_CONFIG` from the environment the tests run in.
+pub fn scrub_config_env(command: &mut Command) {
     for (key, _) in std::env::vars_os() {
         if key.to_string_lossy().starts_with("OAP_") {
             command.env_remove(key);
         }
     }
     command.env_remove("OAPD_CONFIG");
-    command
 }
 
 /// A running daemon; killed when dropped.
