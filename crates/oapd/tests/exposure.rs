@@ -4,25 +4,11 @@
 
 mod support;
 
-use fake_ollama::{Chunk, Echo, ModelSpec, Script, Turn};
+use fake_ollama::{Chunk, Echo, Turn};
 use oapd::tokens;
 use serde_json::{json, Value};
-use support::{fake, Daemon, DaemonBuilder, Upstream};
-
-fn models() -> Script {
-    Script::new()
-        .model(ModelSpec::new("qwen3:4b").capabilities(&["completion", "tools"]))
-        .check_host(true)
-}
-
-fn daemon_with(upstream: &Upstream, yaml: &str) -> Daemon {
-    DaemonBuilder::new()
-        .yaml(&format!(
-            "ollama:\n  base_url: {:?}\n{yaml}",
-            upstream.fake.url()
-        ))
-        .start()
-}
+use support::exposure::{daemon_with, models, names, FORCED_TASK, FORCE_YAML, MODEL, WC_TASK};
+use support::{fake, Daemon};
 
 fn lines(body: &[u8]) -> Vec<Value> {
     body.split(|b| *b == b'\n')
@@ -38,21 +24,8 @@ fn content_of(chunks: &[Value]) -> String {
         .collect()
 }
 
-fn names(tools: &Value) -> Vec<String> {
-    tools
-        .as_array()
-        .map(|tools| {
-            tools
-                .iter()
-                .filter_map(|t| t.pointer("/function/name").and_then(Value::as_str))
-                .map(str::to_string)
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
 fn chat(daemon: &Daemon, task: &str, extra: Value) -> (support::Response, Vec<Value>) {
-    let mut body = json!({"model": "qwen3:4b", "messages": [{"role": "user", "content": task}]});
+    let mut body = json!({"model": MODEL, "messages": [{"role": "user", "content": task}]});
     if let (Some(body), Some(extra)) = (body.as_object_mut(), extra.as_object()) {
         body.extend(extra.clone());
     }
@@ -67,7 +40,6 @@ fn chat(daemon: &Daemon, task: &str, extra: Value) -> (support::Response, Vec<Va
     (response, chunks)
 }
 
-const WC_TASK: &str = "count the words in this text: one two three four";
 /// A task several bundled manifests fit (grep, awk, sed, wc, …).
 const MULTI_TASK: &str =
     "find the lines containing error in this log and count them: a\nerror 1\nb\nerror 2";
@@ -121,7 +93,7 @@ fn tool_tokens_are_reported_in_header_done_chunk_and_v1_tools() {
     // OpenAI surface, non-streaming: header and field on the completion.
     let response = daemon.post_json(
         "/v1/chat/completions",
-        &json!({"model": "qwen3:4b", "stream": false,
+        &json!({"model": MODEL, "stream": false,
                 "messages": [{"role": "user", "content": WC_TASK}]})
         .to_string(),
     );
@@ -434,7 +406,7 @@ fn invented_urls_are_flagged_or_removed_in_streamed_answers() {
     // OpenAI streaming surface too.
     let response = daemon.post_json(
         "/v1/chat/completions",
-        &json!({"model": "qwen3:4b", "stream": true,
+        &json!({"model": MODEL, "stream": true,
                 "messages": [{"role": "user", "content": task}]})
         .to_string(),
     );
@@ -485,11 +457,6 @@ fn urls_a_tool_returned_pass_and_per_tool_overrides_apply() {
         "Found https://tool.example/page and [link removed]"
     );
 }
-
-const FORCE_YAML: &str =
-    "tool_bridge:\n  force:\n    - pattern: \"^status report\\\\b\"\n      tool: local/date\n";
-/// Discovery alone would not offer `date` for this.
-const FORCED_TASK: &str = "Status report for the kitchen, please";
 
 fn system_instruction(sent: &Value) -> Option<String> {
     sent["messages"]

@@ -7,25 +7,11 @@
 
 mod support;
 
-use fake_ollama::{Echo, ModelSpec, Script, Turn};
+use fake_ollama::{Echo, Script, Turn};
 use serde_json::{json, Value};
+use support::exposure::{daemon_with, models, names, FORCED_TASK, FORCE_YAML, MODEL, WC_TASK};
 use support::netns::{self, run};
-use support::{fake, Daemon, DaemonBuilder, Upstream};
-
-const MODEL: &str = "qwen3:4b";
-
-fn models() -> Script {
-    Script::new().model(ModelSpec::new(MODEL).capabilities(&["completion", "tools"]))
-}
-
-fn daemon_with(upstream: &Upstream, yaml: &str) -> Daemon {
-    DaemonBuilder::new()
-        .yaml(&format!(
-            "ollama:\n  base_url: {:?}\n{yaml}",
-            upstream.fake.url()
-        ))
-        .start()
-}
+use support::{fake, Daemon, Upstream};
 
 fn ok(response: support::Response) -> support::Response {
     assert_eq!(
@@ -104,22 +90,7 @@ fn responses_text(daemon: &Daemon, task: &str, stream: bool) -> String {
         .collect()
 }
 
-fn names(tools: &Value) -> Vec<String> {
-    tools
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(|t| t.pointer("/function/name").and_then(Value::as_str))
-        .map(str::to_string)
-        .collect()
-}
-
 // --- forced tools (tool_bridge.force) ------------------------------------------
-
-const FORCE_YAML: &str =
-    "tool_bridge:\n  force:\n    - pattern: \"^status report\\\\b\"\n      tool: local/date\n";
-/// Discovery alone would not offer `date` for this.
-const FORCED_TASK: &str = "Status report for the kitchen, please";
 
 /// The model ignores the forced tool; the argument extraction answers.
 fn ignoring_model() -> Script {
@@ -331,7 +302,6 @@ fn a_per_tool_override_can_relax_the_policy() {
 
 const META_EXPERIENCE_YAML: &str =
     "tool_bridge:\n  exposure: meta\nexperience:\n  enabled: true\n  min_similarity: 0.7\n";
-const WC_TASK: &str = "count the words in this text: one two three four";
 
 fn listing_of(sent: &Value) -> Value {
     let messages = sent["messages"].as_array().unwrap();

@@ -4,6 +4,7 @@
 
 #![allow(dead_code)]
 
+pub mod exposure;
 pub mod netns;
 
 use std::io::{Read, Write};

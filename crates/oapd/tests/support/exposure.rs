@@ -1,0 +1,48 @@
+//! Fixtures of the small-model fitness suites (`exposure.rs`,
+//! `fitness.rs`): one tool-capable scripted model, the daemon in front of
+//! it, and the tasks and force rule both suites use.
+
+use fake_ollama::{ModelSpec, Script};
+use serde_json::Value;
+
+use super::{Daemon, DaemonBuilder, Upstream};
+
+/// The model name the scripts answer to.
+pub const MODEL: &str = "qwen3:4b";
+
+/// A task discovery finds `wc` for.
+pub const WC_TASK: &str = "count the words in this text: one two three four";
+
+/// A force rule: a "status report" must use `date`.
+pub const FORCE_YAML: &str =
+    "tool_bridge:\n  force:\n    - pattern: \"^status report\\\\b\"\n      tool: local/date\n";
+/// Matches [`FORCE_YAML`]; discovery alone would not offer `date` for this.
+pub const FORCED_TASK: &str = "Status report for the kitchen, please";
+
+/// An empty script for [`MODEL`], tool-capable, checking the Host header.
+pub fn models() -> Script {
+    Script::new()
+        .model(ModelSpec::new(MODEL).capabilities(&["completion", "tools"]))
+        .check_host(true)
+}
+
+/// The daemon in front of `upstream`, with `yaml` appended to its config.
+pub fn daemon_with(upstream: &Upstream, yaml: &str) -> Daemon {
+    DaemonBuilder::new()
+        .yaml(&format!(
+            "ollama:\n  base_url: {:?}\n{yaml}",
+            upstream.fake.url()
+        ))
+        .start()
+}
+
+/// The function names in a request's `tools`.
+pub fn names(tools: &Value) -> Vec<String> {
+    tools
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|t| t.pointer("/function/name").and_then(Value::as_str))
+        .map(str::to_string)
+        .collect()
+}
