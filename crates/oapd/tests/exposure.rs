@@ -7,7 +7,9 @@ mod support;
 use fake_ollama::{Chunk, Echo, Turn};
 use oapd::tokens;
 use serde_json::{json, Value};
-use support::exposure::{daemon_with, models, names, FORCED_TASK, FORCE_YAML, MODEL, WC_TASK};
+use support::exposure::{
+    daemon_with, discover_then_invoke, models, names, FORCED_TASK, FORCE_YAML, MODEL, WC_TASK,
+};
 use support::{fake, Daemon};
 
 fn lines(body: &[u8]) -> Vec<Value> {
@@ -261,15 +263,11 @@ fn an_unknown_exposure_is_a_config_error() {
 
 #[test]
 fn meta_mode_offers_two_tools_and_runs_discover_then_invoke() {
-    let upstream = fake(
-        models()
-            .turn(Turn::tool_call("oap_discover", json!({"task": "count words in text"})))
-            .turn(Turn::tool_call(
-                "oap_invoke",
-                json!({"tool": "oap_wc", "arguments": {"args": "-w", "stdin": "one two three four"}}),
-            ))
-            .turn(Turn::echo(Echo::LastTool)),
-    );
+    let upstream = fake(discover_then_invoke(
+        "count words in text",
+        "oap_wc",
+        json!({"args": "-w", "stdin": "one two three four"}),
+    ));
     let daemon = daemon_with(&upstream, "tool_bridge:\n  exposure: meta\n");
     let (response, chunks) = chat(&daemon, WC_TASK, json!({"oap_max_rounds": 5}));
     let sent = upstream.fake.chat_requests();
@@ -315,50 +313,27 @@ fn meta_mode_refuses_undiscovered_unknown_and_malformed_invocations() {
 
     // After discovery: a name it did not return, then bad arguments, then
     // a call that fails argument checking; every one a readable tool error.
-    upstream.fake.set_script(
-        models()
-            .turn(Turn::tool_call(
-                "oap_discover",
-                json!({"task": "count words"}),
-            ))
-            .turn(Turn::tool_call(
-                "oap_invoke",
-                json!({"tool": "oap_rm_rf", "arguments": {}}),
-            ))
-            .turn(Turn::echo(Echo::LastTool)),
-    );
+    upstream
+        .fake
+        .set_script(discover_then_invoke("count words", "oap_rm_rf", json!({})));
     let (_, chunks) = chat(&daemon, WC_TASK, json!({"oap_max_rounds": 5}));
     let text = content_of(&chunks);
     assert!(
         text.contains("'oap_rm_rf' was not returned by oap_discover") && text.contains("oap_wc"),
         "{text}"
     );
-    upstream.fake.set_script(
-        models()
-            .turn(Turn::tool_call(
-                "oap_discover",
-                json!({"task": "count words"}),
-            ))
-            .turn(Turn::tool_call(
-                "oap_invoke",
-                json!({"tool": "oap_wc", "arguments": "not json"}),
-            ))
-            .turn(Turn::echo(Echo::LastTool)),
-    );
+    upstream.fake.set_script(discover_then_invoke(
+        "count words",
+        "oap_wc",
+        json!("not json"),
+    ));
     let (_, chunks) = chat(&daemon, WC_TASK, json!({"oap_max_rounds": 5}));
     assert!(content_of(&chunks).contains("must be a JSON object"));
-    upstream.fake.set_script(
-        models()
-            .turn(Turn::tool_call(
-                "oap_discover",
-                json!({"task": "count words"}),
-            ))
-            .turn(Turn::tool_call(
-                "oap_invoke",
-                json!({"tool": "oap_wc", "arguments": {"args": ["-w"], "stdin": {"text": "a b"}}}),
-            ))
-            .turn(Turn::echo(Echo::LastTool)),
-    );
+    upstream.fake.set_script(discover_then_invoke(
+        "count words",
+        "oap_wc",
+        json!({"args": ["-w"], "stdin": {"text": "a b"}}),
+    ));
     let (_, chunks) = chat(&daemon, WC_TASK, json!({"oap_max_rounds": 5}));
     let text = content_of(&chunks);
     assert!(

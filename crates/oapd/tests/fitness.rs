@@ -9,7 +9,9 @@ mod support;
 
 use fake_ollama::{Echo, Script, Turn};
 use serde_json::{json, Value};
-use support::exposure::{daemon_with, models, names, FORCED_TASK, FORCE_YAML, MODEL, WC_TASK};
+use support::exposure::{
+    daemon_with, discover_then_invoke, models, names, FORCED_TASK, FORCE_YAML, MODEL, WC_TASK,
+};
 use support::netns::{self, run};
 use support::{fake, Daemon, Upstream};
 
@@ -316,23 +318,18 @@ fn listing_of(sent: &Value) -> Value {
 #[test]
 fn meta_mode_feeds_and_consults_the_experience_cache() {
     let upstream = fake(
-        models()
-            // 1: discover, invoke wc (succeeds), answer.
-            .turn(Turn::tool_call(
-                "oap_discover",
-                json!({"task": "count words in text"}),
-            ))
-            .turn(Turn::tool_call(
-                "oap_invoke",
-                json!({"tool": "oap_wc", "arguments": {"args": "-w", "stdin": "one two three four"}}),
-            ))
-            .turn(Turn::echo(Echo::LastTool))
-            // 2: the same discovery task: answered from the cache.
-            .turn(Turn::tool_call(
-                "oap_discover",
-                json!({"task": "count words in text"}),
-            ))
-            .turn(Turn::reply("ok")),
+        // 1: discover, invoke wc (succeeds), answer.
+        discover_then_invoke(
+            "count words in text",
+            "oap_wc",
+            json!({"args": "-w", "stdin": "one two three four"}),
+        )
+        // 2: the same discovery task: answered from the cache.
+        .turn(Turn::tool_call(
+            "oap_discover",
+            json!({"task": "count words in text"}),
+        ))
+        .turn(Turn::reply("ok")),
     );
     let daemon = daemon_with(&upstream, META_EXPERIENCE_YAML);
     let first = ollama_once(&daemon, WC_TASK);
@@ -380,18 +377,11 @@ fn meta_mode_feeds_and_consults_the_experience_cache() {
 
 #[test]
 fn oap_invoke_with_arguments_of_the_wrong_type_is_a_clear_tool_error() {
-    let upstream = fake(
-        models()
-            .turn(Turn::tool_call(
-                "oap_discover",
-                json!({"task": "count words"}),
-            ))
-            .turn(Turn::tool_call(
-                "oap_invoke",
-                json!({"tool": "oap_wc", "arguments": {"args": {"flag": "-w"}, "stdin": "one two"}}),
-            ))
-            .turn(Turn::echo(Echo::LastTool)),
-    );
+    let upstream = fake(discover_then_invoke(
+        "count words",
+        "oap_wc",
+        json!({"args": {"flag": "-w"}, "stdin": "one two"}),
+    ));
     let daemon = daemon_with(&upstream, "tool_bridge:\n  exposure: meta\n");
     let answer = ollama_once(&daemon, WC_TASK);
     let text = answer["message"]["content"].as_str().unwrap();

@@ -2,8 +2,8 @@
 //! `fitness.rs`): one tool-capable scripted model, the daemon in front of
 //! it, and the tasks and force rule both suites use.
 
-use fake_ollama::{ModelSpec, Script};
-use serde_json::Value;
+use fake_ollama::{Echo, ModelSpec, Script, Turn};
+use serde_json::{json, Value};
 
 use super::{Daemon, DaemonBuilder, Upstream};
 
@@ -24,6 +24,19 @@ pub fn models() -> Script {
     Script::new()
         .model(ModelSpec::new(MODEL).capabilities(&["completion", "tools"]))
         .check_host(true)
+}
+
+/// Meta mode's happy path as a script: the model calls `oap_discover` for
+/// `task`, then `oap_invoke` of `tool` with `arguments`, then repeats what
+/// the tool returned. Later turns can be appended.
+pub fn discover_then_invoke(task: &str, tool: &str, arguments: Value) -> Script {
+    models()
+        .turn(Turn::tool_call("oap_discover", json!({ "task": task })))
+        .turn(Turn::tool_call(
+            "oap_invoke",
+            json!({ "tool": tool, "arguments": arguments }),
+        ))
+        .turn(Turn::echo(Echo::LastTool))
 }
 
 /// The daemon in front of `upstream`, with `yaml` appended to its config.
