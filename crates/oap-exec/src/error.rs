@@ -84,6 +84,8 @@ pub(crate) enum ToolError {
     StdinTooLarge { size: usize, limit: usize },
     #[error("could not start {program:?}: {error}")]
     Spawn { program: String, error: String },
+    #[error("refused to run {program:?} unconfined: {error}")]
+    Sandbox { program: String, error: String },
 }
 
 fn excerpt_suffix(excerpt: &str) -> String {

@@ -199,6 +199,8 @@ pub struct Executor {
     pub(crate) tls: Arc<rustls::ClientConfig>,
     pub(crate) connect_observer: Option<ConnectObserver>,
     extra_roots: Vec<CertificateDer<'static>>,
+    /// What the kernel offers the stdio sandbox, probed once.
+    pub(crate) sandbox_support: oap_sandbox::Support,
 }
 
 impl std::fmt::Debug for Executor {
@@ -254,7 +256,13 @@ impl Executor {
             tls: tls_config(&[])?,
             connect_observer: None,
             extra_roots: Vec::new(),
+            sandbox_support: oap_sandbox::Support::probe(),
         })
+    }
+
+    /// What the kernel offers the stdio sandbox (for logs and `/health`).
+    pub fn sandbox_support(&self) -> &oap_sandbox::Support {
+        &self.sandbox_support
     }
 
     /// Use these credentials for manifests with `auth`.

@@ -100,6 +100,9 @@ pub struct ExecPolicy {
     pub stdio_dirs: Vec<PathBuf>,
     /// Resource limits for stdio tools.
     pub stdio_limits: StdioLimits,
+    /// Kernel confinement of stdio tools (Landlock, seccomp). The
+    /// directories in [`Self::stdio_dirs`] are readable inside it too.
+    pub sandbox: oap_sandbox::Policy,
     /// Concurrency of [`crate::Executor::execute_all`] (default 4).
     pub max_parallel: usize,
     /// `User-Agent` sent unless the manifest's headers set one.
@@ -121,6 +124,7 @@ impl Default for ExecPolicy {
                 PathBuf::from("/usr/local/bin"),
             ],
             stdio_limits: StdioLimits::default(),
+            sandbox: oap_sandbox::Policy::default(),
             max_parallel: 4,
             user_agent: concat!("oapd/", env!("CARGO_PKG_VERSION")).to_string(),
         }

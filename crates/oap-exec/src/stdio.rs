@@ -1,6 +1,9 @@
 //! stdio tools: an allow-listed executable, argv without a shell, a cleared
-//! environment, resource limits, its own process group, bounded output and
-//! a deadline after which the whole group is killed.
+//! environment, resource limits, a kernel sandbox (`oap-sandbox`: Landlock
+//! and seccomp, so the model's arguments cannot turn an interpreter such as
+//! awk into a shell, read files or reach the network), its own process group
+//! that no descendant can leave, bounded output and a deadline after which
+//! the whole group is killed.
 
 use std::ffi::OsString;
 use std::fs;
@@ -422,12 +425,16 @@ impl Executor {
             cmd.env("TZ", tz);
         }
         let child_limits = ChildLimits::from(limits);
+        let confinement = self.confinement(name, &program, workdir.path())?;
         // SAFETY: the closure runs in the child between fork and exec. It
-        // only calls getrlimit, setrlimit and prctl (async-signal-safe system
-        // calls), touches only the `Copy` data it captured, and neither
-        // allocates nor takes locks.
+        // only calls getrlimit, setrlimit, prctl, landlock_restrict_self and
+        // seccomp (async-signal-safe system calls) on data prepared before
+        // the fork, and neither allocates nor takes locks.
         unsafe {
-            cmd.pre_exec(move || child_setup(&child_limits));
+            cmd.pre_exec(move || {
+                child_setup(&child_limits)?;
+                confinement.enter()
+            });
         }
         debug!(program = %program.display(), ?argv, "spawning");
         let mut child = cmd.spawn().map_err(spawn_err)?;
@@ -505,6 +512,30 @@ impl Executor {
             stderr_capped,
         };
         Ok(self.stdio_reply(name, &argv, finished, notes))
+    }
+
+    /// The kernel confinement of one call: the policy's read paths plus
+    /// the stdio directories, `workdir` writable, process creation only for
+    /// the programs the operator listed.
+    fn confinement(
+        &self,
+        name: &str,
+        program: &Path,
+        workdir: &Path,
+    ) -> Result<oap_sandbox::Confinement, ToolError> {
+        let mut policy = self.policy.sandbox.clone();
+        policy
+            .extra_read_paths
+            .extend(self.policy.stdio_dirs.iter().cloned());
+        let may_spawn = policy.may_spawn(program) || policy.may_spawn(Path::new(name));
+        oap_sandbox::Confinement::prepare(&policy, &self.sandbox_support, workdir, may_spawn)
+            .map_err(|e| {
+                warn!(program = %name, error = %e, "stdio tool not started: sandbox");
+                ToolError::Sandbox {
+                    program: name.to_string(),
+                    error: e.to_string(),
+                }
+            })
     }
 
     fn stdio_reply(&self, name: &str, argv: &[String], f: Finished, notes: Vec<String>) -> Reply {

@@ -22,9 +22,19 @@ fn exec_with(policy: ExecPolicy) -> Executor {
     Executor::new(policy).unwrap()
 }
 
+/// The sandbox as configured by default, except that `sh` may start
+/// processes (these tests use it to make descendants).
+fn sandbox() -> oap_sandbox::Policy {
+    oap_sandbox::Policy {
+        spawn_programs: vec!["sh".into()],
+        ..oap_sandbox::Policy::default()
+    }
+}
+
 fn exec() -> Executor {
     exec_with(ExecPolicy {
         stdio_timeout: Duration::from_secs(5),
+        sandbox: sandbox(),
         ..ExecPolicy::default()
     })
 }
@@ -231,23 +241,26 @@ async fn sleep_is_killed_at_the_timeout() {
 
 #[tokio::test]
 async fn grandchildren_die_with_the_timeout() {
-    let dir = tempfile::tempdir().unwrap();
-    let pidfile = dir.path().join("pid");
     let e = exec_with(ExecPolicy {
         stdio_timeout: Duration::from_secs(1),
+        sandbox: sandbox(),
         ..ExecPolicy::default()
     });
-    let script = format!("sleep 100 & echo $! > {}; wait", pidfile.display());
+    // The pid reaches us as the partial output of the timed-out call (the
+    // sandbox lets the tool write nowhere but its scratch directory).
     let out = e
         .execute(
             &tool("sh"),
             Trust::Local,
-            &args(json!({"args": ["-c", script]})),
+            &args(json!({"args": ["-c", "sleep 100 & echo $!; wait"]})),
         )
         .await;
     assert!(!out.ok);
     assert!(out.content.contains("timed out"), "{}", out.content);
-    let pid: u32 = std::fs::read_to_string(&pidfile)
+    let pid: u32 = out
+        .content
+        .rsplit("Partial output:")
+        .next()
         .unwrap()
         .trim()
         .parse()
@@ -259,7 +272,16 @@ async fn grandchildren_die_with_the_timeout() {
 async fn abandoning_the_call_kills_the_process_group() {
     let dir = tempfile::tempdir().unwrap();
     let pidfile = dir.path().join("pid");
-    let e = exec();
+    // The kill of a dropped call does not depend on the sandbox; without it
+    // the tool can leave its pid in a file for the test to read.
+    let e = exec_with(ExecPolicy {
+        stdio_timeout: Duration::from_secs(5),
+        sandbox: oap_sandbox::Policy {
+            mode: oap_sandbox::Mode::Off,
+            ..sandbox()
+        },
+        ..ExecPolicy::default()
+    });
     let script = format!("sleep 100 & echo $! > {}; wait", pidfile.display());
     let a = args(json!({"args": ["-c", script]}));
     let m = tool("sh");

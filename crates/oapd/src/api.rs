@@ -251,7 +251,12 @@ impl Api {
 
     fn health(&self) -> Response<Body> {
         let stats = self.engine.stats();
-        let status = if self.model.loaded { "ok" } else { "degraded" };
+        let sandbox_blocks = self.chat.sandbox.blocks_tools();
+        let status = if self.model.loaded && !sandbox_blocks {
+            "ok"
+        } else {
+            "degraded"
+        };
         let retrieval = match stats.mode {
             oap_discovery::Mode::Lexical if !self.model.loaded => {
                 "lexical only: the embedding model is not loaded"
@@ -273,6 +278,7 @@ impl Api {
                     "bytes": stats.index_bytes,
                     "dtype": stats.dtype,
                 },
+                "tool_sandbox": self.chat.sandbox.json(),
                 "load_problems": self.startup.problems.len(),
                 "collisions": self.startup.collisions.len(),
             }),

@@ -249,6 +249,8 @@ pub fn chat_service(config: &Config, engine: Arc<Engine>) -> anyhow::Result<Chat
     )
     .context("ollama.base_url")?;
     let runner = crate::tools::ExecRunner::new(config).context("tool execution setup")?;
+    let sandbox = runner.sandbox.clone();
+    sandbox.log();
     let ctx = ChatContext {
         upstream,
         runner: Arc::new(runner),
@@ -269,6 +271,7 @@ pub fn chat_service(config: &Config, engine: Arc<Engine>) -> anyhow::Result<Chat
         exposure: crate::exposure::ExposureSettings::from_config(&config.tool_bridge),
         validation: Arc::new(crate::validation::ValidationGate::new(config)),
         experience: crate::experience::Experience::open(config, engine.clone()),
+        sandbox,
     })
 }
 

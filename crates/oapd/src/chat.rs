@@ -37,6 +37,8 @@ pub struct ChatService {
     pub validation: Arc<crate::validation::ValidationGate>,
     /// The experience cache, when enabled.
     pub experience: Option<Arc<crate::experience::Experience>>,
+    /// What the stdio tool sandbox enforces here.
+    pub sandbox: crate::tools::SandboxReport,
 }
 
 impl ChatService {

@@ -288,6 +288,43 @@ impl Named for ToolExposure {
     }
 }
 
+/// How strictly local (stdio) tools are confined by the kernel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SandboxMode {
+    /// Every protection the kernel offers; what it lacks is logged at start
+    /// and shown by `/health`.
+    #[default]
+    Auto,
+    /// Tools do not run unless filesystem and system-call confinement are
+    /// both active.
+    Require,
+    /// No confinement beyond resource limits: a model steered by anyone who
+    /// reaches the daemon can run code as the daemon's user.
+    Off,
+}
+
+impl Named for SandboxMode {
+    const ALL: &'static [Self] = &[Self::Auto, Self::Require, Self::Off];
+    fn name(self) -> &'static str {
+        match self {
+            Self::Auto => "auto",
+            Self::Require => "require",
+            Self::Off => "off",
+        }
+    }
+}
+
+impl From<SandboxMode> for oap_sandbox::Mode {
+    fn from(mode: SandboxMode) -> Self {
+        match mode {
+            SandboxMode::Auto => oap_sandbox::Mode::Auto,
+            SandboxMode::Require => oap_sandbox::Mode::Require,
+            SandboxMode::Off => oap_sandbox::Mode::Off,
+        }
+    }
+}
+
 impl Named for UrlPolicy {
     const ALL: &'static [Self] = &[Self::Off, Self::Flag, Self::Remove];
     fn name(self) -> &'static str {
@@ -351,7 +388,8 @@ display_named!(
     DiscoveryMode,
     LogFormat,
     ToolExposure,
-    UrlPolicy
+    UrlPolicy,
+    SandboxMode
 );
 
 /// `index:` section.
@@ -576,6 +614,14 @@ pub struct ToolsConfig {
     pub max_response_bytes: usize,
     /// Tool calls of one model turn run at most this many at a time.
     pub max_parallel: usize,
+    /// Kernel confinement of stdio tools: `auto`, `require` or `off`.
+    pub sandbox: SandboxMode,
+    /// Extra paths stdio tools may read (and execute) below, beside the
+    /// system directories and `stdio_dirs`.
+    pub sandbox_read_paths: Vec<PathBuf>,
+    /// Programs (command names) allowed to start processes inside the
+    /// sandbox; every other tool is refused fork/clone.
+    pub sandbox_spawn: Vec<String>,
 }
 
 impl Default for ToolsConfig {
@@ -591,6 +637,9 @@ impl Default for ToolsConfig {
             max_result_chars: 16_000,
             max_response_bytes: 1024 * 1024,
             max_parallel: 4,
+            sandbox: SandboxMode::Auto,
+            sandbox_read_paths: Vec::new(),
+            sandbox_spawn: vec!["man".to_owned()],
         }
     }
 }
@@ -759,7 +808,10 @@ config_keys! {
         tool_token_budget, exposure, url_policy, url_policy_tools, force,
     }
     ollama { base_url, timeout, chat_deadline, max_request_bytes }
-    tools { credentials_file, allow_private, stdio_dirs, max_result_chars, max_response_bytes, max_parallel }
+    tools {
+        credentials_file, allow_private, stdio_dirs, max_result_chars, max_response_bytes,
+        max_parallel, sandbox, sandbox_read_paths, sandbox_spawn,
+    }
     log { level, format }
     crawler {
         enabled, seeds, seeds_file, interval, jitter, retry_base, max_failures, fetch_timeout,
@@ -920,7 +972,8 @@ env_named!(
     DiscoveryMode,
     LogFormat,
     ToolExposure,
-    UrlPolicy
+    UrlPolicy,
+    SandboxMode
 );
 
 /// `key=value` pairs, comma-separated (e.g. `OAP_TOOL_BRIDGE_URL_POLICY_TOOLS=a.example=off`):
@@ -1365,6 +1418,22 @@ impl Config {
                 c.fail(
                     format!("tools.stdio_dirs[{i}]"),
                     format!("must be an absolute path, got {}", dir.display()),
+                );
+            }
+        }
+        for (i, path) in tools.sandbox_read_paths.iter().enumerate() {
+            if !path.is_absolute() {
+                c.fail(
+                    format!("tools.sandbox_read_paths[{i}]"),
+                    format!("must be an absolute path, got {}", path.display()),
+                );
+            }
+        }
+        for (i, name) in tools.sandbox_spawn.iter().enumerate() {
+            if name.is_empty() || name.contains('/') || name.chars().any(char::is_control) {
+                c.fail(
+                    format!("tools.sandbox_spawn[{i}]"),
+                    format!("must be a bare command name such as man, got {name:?}"),
                 );
             }
         }

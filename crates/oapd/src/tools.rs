@@ -17,6 +17,58 @@ use crate::config::Config;
 
 pub struct ExecRunner {
     executor: Arc<Executor>,
+    pub sandbox: SandboxReport,
+}
+
+/// What the stdio sandbox enforces on this machine, for the start-up log
+/// and `/health`.
+#[derive(Debug, Clone)]
+pub struct SandboxReport {
+    pub mode: oap_sandbox::Mode,
+    pub support: oap_sandbox::Support,
+}
+
+impl SandboxReport {
+    pub fn json(&self) -> Value {
+        serde_json::json!({
+            "mode": self.mode.as_str(),
+            "landlock_abi": self.support.landlock_abi,
+            "seccomp": self.support.seccomp,
+            "active": self.support.active(self.mode),
+            "missing": self.support.missing(self.mode),
+        })
+    }
+
+    /// Under `require`, tools do not run while a protection is missing.
+    pub fn blocks_tools(&self) -> bool {
+        self.mode == oap_sandbox::Mode::Require
+            && (!self.support.filesystem() || !self.support.seccomp)
+    }
+
+    /// Loud where a protection is missing: the operator must know that a
+    /// steered model reaches further than the documentation says.
+    pub fn log(&self) {
+        let missing = self.support.missing(self.mode);
+        if missing.is_empty() {
+            tracing::info!(
+                mode = %self.mode,
+                landlock_abi = self.support.landlock_abi,
+                "stdio tool sandbox: every protection active"
+            );
+        } else if self.blocks_tools() {
+            tracing::error!(
+                mode = %self.mode,
+                missing = %missing.join("; "),
+                "stdio tool sandbox incomplete: local tools will not run (tools.sandbox: require)"
+            );
+        } else {
+            tracing::warn!(
+                mode = %self.mode,
+                missing = %missing.join("; "),
+                "stdio tool sandbox incomplete: local tools run with fewer protections"
+            );
+        }
+    }
 }
 
 impl ExecRunner {
@@ -39,6 +91,11 @@ impl ExecRunner {
             allow_private,
             stdio_dirs: tools.stdio_dirs.clone(),
             max_parallel: tools.max_parallel,
+            sandbox: oap_sandbox::Policy {
+                mode: tools.sandbox.into(),
+                extra_read_paths: tools.sandbox_read_paths.clone(),
+                spawn_programs: tools.sandbox_spawn.clone(),
+            },
             ..ExecPolicy::default()
         };
         let mut executor = Executor::new(policy).context("tool executor")?;
@@ -48,8 +105,13 @@ impl ExecRunner {
             tracing::info!(path = %path.display(), domains = store.len(), "credential store loaded");
             executor = executor.with_credentials(store);
         }
+        let sandbox = SandboxReport {
+            mode: tools.sandbox.into(),
+            support: executor.sandbox_support().clone(),
+        };
         Ok(ExecRunner {
             executor: Arc::new(executor),
+            sandbox,
         })
     }
 }

@@ -1,0 +1,329 @@
+//! Kernel-enforced confinement for local tool processes.
+//!
+//! A stdio tool is a program such as `awk`, `sed` or `jq` whose arguments a
+//! model chose. Several such programs are interpreters or open any file they
+//! are given, so no list of forbidden flags can make them safe. This crate
+//! has the kernel confine the process instead, between `fork` and `exec`:
+//!
+//! - **no_new_privs**: no set-uid/set-gid/file-capability gain across exec.
+//! - **Landlock** (Linux 5.13+): the filesystem is readable only below the
+//!   system directories a program needs (executables, libraries, locale and
+//!   time zone data) plus the operator's extra paths, and writable only in
+//!   the call's own scratch directory and `/dev/null`. On 6.7+ TCP bind and
+//!   connect are refused; on 6.12+ signals and abstract UNIX sockets outside
+//!   the tool are out of reach.
+//! - **seccomp** (every supported kernel): no sockets at all, no ptrace, no
+//!   mount or namespaces, no keyrings, no kernel modules, no BPF, no
+//!   io_uring, no `setsid`/`setpgid` (so no descendant can leave the process
+//!   group the deadline kill signals), and, unless the program is allowed to
+//!   start processes, no `fork`/`clone` of new processes either — which takes
+//!   `system()` away from awk and the `e` command away from sed.
+//!
+//! [`Support::probe`] asks the kernel what it offers without changing the
+//! calling process; [`Confinement::prepare`] does every allocation and path
+//! lookup in the parent; [`Confinement::enter`] runs in the forked child and
+//! makes only async-signal-safe system calls.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+
+#[cfg(target_os = "linux")]
+mod linux;
+
+/// How strictly stdio tools are confined.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Mode {
+    /// Every protection the kernel offers; what it lacks is logged at start
+    /// and shown by `/health`, and tools still run.
+    #[default]
+    Auto,
+    /// Like `Auto`, but a tool does not run unless the filesystem and
+    /// system-call protections are both active.
+    Require,
+    /// No confinement beyond resource limits and the process group (the
+    /// operator accepts that a steered model can run code as the daemon).
+    Off,
+}
+
+impl Mode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Mode::Auto => "auto",
+            Mode::Require => "require",
+            Mode::Off => "off",
+        }
+    }
+}
+
+impl fmt::Display for Mode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for Mode {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "auto" => Ok(Mode::Auto),
+            "require" => Ok(Mode::Require),
+            "off" => Ok(Mode::Off),
+            other => Err(format!(
+                "expected one of auto, require, off; got {other:?}"
+            )),
+        }
+    }
+}
+
+/// Paths every tool may read and execute below (those that exist on the
+/// machine): executables, shared libraries and the loader's cache, locale,
+/// time zone and manual page data.
+pub const SYSTEM_READ_PATHS: &[&str] = &[
+    "/usr",
+    "/bin",
+    "/sbin",
+    "/lib",
+    "/lib32",
+    "/lib64",
+    "/libx32",
+    "/etc/ld.so.cache",
+    "/etc/ld.so.conf",
+    "/etc/ld.so.conf.d",
+    "/etc/localtime",
+    "/etc/timezone",
+    "/etc/alternatives",
+    "/etc/manpath.config",
+    "/etc/groff",
+    "/etc/papersize",
+    "/var/cache/man",
+    "/dev/urandom",
+    "/dev/random",
+    "/dev/zero",
+];
+
+/// Devices every tool may also write (output thrown away).
+pub const SYSTEM_WRITE_PATHS: &[&str] = &["/dev/null"];
+
+/// What the operator configured.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Policy {
+    pub mode: Mode,
+    /// Extra paths (files or directories) tools may read and execute below,
+    /// beside [`SYSTEM_READ_PATHS`].
+    pub extra_read_paths: Vec<PathBuf>,
+    /// Program names (the file name of the resolved executable, or of the
+    /// manifest's command) allowed to start processes. `man` needs this: it
+    /// runs a formatting pipeline.
+    pub spawn_programs: Vec<String>,
+}
+
+impl Default for Policy {
+    fn default() -> Self {
+        Self {
+            mode: Mode::Auto,
+            extra_read_paths: Vec::new(),
+            spawn_programs: vec!["man".to_string()],
+        }
+    }
+}
+
+impl Policy {
+    /// Whether `program` (a command name or path) may start processes.
+    pub fn may_spawn(&self, program: &Path) -> bool {
+        let Some(name) = program.file_name().and_then(|n| n.to_str()) else {
+            return false;
+        };
+        self.spawn_programs.iter().any(|p| p == name)
+    }
+}
+
+/// What the running kernel (and the service manager's own system call
+/// filter) lets this process use.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Support {
+    /// Landlock ABI version (0: none).
+    pub landlock_abi: u32,
+    /// Why Landlock is not available, when it is not.
+    pub landlock_unavailable: Option<String>,
+    /// Whether seccomp filters can be installed.
+    pub seccomp: bool,
+    /// Why seccomp is not available, when it is not.
+    pub seccomp_unavailable: Option<String>,
+}
+
+impl Support {
+    /// Ask the kernel, without changing this process.
+    pub fn probe() -> Support {
+        #[cfg(target_os = "linux")]
+        {
+            linux::probe()
+        }
+        #[cfg(not(target_os = "linux"))]
+        {
+            Support {
+                landlock_abi: 0,
+                landlock_unavailable: Some("not Linux".into()),
+                seccomp: false,
+                seccomp_unavailable: Some("not Linux".into()),
+            }
+        }
+    }
+
+    /// Landlock confines the filesystem.
+    pub fn filesystem(&self) -> bool {
+        self.landlock_abi >= 1
+    }
+
+    /// Landlock also refuses TCP bind/connect (ABI 4, Linux 6.7).
+    pub fn landlock_network(&self) -> bool {
+        self.landlock_abi >= 4
+    }
+
+    /// Landlock keeps signals inside the tool (ABI 6, Linux 6.12).
+    pub fn signal_scope(&self) -> bool {
+        self.landlock_abi >= 6
+    }
+
+    /// The protections missing under `mode`, in words, for logs and `/health`.
+    pub fn missing(&self, mode: Mode) -> Vec<String> {
+        let mut missing = Vec::new();
+        if mode == Mode::Off {
+            missing.push("all: tools.sandbox is off".to_string());
+            return missing;
+        }
+        if !self.filesystem() {
+            missing.push(format!(
+                "filesystem confinement (Landlock, Linux 5.13+): {}",
+                self.landlock_unavailable.as_deref().unwrap_or("unavailable")
+            ));
+        } else {
+            if !self.landlock_network() {
+                missing.push(
+                    "Landlock TCP rules (Linux 6.7+; seccomp still refuses every socket)".into(),
+                );
+            }
+            if !self.signal_scope() {
+                missing.push(
+                    "Landlock signal scoping (Linux 6.12+): a tool running as the daemon's user \
+                     could signal the daemon"
+                        .into(),
+                );
+            }
+        }
+        if !self.seccomp {
+            missing.push(format!(
+                "system call filter (seccomp): {}",
+                self.seccomp_unavailable.as_deref().unwrap_or("unavailable")
+            ));
+        }
+        missing
+    }
+
+    /// The protections in force under `mode`, in words.
+    pub fn active(&self, mode: Mode) -> Vec<String> {
+        let mut active = Vec::new();
+        if mode == Mode::Off {
+            return active;
+        }
+        active.push("no_new_privs".to_string());
+        if self.filesystem() {
+            active.push(format!(
+                "Landlock ABI {}: read-only system paths, writes only in the scratch directory",
+                self.landlock_abi
+            ));
+        }
+        if self.landlock_network() {
+            active.push("Landlock: no TCP bind or connect".into());
+        }
+        if self.signal_scope() {
+            active.push("Landlock: signals and abstract sockets scoped to the tool".into());
+        }
+        if self.seccomp {
+            active.push(
+                "seccomp: no sockets, ptrace, mount, namespaces, keyrings, modules, BPF, \
+                 io_uring, setsid/setpgid; process creation only for spawn_programs"
+                    .into(),
+            );
+        }
+        active
+    }
+}
+
+/// Why a tool could not be confined.
+#[derive(Debug, thiserror::Error)]
+pub enum SandboxError {
+    #[error("the sandbox is required (tools.sandbox: require) but the kernel lacks: {0}")]
+    Required(String),
+    #[error("cannot build the filesystem rules: {0}")]
+    Landlock(String),
+    #[error("cannot build the system call filter: {0}")]
+    Seccomp(String),
+}
+
+/// Everything the child needs, prepared in the parent.
+pub struct Confinement {
+    enabled: bool,
+    #[cfg(target_os = "linux")]
+    inner: linux::Prepared,
+}
+
+impl fmt::Debug for Confinement {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Confinement")
+            .field("enabled", &self.enabled)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Confinement {
+    /// Build the rules for one tool call: `scratch` is its private, writable
+    /// working directory, `may_spawn` whether it may start processes.
+    pub fn prepare(
+        policy: &Policy,
+        support: &Support,
+        scratch: &Path,
+        may_spawn: bool,
+    ) -> Result<Confinement, SandboxError> {
+        if policy.mode == Mode::Off {
+            return Ok(Confinement {
+                enabled: false,
+                #[cfg(target_os = "linux")]
+                inner: linux::Prepared::default(),
+            });
+        }
+        if policy.mode == Mode::Require && (!support.filesystem() || !support.seccomp) {
+            return Err(SandboxError::Required(support.missing(policy.mode).join("; ")));
+        }
+        #[cfg(target_os = "linux")]
+        {
+            let inner = linux::prepare(policy, support, scratch, may_spawn)?;
+            Ok(Confinement {
+                enabled: true,
+                inner,
+            })
+        }
+        #[cfg(not(target_os = "linux"))]
+        {
+            let _ = (scratch, may_spawn);
+            Ok(Confinement { enabled: true })
+        }
+    }
+
+    /// Confine the calling process. Call it in the forked child just before
+    /// `exec`: it makes only async-signal-safe system calls (prctl,
+    /// landlock_restrict_self, seccomp) and does not allocate.
+    pub fn enter(&self) -> std::io::Result<()> {
+        if !self.enabled {
+            return Ok(());
+        }
+        #[cfg(target_os = "linux")]
+        {
+            self.inner.enter()
+        }
+        #[cfg(not(target_os = "linux"))]
+        {
+            Ok(())
+        }
+    }
+}
