@@ -1163,6 +1163,21 @@ fn check_guest(
         health["index"]["manifests"].as_u64().unwrap_or(0) > 0,
         "/health: no manifests indexed: {body}"
     );
+    // The hardened unit must leave the tool sandbox its system calls: a
+    // filter refusing them shows up as "refused by a system call filter".
+    let sandbox = &health["tool_sandbox"];
+    ensure!(
+        sandbox["seccomp"] == true,
+        "/health: the stdio tool sandbox has no seccomp under the unit: {body}"
+    );
+    ensure!(
+        !sandbox["missing"].to_string().contains("system call filter"),
+        "/health: the unit's system call filter blocks the tool sandbox: {body}"
+    );
+    println!(
+        "image-boot: tool sandbox under the unit: Landlock ABI {}, missing {}",
+        sandbox["landlock_abi"], sandbox["missing"]
+    );
     let (status, body) = http(
         addr,
         "POST",
