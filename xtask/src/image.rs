@@ -1171,7 +1171,9 @@ fn check_guest(
         "/health: the stdio tool sandbox has no seccomp under the unit: {body}"
     );
     ensure!(
-        !sandbox["missing"].to_string().contains("system call filter"),
+        !sandbox["missing"]
+            .to_string()
+            .contains("system call filter"),
         "/health: the unit's system call filter blocks the tool sandbox: {body}"
     );
     println!(

@@ -69,9 +69,7 @@ impl FromStr for Mode {
             "auto" => Ok(Mode::Auto),
             "require" => Ok(Mode::Require),
             "off" => Ok(Mode::Off),
-            other => Err(format!(
-                "expected one of auto, require, off; got {other:?}"
-            )),
+            other => Err(format!("expected one of auto, require, off; got {other:?}")),
         }
     }
 }
@@ -195,7 +193,9 @@ impl Support {
         if !self.filesystem() {
             missing.push(format!(
                 "filesystem confinement (Landlock, Linux 5.13+): {}",
-                self.landlock_unavailable.as_deref().unwrap_or("unavailable")
+                self.landlock_unavailable
+                    .as_deref()
+                    .unwrap_or("unavailable")
             ));
         } else {
             if !self.landlock_network() {
@@ -293,7 +293,9 @@ impl Confinement {
             });
         }
         if policy.mode == Mode::Require && (!support.filesystem() || !support.seccomp) {
-            return Err(SandboxError::Required(support.missing(policy.mode).join("; ")));
+            return Err(SandboxError::Required(
+                support.missing(policy.mode).join("; "),
+            ));
         }
         #[cfg(target_os = "linux")]
         {

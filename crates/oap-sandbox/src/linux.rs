@@ -245,11 +245,7 @@ fn refused_syscalls() -> Vec<libc::c_long> {
         libc::SYS_setpgid,
     ];
     #[cfg(target_arch = "x86_64")]
-    list.extend([
-        libc::SYS_iopl,
-        libc::SYS_ioperm,
-        libc::SYS_modify_ldt,
-    ]);
+    list.extend([libc::SYS_iopl, libc::SYS_ioperm, libc::SYS_modify_ldt]);
     list
 }
 

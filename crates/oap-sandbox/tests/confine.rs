@@ -90,7 +90,10 @@ fn awk_system_does_not_start_a_command() {
 
 #[test]
 fn sed_can_neither_run_a_command_nor_write_outside_its_scratch_dir() {
-    if !need(support().seccomp && support().filesystem(), "seccomp and Landlock") {
+    if !need(
+        support().seccomp && support().filesystem(),
+        "seccomp and Landlock",
+    ) {
         return;
     }
     let scratch = tempfile::tempdir().unwrap();
@@ -98,15 +101,28 @@ fn sed_can_neither_run_a_command_nor_write_outside_its_scratch_dir() {
     let target = outside.path().join("written-by-sed");
     let input = scratch.path().join("in.txt");
     std::fs::write(&input, "x\n").unwrap();
-    let out = run(&confined(), scratch.path(), false, &["sed", "1e id", "in.txt"]);
+    let out = run(
+        &confined(),
+        scratch.path(),
+        false,
+        &["sed", "1e id", "in.txt"],
+    );
     assert!(!text(&out).contains("uid="), "{}", text(&out));
     let w = format!("w {}", target.display());
     let out = run(&confined(), scratch.path(), false, &["sed", &w, "in.txt"]);
     assert!(!target.exists(), "sed wrote outside: {}", text(&out));
     // Inside the scratch directory writing works.
-    let out = run(&confined(), scratch.path(), false, &["sed", "w inside.txt", "in.txt"]);
+    let out = run(
+        &confined(),
+        scratch.path(),
+        false,
+        &["sed", "w inside.txt", "in.txt"],
+    );
     assert!(out.status.success(), "{}", text(&out));
-    assert_eq!(std::fs::read_to_string(scratch.path().join("inside.txt")).unwrap(), "x\n");
+    assert_eq!(
+        std::fs::read_to_string(scratch.path().join("inside.txt")).unwrap(),
+        "x\n"
+    );
 }
 
 #[test]
@@ -117,7 +133,12 @@ fn files_outside_the_system_paths_cannot_be_read() {
     let scratch = tempfile::tempdir().unwrap();
     let (_dir, secret) = secret();
     let secret = secret.to_str().unwrap();
-    let open = run(&unconfined(), scratch.path(), false, &["grep", "-r", "secret", secret]);
+    let open = run(
+        &unconfined(),
+        scratch.path(),
+        false,
+        &["grep", "-r", "secret", secret],
+    );
     assert!(text(&open).contains("the-secret-value"));
     for argv in [
         vec!["grep", "-r", "secret", secret],
@@ -132,7 +153,12 @@ fn files_outside_the_system_paths_cannot_be_read() {
     }
     // What tools need still works: the loader, libraries, locale data.
     let out = run(&confined(), scratch.path(), false, &["jq", "-n", "1+1"]);
-    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "2", "{}", text(&out));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        "2",
+        "{}",
+        text(&out)
+    );
 }
 
 #[test]
@@ -156,7 +182,12 @@ fn no_socket_reaches_a_loopback_listener() {
         other => panic!("the listener saw a connection: {other:?}"),
     }
     // Control: unconfined, the same script connects.
-    let open = run(&unconfined(), scratch.path(), false, &["perl", "-e", &script]);
+    let open = run(
+        &unconfined(),
+        scratch.path(),
+        false,
+        &["perl", "-e", &script],
+    );
     assert!(text(&open).contains("connected"), "{}", text(&open));
 }
 
@@ -169,19 +200,39 @@ fn processes_are_refused_unless_allowed_and_nothing_leaves_the_group() {
     let fork = "my $p = fork(); if (!defined $p) { print \"fork refused\\n\"; exit 0 } \
                 if ($p == 0) { exit 0 } waitpid($p, 0); print \"forked\\n\";";
     let out = run(&confined(), scratch.path(), false, &["perl", "-e", fork]);
-    assert_eq!(String::from_utf8_lossy(&out.stdout), "fork refused\n", "{}", text(&out));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "fork refused\n",
+        "{}",
+        text(&out)
+    );
     let out = run(&confined(), scratch.path(), true, &["perl", "-e", fork]);
-    assert_eq!(String::from_utf8_lossy(&out.stdout), "forked\n", "{}", text(&out));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "forked\n",
+        "{}",
+        text(&out)
+    );
     // Even a program allowed to start processes cannot leave its group.
     // POSIX::setsid answers -1 on failure, setpgid undef.
     let setsid = "use POSIX (); my $r = POSIX::setsid() // -1; \
                   print $r == -1 ? \"setsid refused\\n\" : \"new session\\n\";";
     let out = run(&confined(), scratch.path(), true, &["perl", "-e", setsid]);
-    assert_eq!(String::from_utf8_lossy(&out.stdout), "setsid refused\n", "{}", text(&out));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "setsid refused\n",
+        "{}",
+        text(&out)
+    );
     let setpgid = "use POSIX (); my $r = POSIX::setpgid(0, 0) // -1; \
                    print $r == -1 ? \"setpgid refused\\n\" : \"new group\\n\";";
     let out = run(&confined(), scratch.path(), true, &["perl", "-e", setpgid]);
-    assert_eq!(String::from_utf8_lossy(&out.stdout), "setpgid refused\n", "{}", text(&out));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "setpgid refused\n",
+        "{}",
+        text(&out)
+    );
 }
 
 #[test]

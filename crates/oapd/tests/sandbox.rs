@@ -37,7 +37,10 @@ fn script(calls: &[(&str, Value)]) -> Script {
         .check_host(true);
     for (tool, arguments) in calls {
         script = script
-            .turn(Turn::chunks(vec![Chunk::tool_call(tool, arguments.clone())]))
+            .turn(Turn::chunks(vec![Chunk::tool_call(
+                tool,
+                arguments.clone(),
+            )]))
             .turn(Turn::echo(Echo::LastTool));
     }
     script
@@ -110,7 +113,10 @@ fn attacks(tools_yaml: &str) -> (Vec<String>, bool) {
         .iter()
         .map(|(tool, arguments)| {
             let answer = tool_answer(&daemon, &task_for(tool));
-            assert!(!answer.contains("was not called"), "{tool} {arguments}: {answer}");
+            assert!(
+                !answer.contains("was not called"),
+                "{tool} {arguments}: {answer}"
+            );
             answer
         })
         .collect();
@@ -133,17 +139,30 @@ fn interpreters_cannot_run_commands_write_or_read_outside() {
     let (answers, wrote) = attacks("");
     for answer in &answers {
         assert!(!answer.contains("uid="), "a command ran: {answer}");
-        assert!(!answer.contains("the-secret-value"), "a file leaked: {answer}");
+        assert!(
+            !answer.contains("the-secret-value"),
+            "a file leaked: {answer}"
+        );
     }
-    assert!(!wrote, "sed wrote outside its scratch directory: {}", answers[2]);
+    assert!(
+        !wrote,
+        "sed wrote outside its scratch directory: {}",
+        answers[2]
+    );
 }
 
 #[test]
 fn the_tools_stay_useful_on_their_input() {
     let calls = [
-        ("oap_awk", json!({"args": "'{print $2}'", "stdin": "a b c\nd e f\n"})),
+        (
+            "oap_awk",
+            json!({"args": "'{print $2}'", "stdin": "a b c\nd e f\n"}),
+        ),
         ("oap_sed", json!({"args": "s/cat/dog/", "stdin": "a cat\n"})),
-        ("oap_jq", json!({"args": ".a.b", "stdin": "{\"a\":{\"b\":42}}"})),
+        (
+            "oap_jq",
+            json!({"args": ".a.b", "stdin": "{\"a\":{\"b\":42}}"}),
+        ),
         ("oap_grep", json!({"args": "-c x", "stdin": "x\ny\nx\n"})),
         ("oap_wc", json!({"args": "-w", "stdin": "one two three"})),
     ];
@@ -169,7 +188,10 @@ fn the_tools_stay_useful_on_their_input() {
     let health = daemon.get("/health").json();
     let sandbox = &health["tool_sandbox"];
     assert_eq!(sandbox["mode"], "auto", "{health}");
-    assert!(sandbox["active"].as_array().is_some_and(|a| !a.is_empty()), "{health}");
+    assert!(
+        sandbox["active"].as_array().is_some_and(|a| !a.is_empty()),
+        "{health}"
+    );
 }
 
 /// A local manifest for `perl`, a program that can open sockets and start
@@ -204,7 +226,10 @@ fn a_tool_cannot_reach_a_loopback_listener() {
         "use IO::Socket::INET; IO::Socket::INET->new(PeerAddr => q(127.0.0.1:{port})) \
          or die qq(no socket: $!\\n); print qq(connected\\n);"
     );
-    let upstream = fake(script(&[("oap_perl", json!({"args": format!("-e '{code}'")}))]));
+    let upstream = fake(script(&[(
+        "oap_perl",
+        json!({"args": format!("-e '{code}'")}),
+    )]));
     let dir = perl_manifest_dir();
     let daemon = daemon(
         &upstream,
@@ -247,7 +272,10 @@ fn a_grandchild_that_calls_setsid_dies_at_the_deadline() {
          if (fork() == 0) {{ if (fork() == 0) {{ POSIX::setsid(); $SIG{{TERM}} = q(IGNORE); \
          $0 = q({marker}-grandchild); sleep 60; exit 0 }} exit 0 }} sleep 60;"
     );
-    let upstream = fake(script(&[("oap_perl", json!({"args": format!("-e '{code}'")}))]));
+    let upstream = fake(script(&[(
+        "oap_perl",
+        json!({"args": format!("-e '{code}'")}),
+    )]));
     let dir = perl_manifest_dir();
     let daemon = daemon(
         &upstream,
@@ -271,7 +299,10 @@ fn a_grandchild_that_calls_setsid_dies_at_the_deadline() {
             .args(["-KILL", &pid.to_string()])
             .status();
     }
-    assert!(left.is_empty(), "descendants survived the deadline: {left:?}");
+    assert!(
+        left.is_empty(),
+        "descendants survived the deadline: {left:?}"
+    );
 }
 
 #[test]
