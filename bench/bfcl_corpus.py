@@ -4,7 +4,7 @@
 The wheel pinned (version + sha256) in bench/requirements-bfcl.txt is fetched with
 ``pip download --no-deps --require-hashes`` into ``DIR/.cache`` and read with zipfile;
 it is never installed. Output: ``DIR/manifests/*.json`` (one OAP v1.0 manifest per
-unique function), ``DIR/tasks.jsonl`` (shared/bench/discovery-tasks.jsonl format),
+unique function), ``DIR/tasks.jsonl`` (bench/discovery-tasks.jsonl format),
 ``DIR/index.json`` (manifest name -> original BFCL name, file, categories) and
 ``DIR/STATS.json``. Standard library only; see bench/README.md.
 """

@@ -30,7 +30,7 @@ const USAGE: &str = "usage: cargo xtask bench-speed [--quick] [--runs N] [--corp
     --runs N    restarts for the start-to-ready figure (default 7)\n  \
     --corpus N  manifests in the synthetic corpus (default 10000)";
 
-/// Targets from the project brief, for the summary.
+/// Targets the project set itself, for the summary.
 const TARGET_EMBED_P50_MS: f64 = 15.0;
 const TARGET_SEARCH_100K_MS: f64 = 5.0;
 const TARGET_DISCOVER_P50_MS: f64 = 20.0;

@@ -28,8 +28,8 @@ pub fn run(args: &[String]) -> Result<()> {
         }
     }
     let root = repo_root();
-    let tasks = root.join("../shared/bench/discovery-tasks.jsonl");
-    let manifests = root.join("../shared/manifests/reference/oap-dev");
+    let tasks = root.join("bench/discovery-tasks.jsonl");
+    let manifests = root.join("tests/fixtures/reference-manifests/oap-dev");
     let model = root.join("models/all-MiniLM-L6-v2");
     for (what, path) in [
         ("task set", &tasks),

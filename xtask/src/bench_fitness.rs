@@ -1,4 +1,4 @@
-//! `cargo xtask bench-fitness`: what issue 6's small-model features cost,
+//! `cargo xtask bench-fitness`: what the small-model features cost,
 //! each side by side with its baseline in the same run.
 //!
 //! Starts the scripted fake Ollama (`fake-ollama`) and three `oapd serve`

@@ -31,11 +31,11 @@ pub fn run(args: &[String]) -> Result<()> {
     let mut command = Command::new(root.join("target/release/examples/tool_tokens"));
     command.current_dir(&root).env("RUST_LOG", "warn").args([
         "--tasks",
-        "../shared/bench/discovery-tasks.jsonl",
+        "bench/discovery-tasks.jsonl",
         "--dir",
-        "../shared/manifests/reference/oap-dev",
+        "tests/fixtures/reference-manifests/oap-dev",
         "--dir",
-        "../shared/manifests/reference/manifest-repo",
+        "tests/fixtures/reference-manifests/manifest-repo",
     ]);
     let mut budgets = false;
     let mut rest = args.iter();

@@ -17,6 +17,7 @@ mod model;
 mod net;
 mod package;
 mod tasks;
+mod tidy;
 
 use std::path::PathBuf;
 use std::process::ExitCode;

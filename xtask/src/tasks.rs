@@ -49,13 +49,6 @@ pub fn run(args: &[String]) -> anyhow::Result<()> {
 /// one profile means one build).
 pub fn test(args: &[String]) -> anyhow::Result<()> {
     fetch_model()?;
-    let shared = repo_root().join("../shared/manifests/reference");
-    if !shared.is_dir() {
-        bail!(
-            "{} is missing: the tests use the shared reference manifests beside the repository",
-            shared.display()
-        );
-    }
     run_in_root(
         cargo()
             .args(["test", "--release", "--workspace"])
@@ -117,17 +110,17 @@ pub fn bench_retrieval(args: &[String]) -> anyhow::Result<()> {
     let only = args.first().map(String::as_str);
     if only != Some("--bfcl-only") {
         println!(
-            "== corpus (a): shared/bench/discovery-tasks.jsonl over shared/manifests/reference"
+            "== corpus (a): bench/discovery-tasks.jsonl over tests/fixtures/reference-manifests"
         );
         run_in_root(Command::new(&eval).args([
             "--tasks",
-            "../shared/bench/discovery-tasks.jsonl",
+            "bench/discovery-tasks.jsonl",
             "--dir",
-            "../shared/manifests/reference/oap-dev",
+            "tests/fixtures/reference-manifests/oap-dev",
             "--dir",
-            "../shared/manifests/reference/manifest-repo",
+            "tests/fixtures/reference-manifests/manifest-repo",
             // These three negatives match manifests added after they were
-            // written (shared/bench/README.md): reported apart as soft.
+            // written (bench/TASKS.md): reported apart as soft.
             "--soft-negatives",
             "neg-001,neg-003,neg-010",
             "--curve",

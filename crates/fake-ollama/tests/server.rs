@@ -341,7 +341,7 @@ async fn tool_call_shapes_rendered_native_string_split_and_several() {
                 ("get_weather", json!({"city": "Rome"})),
                 ("get_time", json!("{\"tz\": \"UTC\"}")),
             ]))
-            // split argument deltas under one function.index (seed 001)
+            // split argument deltas under one function.index (Ollama's streaming shape)
             .turn(Turn::chunks(vec![
                 Chunk::raw_tool_calls(vec![
                     json!({"function": {"index": 0, "name": "get_weather"}}),

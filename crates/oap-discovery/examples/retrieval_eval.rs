@@ -4,8 +4,8 @@
 //!
 //! ```text
 //! cargo run --release -p oap-discovery --example retrieval_eval -- \
-//!     --tasks ../shared/bench/discovery-tasks.jsonl \
-//!     --dir ../shared/manifests/reference/oap-dev --dir ../shared/manifests/reference/manifest-repo
+//!     --tasks bench/discovery-tasks.jsonl \
+//!     --dir tests/fixtures/reference-manifests/oap-dev --dir tests/fixtures/reference-manifests/manifest-repo
 //! ```
 //!
 //! Options:

@@ -2,7 +2,7 @@
 //! and the weighted lexical terms.
 //!
 //! One long "enriched" text per manifest dilutes a mean-pooled embedding
-//! (shared/bench/BASELINES.md: dense over the enriched document scores below
+//! (bench/BASELINES.md: dense over the enriched document scores below
 //! dense over the description alone). So what is embedded is a set of
 //! rows, and a document scores as its best row: by default only the
 //! description followed by the input parameters; optionally a name/usage

@@ -1,7 +1,7 @@
 //! Hybrid scoring: dense cosine plus a calibrated amount of BM25 evidence.
 //!
 //! Rank fusion (RRF) throws the scores away, and on this corpus it falls
-//! below dense retrieval alone (shared/bench/BASELINES.md). Score fusion
+//! below dense retrieval alone (bench/BASELINES.md). Score fusion
 //! keeps a meaning for the number, which the "no fitting capability"
 //! threshold needs: the dense part is a cosine in [-1, 1]; the lexical part
 //! is the BM25 score measured in units of one perfectly specific query term

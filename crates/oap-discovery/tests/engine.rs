@@ -81,11 +81,11 @@ impl Embedder for Counting {
 }
 
 fn reference_dir() -> PathBuf {
-    let dir =
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/manifests/reference/oap-dev");
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../tests/fixtures/reference-manifests/oap-dev");
     assert!(
         dir.is_dir(),
-        "reference manifests not found at {} (the repo expects ../shared beside it)",
+        "reference manifests not found at {} (tests/fixtures in the repository)",
         dir.display()
     );
     dir

@@ -1,4 +1,4 @@
-//! Every real manifest under /work/shared/manifests/reference must parse
+//! Every real manifest under tests/fixtures/reference-manifests must parse
 //! (kagi-search must fail on its non-spec `auth: "bot"`), with exactly the
 //! expected warnings, and must round-trip losslessly.
 
@@ -8,13 +8,14 @@ use std::path::{Path, PathBuf};
 use oap_manifest::{parse, ManifestError, Severity};
 use serde_json::Value;
 
-/// `<repo>/../shared/manifests/reference`, where `<repo>` is two levels above
+/// `<repo>/tests/fixtures/reference-manifests`, where `<repo>` is two levels above
 /// this crate. Panics (fails the test) if it is missing: no silent skip.
 fn reference_dir() -> PathBuf {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/manifests/reference");
+    let dir =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/reference-manifests");
     assert!(
         dir.is_dir(),
-        "reference manifests not found at {} (expected <repo>/../shared/manifests/reference); \
+        "reference manifests not found at {} (expected <repo>/tests/fixtures/reference-manifests); \
          these tests need the shared spec directory",
         dir.display()
     );

@@ -1,5 +1,5 @@
 //! Manifest -> tool conversion, naming, collisions, argument checks and the
-//! registry shape. Real manifests come from /work/shared/manifests/reference.
+//! registry shape. Real manifests come from tests/fixtures/reference-manifests.
 
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
@@ -16,12 +16,13 @@ use serde_json::{json, Map, Value};
 // helpers
 // ---------------------------------------------------------------------------
 
-/// `<repo>/../shared/manifests/reference`; fails (no silent skip) if missing.
+/// `<repo>/tests/fixtures/reference-manifests`; fails (no silent skip) if missing.
 fn reference_dir() -> PathBuf {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/manifests/reference");
+    let dir =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/reference-manifests");
     assert!(
         dir.is_dir(),
-        "reference manifests not found at {} (expected <repo>/../shared/manifests/reference); \
+        "reference manifests not found at {} (expected <repo>/tests/fixtures/reference-manifests); \
          these tests need the shared spec directory",
         dir.display()
     );

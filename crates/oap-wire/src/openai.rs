@@ -1806,7 +1806,7 @@ mod tests {
 
     #[test]
     fn split_argument_deltas_are_joined_into_one_whole_call() {
-        // seed 001: name first, argument fragments after, one function.index.
+        // Ollama's streaming shape: name first, argument fragments after, one function.index.
         let mut t = ChunkTranslator::new("c", 1, false);
         let call = |function: Value| json!({"model": "m", "message": {"content": "", "tool_calls": [{"function": function}]}, "done": false});
         let events = run(

@@ -9,7 +9,7 @@
 //! `--concurrency` workers each hold one keep-alive HTTP/1.1 connection and
 //! send requests back to back; each request takes the next task of a
 //! rotating list (the `query` field of every line of `--tasks`, by default
-//! `../shared/bench/discovery-tasks.jsonl` beside the repository). The run
+//! `bench/discovery-tasks.jsonl`). The run
 //! stops after `--requests` timed requests or `--duration` seconds, whichever
 //! comes first (with neither: 500 requests; always at most 600 s), so it ends
 //! by itself. Warm-up requests (sent first, one at a time) are not counted.
@@ -131,8 +131,8 @@ fn parse_args() -> Result<Args, String> {
 
 /// The `query` of every line of a discovery-tasks JSONL file.
 fn load_tasks(path: Option<&PathBuf>) -> Result<Vec<String>, String> {
-    let default = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../../shared/bench/discovery-tasks.jsonl");
+    let default =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../bench/discovery-tasks.jsonl");
     let explicit = path.is_some();
     let path = path.cloned().unwrap_or(default);
     let text = match std::fs::read_to_string(&path) {

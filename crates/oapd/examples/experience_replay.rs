@@ -3,7 +3,7 @@
 //! prints hit rates, wrong hits, tool accuracy and the discovery-step
 //! latency with and without the cache. Run by `cargo xtask bench-experience`.
 //!
-//! The log: the 200 labelled tasks of `shared/bench/discovery-tasks.jsonl`
+//! The log: the 200 labelled tasks of `bench/discovery-tasks.jsonl`
 //! in a fixed shuffled order, then each task once more (shuffled again) as
 //! an exact repeat, a "Please …" or a "Can you …?" variant (a third each).
 //! Outcomes come from the labels: a tool "succeeds" when its manifest name

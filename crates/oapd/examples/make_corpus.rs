@@ -8,7 +8,7 @@
 //! Base manifests are every valid `*.json` in the `--from` directories
 //! (default: the BFCL-derived corpus `target/bench/bfcl/manifests` made by
 //! `python3 bench/bfcl_corpus.py --out target/bench/bfcl`, the bundled
-//! manifests, and `../shared/manifests/reference/{oap-dev,manifest-repo}`
+//! manifests, and `tests/fixtures/reference-manifests/{oap-dev,manifest-repo}`
 //! when present). Output manifest `i` is base `i mod B`, unchanged in the
 //! first round and, in later rounds, republished by a fictitious vendor: a
 //! vendor-qualified name, the real description plus one sentence about the
@@ -117,8 +117,8 @@ fn parse_args() -> Result<Args, String> {
         from = [
             "target/bench/bfcl/manifests",
             "manifests/bundled",
-            "../shared/manifests/reference/oap-dev",
-            "../shared/manifests/reference/manifest-repo",
+            "tests/fixtures/reference-manifests/oap-dev",
+            "tests/fixtures/reference-manifests/manifest-repo",
         ]
         .iter()
         .map(|d| repo.join(d))

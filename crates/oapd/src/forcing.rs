@@ -1,4 +1,4 @@
-//! Forced tools (seed 004; `tool_bridge.force`): a regex over the latest
+//! Forced tools (`tool_bridge.force`): a regex over the latest
 //! user message names a tool that must be used. Ollama has no
 //! `tool_choice`, so the bridge
 //! 1. offers that tool even when discovery would not (first, so a token

@@ -1,5 +1,5 @@
-//! Meta-tool exposure (`tool_bridge.exposure: meta`, the "lazy" pattern of
-//! seed 003): the model sees two small tools instead of N full ones.
+//! Meta-tool exposure (`tool_bridge.exposure: meta`, the "lazy" pattern):
+//! the model sees two small tools instead of N full ones.
 //!
 //! - `oap_discover(task)` runs the same discovery as direct mode and
 //!   returns the fitting tools compactly (name, first-sentence description,

@@ -1,4 +1,4 @@
-//! Lean tool exposure end to end (issue 6, part B): token accounting, the
+//! Lean tool exposure end to end: token accounting, the
 //! token budget, meta-tool mode and URL hygiene, with the real `oapd`
 //! binary between a raw loopback client and the scripted fake Ollama.
 

@@ -1,4 +1,4 @@
-//! Small-model fitness (issue 6) on every chat surface: forced tools,
+//! Small-model fitness on every chat surface: forced tools,
 //! URL hygiene, the experience cache in meta mode and meta-tool argument
 //! errors, with the real `oapd` binary between a raw loopback client and
 //! the scripted fake Ollama; the bundled tools (`wc`, `date`, `grep`) run

@@ -32,7 +32,7 @@ pub fn require_model() -> PathBuf {
 
 pub fn reference_manifest(name: &str) -> PathBuf {
     let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../../shared/manifests/reference/oap-dev")
+        .join("../../tests/fixtures/reference-manifests/oap-dev")
         .join(format!("{name}.json"));
     assert!(
         path.is_file(),
