@@ -604,7 +604,7 @@ fn every_key_is_reachable_from_the_env() {
     let vars = Config::env_vars();
     // server, index, embedding, manifests, discovery, tool_bridge, ollama, tools, log, crawler,
     // experience
-    assert_eq!(vars.len(), 9 + 3 + 5 + 2 + 4 + 11 + 4 + 6 + 2 + 17 + 4);
+    assert_eq!(vars.len(), 9 + 3 + 5 + 2 + 4 + 11 + 4 + 9 + 2 + 17 + 4);
     assert!(vars.contains(&(
         "OAP_TOOL_BRIDGE_DEFAULT_TOP_K".to_owned(),
         "tool_bridge.default_top_k".to_owned()
@@ -997,6 +997,38 @@ fn single_problem(text: &str) -> (String, String) {
     assert_eq!(found.len(), 1, "{text:?}: {found:?}");
     let (key, message, _) = found.into_iter().next().expect("one");
     (key, message)
+}
+
+#[test]
+fn tool_sandbox_settings() {
+    let c = ok(yaml(""));
+    assert_eq!(c.tools.sandbox, oapd::config::SandboxMode::Auto);
+    assert_eq!(c.tools.sandbox_spawn, vec!["man".to_string()]);
+    let c = ok(yaml_env(
+        "",
+        &[
+            ("OAP_TOOLS_SANDBOX", "Require"),
+            ("OAP_TOOLS_SANDBOX_READ_PATHS", "/opt/data, /srv/x"),
+            ("OAP_TOOLS_SANDBOX_SPAWN", "man,groff"),
+        ],
+    ));
+    assert_eq!(c.tools.sandbox, oapd::config::SandboxMode::Require);
+    assert_eq!(
+        c.tools.sandbox_read_paths,
+        vec![PathBuf::from("/opt/data"), PathBuf::from("/srv/x")]
+    );
+    assert_eq!(c.tools.sandbox_spawn, vec!["man", "groff"]);
+    let e = err(yaml_env("", &[("OAP_TOOLS_SANDBOX", "strict")]));
+    assert_eq!(
+        e.to_string(),
+        r#"OAP_TOOLS_SANDBOX: expected one of "auto", "require", "off", got "strict""#
+    );
+    let (key, msg) = single_problem("tools:\n  sandbox_read_paths: [data]\n");
+    assert_eq!(key, "tools.sandbox_read_paths[0]");
+    assert!(msg.contains("absolute"), "{msg}");
+    let (key, msg) = single_problem("tools:\n  sandbox_spawn: [man, /bin/sh]\n");
+    assert_eq!(key, "tools.sandbox_spawn[1]");
+    assert!(msg.contains("bare command name"), "{msg}");
 }
 
 #[test]
