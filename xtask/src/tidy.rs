@@ -49,22 +49,27 @@ mod tests {
         })
     }
 
+    /// `path:line: text` of every line of our own files that `bad` flags.
+    fn offending_lines(bad: impl Fn(&str) -> bool) -> Vec<String> {
+        own_text_files(root())
+            .into_iter()
+            .flat_map(|(path, text)| {
+                text.lines()
+                    .enumerate()
+                    .filter(|(_, l)| bad(l))
+                    .map(|(n, l)| format!("{path}:{}: {}", n + 1, l.trim()))
+                    .collect::<Vec<_>>()
+            })
+            .collect()
+    }
+
     fn root() -> &'static Path {
         Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
     }
 
     #[test]
     fn the_tree_reads_nothing_from_outside_the_repository() {
-        let offenders: Vec<String> = own_text_files(root())
-            .into_iter()
-            .flat_map(|(path, text)| {
-                text.lines()
-                    .enumerate()
-                    .filter(|(_, l)| l.contains("../shared") || l.contains("/work/shared"))
-                    .map(|(n, l)| format!("{path}:{}: {}", n + 1, l.trim()))
-                    .collect::<Vec<_>>()
-            })
-            .collect();
+        let offenders = offending_lines(|l| l.contains("../shared") || l.contains("/work/shared"));
         assert!(
             offenders.is_empty(),
             "paths outside the repository (vendor the file instead):\n{}",
@@ -74,20 +79,11 @@ mod tests {
 
     #[test]
     fn the_product_speaks_of_itself() {
-        let offenders: Vec<String> = own_text_files(root())
-            .into_iter()
-            .flat_map(|(path, text)| {
-                text.lines()
-                    .enumerate()
-                    .filter(|(_, l)| {
-                        names_a_numbered(l, "issue ")
-                            || names_a_numbered(l, "seed ")
-                            || l.to_ascii_lowercase().contains("project brief")
-                    })
-                    .map(|(n, l)| format!("{path}:{}: {}", n + 1, l.trim()))
-                    .collect::<Vec<_>>()
-            })
-            .collect();
+        let offenders = offending_lines(|l| {
+            names_a_numbered(l, "issue ")
+                || names_a_numbered(l, "seed ")
+                || l.to_ascii_lowercase().contains("project brief")
+        });
         assert!(
             offenders.is_empty(),
             "process words (issue/seed numbers, the brief) in the product:\n{}",

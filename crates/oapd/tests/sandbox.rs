@@ -214,6 +214,21 @@ fn perl_manifest_dir() -> tempfile::TempDir {
     dir
 }
 
+/// The answer of a daemon whose model calls the perl tool with `-e code`
+/// (`extra_yaml` appended to the config).
+fn run_perl(code: &str, extra_yaml: &str) -> String {
+    let upstream = fake(script(&[(
+        "oap_perl",
+        json!({"args": format!("-e '{code}'")}),
+    )]));
+    let dir = perl_manifest_dir();
+    let daemon = daemon(
+        &upstream,
+        &format!("manifests:\n  dirs: [{:?}]\n{extra_yaml}", dir.path()),
+    );
+    tool_answer(&daemon, "run a perl program")
+}
+
 #[test]
 fn a_tool_cannot_reach_a_loopback_listener() {
     if !support_has("seccomp") {
@@ -226,16 +241,7 @@ fn a_tool_cannot_reach_a_loopback_listener() {
         "use IO::Socket::INET; IO::Socket::INET->new(PeerAddr => q(127.0.0.1:{port})) \
          or die qq(no socket: $!\\n); print qq(connected\\n);"
     );
-    let upstream = fake(script(&[(
-        "oap_perl",
-        json!({"args": format!("-e '{code}'")}),
-    )]));
-    let dir = perl_manifest_dir();
-    let daemon = daemon(
-        &upstream,
-        &format!("manifests:\n  dirs: [{:?}]\n", dir.path()),
-    );
-    let answer = tool_answer(&daemon, "run a perl program");
+    let answer = run_perl(&code, "");
     assert!(answer.contains("no socket"), "{answer}");
     match listener.accept() {
         Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
@@ -272,20 +278,10 @@ fn a_grandchild_that_calls_setsid_dies_at_the_deadline() {
          if (fork() == 0) {{ if (fork() == 0) {{ POSIX::setsid(); $SIG{{TERM}} = q(IGNORE); \
          $0 = q({marker}-grandchild); sleep 60; exit 0 }} exit 0 }} sleep 60;"
     );
-    let upstream = fake(script(&[(
-        "oap_perl",
-        json!({"args": format!("-e '{code}'")}),
-    )]));
-    let dir = perl_manifest_dir();
-    let daemon = daemon(
-        &upstream,
-        &format!(
-            "manifests:\n  dirs: [{:?}]\ntool_bridge:\n  stdio_timeout: 1\n\
-             tools:\n  sandbox_spawn: [perl]\n",
-            dir.path()
-        ),
+    let answer = run_perl(
+        &code,
+        "tool_bridge:\n  stdio_timeout: 1\ntools:\n  sandbox_spawn: [perl]\n",
     );
-    let answer = tool_answer(&daemon, "run a perl program");
     assert!(answer.contains("timed out"), "{answer}");
     let deadline = Instant::now() + Duration::from_secs(5);
     let mut left = processes_marked(&marker);
