@@ -50,6 +50,11 @@ pub struct Script {
     /// The text `/api/generate` streams; a fixed sentence when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub generate_reply: Option<String>,
+    /// Every route but `/api/chat` (whose turns carry their own delays)
+    /// answers only after this many milliseconds, as Ollama does while it
+    /// loads a model from an SD card or pulls one.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub route_delay_ms: u64,
 }
 
 impl Default for Script {
@@ -62,6 +67,7 @@ impl Default for Script {
             check_capabilities: true,
             version: None,
             generate_reply: None,
+            route_delay_ms: 0,
         }
     }
 }
@@ -93,6 +99,12 @@ impl Script {
 
     pub fn check_capabilities(mut self, check: bool) -> Self {
         self.check_capabilities = check;
+        self
+    }
+
+    /// Delay every route but `/api/chat` by `ms` milliseconds.
+    pub fn route_delay_ms(mut self, ms: u64) -> Self {
+        self.route_delay_ms = ms;
         self
     }
 }

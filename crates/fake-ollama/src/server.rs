@@ -549,6 +549,10 @@ async fn route(shared: &Shared, parts: &Parts, path: &str, bytes: &Bytes, seq: u
     if *method == Method::OPTIONS {
         return empty(StatusCode::NO_CONTENT).into();
     }
+    let delay = shared.state().script.route_delay_ms;
+    if delay > 0 && path != "/api/chat" {
+        tokio::time::sleep(Duration::from_millis(delay)).await;
+    }
     if let Some(digest) = path.strip_prefix("/api/blobs/") {
         return blob(shared, method, digest, bytes).into();
     }

@@ -272,6 +272,7 @@ pub fn chat_service(config: &Config, engine: Arc<Engine>) -> anyhow::Result<Chat
         validation: Arc::new(crate::validation::ValidationGate::new(config)),
         experience: crate::experience::Experience::open(config, engine.clone()),
         sandbox,
+        keepalive: Duration::from_secs(config.tool_bridge.stream_keepalive),
     })
 }
 

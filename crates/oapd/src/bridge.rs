@@ -304,7 +304,7 @@ pub async fn run_loop(
     .await;
     if result.is_err() {
         let message = format!(
-            "the request took longer than the {}s tool-bridge deadline",
+            "the request took longer than the {}s chat deadline (ollama.chat_deadline)",
             deadline.as_secs()
         );
         let _ = out

@@ -3,10 +3,9 @@
 
 use std::sync::Arc;
 
-use bytes::Bytes;
-use http_body_util::{BodyExt, StreamBody};
-use hyper::body::{Frame, Incoming};
-use hyper::header::{HeaderValue, AUTHORIZATION, CONTENT_TYPE};
+use http_body_util::BodyExt;
+use hyper::body::Incoming;
+use hyper::header::AUTHORIZATION;
 use hyper::{Request, Response, StatusCode};
 use oap_discovery::{Engine, StoredRecord};
 use oap_manifest::Manifest;
@@ -39,6 +38,9 @@ pub struct ChatService {
     pub experience: Option<Arc<crate::experience::Experience>>,
     /// What the stdio tool sandbox enforces here.
     pub sandbox: crate::tools::SandboxReport,
+    /// Silence after which a streamed answer gets a keep-alive frame
+    /// (`tool_bridge.stream_keepalive`).
+    pub keepalive: std::time::Duration,
 }
 
 impl ChatService {
@@ -71,9 +73,17 @@ impl ChatService {
         };
         let (tools, extras) = self.prepare(Some(tools), &mut chat, &options);
         let tool_tokens = extras.tool_tokens;
+        let model = chat
+            .get("model")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string();
         let rx = self.start_loop(chat, tools, options.clone(), extras);
         let mut response = if options.stream {
-            ndjson_response(rx).await
+            let wire = crate::streaming::Ndjson::new(&model);
+            crate::streaming::stream_events(rx, wire, self.keepalive)
+                .await
+                .unwrap_or_else(|(status, message)| http::error(status, message))
         } else {
             match bridge::collect(rx).await.and_then(|chunks| {
                 bridge::aggregate(&chunks).map_err(|e| (StatusCode::BAD_GATEWAY, e))
@@ -142,8 +152,8 @@ impl ChatService {
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_secs())
             .unwrap_or(0);
-        let mut translator = openai::ChunkTranslator::for_request(&original, id.clone(), created);
-        let mut rx = self.start_loop(chat, tools, options.clone(), extras);
+        let translator = openai::ChunkTranslator::for_request(&original, id.clone(), created);
+        let rx = self.start_loop(chat, tools, options.clone(), extras);
         if !options.stream {
             return match bridge::collect(rx).await.and_then(|chunks| {
                 bridge::aggregate(&chunks).map_err(|e| (StatusCode::BAD_GATEWAY, e))
@@ -158,39 +168,11 @@ impl ChatService {
                 Err((status, message)) => openai_error(status, &message),
             };
         }
-        let first = match rx.recv().await {
-            Some(Event::Chunk(chunk)) => translator.push(&chunk),
-            Some(Event::Error { status, message }) => return openai_error(status, &message),
-            None => {
-                return openai_error(
-                    StatusCode::BAD_GATEWAY,
-                    "the answer ended before it started",
-                )
-            }
-        };
-        let first = futures_util::stream::once(async move {
-            Ok::<_, BoxError>(Frame::data(Bytes::from(first)))
-        });
-        let rest =
-            futures_util::stream::unfold((rx, translator), |(mut rx, mut translator)| async move {
-                if translator.is_finished() {
-                    return None;
-                }
-                let bytes = match rx.recv().await {
-                    Some(Event::Chunk(chunk)) => translator.push(&chunk),
-                    Some(Event::Error { message, .. }) => translator.error(&message),
-                    None => translator.finish(),
-                };
-                Some((
-                    Ok::<_, BoxError>(Frame::data(Bytes::from(bytes))),
-                    (rx, translator),
-                ))
-            });
-        use futures_util::StreamExt;
-        let mut response = Response::new(BodyExt::boxed(StreamBody::new(first.chain(rest))));
-        let headers = response.headers_mut();
-        headers.insert(CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
-        headers.insert("cache-control", HeaderValue::from_static("no-cache"));
+        let mut response =
+            match crate::streaming::stream_events(rx, translator, self.keepalive).await {
+                Ok(response) => response,
+                Err((status, message)) => return openai_error(status, &message),
+            };
         crate::exposure::set_tokens_header(&mut response, tool_tokens);
         response
     }
@@ -447,45 +429,9 @@ impl ChatService {
 /// Streams the loop's events as NDJSON. The status is decided by the first
 /// event: an error before any chunk is a real HTTP error (Ollama does the
 /// same); after that, errors are `{"error"}` lines.
-pub async fn ndjson_response(mut rx: mpsc::Receiver<Event>) -> Response<Body> {
-    let first = match rx.recv().await {
-        Some(Event::Chunk(chunk)) => chunk,
-        Some(Event::Error { status, message }) => return http::error(status, message),
-        None => {
-            return http::error(
-                StatusCode::BAD_GATEWAY,
-                "the answer ended before it started",
-            )
-        }
-    };
-    let first =
-        futures_util::stream::once(async move { Ok::<_, BoxError>(Frame::data(line(&first))) });
-    let rest = futures_util::stream::unfold(rx, |mut rx| async move {
-        let event = rx.recv().await?;
-        let bytes = match event {
-            Event::Chunk(chunk) => line(&chunk),
-            Event::Error { message, .. } => line(&json!({"error": message})),
-        };
-        Some((Ok::<_, BoxError>(Frame::data(bytes)), rx))
-    });
-    use futures_util::StreamExt;
-    let mut response = Response::new(BodyExt::boxed(StreamBody::new(first.chain(rest))));
-    response.headers_mut().insert(
-        CONTENT_TYPE,
-        HeaderValue::from_static("application/x-ndjson"),
-    );
-    response
-}
-
 fn openai_error(status: StatusCode, message: &str) -> Response<Body> {
     http::json(
         status,
         &oap_wire::openai::openai_error(status.as_u16(), message),
     )
-}
-
-fn line(value: &Value) -> Bytes {
-    let mut bytes = serde_json::to_vec(value).unwrap_or_else(|_| b"{}".to_vec());
-    bytes.push(b'\n');
-    Bytes::from(bytes)
 }

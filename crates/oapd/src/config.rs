@@ -527,6 +527,10 @@ pub struct ToolBridgeConfig {
     /// Forced tools: when `pattern` matches the latest user message, the
     /// bridge offers `tool` and makes sure it is called (see `forcing.rs`).
     pub force: ForceRules,
+    /// Seconds of silence after which a streamed answer gets a keep-alive
+    /// frame (an empty NDJSON delta, an SSE comment), so clients and proxies
+    /// see a live connection while the model loads or a tool round runs.
+    pub stream_keepalive: u64,
 }
 
 /// `tool_bridge.force`: a list of `{pattern, tool, case_insensitive}`; in
@@ -576,6 +580,7 @@ impl Default for ToolBridgeConfig {
             url_policy: UrlPolicy::Flag,
             url_policy_tools: BTreeMap::new(),
             force: ForceRules::default(),
+            stream_keepalive: 10,
             only_validated_models: false,
         }
     }
@@ -805,7 +810,7 @@ config_keys! {
     discovery { default_top_k, max_top_k, min_score, mode }
     tool_bridge {
         enabled, default_top_k, max_rounds, http_timeout, stdio_timeout, only_validated_models,
-        tool_token_budget, exposure, url_policy, url_policy_tools, force,
+        tool_token_budget, exposure, url_policy, url_policy_tools, force, stream_keepalive,
     }
     ollama { base_url, timeout, chat_deadline, max_request_bytes }
     tools {
@@ -1361,6 +1366,7 @@ impl Config {
         c.range("tool_bridge.max_rounds", tb.max_rounds, 1, 10);
         c.range("tool_bridge.http_timeout", tb.http_timeout, 1, 3600);
         c.range("tool_bridge.stdio_timeout", tb.stdio_timeout, 1, 3600);
+        c.range("tool_bridge.stream_keepalive", tb.stream_keepalive, 1, 300);
         for (i, rule) in tb.force.0.iter().enumerate() {
             if let Err(message) = crate::forcing::compile(rule) {
                 c.fail(format!("tool_bridge.force[{i}].pattern"), message);

@@ -199,7 +199,14 @@ pub async fn serve<H: Handler>(
                 let service = service_fn(move |mut request: Request<Incoming>| {
                     request.extensions_mut().insert(PeerAddr(peer));
                     let handler = handler.clone();
+                    // Chats and Ollama pass-through have their own deadlines
+                    // (ollama.chat_deadline, ollama.timeout): a model loading
+                    // from an SD card takes longer than any local route.
+                    let bounded = handler.bounded_by_request_timeout(&request);
                     async move {
+                        if !bounded {
+                            return Ok::<_, Infallible>(handler.handle(request).await);
+                        }
                         let response =
                             match tokio::time::timeout(request_timeout, handler.handle(request))
                                 .await
@@ -207,7 +214,8 @@ pub async fn serve<H: Handler>(
                                 Ok(response) => response,
                                 Err(_) => error(
                                     StatusCode::SERVICE_UNAVAILABLE,
-                                    "request took longer than the server's request timeout",
+                                    "request took longer than the server's request timeout \
+                                     (server.request_timeout)",
                                 ),
                             };
                         Ok::<_, Infallible>(response)

@@ -20,6 +20,7 @@ pub mod render;
 pub mod responses;
 pub mod sanitize;
 pub mod state;
+pub mod streaming;
 pub mod tokens;
 pub mod tools;
 pub mod txt_dns;

@@ -4,17 +4,14 @@
 
 use std::sync::Arc;
 
-use bytes::Bytes;
-use http_body_util::{BodyExt, StreamBody};
-use hyper::body::{Frame, Incoming};
-use hyper::header::{HeaderValue, CONTENT_TYPE};
+use hyper::body::Incoming;
 use hyper::{Request, Response, StatusCode};
 use oap_wire::responses::{self, ResponseHead, ResponseStream};
 use serde_json::Value;
 
-use crate::bridge::{self, Event};
+use crate::bridge;
 use crate::chat::ChatService;
-use crate::http::{self, Body, BoxError};
+use crate::http::{self, Body};
 
 fn error(status: StatusCode, message: &str) -> Response<Body> {
     http::json(
@@ -106,7 +103,7 @@ async fn respond(
 ) -> Response<Body> {
     let created = crate::state::unix_now();
     let head = ResponseHead::for_request(&original, responses::new_id("resp"), created);
-    let mut rx = chat.start_loop(ollama, tools, options.clone(), extras);
+    let rx = chat.start_loop(ollama, tools, options.clone(), extras);
     if !options.stream {
         return match bridge::collect(rx)
             .await
@@ -116,40 +113,8 @@ async fn respond(
             Err((status, message)) => error(status, &message),
         };
     }
-    let mut stream = ResponseStream::new(head);
-    // An error before anything was produced is a real HTTP error.
-    let first = match rx.recv().await {
-        Some(Event::Chunk(chunk)) => stream.push(&chunk),
-        Some(Event::Error { status, message }) => return error(status, &message),
-        None => {
-            return error(
-                StatusCode::BAD_GATEWAY,
-                "the answer ended before it started",
-            )
-        }
-    };
-    let first =
-        futures_util::stream::once(
-            async move { Ok::<_, BoxError>(Frame::data(Bytes::from(first))) },
-        );
-    let rest = futures_util::stream::unfold((rx, stream), |(mut rx, mut stream)| async move {
-        if stream.is_finished() {
-            return None;
-        }
-        let bytes = match rx.recv().await {
-            Some(Event::Chunk(chunk)) => stream.push(&chunk),
-            Some(Event::Error { message, .. }) => stream.error(&message),
-            None => stream.finish(),
-        };
-        Some((
-            Ok::<_, BoxError>(Frame::data(Bytes::from(bytes))),
-            (rx, stream),
-        ))
-    });
-    use futures_util::StreamExt;
-    let mut response = Response::new(BodyExt::boxed(StreamBody::new(first.chain(rest))));
-    let headers = response.headers_mut();
-    headers.insert(CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
-    headers.insert("cache-control", HeaderValue::from_static("no-cache"));
-    response
+    let stream = ResponseStream::new(head);
+    crate::streaming::stream_events(rx, stream, chat.keepalive)
+        .await
+        .unwrap_or_else(|(status, message)| error(status, &message))
 }
