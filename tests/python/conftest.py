@@ -84,6 +84,9 @@ def oapd(fake):
         f"index:\n  data_dir: {json.dumps(str(state / 'data'))}\n"
         f"embedding:\n  model_dir: {json.dumps(str(MODEL_DIR))}\n"
         f"ollama:\n  base_url: {json.dumps(fake.url)}\n"
+        # Keep-alives after one second of silence, so the slow-model tests
+        # see them without waiting long.
+        f"tool_bridge:\n  stream_keepalive: 1\n"
     )
     env = {k: v for k, v in os.environ.items() if not k.startswith("OAP_")}
     log = open(state / "oapd.log", "w")

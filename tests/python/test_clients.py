@@ -34,6 +34,22 @@ def test_ollama_chat_streams_with_one_final_done(oapd, fake):
     assert text.startswith("Counting.") and "4" in text
 
 
+def test_ollama_stream_survives_a_slow_first_tool_round(oapd, fake):
+    # The model takes 2.5 s per round (a board loading it from an SD card);
+    # oapd runs its own tool in between and sends keep-alive chunks (empty
+    # assistant deltas) that the real client must take in its stride.
+    fake.turns(
+        {"chunks": [{"tool_calls": [WC_CALL]}], "response_delay_ms": 2500},
+        {"echo": "last_tool", "response_delay_ms": 2500},
+    )
+    client = ollama.Client(host=oapd)
+    parts = list(client.chat(model="qwen3:4b", messages=[{"role": "user", "content": TASK}], stream=True))
+    keepalives = [p for p in parts if not p.done and not p.message.content and not p.message.tool_calls]
+    assert len(keepalives) >= 2
+    assert "4" in "".join(p.message.content or "" for p in parts)
+    assert parts[-1].done and not any(p.message.tool_calls for p in parts)
+
+
 def test_ollama_client_tools_come_back_to_the_client(oapd, fake):
     fake.turns({"chunks": [{"tool_calls": [{"name": "get_weather", "arguments": {"city": "Paris"}}]}]})
 
@@ -100,6 +116,17 @@ def test_openai_streaming_and_client_tool_calls(oapd, fake):
 
 def test_openai_streamed_answer_after_a_tool_round(oapd, fake):
     fake.turns({"chunks": [{"tool_calls": [WC_CALL]}]}, ECHO_TOOL)
+    client = openai.OpenAI(base_url=f"{oapd}/v1", api_key="unused")
+    stream = client.chat.completions.create(model="qwen3:4b", messages=[{"role": "user", "content": TASK}], stream=True)
+    text = "".join(choice.delta.content or "" for chunk in stream for choice in chunk.choices)
+    assert "4" in text
+
+
+def test_openai_stream_survives_a_slow_first_tool_round(oapd, fake):
+    fake.turns(
+        {"chunks": [{"tool_calls": [WC_CALL]}], "response_delay_ms": 2500},
+        {"echo": "last_tool", "response_delay_ms": 2500},
+    )
     client = openai.OpenAI(base_url=f"{oapd}/v1", api_key="unused")
     stream = client.chat.completions.create(model="qwen3:4b", messages=[{"role": "user", "content": TASK}], stream=True)
     text = "".join(choice.delta.content or "" for chunk in stream for choice in chunk.choices)
