@@ -289,7 +289,15 @@ impl crate::chat::ChatService {
             lost.withdraw(chat);
             forced = None;
         }
-        let url_policy = settings.url_policy_for(&tools);
+        // The policy guards answers built on what oapd's tools could have
+        // fed the model; a request where oapd offered nothing is a plain
+        // chat through oapd and its answer is left alone.
+        let offered_nothing = tools.is_empty() && meta.is_none();
+        let url_policy = if offered_nothing {
+            UrlPolicy::Off
+        } else {
+            settings.url_policy_for(&tools)
+        };
         let urls = (url_policy != UrlPolicy::Off).then(|| {
             Arc::new(Mutex::new(crate::sanitize::UrlAllowList::from_request(
                 chat,

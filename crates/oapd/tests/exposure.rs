@@ -406,6 +406,31 @@ fn invented_urls_are_flagged_or_removed_in_streamed_answers() {
 }
 
 #[test]
+fn answers_are_left_alone_when_oapd_offered_no_tool() {
+    // Nothing of oapd's fits this task, so the request is a plain chat
+    // through oapd: the default url_policy (flag) must not touch it.
+    let answer = "Penguins are covered at https://penguins.example/facts.";
+    let upstream = fake(models().default_turn(Turn::chunks(vec![Chunk::content(answer)])));
+    let daemon = daemon_with(&upstream, "");
+    let task = "tell me a joke about penguins";
+    let (_, chunks) = chat(&daemon, task, json!({}));
+    let sent = upstream.fake.chat_requests();
+    assert!(
+        oapd_tools(&sent[0], &[]).is_empty(),
+        "precondition: nothing of oapd's is offered for {task:?}: {}",
+        sent[0]["tools"]
+    );
+    assert_eq!(content_of(&chunks), answer);
+    // Same on the OpenAI surface, unstreamed.
+    let response = daemon.post_json(
+        "/v1/chat/completions",
+        &json!({"model": MODEL, "messages": [{"role": "user", "content": task}]}).to_string(),
+    );
+    let body: Value = serde_json::from_slice(&response.body).expect("json");
+    assert_eq!(body["choices"][0]["message"]["content"], answer, "{body}");
+}
+
+#[test]
 fn urls_a_tool_returned_pass_and_per_tool_overrides_apply() {
     // grep runs for real and returns the line with the URL; the model cites
     // it and invents another. grep's override (remove) beats the global flag.
