@@ -256,7 +256,7 @@ pub fn chat_service(config: &Config, engine: Arc<Engine>) -> anyhow::Result<Chat
         runner: Arc::new(runner),
         capabilities: Arc::new(Capabilities::default()),
         deadline: Duration::from_secs(config.ollama.chat_deadline),
-        max_parallel_tools: 4,
+        max_parallel_tools: config.tools.max_parallel,
     };
     Ok(ChatService {
         engine: engine.clone(),
