@@ -133,6 +133,84 @@ def test_openai_stream_survives_a_slow_first_tool_round(oapd, fake):
     assert "4" in text
 
 
+WEATHER_TOOL = {"type": "function", "function": {"name": "get_weather", "description": "Weather for a city",
+                "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}
+TIME_TOOL = {"type": "function", "function": {"name": "get_time", "description": "The time in a city",
+             "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}
+
+
+def offered(request):
+    return [t["function"]["name"] for t in request.get("tools") or []]
+
+
+def test_openai_tool_choice_none_offers_no_tool(oapd, fake):
+    fake.turns({"chunks": [{"content": "Just text."}]})
+    client = openai.OpenAI(base_url=f"{oapd}/v1", api_key="unused")
+    completion = client.chat.completions.create(
+        model="qwen3:4b", messages=[{"role": "user", "content": TASK}], tools=[WEATHER_TOOL], tool_choice="none"
+    )
+    assert completion.choices[0].message.content == "Just text."
+    assert offered(fake.chat_requests()[0]) == []
+
+
+def test_openai_tool_choice_names_one_function(oapd, fake):
+    fake.turns({"chunks": [{"tool_calls": [{"name": "get_time", "arguments": {"city": "Oslo"}}]}]})
+    client = openai.OpenAI(base_url=f"{oapd}/v1", api_key="unused")
+    completion = client.chat.completions.create(
+        model="qwen3:4b", messages=[{"role": "user", "content": TASK}], tools=[WEATHER_TOOL, TIME_TOOL],
+        tool_choice={"type": "function", "function": {"name": "get_time"}},
+    )
+    choice = completion.choices[0]
+    assert choice.finish_reason == "tool_calls"
+    assert choice.message.tool_calls[0].function.name == "get_time"
+    sent = fake.chat_requests()[0]
+    assert offered(sent) == ["get_time"]
+    assert any(m["role"] == "system" and "get_time" in m["content"] for m in sent["messages"])
+    with pytest.raises(openai.BadRequestError) as raised:
+        client.chat.completions.create(
+            model="qwen3:4b", messages=[{"role": "user", "content": "x"}], tools=[WEATHER_TOOL],
+            tool_choice={"type": "function", "function": {"name": "nope"}},
+        )
+    assert "nope" in str(raised.value)
+
+
+def test_openai_legacy_functions_and_function_call(oapd, fake):
+    fake.turns({"chunks": [{"tool_calls": [{"name": "get_weather", "arguments": {"city": "Paris"}}]}]})
+    client = openai.OpenAI(base_url=f"{oapd}/v1", api_key="unused")
+    completion = client.chat.completions.create(
+        model="qwen3:4b", messages=[{"role": "user", "content": "weather in Paris?"}],
+        functions=[WEATHER_TOOL["function"]], function_call="auto",
+    )
+    choice = completion.choices[0]
+    assert choice.finish_reason == "function_call"
+    assert choice.message.function_call.name == "get_weather"
+    assert json.loads(choice.message.function_call.arguments) == {"city": "Paris"}
+    assert "get_weather" in offered(fake.chat_requests()[0])
+    # The function's result goes back in the legacy shape and reaches the model as a tool result.
+    fake.reset()
+    fake.turns({"echo": "last_tool"})
+    stream = client.chat.completions.create(
+        model="qwen3:4b",
+        messages=[{"role": "user", "content": "weather in Paris?"},
+                  {"role": "assistant", "content": None, "function_call": {"name": "get_weather", "arguments": "{\"city\": \"Paris\"}"}},
+                  {"role": "function", "name": "get_weather", "content": "sunny, 21 C"}],
+        functions=[WEATHER_TOOL["function"]], stream=True,
+    )
+    text = "".join(choice.delta.content or "" for chunk in stream for choice in chunk.choices)
+    assert text == "sunny, 21 C"
+    last = fake.chat_requests()[0]["messages"][-1]
+    assert last["role"] == "tool" and last["tool_name"] == "get_weather"
+
+
+def test_openai_completion_carries_the_bridge_figures(oapd, fake):
+    fake.turns({"chunks": [{"tool_calls": [WC_CALL]}]}, ECHO_TOOL)
+    client = openai.OpenAI(base_url=f"{oapd}/v1", api_key="unused")
+    completion = client.chat.completions.create(model="qwen3:4b", messages=[{"role": "user", "content": TASK}])
+    extra = completion.model_extra
+    assert extra["oap_round"] == 2
+    assert extra["oap_tools_injected"] >= 1
+
+
 def test_openai_models_and_errors(oapd, fake):
     client = openai.OpenAI(base_url=f"{oapd}/v1", api_key="unused")
     assert "qwen3:4b" in [m.id for m in client.models.list().data]

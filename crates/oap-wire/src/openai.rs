@@ -27,6 +27,8 @@ use serde_json::{json, Map, Value};
 
 use crate::sse;
 
+pub mod tool_choice;
+
 /// Why an OpenAI request could not be translated. Every variant is a client
 /// error (HTTP 400); the message names the offending field.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -153,18 +155,11 @@ pub fn chat_request_to_ollama_with(
     if !options.is_empty() {
         out.insert("options".into(), Value::Object(options));
     }
-    match body.get("tools") {
-        None | Some(Value::Null) => {}
-        Some(Value::Array(tools)) => {
-            for (i, tool) in tools.iter().enumerate() {
-                if !tool.is_object() {
-                    return Err(wrong_type(format!("tools[{i}]"), "an object", tool));
-                }
-            }
-            out.insert("tools".into(), Value::Array(tools.clone()));
-        }
-        Some(other) => return Err(wrong_type("tools", "an array", other)),
-    }
+    tool_choice::apply(
+        &mut out,
+        tool_choice::client_tools(body)?,
+        tool_choice::parse(body)?,
+    )?;
     if let Some(think) = convert_think(body)? {
         out.insert("think".into(), think);
     }
@@ -201,12 +196,13 @@ fn convert_message(i: usize, message: &Value, earlier: &[Value]) -> Result<Value
         "system" | "developer" => "system",
         "user" => "user",
         "assistant" => "assistant",
-        "tool" => "tool",
+        // The legacy dialect's function results are tool results.
+        "tool" | "function" => "tool",
         _ => {
             return Err(invalid(
                 format!("{field}.role"),
                 format!(
-                    "unknown role '{role}' (expected system, developer, user, assistant or tool)"
+                    "unknown role '{role}' (expected system, developer, user, assistant, tool or function)"
                 ),
             ))
         }
@@ -270,6 +266,17 @@ fn convert_message(i: usize, message: &Value, earlier: &[Value]) -> Result<Value
         }
         Some(other) => {
             return Err(wrong_type(format!("{field}.tool_calls"), "an array", other));
+        }
+    }
+    // The legacy dialect's one call per assistant message.
+    if let Some(call) = message.get("function_call").filter(|c| !c.is_null()) {
+        if !out.contains_key("tool_calls") {
+            let call = convert_tool_call(
+                &format!("{field}.function_call"),
+                0,
+                &json!({"function": call}),
+            )?;
+            out.insert("tool_calls".into(), Value::Array(vec![call]));
         }
     }
     if role == "tool" {
@@ -872,7 +879,7 @@ pub fn ollama_to_chat_completion(resp: &Value, id: &str, created: u64) -> Value 
     if !calls.is_empty() {
         out_message.insert("tool_calls".into(), Value::Array(calls));
     }
-    json!({
+    let mut completion = json!({
         "id": id,
         "object": "chat.completion",
         "created": created,
@@ -880,7 +887,18 @@ pub fn ollama_to_chat_completion(resp: &Value, id: &str, created: u64) -> Value 
         "system_fingerprint": "fp_ollama",
         "choices": [{"index": 0, "message": out_message, "finish_reason": reason}],
         "usage": usage(resp),
-    })
+    });
+    // oapd's extension fields (`oap_round`, `oap_tools_injected`, …) ride
+    // on the completion as they ride on a stream's finish chunk.
+    if let (Some(out), Some(fields)) = (completion.as_object_mut(), resp.as_object()) {
+        out.extend(
+            fields
+                .iter()
+                .filter(|(key, _)| key.starts_with("oap_"))
+                .map(|(key, value)| (key.clone(), value.clone())),
+        );
+    }
+    completion
 }
 
 /// One event of an OpenAI stream.
@@ -928,6 +946,9 @@ pub struct ChunkTranslator {
     last_usage: Value,
     /// `oap_*` fields of the done chunk, for the `finish_reason` chunk.
     extensions: Map<String, Value>,
+    /// A legacy-dialect client: its one call goes out as `function_call`.
+    legacy_functions: bool,
+    sent_function_call: bool,
 }
 
 impl ChunkTranslator {
@@ -942,6 +963,8 @@ impl ChunkTranslator {
             calls: CallMerger::default(),
             last_usage: json!({"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}),
             extensions: Map::new(),
+            legacy_functions: false,
+            sent_function_call: false,
         }
     }
 
@@ -951,7 +974,19 @@ impl ChunkTranslator {
             .pointer("/stream_options/include_usage")
             .and_then(Value::as_bool)
             .unwrap_or(false);
-        Self::new(id, created, include_usage)
+        let mut translator = Self::new(id, created, include_usage);
+        translator.legacy_functions = tool_choice::is_legacy(request);
+        translator
+    }
+
+    /// `finish_reason` in the client's dialect (`function_call` for legacy
+    /// clients).
+    fn dialect_reason(&self, reason: &'static str) -> &'static str {
+        if self.legacy_functions && reason == "tool_calls" {
+            "function_call"
+        } else {
+            reason
+        }
     }
 
     /// True once the final events (`[DONE]` or an error) have been produced.
@@ -1024,7 +1059,13 @@ impl ChunkTranslator {
         if !thinking.is_empty() {
             delta.insert("reasoning".into(), Value::from(thinking));
         }
-        if !calls.is_empty() {
+        if self.legacy_functions {
+            // One call per answer in this dialect; the first is the call.
+            if let Some(first) = calls.first().filter(|_| !self.sent_function_call) {
+                delta.insert("function_call".into(), tool_choice::legacy_call(first));
+                self.sent_function_call = true;
+            }
+        } else if !calls.is_empty() {
             delta.insert("tool_calls".into(), Value::Array(calls));
         }
         let mut events = Vec::new();
@@ -1045,10 +1086,10 @@ impl ChunkTranslator {
                         .map(|(key, value)| (key.clone(), value.clone())),
                 );
             }
-            let reason = finish_reason(
+            let reason = self.dialect_reason(finish_reason(
                 chunk.get("done_reason").and_then(Value::as_str),
                 self.calls.has_emitted(),
-            );
+            ));
             events.extend(self.closing_events(reason));
         }
         events
@@ -1093,7 +1134,7 @@ impl ChunkTranslator {
             delta.insert("tool_calls".into(), Value::Array(calls));
             events.push(self.delta_event(delta));
         }
-        let reason = finish_reason(None, self.calls.has_emitted());
+        let reason = self.dialect_reason(finish_reason(None, self.calls.has_emitted()));
         events.extend(self.closing_events(reason));
         events
     }
@@ -2028,6 +2069,72 @@ mod tests {
         assert_eq!(
             models_from_tags(&json!({})),
             json!({"object": "list", "data": []})
+        );
+    }
+
+    #[test]
+    fn legacy_function_messages_convert_to_tool_messages() {
+        let out = convert(json!({"model": "m",
+        "functions": [{"name": "get_weather", "parameters": {"type": "object"}}],
+        "function_call": "auto",
+        "messages": [
+            {"role": "user", "content": "weather?"},
+            {"role": "assistant", "content": null,
+             "function_call": {"name": "get_weather", "arguments": "{\"city\":\"Paris\"}"}},
+            {"role": "function", "name": "get_weather", "content": "sunny"}
+        ]}));
+        assert_eq!(out["tools"][0]["function"]["name"], "get_weather");
+        assert_eq!(
+            out["messages"][1]["tool_calls"][0]["function"],
+            json!({"index": 0, "name": "get_weather", "arguments": {"city": "Paris"}})
+        );
+        assert_eq!(out["messages"][2]["role"], "tool");
+        assert_eq!(out["messages"][2]["tool_name"], "get_weather");
+        assert_eq!(out["messages"][2]["content"], "sunny");
+    }
+
+    #[test]
+    fn a_completion_carries_the_bridge_figures() {
+        let out = ollama_to_chat_completion(
+            &json!({"model": "m", "message": {"role": "assistant", "content": "hi"},
+                    "done": true, "oap_round": 2, "oap_tools_injected": 3}),
+            "i",
+            0,
+        );
+        assert_eq!(out["oap_round"], 2);
+        assert_eq!(out["oap_tools_injected"], 3);
+    }
+
+    #[test]
+    fn a_legacy_stream_sends_one_function_call() {
+        let request = json!({"functions": [{"name": "f"}], "messages": []});
+        let mut t = ChunkTranslator::for_request(&request, "c", 1);
+        let mut events = t.push_events(&json!({"model": "m", "done": false, "message": {
+            "role": "assistant", "content": "",
+            "tool_calls": [{"function": {"name": "f", "arguments": {"a": 1}}},
+                           {"function": {"name": "g", "arguments": {}}}]}}));
+        events.extend(
+            t.push_events(&json!({"model": "m", "done": true, "done_reason": "stop",
+            "message": {"role": "assistant", "content": ""}})),
+        );
+        let data: Vec<&Value> = events
+            .iter()
+            .filter_map(|e| match e {
+                StreamEvent::Data(v) => Some(v),
+                StreamEvent::Done => None,
+            })
+            .collect();
+        let calls: Vec<&Value> = data
+            .iter()
+            .filter_map(|v| v.pointer("/choices/0/delta/function_call"))
+            .collect();
+        assert_eq!(calls, vec![&json!({"name": "f", "arguments": "{\"a\":1}"})]);
+        assert!(data
+            .iter()
+            .all(|v| v.pointer("/choices/0/delta/tool_calls").is_none()));
+        assert_eq!(
+            data.last().unwrap()["choices"][0]["finish_reason"],
+            "function_call"
         );
     }
 }

@@ -160,6 +160,9 @@ impl ChatService {
             }) {
                 Ok(response) => {
                     let mut completion = openai::ollama_to_chat_completion(&response, &id, created);
+                    if openai::tool_choice::is_legacy(&original) {
+                        openai::tool_choice::to_legacy_completion(&mut completion);
+                    }
                     completion["oap_tool_tokens"] = Value::from(tool_tokens);
                     let mut response = http::json(StatusCode::OK, &completion);
                     crate::exposure::set_tokens_header(&mut response, tool_tokens);
