@@ -102,6 +102,9 @@ pub struct Daemon {
     pub log: PathBuf,
 }
 
+/// Runs with the daemon's pid right after spawning it.
+pub type SpawnHook = Box<dyn FnOnce(u32) -> Result<(), String>>;
+
 pub struct DaemonBuilder {
     yaml: String,
     env: Vec<(String, String)>,
@@ -109,7 +112,7 @@ pub struct DaemonBuilder {
     dir: Option<tempfile::TempDir>,
     port: Option<u16>,
     auth: Option<String>,
-    on_spawn: Option<Box<dyn FnOnce(u32) -> Result<(), String>>>,
+    on_spawn: Option<SpawnHook>,
 }
 
 impl DaemonBuilder {
