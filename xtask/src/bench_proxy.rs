@@ -126,7 +126,7 @@ fn http(addr: SocketAddr, method: &str, path: &str) -> std::io::Result<(u16, Str
 }
 
 /// `VmRSS` and `VmHWM` of a process, in MB (10^6 bytes).
-fn rss_of(pid: u32) -> Result<(f64, f64)> {
+pub(crate) fn rss_of(pid: u32) -> Result<(f64, f64)> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
         .with_context(|| format!("read /proc/{pid}/status"))?;
     let field = |key: &str| -> Result<f64> {

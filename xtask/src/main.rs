@@ -9,6 +9,7 @@ mod bench;
 mod bench_crawl;
 mod bench_experience;
 mod bench_fitness;
+mod bench_memory;
 mod bench_proxy;
 mod bench_tokens;
 mod cross;
@@ -61,6 +62,14 @@ const COMMANDS: &[Command] = &[
                 latency oapd adds in front of a fake Ollama (and the Python\n      \
                 peer ollama-mcp-bridge), first-chunk time, RSS over 100k requests",
         run: bench_proxy::run,
+    },
+    Command {
+        name: "bench-memory",
+        usage:
+            "bench-memory [--clients N] [--mb M] [--delay-ms D] [--settle S] [--oapd PATH]\n      \
+                oapd's RSS idle, during 16 concurrent 30 MB image chats and 30 s\n      \
+                later; 200 vs 503 answers (server.max_inflight_body_bytes)",
+        run: bench_memory::run,
     },
     Command {
         name: "bench-fitness",

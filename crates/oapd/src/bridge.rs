@@ -324,19 +324,21 @@ async fn drive(
 ) {
     let by_name: HashMap<&str, &InjectedTool> =
         tools.iter().map(|t| (t.name.as_str(), t)).collect();
-    let client_tools: Vec<Value> = request
-        .get("tools")
-        .and_then(Value::as_array)
-        .cloned()
-        .unwrap_or_default();
+    // The messages and tools are taken out of the request, not copied: each
+    // round encodes the request's other fields, these and the images
+    // straight into the upstream body (payload.rs).
+    let client_tools: Vec<Value> = match request.remove("tools") {
+        Some(Value::Array(tools)) => tools,
+        _ => Vec::new(),
+    };
     let mut all_tools: Vec<Value> = tools.iter().map(|t| t.definition.clone()).collect();
     all_tools.extend(extras.extra_definitions());
     all_tools.extend(client_tools.iter().cloned());
-    let mut messages: Vec<Value> = request
-        .get("messages")
-        .and_then(Value::as_array)
-        .cloned()
-        .unwrap_or_default();
+    let mut messages: Vec<Value> = match request.remove("messages") {
+        Some(Value::Array(messages)) => messages,
+        _ => Vec::new(),
+    };
+    request.remove("stream");
     let model = request
         .get("model")
         .and_then(Value::as_str)
@@ -347,16 +349,18 @@ async fn drive(
     loop {
         stats.rounds += 1;
         let last_round = stats.rounds > options.max_rounds;
-        let mut body = request.clone();
-        body.insert("messages".into(), Value::Array(messages.clone()));
-        body.insert("stream".into(), Value::Bool(true));
-        if offer_tools && !last_round {
-            body.insert("tools".into(), Value::Array(all_tools.clone()));
-        } else {
-            // Rounds are used up: one last call without tools, so the user
-            // gets an answer instead of a dangling tool call.
-            body.remove("tools");
-        }
+        // Without tools once rounds are used up: one last call, so the user
+        // gets an answer instead of a dangling tool call.
+        let offered = (offer_tools && !last_round).then_some(all_tools.as_slice());
+        let body = match encode_round(request, &messages, offered, &extras.body.images) {
+            Ok(body) => body,
+            Err(message) => {
+                let _ = out
+                    .send(Event::error(StatusCode::BAD_REQUEST, message))
+                    .await;
+                return;
+            }
+        };
         // A forced tool's first round is held back until we know whether
         // the model called it (forcing.rs).
         let forced = extras
@@ -364,8 +368,8 @@ async fn drive(
             .as_ref()
             .filter(|_| stats.rounds == 1 && offer_tools && !last_round && options.auto_execute);
         let (result, held) = match forced {
-            Some(_) => crate::forcing::held_round(ctx, &body).await,
-            None => (stream_round(ctx, &body, out).await, Vec::new()),
+            Some(_) => crate::forcing::held_round(ctx, body).await,
+            None => (stream_round(ctx, body, out).await, Vec::new()),
         };
         let mut round = match result {
             Ok(round) => round,
@@ -471,6 +475,29 @@ async fn drive(
             return;
         }
     }
+}
+
+/// One round's upstream request: the client's fields, the conversation so
+/// far, `stream: true` and the offered tools, as byte chunks that share the
+/// images with the received body.
+fn encode_round(
+    request: &Map<String, Value>,
+    messages: &[Value],
+    tools: Option<&[Value]>,
+    images: &crate::payload::Images,
+) -> Result<Vec<bytes::Bytes>, String> {
+    use crate::payload::Field;
+    const STREAM: Value = Value::Bool(true);
+    let fields = request
+        .iter()
+        .map(|(key, value)| (key.as_str(), Field::Value(value)))
+        .chain([
+            ("messages", Field::Array(messages)),
+            ("stream", Field::Value(&STREAM)),
+        ])
+        .chain(tools.map(|tools| ("tools", Field::Array(tools))));
+    crate::payload::encode_object(fields, images)
+        .map_err(|err| format!("cannot encode the request for Ollama: {err}"))
 }
 
 pub(crate) async fn run_calls(
@@ -606,14 +633,10 @@ pub(crate) struct Round {
 /// and the `done` chunk, and returns what the model asked for.
 pub(crate) async fn stream_round(
     ctx: &ChatContext,
-    body: &Map<String, Value>,
+    body: Vec<bytes::Bytes>,
     out: &mpsc::Sender<Event>,
 ) -> Result<Round, RoundError> {
-    let response = match ctx
-        .upstream
-        .post_json("/api/chat", &Value::Object(body.clone()))
-        .await
-    {
+    let response = match ctx.upstream.post_parts("/api/chat", body, None).await {
         Ok(response) => response,
         Err(err) => {
             let status = err.status();

@@ -50,17 +50,17 @@ impl ChatService {
             Ok(body) => body,
             Err(err) => return err.into_response(),
         };
-        let mut chat: Map<String, Value> = match serde_json::from_slice(&body) {
-            Ok(Value::Object(chat)) => chat,
-            Ok(_) => {
-                return http::error(
-                    StatusCode::BAD_REQUEST,
-                    "request body must be a JSON object",
-                )
-            }
-            Err(err) => {
-                return http::error(StatusCode::BAD_REQUEST, format!("invalid JSON: {err}"))
-            }
+        // The images stay in the received bytes (payload.rs); the budget
+        // share goes wherever they go.
+        let (bytes, permit) = body.into_parts();
+        let (mut chat, images) = match crate::payload::parse_chat(&bytes) {
+            Ok(parsed) => parsed,
+            Err(err) => return http::error(StatusCode::BAD_REQUEST, err.to_string()),
+        };
+        drop(bytes);
+        let held = crate::payload::Held {
+            images,
+            permit: Some(permit),
         };
         let options = match bridge::take_options(&mut chat, &self.settings) {
             Ok(options) => options,
@@ -68,10 +68,11 @@ impl ChatService {
         };
         let tools = match self.tools_for(&chat, &options).await {
             Ok(Some(tools)) => tools,
-            Ok(None) => return self.forward_json("/api/chat", &chat).await,
+            Ok(None) => return self.forward_chat("/api/chat", chat, held).await,
             Err(response) => return response,
         };
-        let (tools, extras) = self.prepare(Some(tools), &mut chat, &options);
+        let (tools, mut extras) = self.prepare(Some(tools), &mut chat, &options);
+        extras.body = held;
         let tool_tokens = extras.tool_tokens;
         let model = chat
             .get("model")
@@ -102,17 +103,12 @@ impl ChatService {
         use oap_wire::openai;
         let body = match http::read_body(request.into_body(), self.max_request_bytes).await {
             Ok(body) => body,
-            Err(http::BodyError::TooLarge { limit }) => {
-                return openai_error(
-                    StatusCode::PAYLOAD_TOO_LARGE,
-                    &format!("request body is larger than the {limit} byte limit"),
-                )
-            }
-            Err(http::BodyError::Read(message)) => {
-                return openai_error(StatusCode::BAD_REQUEST, &message)
-            }
+            Err(err) => return err.into_response_with(openai_error),
         };
-        let original: Value = match serde_json::from_slice(&body) {
+        let (bytes, permit) = body.into_parts();
+        let parsed = serde_json::from_slice(&bytes);
+        drop(bytes);
+        let original: Value = match parsed {
             Ok(value @ Value::Object(_)) => value,
             Ok(_) => {
                 return openai_error(
@@ -145,7 +141,8 @@ impl ChatService {
             Ok(tools) => tools,
             Err(response) => return response,
         };
-        let (tools, extras) = self.prepare(tools, &mut chat, &options);
+        let (tools, mut extras) = self.prepare(tools, &mut chat, &options);
+        extras.body.permit = Some(permit);
         let tool_tokens = extras.tool_tokens;
         let id = openai::new_completion_id();
         let created = std::time::SystemTime::now()
@@ -153,6 +150,8 @@ impl ChatService {
             .map(|d| d.as_secs())
             .unwrap_or(0);
         let translator = openai::ChunkTranslator::for_request(&original, id.clone(), created);
+        // The translated request is all the loop needs.
+        drop(original);
         let rx = self.start_loop(chat, tools, options.clone(), extras);
         if !options.stream {
             return match bridge::collect(rx).await.and_then(|chunks| {
@@ -390,14 +389,26 @@ impl ChatService {
         )
     }
 
-    /// Sends a JSON body to Ollama and streams the answer back unchanged.
-    pub async fn forward_json(&self, path: &str, body: &Map<String, Value>) -> Response<Body> {
-        match self
-            .ctx
-            .upstream
-            .post_json(path, &Value::Object(body.clone()))
-            .await
-        {
+    /// Sends a chat to Ollama as it came (its images shared, not copied)
+    /// and streams the answer back unchanged; the budget share is returned
+    /// once Ollama has read the body.
+    pub async fn forward_chat(
+        &self,
+        path: &str,
+        chat: Map<String, Value>,
+        held: crate::payload::Held,
+    ) -> Response<Body> {
+        let parts = match crate::payload::encode_chat(&chat, &held.images) {
+            Ok(parts) => parts,
+            Err(err) => {
+                return http::error(
+                    StatusCode::BAD_REQUEST,
+                    format!("cannot encode the request for Ollama: {err}"),
+                )
+            }
+        };
+        drop(chat);
+        match self.ctx.upstream.post_parts(path, parts, held.permit).await {
             Ok(response) => upstream::stream_back(response),
             Err(err) => err.into_response(),
         }

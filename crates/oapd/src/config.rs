@@ -126,6 +126,12 @@ pub struct ServerConfig {
     /// Largest accepted request body in bytes (default 1 MiB). Bounds the memory one
     /// request can take on a small board; larger bodies get `413`.
     pub max_body_bytes: usize,
+    /// Request-body bytes held in memory across all connections at once (default
+    /// 160 MiB), counted from the first byte read until the request (chat loop
+    /// included) is over. A body that does not fit in what is left gets `503` with
+    /// `Retry-After` before it is read. At least `max_body_bytes` and
+    /// `ollama.max_request_bytes`.
+    pub max_inflight_body_bytes: usize,
     /// A `/v1/discover` (and `/v1/tools`) task whose UTF-8 length is this many bytes
     /// **or more** is refused (default 10 000: a task of 10 kB or more is refused).
     /// Keeps embedding cost per request bounded.
@@ -157,6 +163,7 @@ impl Default for ServerConfig {
         Self {
             listen: vec!["127.0.0.1:8300".to_owned()],
             max_body_bytes: 1024 * 1024,
+            max_inflight_body_bytes: crate::http::DEFAULT_INFLIGHT_BODY_BYTES,
             max_task_bytes: 10_000,
             request_timeout: 30,
             header_read_timeout: 10,
@@ -173,6 +180,7 @@ impl fmt::Debug for ServerConfig {
         f.debug_struct("ServerConfig")
             .field("listen", &self.listen)
             .field("max_body_bytes", &self.max_body_bytes)
+            .field("max_inflight_body_bytes", &self.max_inflight_body_bytes)
             .field("max_task_bytes", &self.max_task_bytes)
             .field("request_timeout", &self.request_timeout)
             .field("header_read_timeout", &self.header_read_timeout)
@@ -801,8 +809,8 @@ macro_rules! config_keys {
 
 config_keys! {
     server {
-        listen, max_body_bytes, max_task_bytes, request_timeout, header_read_timeout,
-        max_connections, auth_token, cors_origins, shutdown_grace,
+        listen, max_body_bytes, max_inflight_body_bytes, max_task_bytes, request_timeout,
+        header_read_timeout, max_connections, auth_token, cors_origins, shutdown_grace,
     }
     index { data_dir, vector_dtype, search_threads }
     embedding { enabled, model_dir, max_tokens, batch_size, threads }
@@ -1450,6 +1458,26 @@ impl Config {
             self.ollama.max_request_bytes,
             1024,
             1024 * 1024 * 1024,
+        );
+        let largest_body = self
+            .server
+            .max_body_bytes
+            .max(self.ollama.max_request_bytes);
+        if self.server.max_inflight_body_bytes < largest_body {
+            c.fail(
+                "server.max_inflight_body_bytes",
+                format!(
+                    "must be at least the largest single body allowed \
+                     (server.max_body_bytes, ollama.max_request_bytes: {largest_body}), got {}",
+                    self.server.max_inflight_body_bytes
+                ),
+            );
+        }
+        c.range(
+            "server.max_inflight_body_bytes",
+            self.server.max_inflight_body_bytes,
+            1024 * 1024,
+            4095 * 1024 * 1024,
         );
         if let Err(msg) = check_http_url(&self.ollama.base_url, false) {
             c.fail("ollama.base_url", msg);

@@ -204,6 +204,8 @@ pub struct Extras {
     pub url_policy: UrlPolicy,
     /// The tool a force rule requires in this request.
     pub forced: Option<crate::forcing::Forced>,
+    /// The request's images and body-budget share, kept until the loop ends.
+    pub body: crate::payload::Held,
 }
 
 impl Extras {
@@ -312,6 +314,7 @@ impl crate::chat::ChatService {
                 urls,
                 url_policy,
                 forced,
+                body: Default::default(),
             },
         )
     }

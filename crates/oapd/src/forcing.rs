@@ -196,7 +196,7 @@ impl crate::chat::ChatService {
 /// Runs a round with its client-facing events held back; returns them.
 pub(crate) async fn held_round(
     ctx: &ChatContext,
-    body: &Map<String, Value>,
+    body: Vec<bytes::Bytes>,
 ) -> (
     Result<crate::bridge::Round, crate::bridge::RoundError>,
     Vec<Event>,

@@ -9,14 +9,15 @@
 use std::convert::Infallible;
 use std::future::Future;
 use std::net::SocketAddr;
-use std::sync::Arc;
-use std::time::Duration;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use http_body_util::combinators::BoxBody;
-use http_body_util::{BodyExt, Full, Limited};
+use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
-use hyper::header::{HeaderValue, CONTENT_TYPE};
+use hyper::header::{HeaderValue, CONTENT_TYPE, RETRY_AFTER};
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper::{Request, Response, StatusCode};
@@ -104,39 +105,322 @@ fn with_type(status: StatusCode, bytes: Vec<u8>, content_type: &'static str) -> 
 /// Why a request body could not be read.
 #[derive(Debug)]
 pub enum BodyError {
-    TooLarge { limit: usize },
+    TooLarge {
+        limit: usize,
+    },
     Read(String),
+    /// The bodies already in memory leave no room for this one
+    /// (`server.max_inflight_body_bytes`); the client should try again later.
+    Busy {
+        budget: usize,
+    },
+    /// Larger than the whole in-flight budget: it could never be admitted.
+    OverBudget {
+        budget: usize,
+    },
 }
 
 impl BodyError {
-    pub fn into_response(self) -> Response<Body> {
+    /// The status and message of this error.
+    pub fn parts(&self) -> (StatusCode, String) {
         match self {
-            BodyError::TooLarge { limit } => error(
+            BodyError::TooLarge { limit } => (
                 StatusCode::PAYLOAD_TOO_LARGE,
                 format!("request body is larger than the {limit} byte limit"),
             ),
-            BodyError::Read(message) => error(
+            BodyError::Read(message) => (
                 StatusCode::BAD_REQUEST,
                 format!("cannot read request body: {message}"),
             ),
+            BodyError::Busy { budget } => (
+                StatusCode::SERVICE_UNAVAILABLE,
+                format!(
+                    "the server is busy: request bodies in memory have reached \
+                     {BODY_BUDGET_KEY} ({budget} bytes); retry in {RETRY_AFTER_SECS} s"
+                ),
+            ),
+            BodyError::OverBudget { budget } => (
+                StatusCode::PAYLOAD_TOO_LARGE,
+                format!(
+                    "request body is larger than {BODY_BUDGET_KEY} ({budget} bytes), \
+                     the memory for all request bodies together"
+                ),
+            ),
         }
+    }
+
+    pub fn into_response(self) -> Response<Body> {
+        self.into_response_with(|status, message| error(status, message))
+    }
+
+    /// The error in a surface's own shape (`make` builds the body); a busy
+    /// answer always carries `Retry-After`.
+    pub fn into_response_with(
+        self,
+        make: impl FnOnce(StatusCode, &str) -> Response<Body>,
+    ) -> Response<Body> {
+        let (status, message) = self.parts();
+        let mut response = make(status, &message);
+        if let BodyError::Busy { .. } = self {
+            response
+                .headers_mut()
+                .insert(RETRY_AFTER, HeaderValue::from(RETRY_AFTER_SECS));
+        }
+        response
+    }
+}
+
+/// The config key of the in-flight body budget, named in answers.
+pub const BODY_BUDGET_KEY: &str = "server.max_inflight_body_bytes";
+/// Default in-flight body budget: room for a few image-carrying chats on a
+/// 1 GB board (docs/BENCHMARKS.md, "Request-body memory").
+pub const DEFAULT_INFLIGHT_BODY_BYTES: usize = 160 * 1024 * 1024;
+/// What a busy answer tells the client to wait.
+pub const RETRY_AFTER_SECS: u32 = 5;
+/// A refused body is read and thrown away for at most this long, so the
+/// client finishes sending and reads the 503 instead of a reset connection.
+const DRAIN_FOR: Duration = Duration::from_secs(30);
+/// Bursts whose bodies peaked above this hand freed memory back to the
+/// kernel once they are over.
+const TRIM_AFTER_PEAK: usize = 8 * 1024 * 1024;
+/// At most one trim per this interval.
+const TRIM_INTERVAL: Duration = Duration::from_secs(2);
+
+/// Request-body bytes in memory across all connections, capped. A body
+/// holds its share ([`BodyPermit`]) for as long as it, or what was parsed
+/// from it, is alive; when the last share of a large burst is returned,
+/// the allocator hands freed memory back to the kernel.
+#[derive(Debug)]
+pub struct BodyBudget {
+    capacity: AtomicUsize,
+    in_flight: AtomicUsize,
+    /// The largest `in_flight` since the last trim.
+    peak: AtomicUsize,
+    last_trim: Mutex<Option<Instant>>,
+    trims: AtomicUsize,
+}
+
+static BODY_BUDGET: OnceLock<Arc<BodyBudget>> = OnceLock::new();
+
+/// The daemon's one budget, shared by every connection and every handler
+/// generation (a reload sets its capacity).
+pub fn body_budget() -> &'static Arc<BodyBudget> {
+    BODY_BUDGET.get_or_init(|| Arc::new(BodyBudget::new(DEFAULT_INFLIGHT_BODY_BYTES)))
+}
+
+impl BodyBudget {
+    pub fn new(capacity: usize) -> BodyBudget {
+        BodyBudget {
+            capacity: AtomicUsize::new(capacity),
+            in_flight: AtomicUsize::new(0),
+            peak: AtomicUsize::new(0),
+            last_trim: Mutex::new(None),
+            trims: AtomicUsize::new(0),
+        }
+    }
+
+    pub fn set_capacity(&self, bytes: usize) {
+        self.capacity.store(bytes, Ordering::Relaxed);
+    }
+
+    pub fn capacity(&self) -> usize {
+        self.capacity.load(Ordering::Relaxed)
+    }
+
+    /// Body bytes held right now.
+    pub fn in_flight(&self) -> usize {
+        self.in_flight.load(Ordering::Relaxed)
+    }
+
+    /// How often freed memory was handed back.
+    pub fn trims(&self) -> usize {
+        self.trims.load(Ordering::Relaxed)
+    }
+
+    /// A share of `bytes`, or `None` when that would pass the capacity.
+    pub fn reserve(self: &Arc<Self>, bytes: usize) -> Option<BodyPermit> {
+        self.take(bytes).then(|| BodyPermit {
+            budget: self.clone(),
+            bytes,
+        })
+    }
+
+    fn take(&self, bytes: usize) -> bool {
+        let capacity = self.capacity();
+        let taken = self
+            .in_flight
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |held| {
+                held.checked_add(bytes).filter(|&total| total <= capacity)
+            });
+        match taken {
+            Ok(before) => {
+                self.peak.fetch_max(before + bytes, Ordering::Relaxed);
+                true
+            }
+            Err(_) => false,
+        }
+    }
+
+    fn give_back(&self, bytes: usize) {
+        let before = self.in_flight.fetch_sub(bytes, Ordering::AcqRel);
+        if before == bytes {
+            self.settled();
+        }
+    }
+
+    /// Nothing is in flight: after a large burst, hand the memory glibc
+    /// keeps in its free lists back to the kernel (rate-limited; the trim
+    /// itself runs on the blocking pool).
+    fn settled(&self) {
+        if self.peak.load(Ordering::Relaxed) < TRIM_AFTER_PEAK {
+            return;
+        }
+        let Ok(mut last) = self.last_trim.lock() else {
+            return;
+        };
+        if last.is_some_and(|at| at.elapsed() < TRIM_INTERVAL) {
+            return;
+        }
+        *last = Some(Instant::now());
+        self.peak.store(0, Ordering::Relaxed);
+        self.trims.fetch_add(1, Ordering::Relaxed);
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => {
+                runtime.spawn_blocking(oap_embed::return_freed_memory);
+            }
+            Err(_) => oap_embed::return_freed_memory(),
+        }
+    }
+}
+
+/// A share of the body budget; returned when dropped.
+#[derive(Debug)]
+pub struct BodyPermit {
+    budget: Arc<BodyBudget>,
+    bytes: usize,
+}
+
+impl BodyPermit {
+    pub fn bytes(&self) -> usize {
+        self.bytes
+    }
+
+    /// Takes `more` bytes on top; false when the budget has no room.
+    fn grow(&mut self, more: usize) -> bool {
+        let grown = self.budget.take(more);
+        if grown {
+            self.bytes += more;
+        }
+        grown
+    }
+}
+
+impl Drop for BodyPermit {
+    fn drop(&mut self) {
+        self.budget.give_back(self.bytes);
+    }
+}
+
+/// A request body read into memory, with its share of the body budget.
+/// Handlers that keep what they parse from it past their own return (the
+/// chat loop) keep the permit with it ([`BodyBytes::into_parts`]).
+#[derive(Debug)]
+pub struct BodyBytes {
+    bytes: Bytes,
+    permit: BodyPermit,
+}
+
+impl BodyBytes {
+    pub fn into_parts(self) -> (Bytes, BodyPermit) {
+        (self.bytes, self.permit)
+    }
+}
+
+impl std::ops::Deref for BodyBytes {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        &self.bytes
     }
 }
 
 /// Reads a request body, refusing it as soon as it passes `limit` bytes
-/// (a declared Content-Length over the limit is refused before reading).
-pub async fn read_body(body: Incoming, limit: usize) -> Result<Bytes, BodyError> {
+/// (a declared Content-Length over the limit is refused before reading),
+/// within the daemon's body budget: a body the budget has no room for is
+/// refused with [`BodyError::Busy`] before it is read (or as soon as it
+/// outgrows the room, for a body of unknown length).
+pub async fn read_body(body: Incoming, limit: usize) -> Result<BodyBytes, BodyError> {
+    read_body_within(body, limit, body_budget()).await
+}
+
+/// [`read_body`] against a given budget.
+pub async fn read_body_within(
+    mut body: Incoming,
+    limit: usize,
+    budget: &Arc<BodyBudget>,
+) -> Result<BodyBytes, BodyError> {
     use hyper::body::Body as _;
-    if body.size_hint().lower() > limit as u64 {
+    let hint = body.size_hint();
+    if hint.lower() > limit as u64 {
         return Err(BodyError::TooLarge { limit });
     }
-    match Limited::new(body, limit).collect().await {
-        Ok(collected) => Ok(collected.to_bytes()),
-        Err(err) if err.is::<http_body_util::LengthLimitError>() => {
-            Err(BodyError::TooLarge { limit })
-        }
-        Err(err) => Err(BodyError::Read(err.to_string())),
+    // Within `limit`, so it fits a usize.
+    let declared = usize::try_from(hint.lower()).unwrap_or(limit);
+    let capacity = budget.capacity();
+    if declared > capacity {
+        return Err(BodyError::OverBudget { budget: capacity });
     }
+    let Some(mut permit) = budget.reserve(declared) else {
+        drain_refused(body, limit);
+        return Err(BodyError::Busy { budget: capacity });
+    };
+    // Frames are copied into one buffer as they arrive, so a body exists
+    // once in memory, never as frames plus their concatenation.
+    let mut buffer = BytesMut::with_capacity(declared);
+    while let Some(frame) = body.frame().await {
+        let frame = frame.map_err(|err| BodyError::Read(err.to_string()))?;
+        let Ok(data) = frame.into_data() else {
+            continue;
+        };
+        let total = buffer.len() + data.len();
+        if total > limit {
+            return Err(BodyError::TooLarge { limit });
+        }
+        if total > permit.bytes() && !permit.grow(total - permit.bytes()) {
+            drop(buffer);
+            drop(permit);
+            drain_refused(body, limit);
+            return Err(BodyError::Busy { budget: capacity });
+        }
+        buffer.extend_from_slice(&data);
+    }
+    Ok(BodyBytes {
+        bytes: buffer.freeze(),
+        permit,
+    })
+}
+
+/// Reads and discards the rest of a refused body in the background (at
+/// most `limit` bytes, for at most [`DRAIN_FOR`]), holding none of it: the
+/// 503 goes out at once, and a client still sending sees it instead of a
+/// connection reset.
+fn drain_refused(mut body: Incoming, limit: usize) {
+    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+        return;
+    };
+    runtime.spawn(async move {
+        let drain = async {
+            let mut seen = 0usize;
+            while let Some(Ok(frame)) = body.frame().await {
+                if let Some(data) = frame.data_ref() {
+                    seen = seen.saturating_add(data.len());
+                    if seen > limit {
+                        break;
+                    }
+                }
+            }
+        };
+        let _ = tokio::time::timeout(DRAIN_FOR, drain).await;
+    });
 }
 
 /// Binds every listen address; fails on the first that cannot be bound, so
@@ -254,5 +538,37 @@ pub async fn serve<H: Handler>(
             ?drain,
             "in-flight requests did not finish in time; closing them"
         );
+    }
+}
+
+#[cfg(test)]
+mod budget_tests {
+    use super::*;
+
+    #[test]
+    fn shares_are_capped_grown_and_returned_and_a_burst_ends_in_one_trim() {
+        let budget = Arc::new(BodyBudget::new(TRIM_AFTER_PEAK * 2));
+        let mut first = budget.reserve(TRIM_AFTER_PEAK).expect("room");
+        let second = budget.reserve(TRIM_AFTER_PEAK / 2).expect("room");
+        assert!(budget.reserve(TRIM_AFTER_PEAK).is_none(), "over capacity");
+        assert!(first.grow(TRIM_AFTER_PEAK / 2));
+        assert!(!first.grow(1), "full");
+        assert_eq!(budget.in_flight(), TRIM_AFTER_PEAK * 2);
+        drop(second);
+        assert_eq!(budget.trims(), 0, "not settled while a share is held");
+        drop(first);
+        assert_eq!(budget.in_flight(), 0);
+        assert_eq!(budget.trims(), 1);
+        // Small bodies afterwards do not trim again.
+        drop(budget.reserve(1024));
+        assert_eq!(budget.trims(), 1);
+        // An error names the key and a busy answer says when to retry.
+        let response = BodyError::Busy { budget: 1 }.into_response();
+        assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(response.headers()[RETRY_AFTER], "5");
+        assert!(BodyError::Busy { budget: 1 }
+            .parts()
+            .1
+            .contains(BODY_BUDGET_KEY));
     }
 }

@@ -197,6 +197,9 @@ fn build_api(
     crawler: Option<Arc<oap_crawl::Crawler>>,
 ) -> anyhow::Result<Api> {
     let chat = Arc::new(app::chat_service(config, engine.clone())?);
+    // One budget for every connection and handler generation; a reload
+    // changes its size, bodies in flight keep their shares.
+    http::body_budget().set_capacity(config.server.max_inflight_body_bytes);
     Ok(Api {
         chat,
         engine,

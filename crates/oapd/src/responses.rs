@@ -40,15 +40,12 @@ fn refuse_stored_state(request: &Value) -> Option<Response<Body>> {
 pub async fn handle(chat: &Arc<ChatService>, request: Request<Incoming>) -> Response<Body> {
     let body = match http::read_body(request.into_body(), chat.max_request_bytes).await {
         Ok(body) => body,
-        Err(http::BodyError::TooLarge { limit }) => {
-            return error(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                &format!("request body is larger than the {limit} byte limit"),
-            )
-        }
-        Err(http::BodyError::Read(message)) => return error(StatusCode::BAD_REQUEST, &message),
+        Err(err) => return err.into_response_with(error),
     };
-    let original: Value = match serde_json::from_slice(&body) {
+    let (bytes, permit) = body.into_parts();
+    let parsed = serde_json::from_slice(&bytes);
+    drop(bytes);
+    let original: Value = match parsed {
         Ok(value @ Value::Object(_)) => value,
         Ok(_) => {
             return error(
@@ -76,6 +73,7 @@ pub async fn handle(chat: &Arc<ChatService>, request: Request<Incoming>) -> Resp
             ollama.insert(key.clone(), value.clone());
         }
     }
+    drop(chat_request);
     let options = match bridge::take_options(&mut ollama, &chat.settings) {
         Ok(options) => options,
         Err(err) => return error(StatusCode::BAD_REQUEST, &err.0),
@@ -86,7 +84,8 @@ pub async fn handle(chat: &Arc<ChatService>, request: Request<Incoming>) -> Resp
     };
     // Budget, meta exposure, forcing and URL hygiene, as on the other
     // chat surfaces.
-    let (tools, extras) = chat.prepare(tools, &mut ollama, &options);
+    let (tools, mut extras) = chat.prepare(tools, &mut ollama, &options);
+    extras.body.permit = Some(permit);
     let tool_tokens = extras.tool_tokens;
     let mut response = respond(chat, original, ollama, tools, options, extras).await;
     crate::exposure::set_tokens_header(&mut response, tool_tokens);
@@ -103,6 +102,7 @@ async fn respond(
 ) -> Response<Body> {
     let created = crate::state::unix_now();
     let head = ResponseHead::for_request(&original, responses::new_id("resp"), created);
+    drop(original);
     let rx = chat.start_loop(ollama, tools, options.clone(), extras);
     if !options.stream {
         return match bridge::collect(rx)

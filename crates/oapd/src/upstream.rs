@@ -158,6 +158,26 @@ impl Upstream {
             .await
     }
 
+    /// POSTs a JSON body already encoded as chunks ([`crate::payload`]),
+    /// sent as they are with an exact Content-Length; `held` (the request's
+    /// body-budget share) lives until Ollama has read the whole body.
+    pub async fn post_parts(
+        &self,
+        path: &str,
+        parts: Vec<Bytes>,
+        held: Option<crate::http::BodyPermit>,
+    ) -> Result<Response<Incoming>, UpstreamError> {
+        let mut headers = HeaderMap::new();
+        headers.insert(
+            hyper::header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
+        let body = crate::payload::PartsBody::new(parts, held)
+            .map_err(|never| match never {})
+            .boxed();
+        self.send(Method::POST, path, &headers, body).await
+    }
+
     /// POSTs JSON and reads a JSON answer of at most `limit` bytes.
     pub async fn post_json_read(
         &self,

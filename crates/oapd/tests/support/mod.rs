@@ -102,6 +102,9 @@ pub struct Daemon {
     pub log: PathBuf,
 }
 
+/// Runs with the daemon's pid right after spawning it.
+pub type SpawnHook = Box<dyn FnOnce(u32) -> Result<(), String>>;
+
 pub struct DaemonBuilder {
     yaml: String,
     env: Vec<(String, String)>,
@@ -109,6 +112,7 @@ pub struct DaemonBuilder {
     dir: Option<tempfile::TempDir>,
     port: Option<u16>,
     auth: Option<String>,
+    on_spawn: Option<SpawnHook>,
 }
 
 impl DaemonBuilder {
@@ -120,7 +124,15 @@ impl DaemonBuilder {
             dir: None,
             port: None,
             auth: None,
+            on_spawn: None,
         }
+    }
+
+    /// Called with the daemon's pid right after it is spawned, before it
+    /// is ready (to move it into a cgroup, say).
+    pub fn on_spawn(mut self, hook: impl FnOnce(u32) -> Result<(), String> + 'static) -> Self {
+        self.on_spawn = Some(Box::new(hook));
+        self
     }
 
     /// Start, then wait for readiness sending this bearer token.
@@ -189,7 +201,14 @@ impl DaemonBuilder {
         for (key, value) in &self.env {
             command.env(key, value);
         }
-        let child = command.spawn().expect("spawn oapd");
+        let mut child = command.spawn().expect("spawn oapd");
+        if let Some(hook) = self.on_spawn {
+            if let Err(err) = hook(child.id()) {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("after spawning oapd: {err}");
+            }
+        }
         let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
         let mut daemon = Daemon {
             child,
