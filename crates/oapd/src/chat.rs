@@ -150,6 +150,7 @@ impl ChatService {
             .map(|d| d.as_secs())
             .unwrap_or(0);
         let translator = openai::ChunkTranslator::for_request(&original, id.clone(), created);
+        let legacy_functions = openai::tool_choice::is_legacy(&original);
         // The translated request is all the loop needs.
         drop(original);
         let rx = self.start_loop(chat, tools, options.clone(), extras);
@@ -159,7 +160,7 @@ impl ChatService {
             }) {
                 Ok(response) => {
                     let mut completion = openai::ollama_to_chat_completion(&response, &id, created);
-                    if openai::tool_choice::is_legacy(&original) {
+                    if legacy_functions {
                         openai::tool_choice::to_legacy_completion(&mut completion);
                     }
                     completion["oap_tool_tokens"] = Value::from(tool_tokens);
