@@ -102,15 +102,7 @@ impl ChatService {
         use oap_wire::openai;
         let body = match http::read_body(request.into_body(), self.max_request_bytes).await {
             Ok(body) => body,
-            Err(http::BodyError::TooLarge { limit }) => {
-                return openai_error(
-                    StatusCode::PAYLOAD_TOO_LARGE,
-                    &format!("request body is larger than the {limit} byte limit"),
-                )
-            }
-            Err(http::BodyError::Read(message)) => {
-                return openai_error(StatusCode::BAD_REQUEST, &message)
-            }
+            Err(err) => return openai_error(err.status(), &err.message()),
         };
         let original: Value = match serde_json::from_slice(&body) {
             Ok(value @ Value::Object(_)) => value,

@@ -40,13 +40,7 @@ fn refuse_stored_state(request: &Value) -> Option<Response<Body>> {
 pub async fn handle(chat: &Arc<ChatService>, request: Request<Incoming>) -> Response<Body> {
     let body = match http::read_body(request.into_body(), chat.max_request_bytes).await {
         Ok(body) => body,
-        Err(http::BodyError::TooLarge { limit }) => {
-            return error(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                &format!("request body is larger than the {limit} byte limit"),
-            )
-        }
-        Err(http::BodyError::Read(message)) => return error(StatusCode::BAD_REQUEST, &message),
+        Err(err) => return error(err.status(), &err.message()),
     };
     let original: Value = match serde_json::from_slice(&body) {
         Ok(value @ Value::Object(_)) => value,

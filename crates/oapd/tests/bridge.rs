@@ -361,7 +361,10 @@ fn bad_chat_requests_are_refused_before_anything_is_sent() {
 #[test]
 fn pass_through_routes_stream_with_the_host_rewritten() {
     let upstream = fake(models());
-    let daemon = daemon_for(&upstream);
+    let daemon = DaemonBuilder::new()
+        .yaml(&format!("ollama:\n  base_url: {:?}\n", upstream.fake.url()))
+        .env("OAP_SERVER_ALLOWED_HOSTS", "pi.example.org")
+        .start();
     // The fake refuses non-loopback Host headers, as Ollama on loopback does.
     let response = daemon.request("GET", "/api/tags", &[("Host", "pi.example.org")], b"");
     assert_eq!(
@@ -450,7 +453,7 @@ fn a_client_that_disconnects_cancels_the_running_tool() {
         let mut stream = std::net::TcpStream::connect(daemon.addr).unwrap();
         write!(
             stream,
-            "POST /api/chat HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\n\r\n{body}",
+            "POST /api/chat HTTP/1.1\r\nHost: localhost\r\nContent-Length: {}\r\n\r\n{body}",
             body.len()
         )
         .unwrap();
@@ -611,7 +614,7 @@ fn a_client_that_disconnects_cancels_the_upstream_request() {
         let mut client = std::net::TcpStream::connect(daemon.addr).unwrap();
         write!(
             client,
-            "POST /api/chat HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\n\r\n{body}",
+            "POST /api/chat HTTP/1.1\r\nHost: localhost\r\nContent-Length: {}\r\n\r\n{body}",
             body.len()
         )
         .unwrap();
