@@ -666,3 +666,36 @@ fn several_calls_in_one_turn_come_back_in_call_order_with_their_names() {
         .unwrap();
     assert_eq!(assistant["tool_calls"].as_array().unwrap().len(), 2);
 }
+
+#[test]
+fn a_model_that_is_not_a_string_is_named_as_such() {
+    let upstream = fake(models());
+    let daemon = daemon_for(&upstream);
+    let messages = json!([{"role": "user", "content": WC_TASK}]);
+    for model in [json!(5), json!(["qwen3:4b"]), json!({"name": "qwen3:4b"})] {
+        let body = json!({"model": model, "messages": messages}).to_string();
+        let ollama = daemon.post_json("/api/chat", &body);
+        assert_eq!(ollama.status, 400);
+        assert!(
+            ollama.error().starts_with("`model` must be a string"),
+            "{}",
+            ollama.error()
+        );
+        let openai = daemon.post_json("/v1/chat/completions", &body);
+        assert_eq!(openai.status, 400);
+        let error = &openai.json()["error"];
+        assert_eq!(error["param"], "model");
+        let message = error["message"].as_str().unwrap();
+        assert!(
+            message.contains("'model'") && message.contains("expected a string"),
+            "{message}"
+        );
+    }
+    // Absent (or null) is still "required".
+    let body = json!({"messages": messages}).to_string();
+    assert_eq!(
+        daemon.post_json("/api/chat", &body).error(),
+        "model is required"
+    );
+    assert!(upstream.fake.chat_requests().is_empty());
+}
