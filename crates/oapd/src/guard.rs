@@ -310,7 +310,10 @@ mod tests {
 
     #[test]
     fn the_machine_hostname_is_allowed() {
-        let own = machine_hostname().expect("this machine has a hostname");
+        let Some(own) = machine_hostname() else {
+            eprintln!("skipped: this machine has no hostname");
+            return;
+        };
         assert!(host_allowed(own, &[]));
         assert!(host_allowed(&format!("{}:8300", own.to_uppercase()), &[]));
     }
