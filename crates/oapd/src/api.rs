@@ -23,6 +23,8 @@ pub struct ApiSettings {
     pub max_top_k: usize,
     pub auth_token: Option<String>,
     pub cors_origins: Vec<String>,
+    /// `server.allowed_hosts`: extra Host names a loopback listener accepts.
+    pub allowed_hosts: Vec<String>,
 }
 
 /// State of the embedding model, as `/health` reports it.
@@ -89,6 +91,29 @@ impl Handler for Api {
     }
 
     async fn handle(self: Arc<Self>, request: Request<Incoming>) -> Response<Body> {
+        // Host (DNS rebinding) and Origin (cross-site) first: a refused
+        // request reaches no route, not even a preflight or /health.
+        let inbound = crate::guard::Inbound {
+            version: request.version(),
+            uri: request.uri(),
+            headers: request.headers(),
+            local: request
+                .extensions()
+                .get::<http::LocalAddr>()
+                .map(|local| local.0),
+        };
+        if let Err(refusal) = crate::guard::check(
+            inbound,
+            &self.settings.allowed_hosts,
+            &self.settings.cors_origins,
+        ) {
+            tracing::debug!(
+                path = %request.uri().path(),
+                error = %refusal.message(),
+                "request refused"
+            );
+            return http::error(refusal.status(), refusal.message());
+        }
         let origin = request.headers().get(ORIGIN).cloned();
         if request.method() == Method::OPTIONS {
             // CORS preflight: answered without auth (browsers send none).
@@ -241,7 +266,7 @@ impl Api {
             .headers()
             .get(AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "))
+            .and_then(bearer_credentials)
         else {
             return false;
         };
@@ -369,6 +394,15 @@ impl Api {
             None => http::error(StatusCode::NOT_FOUND, format!("no manifest with id {id:?}")),
         }
     }
+}
+
+/// The credentials of an `Authorization: Bearer <token>` value; the scheme
+/// name is case-insensitive (RFC 9110 §11.1).
+fn bearer_credentials(value: &str) -> Option<&str> {
+    let (scheme, credentials) = value.trim_start().split_once(' ')?;
+    scheme
+        .eq_ignore_ascii_case("bearer")
+        .then_some(credentials.trim())
 }
 
 fn json_records(gate: &crate::validation::ValidationGate) -> serde_json::Value {

@@ -103,8 +103,14 @@ pub fn take_options(
             )))
         }
     };
-    if !request.get("model").is_some_and(Value::is_string) {
-        return Err(RequestError("model is required".into()));
+    match request.get("model") {
+        Some(Value::String(_)) => {}
+        None | Some(Value::Null) => return Err(RequestError("model is required".into())),
+        Some(other) => {
+            return Err(RequestError(format!(
+                "`model` must be a string, got {other}"
+            )))
+        }
     }
     match request.get("messages") {
         None | Some(Value::Array(_)) => {}

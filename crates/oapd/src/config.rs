@@ -145,6 +145,10 @@ pub struct ServerConfig {
     /// Maximum simultaneous client connections (default 256); further connections
     /// wait in the kernel backlog. Bounds memory and file descriptors.
     pub max_connections: usize,
+    /// Maximum simultaneous connections from one client IP address (default 32).
+    /// A connection over it is answered 503 and closed at once, without taking
+    /// one of `max_connections`, so one slow client cannot hold every slot.
+    pub max_connections_per_client: usize,
     /// Bearer token required in `Authorization: Bearer <token>` on every API request.
     /// `None` (the default) disables authentication; only sensible with a loopback
     /// `listen` address. Never printed by `Debug` or [`Config::effective_yaml`].
@@ -153,6 +157,12 @@ pub struct ServerConfig {
     /// (the default) sends no CORS headers, so browsers on other origins are refused.
     #[serde(deserialize_with = "one_or_many")]
     pub cors_origins: Vec<String>,
+    /// Extra names a loopback listener answers to in the `Host` header (e.g.
+    /// `"pi.example.org"`), besides loopback and private IPs, `localhost`, the
+    /// machine's hostname and `*.localhost`, `*.local`, `*.internal` names. Any
+    /// other Host is refused with 403 (DNS rebinding protection). Default: none.
+    #[serde(deserialize_with = "one_or_many")]
+    pub allowed_hosts: Vec<String>,
     /// Seconds in-flight requests may run after SIGTERM/SIGINT before they are
     /// cut (default 10); new connections are refused at once.
     pub shutdown_grace: u64,
@@ -168,8 +178,10 @@ impl Default for ServerConfig {
             request_timeout: 30,
             header_read_timeout: 10,
             max_connections: 256,
+            max_connections_per_client: 32,
             auth_token: None,
             cors_origins: Vec::new(),
+            allowed_hosts: Vec::new(),
             shutdown_grace: 10,
         }
     }
@@ -185,8 +197,13 @@ impl fmt::Debug for ServerConfig {
             .field("request_timeout", &self.request_timeout)
             .field("header_read_timeout", &self.header_read_timeout)
             .field("max_connections", &self.max_connections)
+            .field(
+                "max_connections_per_client",
+                &self.max_connections_per_client,
+            )
             .field("auth_token", &self.auth_token.as_ref().map(|_| REDACTED))
             .field("cors_origins", &self.cors_origins)
+            .field("allowed_hosts", &self.allowed_hosts)
             .field("shutdown_grace", &self.shutdown_grace)
             .finish()
     }
@@ -810,7 +827,8 @@ macro_rules! config_keys {
 config_keys! {
     server {
         listen, max_body_bytes, max_inflight_body_bytes, max_task_bytes, request_timeout,
-        header_read_timeout, max_connections, auth_token, cors_origins, shutdown_grace,
+        header_read_timeout, max_connections, max_connections_per_client, auth_token,
+        cors_origins, allowed_hosts, shutdown_grace,
     }
     index { data_dir, vector_dtype, search_threads }
     embedding { enabled, model_dir, max_tokens, batch_size, threads }
@@ -1271,6 +1289,12 @@ impl Config {
         c.range("server.request_timeout", s.request_timeout, 1, 3600);
         c.range("server.header_read_timeout", s.header_read_timeout, 1, 3600);
         c.range("server.max_connections", s.max_connections, 1, 65_536);
+        c.range(
+            "server.max_connections_per_client",
+            s.max_connections_per_client,
+            1,
+            65_536,
+        );
         c.range("server.shutdown_grace", s.shutdown_grace, 1, 3600);
         if let Some(token) = &s.auth_token {
             if token.is_empty() {
@@ -1305,6 +1329,11 @@ impl Config {
                 if let Err(msg) = check_http_url(origin, true) {
                     c.fail(format!("server.cors_origins[{i}]"), msg);
                 }
+            }
+        }
+        for (i, host) in s.allowed_hosts.iter().enumerate() {
+            if let Err(msg) = crate::guard::check_host_name(host) {
+                c.fail(format!("server.allowed_hosts[{i}]"), msg);
             }
         }
 

@@ -11,6 +11,8 @@ pub mod crawl;
 pub mod experience;
 pub mod exposure;
 pub mod forcing;
+pub mod guard;
+pub mod head;
 pub mod http;
 pub mod lifecycle;
 pub mod logging;

@@ -210,6 +210,7 @@ fn build_api(
             max_top_k: config.discovery.max_top_k,
             auth_token: config.server.auth_token.clone(),
             cors_origins: config.server.cors_origins.clone(),
+            allowed_hosts: config.server.allowed_hosts.clone(),
         },
         model,
         startup: report,
@@ -261,6 +262,9 @@ fn needs_restart(old: &Config, new: &Config) -> Vec<&'static str> {
     if s.0.max_connections != s.1.max_connections {
         keys.push("server.max_connections");
     }
+    if s.0.max_connections_per_client != s.1.max_connections_per_client {
+        keys.push("server.max_connections_per_client");
+    }
     if s.0.header_read_timeout != s.1.header_read_timeout {
         keys.push("server.header_read_timeout");
     }
@@ -287,6 +291,7 @@ fn needs_restart(old: &Config, new: &Config) -> Vec<&'static str> {
 fn keep_restart_only(old: &Config, new: &mut Config) {
     new.server.listen = old.server.listen.clone();
     new.server.max_connections = old.server.max_connections;
+    new.server.max_connections_per_client = old.server.max_connections_per_client;
     new.server.header_read_timeout = old.server.header_read_timeout;
     new.server.request_timeout = old.server.request_timeout;
     new.server.shutdown_grace = old.server.shutdown_grace;
@@ -397,6 +402,7 @@ pub async fn serve(config: Config, config_path: Option<PathBuf>) -> anyhow::Resu
     let live = Arc::new(LiveApi::new(api));
     let limits = Limits {
         max_connections: config.server.max_connections,
+        max_connections_per_client: config.server.max_connections_per_client,
         max_body_bytes: config.server.max_body_bytes,
         header_read_timeout: Duration::from_secs(config.server.header_read_timeout),
         request_timeout: Duration::from_secs(config.server.request_timeout),

@@ -361,7 +361,10 @@ fn bad_chat_requests_are_refused_before_anything_is_sent() {
 #[test]
 fn pass_through_routes_stream_with_the_host_rewritten() {
     let upstream = fake(models());
-    let daemon = daemon_for(&upstream);
+    let daemon = DaemonBuilder::new()
+        .yaml(&format!("ollama:\n  base_url: {:?}\n", upstream.fake.url()))
+        .env("OAP_SERVER_ALLOWED_HOSTS", "pi.example.org")
+        .start();
     // The fake refuses non-loopback Host headers, as Ollama on loopback does.
     let response = daemon.request("GET", "/api/tags", &[("Host", "pi.example.org")], b"");
     assert_eq!(
@@ -450,7 +453,7 @@ fn a_client_that_disconnects_cancels_the_running_tool() {
         let mut stream = std::net::TcpStream::connect(daemon.addr).unwrap();
         write!(
             stream,
-            "POST /api/chat HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\n\r\n{body}",
+            "POST /api/chat HTTP/1.1\r\nHost: localhost\r\nContent-Length: {}\r\n\r\n{body}",
             body.len()
         )
         .unwrap();
@@ -611,7 +614,7 @@ fn a_client_that_disconnects_cancels_the_upstream_request() {
         let mut client = std::net::TcpStream::connect(daemon.addr).unwrap();
         write!(
             client,
-            "POST /api/chat HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\n\r\n{body}",
+            "POST /api/chat HTTP/1.1\r\nHost: localhost\r\nContent-Length: {}\r\n\r\n{body}",
             body.len()
         )
         .unwrap();
@@ -662,4 +665,37 @@ fn several_calls_in_one_turn_come_back_in_call_order_with_their_names() {
         .find(|m| m["role"] == "assistant")
         .unwrap();
     assert_eq!(assistant["tool_calls"].as_array().unwrap().len(), 2);
+}
+
+#[test]
+fn a_model_that_is_not_a_string_is_named_as_such() {
+    let upstream = fake(models());
+    let daemon = daemon_for(&upstream);
+    let messages = json!([{"role": "user", "content": WC_TASK}]);
+    for model in [json!(5), json!(["qwen3:4b"]), json!({"name": "qwen3:4b"})] {
+        let body = json!({"model": model, "messages": messages}).to_string();
+        let ollama = daemon.post_json("/api/chat", &body);
+        assert_eq!(ollama.status, 400);
+        assert!(
+            ollama.error().starts_with("`model` must be a string"),
+            "{}",
+            ollama.error()
+        );
+        let openai = daemon.post_json("/v1/chat/completions", &body);
+        assert_eq!(openai.status, 400);
+        let error = &openai.json()["error"];
+        assert_eq!(error["param"], "model");
+        let message = error["message"].as_str().unwrap();
+        assert!(
+            message.contains("'model'") && message.contains("expected a string"),
+            "{message}"
+        );
+    }
+    // Absent (or null) is still "required".
+    let body = json!({"messages": messages}).to_string();
+    assert_eq!(
+        daemon.post_json("/api/chat", &body).error(),
+        "model is required"
+    );
+    assert!(upstream.fake.chat_requests().is_empty());
 }

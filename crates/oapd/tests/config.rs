@@ -604,7 +604,7 @@ fn every_key_is_reachable_from_the_env() {
     let vars = Config::env_vars();
     // server, index, embedding, manifests, discovery, tool_bridge, ollama, tools, log, crawler,
     // experience
-    assert_eq!(vars.len(), 10 + 3 + 5 + 2 + 4 + 12 + 4 + 9 + 2 + 17 + 4);
+    assert_eq!(vars.len(), 12 + 3 + 5 + 2 + 4 + 12 + 4 + 9 + 2 + 17 + 4);
     assert!(vars.contains(&(
         "OAP_TOOL_BRIDGE_DEFAULT_TOP_K".to_owned(),
         "tool_bridge.default_top_k".to_owned()
@@ -1277,6 +1277,48 @@ fn server_ranges_and_formats() {
         "server.cors_origins[1]"
     );
     ok(yaml("server:\n  cors_origins: [\"*\"]\n"));
+    let (key, msg) = single_problem("server:\n  max_connections_per_client: 0\n");
+    assert_eq!(key, "server.max_connections_per_client");
+    assert_eq!(msg, "must be between 1 and 65536, got 0");
+    let (key, msg) = single_problem(
+        "server:\n  allowed_hosts: [\"pi.example.org\", \"http://pi.example.org:8300\"]\n",
+    );
+    assert_eq!(key, "server.allowed_hosts[1]");
+    assert!(msg.contains("not a host name"), "{msg}");
+}
+
+#[test]
+fn allowed_hosts_and_the_per_client_cap() {
+    let c = ok(yaml(""));
+    assert!(c.server.allowed_hosts.is_empty());
+    assert_eq!(c.server.max_connections_per_client, 32);
+    let c = ok(yaml(
+        "server:\n  allowed_hosts: pi.example.org\n  max_connections_per_client: 8\n",
+    ));
+    assert_eq!(c.server.allowed_hosts, ["pi.example.org"]);
+    assert_eq!(c.server.max_connections_per_client, 8);
+    let c = ok(yaml_env(
+        "",
+        &[
+            (
+                "OAP_SERVER_ALLOWED_HOSTS",
+                "pi.example.org, oapd.lan,10.1.2.3",
+            ),
+            ("OAP_SERVER_MAX_CONNECTIONS_PER_CLIENT", "64"),
+        ],
+    ));
+    assert_eq!(
+        c.server.allowed_hosts,
+        ["pi.example.org", "oapd.lan", "10.1.2.3"]
+    );
+    assert_eq!(c.server.max_connections_per_client, 64);
+    let e = err(yaml_env(
+        "",
+        &[("OAP_SERVER_ALLOWED_HOSTS", "ok.example,*.example")],
+    ));
+    let text = e.to_string();
+    assert!(text.contains("server.allowed_hosts[1]"), "{text}");
+    assert!(text.contains("(set by OAP_SERVER_ALLOWED_HOSTS)"), "{text}");
 }
 
 #[test]

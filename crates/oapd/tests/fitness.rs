@@ -464,7 +464,7 @@ impl LanLab {
         path: &'static str,
     ) -> support::Response {
         netns::inside(&self.name, move || {
-            let raw = format!("{method} {path} HTTP/1.1\r\nHost: oapd\r\nConnection: close\r\nContent-Length: 0\r\n\r\n");
+            let raw = format!("{method} {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\nContent-Length: 0\r\n\r\n");
             let addr = format!("{ip}:{LAN_PORT}").parse().unwrap();
             support::send_raw(addr, raw.as_bytes()).expect("request")
         })
@@ -500,7 +500,7 @@ impl LanLab {
                 panic!("oapd exited early ({status}):\n{}", self.log());
             }
             let ready = netns::inside(&self.name, || {
-                let raw = b"GET /health HTTP/1.1\r\nHost: oapd\r\nConnection: close\r\n\r\n";
+                let raw = b"GET /health HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n";
                 let addr = format!("{LAN_IP}:{LAN_PORT}").parse().unwrap();
                 support::send_raw(addr, raw)
                     .map(|r| r.status == 200)

@@ -289,11 +289,18 @@ impl Daemon {
         headers: &[(&str, &str)],
         body: &[u8],
     ) -> std::io::Result<Response> {
-        let mut head = format!(
-            "{method} {path} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\nContent-Length: {}\r\n",
-            self.addr,
+        // A Host given by the caller replaces the daemon's address.
+        let mut head = format!("{method} {path} HTTP/1.1\r\n");
+        if !headers
+            .iter()
+            .any(|(name, _)| name.eq_ignore_ascii_case("host"))
+        {
+            head.push_str(&format!("Host: {}\r\n", self.addr));
+        }
+        head.push_str(&format!(
+            "Connection: close\r\nContent-Length: {}\r\n",
             body.len()
-        );
+        ));
         for (name, value) in headers {
             head.push_str(&format!("{name}: {value}\r\n"));
         }

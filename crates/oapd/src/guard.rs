@@ -1,0 +1,484 @@
+//! Who may talk to the daemon, checked before any route runs.
+//!
+//! **Host (DNS rebinding).** A web page can make a browser send requests to
+//! oapd on loopback by pointing its own name at 127.0.0.1; the browser then
+//! treats oapd as that page's origin. Such requests carry the page's name as
+//! Host, so on a loopback listener only Hosts that name this machine are
+//! accepted — Ollama's own rule (`allowedHostsMiddleware`): loopback, private
+//! or unspecified IPs, `localhost`, the machine's hostname, `*.localhost`,
+//! `*.local`, `*.internal`, plus the operator's `server.allowed_hosts`.
+//! Which listener is decided by the local address the connection was
+//! accepted on, so a `0.0.0.0` listener reached through 127.0.0.1 is
+//! checked too. A LAN listener is not checked: it needs the bearer token.
+//!
+//! **Origin (cross-site requests).** A page may send "simple" requests
+//! (a POST with `Content-Type: text/plain`) to any address without a CORS
+//! preflight; the browser only hides the answer, the tool has already run.
+//! So a request whose `Origin` is neither listed in `server.cors_origins` nor
+//! the request's own `http://<Host>` is refused before anything runs.
+//! Clients that are not browsers send no Origin and are not affected.
+
+use std::net::{IpAddr, SocketAddr};
+use std::sync::OnceLock;
+
+use hyper::header::{HOST, ORIGIN};
+use hyper::{HeaderMap, StatusCode, Uri, Version};
+
+/// Why a request was refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Refusal {
+    /// HTTP/1.1 without a Host header.
+    MissingHost,
+    /// More than one Host header.
+    ManyHosts,
+    /// A Host that does not name this machine, on a loopback listener.
+    Host(String),
+    /// An Origin that is neither allowed nor the request's own.
+    Origin(String),
+}
+
+impl Refusal {
+    pub fn status(&self) -> StatusCode {
+        match self {
+            Refusal::MissingHost | Refusal::ManyHosts => StatusCode::BAD_REQUEST,
+            Refusal::Host(_) | Refusal::Origin(_) => StatusCode::FORBIDDEN,
+        }
+    }
+
+    pub fn message(&self) -> String {
+        match self {
+            Refusal::MissingHost => "the request has no Host header (required by HTTP/1.1)".into(),
+            Refusal::ManyHosts => "the request has more than one Host header".into(),
+            Refusal::Host(host) => format!(
+                "Host {host:?} is not allowed on a loopback listener (DNS rebinding protection); \
+                 to reach oapd by this name, add it to server.allowed_hosts \
+                 (OAP_SERVER_ALLOWED_HOSTS)"
+            ),
+            Refusal::Origin(origin) => format!(
+                "Origin {origin:?} is not allowed (cross-site request protection); \
+                 to let pages from it call oapd, add it to server.cors_origins \
+                 (OAP_SERVER_CORS_ORIGINS)"
+            ),
+        }
+    }
+}
+
+/// What the checks look at in a request.
+#[derive(Debug, Clone, Copy)]
+pub struct Inbound<'a> {
+    pub version: Version,
+    pub uri: &'a Uri,
+    pub headers: &'a HeaderMap,
+    /// The local address the connection was accepted on (`None`: treated
+    /// as loopback, the stricter case).
+    pub local: Option<SocketAddr>,
+}
+
+/// The Host and Origin checks, in that order.
+pub fn check(
+    request: Inbound<'_>,
+    allowed_hosts: &[String],
+    cors_origins: &[String],
+) -> Result<(), Refusal> {
+    let mut hosts = request.headers.get_all(HOST).iter();
+    let header = hosts.next();
+    if hosts.next().is_some() {
+        return Err(Refusal::ManyHosts);
+    }
+    // An absolute-form target (`GET http://name/ HTTP/1.1`) names the host
+    // itself, and a server must use it rather than the Host header.
+    let host: Option<String> = match (request.uri.authority(), header) {
+        (Some(authority), _) => Some(authority.as_str().to_owned()),
+        (None, Some(value)) => Some(String::from_utf8_lossy(value.as_bytes()).into_owned()),
+        (None, None) if request.version >= Version::HTTP_11 => return Err(Refusal::MissingHost),
+        // HTTP/1.0 without Host: nothing a browser sends, nothing to rebind.
+        (None, None) => None,
+    };
+    let loopback = request
+        .local
+        .is_none_or(|addr| addr.ip().to_canonical().is_loopback());
+    if let Some(host) = &host {
+        if loopback && !host_allowed(host, allowed_hosts) {
+            return Err(Refusal::Host(host.clone()));
+        }
+    }
+    for origin in request.headers.get_all(ORIGIN) {
+        let origin = String::from_utf8_lossy(origin.as_bytes());
+        if !origin_allowed(&origin, host.as_deref(), cors_origins) {
+            return Err(Refusal::Origin(origin.into_owned()));
+        }
+    }
+    Ok(())
+}
+
+/// Whether `origin` may call: listed (or `*` listed), or the request's own
+/// origin (`http://<Host>`, the daemon serving a page of its own).
+pub fn origin_allowed(origin: &str, host: Option<&str>, cors_origins: &[String]) -> bool {
+    if cors_origins
+        .iter()
+        .any(|allowed| allowed == "*" || allowed == origin)
+    {
+        return true;
+    }
+    let Some(host) = host.filter(|h| !h.is_empty()) else {
+        return false;
+    };
+    let Some(origin_host) = origin
+        .get(..7)
+        .filter(|scheme| scheme.eq_ignore_ascii_case("http://"))
+        .and(origin.get(7..))
+    else {
+        return false;
+    };
+    let without_default_port = |h: &str| h.strip_suffix(":80").map(str::to_owned);
+    origin_host.eq_ignore_ascii_case(host)
+        || without_default_port(host).is_some_and(|h| origin_host.eq_ignore_ascii_case(&h))
+}
+
+/// Whether a loopback listener accepts this Host header value: Ollama's
+/// rule plus the operator's `extra` names.
+pub fn host_allowed(raw: &str, extra: &[String]) -> bool {
+    let Some(host) = host_part(raw) else {
+        return false;
+    };
+    if host.is_empty() {
+        // Ollama accepts an empty Host: no browser sends one.
+        return true;
+    }
+    if let Ok(ip) = host.parse::<IpAddr>() {
+        if local_ip(ip) {
+            return true;
+        }
+    }
+    let name = host.strip_suffix('.').unwrap_or(&host);
+    if name == "localhost" || machine_hostname().is_some_and(|own| own == name) {
+        return true;
+    }
+    let local_suffix = [".localhost", ".local", ".internal"]
+        .iter()
+        .any(|tld| name.len() > tld.len() && name.ends_with(tld));
+    local_suffix
+        || extra.iter().any(|allowed| {
+            let allowed = allowed.trim_start_matches('[').trim_end_matches(']');
+            allowed.eq_ignore_ascii_case(name)
+        })
+}
+
+/// The host of a Host value without its port, lower-cased; `None` when the
+/// value is not a host (with an optional numeric port) at all.
+fn host_part(raw: &str) -> Option<String> {
+    let raw = raw.trim().to_ascii_lowercase();
+    let digits = |port: &str| port.len() <= 5 && port.bytes().all(|b| b.is_ascii_digit());
+    if let Some(rest) = raw.strip_prefix('[') {
+        let (inside, after) = rest.split_once(']')?;
+        inside.parse::<std::net::Ipv6Addr>().ok()?;
+        let port_ok = after.is_empty() || after.strip_prefix(':').is_some_and(digits);
+        return port_ok.then(|| inside.to_owned());
+    }
+    if raw.matches(':').count() > 1 {
+        // A bare IPv6 address (no brackets, so no port).
+        return raw
+            .parse::<std::net::Ipv6Addr>()
+            .is_ok()
+            .then_some(raw.clone());
+    }
+    let host = match raw.split_once(':') {
+        Some((host, port)) if digits(port) => host,
+        Some(_) => return None,
+        None => raw.as_str(),
+    };
+    host.bytes()
+        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_'))
+        .then(|| host.to_owned())
+}
+
+/// Loopback, private (RFC 1918, fc00::/7) or unspecified.
+fn local_ip(ip: IpAddr) -> bool {
+    match ip.to_canonical() {
+        IpAddr::V4(v4) => v4.is_loopback() || v4.is_private() || v4.is_unspecified(),
+        IpAddr::V6(v6) => {
+            v6.is_loopback() || v6.is_unspecified() || (v6.segments()[0] & 0xfe00) == 0xfc00
+        }
+    }
+}
+
+/// The machine's hostname (lower-cased), once.
+fn machine_hostname() -> Option<&'static str> {
+    static HOSTNAME: OnceLock<Option<String>> = OnceLock::new();
+    HOSTNAME
+        .get_or_init(|| {
+            let name = nix::unistd::gethostname().ok()?;
+            let name = name.to_str()?.trim().trim_end_matches('.');
+            (!name.is_empty()).then(|| name.to_ascii_lowercase())
+        })
+        .as_deref()
+}
+
+/// Checks one `server.allowed_hosts` entry: a DNS name or an IP address,
+/// without scheme, port, path or wildcard.
+pub fn check_host_name(entry: &str) -> Result<(), String> {
+    let bad = |why: &str| Err(format!("{why}: {entry:?}"));
+    if entry.is_empty() {
+        return bad("must not be empty");
+    }
+    let bare = entry
+        .strip_prefix('[')
+        .and_then(|e| e.strip_suffix(']'))
+        .unwrap_or(entry);
+    if bare.parse::<IpAddr>().is_ok() {
+        return Ok(());
+    }
+    if entry.len() > 253 {
+        return bad("longer than 253 characters");
+    }
+    let label_ok = |label: &str| {
+        !label.is_empty()
+            && label.len() <= 63
+            && !label.starts_with('-')
+            && !label.ends_with('-')
+            && label
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+    };
+    if !entry.split('.').all(label_ok) {
+        return bad(
+            "not a host name (letters, digits, '-' and '.', e.g. \"pi.example.org\"; \
+             no scheme, port, path or wildcard)",
+        );
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hyper::header::HeaderValue;
+
+    #[test]
+    fn hosts_that_name_this_machine_are_allowed() {
+        for host in [
+            "",
+            "localhost",
+            "localhost:8300",
+            "LOCALHOST",
+            "localhost.",
+            "127.0.0.1",
+            "127.0.0.1:8300",
+            "127.1.2.3",
+            "[::1]:8300",
+            "[::1]",
+            "::1",
+            "[::ffff:127.0.0.1]:8300",
+            "10.0.0.5",
+            "192.168.1.20:8300",
+            "172.16.3.4",
+            "0.0.0.0:8300",
+            "[::]:8300",
+            "[fd00::1]:8300",
+            "oapd.local",
+            "oapd.local:8300",
+            "box.internal:80",
+            "app.localhost",
+        ] {
+            assert!(host_allowed(host, &[]), "{host} should be allowed");
+        }
+    }
+
+    #[test]
+    fn foreign_and_malformed_hosts_are_refused() {
+        for host in [
+            "evil.example",
+            "evil.example:8300",
+            "8.8.8.8",
+            "[2001:db8::1]:8300",
+            "169.254.169.254",
+            "local",
+            ".local",
+            "localhost.evil.example",
+            "127.0.0.1.nip.io",
+            "localhost:port",
+            "localhost:8300:1",
+            "[::1",
+            "[::1]x",
+            "evil.example/x",
+            "user@localhost",
+            "oapd",
+        ] {
+            assert!(!host_allowed(host, &[]), "{host} should be refused");
+        }
+    }
+
+    #[test]
+    fn the_machine_hostname_is_allowed() {
+        let Some(own) = machine_hostname() else {
+            eprintln!("skipped: this machine has no hostname");
+            return;
+        };
+        assert!(host_allowed(own, &[]));
+        assert!(host_allowed(&format!("{}:8300", own.to_uppercase()), &[]));
+    }
+
+    #[test]
+    fn operator_names_are_allowed_with_any_port() {
+        let extra = vec!["Pi.Example.org".to_owned(), "[2001:db8::1]".to_owned()];
+        assert!(host_allowed("pi.example.org", &extra));
+        assert!(host_allowed("PI.example.org:8300", &extra));
+        assert!(host_allowed("[2001:db8::1]:8300", &extra));
+        assert!(!host_allowed("evil.pi.example.org", &extra));
+        assert!(!host_allowed("pi.example.org.evil", &extra));
+    }
+
+    #[test]
+    fn origins_must_be_listed_or_the_requests_own() {
+        let none: Vec<String> = Vec::new();
+        assert!(!origin_allowed(
+            "http://evil.example",
+            Some("localhost:8300"),
+            &none
+        ));
+        assert!(!origin_allowed("null", Some("localhost:8300"), &none));
+        assert!(origin_allowed(
+            "http://localhost:8300",
+            Some("localhost:8300"),
+            &none
+        ));
+        assert!(origin_allowed(
+            "http://LOCALHOST:8300",
+            Some("localhost:8300"),
+            &none
+        ));
+        assert!(origin_allowed(
+            "http://localhost",
+            Some("localhost:80"),
+            &none
+        ));
+        assert!(!origin_allowed(
+            "https://localhost:8300",
+            Some("localhost:8300"),
+            &none
+        ));
+        assert!(!origin_allowed(
+            "http://localhost:8301",
+            Some("localhost:8300"),
+            &none
+        ));
+        assert!(!origin_allowed("http://localhost:8300", None, &none));
+        let listed = vec!["https://app.example".to_owned()];
+        assert!(origin_allowed("https://app.example", Some("x"), &listed));
+        assert!(!origin_allowed(
+            "https://app.example.evil",
+            Some("x"),
+            &listed
+        ));
+        assert!(origin_allowed(
+            "http://evil.example",
+            None,
+            &["*".to_owned()]
+        ));
+    }
+
+    fn inbound<'a>(headers: &'a HeaderMap, uri: &'a Uri, local: &str) -> Inbound<'a> {
+        Inbound {
+            version: Version::HTTP_11,
+            uri,
+            headers,
+            local: Some(local.parse().unwrap()),
+        }
+    }
+
+    #[test]
+    fn the_host_rule_applies_to_loopback_listeners_only() {
+        let mut headers = HeaderMap::new();
+        headers.insert(HOST, HeaderValue::from_static("evil.example"));
+        let uri: Uri = "/health".parse().unwrap();
+        let refused = check(inbound(&headers, &uri, "127.0.0.1:8300"), &[], &[]);
+        assert_eq!(refused, Err(Refusal::Host("evil.example".into())));
+        let mapped = check(inbound(&headers, &uri, "[::ffff:127.0.0.1]:8300"), &[], &[]);
+        assert!(mapped.is_err());
+        assert_eq!(
+            check(inbound(&headers, &uri, "[::1]:8300"), &[], &[]),
+            refused
+        );
+        assert_eq!(
+            check(inbound(&headers, &uri, "192.168.1.5:8300"), &[], &[]),
+            Ok(())
+        );
+        let allowed = ["evil.example".to_owned()];
+        assert_eq!(
+            check(inbound(&headers, &uri, "127.0.0.1:8300"), &allowed, &[]),
+            Ok(())
+        );
+    }
+
+    #[test]
+    fn absolute_targets_missing_and_repeated_hosts() {
+        let mut headers = HeaderMap::new();
+        headers.insert(HOST, HeaderValue::from_static("localhost"));
+        let absolute: Uri = "http://evil.example/health".parse().unwrap();
+        assert!(matches!(
+            check(inbound(&headers, &absolute, "127.0.0.1:1"), &[], &[]),
+            Err(Refusal::Host(_))
+        ));
+        let uri: Uri = "/health".parse().unwrap();
+        let empty = HeaderMap::new();
+        assert_eq!(
+            check(inbound(&empty, &uri, "127.0.0.1:1"), &[], &[]),
+            Err(Refusal::MissingHost)
+        );
+        let old = Inbound {
+            version: Version::HTTP_10,
+            ..inbound(&empty, &uri, "127.0.0.1:1")
+        };
+        assert_eq!(check(old, &[], &[]), Ok(()));
+        headers.append(HOST, HeaderValue::from_static("localhost"));
+        assert_eq!(
+            check(inbound(&headers, &uri, "127.0.0.1:1"), &[], &[]),
+            Err(Refusal::ManyHosts)
+        );
+    }
+
+    #[test]
+    fn a_foreign_origin_is_refused_on_every_listener() {
+        let mut headers = HeaderMap::new();
+        headers.insert(HOST, HeaderValue::from_static("localhost:8300"));
+        headers.insert(ORIGIN, HeaderValue::from_static("http://evil.example"));
+        let uri: Uri = "/api/chat".parse().unwrap();
+        for local in ["127.0.0.1:8300", "192.168.1.5:8300"] {
+            assert_eq!(
+                check(inbound(&headers, &uri, local), &[], &[]),
+                Err(Refusal::Origin("http://evil.example".into()))
+            );
+        }
+        headers.insert(ORIGIN, HeaderValue::from_static("http://localhost:8300"));
+        assert_eq!(
+            check(inbound(&headers, &uri, "127.0.0.1:8300"), &[], &[]),
+            Ok(())
+        );
+    }
+
+    #[test]
+    fn allowed_host_entries_are_host_names() {
+        for good in [
+            "pi.example.org",
+            "oapd",
+            "my_box.lan",
+            "10.0.0.5",
+            "::1",
+            "[fd00::1]",
+        ] {
+            assert_eq!(check_host_name(good), Ok(()), "{good}");
+        }
+        for bad in [
+            "",
+            "http://pi.example.org",
+            "pi.example.org:8300",
+            "*.example.org",
+            "pi..example",
+            "-pi.example",
+            "pi.example.org/",
+            "pi example",
+        ] {
+            assert!(check_host_name(bad).is_err(), "{bad}");
+        }
+    }
+}
