@@ -282,7 +282,9 @@ pub fn lint(paths: &[impl AsRef<Path>], out: &mut impl std::io::Write) -> std::i
     let mut any_error = false;
     for path in paths {
         let path = path.as_ref();
-        let shown = path.display().to_string();
+        // One line per finding even for a file name with a line break or an
+        // escape sequence in it.
+        let shown = crate::logging::Escaped(path.display()).to_string();
         let report = match std::fs::read(path) {
             Ok(bytes) => match oap_manifest::parse(&bytes) {
                 Ok(parsed) => parsed.warnings,
