@@ -9,6 +9,7 @@ pub mod chat;
 pub mod config;
 pub mod crawl;
 pub mod experience;
+pub mod files;
 pub mod exposure;
 pub mod forcing;
 pub mod http;

@@ -576,6 +576,66 @@ fn bad_manifests_in_a_directory_are_skipped_without_forging_logs_or_showing_pass
 }
 
 #[test]
+fn a_fifo_as_config_file_is_refused_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("config.yaml");
+    let made = std::process::Command::new("mkfifo").arg(&fifo).status();
+    assert!(made.unwrap().success());
+    for spelling in ["--config", "OAPD_CONFIG"] {
+        let mut command = support::oapd();
+        if spelling == "--config" {
+            command.arg("--config").arg(&fifo);
+        } else {
+            command.env("OAPD_CONFIG", &fifo);
+        }
+        let output = output_within(command.arg("config"), "`oapd config`");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(!output.status.success(), "{spelling}");
+        assert!(
+            stderr.contains(&format!(
+                "{}: the config file is a FIFO (named pipe), not a regular file",
+                fifo.display()
+            )),
+            "{spelling}: {stderr}"
+        );
+    }
+
+    // The same for a manifest given to lint.
+    let output = output_within(
+        support::oapd().args(["manifest", "lint"]).arg(&fifo),
+        "`oapd manifest lint`",
+    );
+    assert!(!output.status.success());
+    assert_eq!(
+        String::from_utf8_lossy(&output.stdout),
+        format!(
+            "{}: error: cannot read: it is a FIFO (named pipe), not a regular file\n",
+            fifo.display()
+        )
+    );
+}
+
+/// Runs `command` to completion, failing (and killing it) if it takes more
+/// than 20 s: what it runs must not block.
+fn output_within(command: &mut std::process::Command, what: &str) -> std::process::Output {
+    let mut child = command
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while child.try_wait().unwrap().is_none() {
+        if Instant::now() > deadline {
+            child.kill().unwrap();
+            let _ = child.wait();
+            panic!("{what} blocked");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.wait_with_output().unwrap()
+}
+
+#[test]
 fn discover_on_the_command_line() {
     let dir = tempfile::tempdir().unwrap();
     let output = support::oapd()
