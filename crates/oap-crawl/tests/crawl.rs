@@ -278,7 +278,7 @@ async fn ssrf_refuses_internal_answers_without_connecting() {
         let result = f.state(domain).last_result.unwrap();
         assert!(
             result.contains("refused to connect")
-                && result.contains("internet manifest may not reach"),
+                && result.contains("which an internet manifest may not reach"),
             "{domain}: {result}"
         );
     }
