@@ -254,7 +254,10 @@ fn http_invoke_url_must_be_absolute_http() {
         ("https:example.com", "must start with http:// or https://"),
         ("https://", "got \"https://\""),
         ("https://exa mple.com/", "contains whitespace"),
-        ("http://example.com/\n", "contains a control character (\\n) at byte 19"),
+        (
+            "http://example.com/\n",
+            "contains a control character (\\n) at byte 19",
+        ),
         ("grep", "relative URL"),
     ];
     for (url, needle) in cases {

@@ -253,14 +253,10 @@ pub fn seeds(config: &Config) -> anyhow::Result<Vec<String>> {
                 "crawler.seeds_file {} is {size} bytes; the limit is {MAX_SEEDS_FILE_BYTES}",
                 path.display(),
             ),
-            Err(err) => anyhow::bail!(
-                "crawler.seeds_file: cannot read {}: {err}",
-                path.display()
-            ),
+            Err(err) => anyhow::bail!("crawler.seeds_file: cannot read {}: {err}", path.display()),
         };
-        let text = String::from_utf8(bytes).with_context(|| {
-            format!("crawler.seeds_file {} is not UTF-8", path.display())
-        })?;
+        let text = String::from_utf8(bytes)
+            .with_context(|| format!("crawler.seeds_file {} is not UTF-8", path.display()))?;
         for line in text.lines() {
             let line = line.split('#').next().unwrap_or("").trim();
             if !line.is_empty() {

@@ -119,11 +119,17 @@ mod tests {
         let made = std::process::Command::new("mkfifo").arg(&fifo).status();
         assert!(made.unwrap().success());
         let err = read_regular(&fifo, 1024).unwrap_err();
-        assert_eq!(err.to_string(), "it is a FIFO (named pipe), not a regular file");
+        assert_eq!(
+            err.to_string(),
+            "it is a FIFO (named pipe), not a regular file"
+        );
         let err = read_regular(dir.path(), 1024).unwrap_err();
         assert_eq!(err.to_string(), "it is a directory, not a regular file");
         let err = read_regular(Path::new("/dev/zero"), 1024).unwrap_err();
-        assert_eq!(err.to_string(), "it is a character device, not a regular file");
+        assert_eq!(
+            err.to_string(),
+            "it is a character device, not a regular file"
+        );
         let socket = dir.path().join("sock");
         let _listener = std::os::unix::net::UnixListener::bind(&socket).unwrap();
         let err = read_regular(&socket, 1024).unwrap_err();

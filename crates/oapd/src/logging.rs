@@ -275,7 +275,8 @@ mod tests {
     }
     impl std::error::Error for Remote {}
 
-    const FORGED: &str = "x\r\n2026-01-01T00:00:00.000000Z  INFO oapd: forged\u{1b}[31m red\u{85}\u{2028}";
+    const FORGED: &str =
+        "x\r\n2026-01-01T00:00:00.000000Z  INFO oapd: forged\u{1b}[31m red\u{85}\u{2028}";
 
     /// Every way a call site records an outside string, in an event and in a span.
     fn log_everything(ansi: bool) -> String {
@@ -304,8 +305,12 @@ mod tests {
         let out = log_everything(false);
         assert!(out.ends_with('\n'), "{out:?}");
         assert_eq!(out.matches('\n').count(), 1, "{out:?}");
-        assert!(!out.contains(['\r', '\u{1b}', '\u{85}', '\u{2028}']), "{out:?}");
-        let escaped = r"x\r\n2026-01-01T00:00:00.000000Z  INFO oapd: forged\u{1b}[31m red\u{85}\u{2028}";
+        assert!(
+            !out.contains(['\r', '\u{1b}', '\u{85}', '\u{2028}']),
+            "{out:?}"
+        );
+        let escaped =
+            r"x\r\n2026-01-01T00:00:00.000000Z  INFO oapd: forged\u{1b}[31m red\u{85}\u{2028}";
         for expected in [
             format!("manifest {escaped} skipped"),
             format!("location={escaped}"),

@@ -449,7 +449,11 @@ fn manifest_lint_refuses_control_characters_and_passwords_in_urls() {
     // The file name is printed too: it cannot break the one-line format either.
     let control = dir.path().join("control\r\nforged\u{1b}[31m.json");
     let name = format!("evil\u{1b}[31m\r\n{FORGED_RECORD}");
-    std::fs::write(&control, manifest_json(&name, "https://api.example.com/w", &[])).unwrap();
+    std::fs::write(
+        &control,
+        manifest_json(&name, "https://api.example.com/w", &[]),
+    )
+    .unwrap();
     let userinfo = dir.path().join("userinfo.json");
     std::fs::write(
         &userinfo,
@@ -491,7 +495,8 @@ fn manifest_lint_refuses_control_characters_and_passwords_in_urls() {
 #[test]
 fn bad_manifests_in_a_directory_are_skipped_without_forging_logs_or_showing_passwords() {
     let manifests = tempfile::tempdir().unwrap();
-    let write = |file: &str, json: String| std::fs::write(manifests.path().join(file), json).unwrap();
+    let write =
+        |file: &str, json: String| std::fs::write(manifests.path().join(file), json).unwrap();
     write(
         "good.json",
         manifest_json("weather-here", "https://api.example.com/weather", &[]),
@@ -530,7 +535,9 @@ fn bad_manifests_in_a_directory_are_skipped_without_forging_logs_or_showing_pass
         .collect();
     assert_eq!(ids.len(), 14, "{ids:?}");
     assert!(ids.contains(&"local/weather-here".to_string()), "{ids:?}");
-    assert!(!ids.iter().any(|id| id.contains("leaky") || id.contains("evil")));
+    assert!(!ids
+        .iter()
+        .any(|id| id.contains("leaky") || id.contains("evil")));
     assert_eq!(daemon.get("/v1/manifests/local/leaky").status, 404);
     let tools = daemon.post_json(
         "/v1/tools",
