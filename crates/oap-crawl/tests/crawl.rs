@@ -197,6 +197,14 @@ async fn hostile_documents_are_refused_and_the_index_is_untouched() {
         ("loop.test", "too many redirects (the limit is 3)"),
         ("stdio.test", "may never run a local command"),
         ("deep.test", "not a valid manifest"),
+        (
+            "userinfo.test",
+            "invoke.url: must not contain a user name or password",
+        ),
+        (
+            "control.test",
+            "name: contains a control character (\\u001b) at byte 3",
+        ),
         ("badutf8.test", "not valid UTF-8 (byte 40)"),
         ("notfound.test", "HTTP 404"),
     ];
@@ -212,6 +220,7 @@ async fn hostile_documents_are_refused_and_the_index_is_untouched() {
             result.starts_with("error: ") && result.contains(expected),
             "{host}: expected {expected:?} in {result:?}"
         );
+        assert!(!result.contains("s3cr3tpw"), "{host}: {result}");
         assert_eq!(state.consecutive_failures, 1, "{host}");
         assert!(state.manifest_id.is_none(), "{host}");
     }
@@ -278,7 +287,7 @@ async fn ssrf_refuses_internal_answers_without_connecting() {
         let result = f.state(domain).last_result.unwrap();
         assert!(
             result.contains("refused to connect")
-                && result.contains("internet manifest may not reach"),
+                && result.contains("which an internet manifest may not reach"),
             "{domain}: {result}"
         );
     }

@@ -17,9 +17,9 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
-use std::fs::File;
+use std::fs::{FileType, OpenOptions};
 use std::io::Read;
-use std::os::unix::fs::MetadataExt;
+use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
 use serde_json::Value;
@@ -57,11 +57,14 @@ pub enum CredentialError {
         /// The OS error.
         source: std::io::Error,
     },
-    /// Not a regular file (a directory, device, FIFO, ...).
-    #[error("credentials file {path} is not a regular file")]
+    /// Not a regular file (a directory, device, FIFO, ...); refused before
+    /// it is opened for reading, so a FIFO cannot block the daemon.
+    #[error("credentials file {path} is {kind}, not a regular file")]
     NotRegularFile {
         /// The file.
         path: PathBuf,
+        /// What it is instead ("a FIFO (named pipe)", "a directory", ...).
+        kind: &'static str,
     },
     /// Larger than [`MAX_CREDENTIALS_FILE_BYTES`].
     #[error("credentials file {path} is {size} bytes; the limit is {MAX_CREDENTIALS_FILE_BYTES}")]
@@ -105,6 +108,23 @@ pub enum CredentialError {
     },
 }
 
+/// What kind of file `ft` is, with its article, for messages.
+fn file_kind(ft: FileType) -> &'static str {
+    if ft.is_dir() {
+        "a directory"
+    } else if ft.is_fifo() {
+        "a FIFO (named pipe)"
+    } else if ft.is_socket() {
+        "a socket"
+    } else if ft.is_char_device() {
+        "a character device"
+    } else if ft.is_block_device() {
+        "a block device"
+    } else {
+        "an unknown kind of file"
+    }
+}
+
 /// Secrets keyed by exact host name. Load with [`CredentialStore::load`].
 #[derive(Clone)]
 pub struct CredentialStore {
@@ -137,12 +157,24 @@ impl CredentialStore {
             path: path.clone(),
             source,
         };
-        // Check the metadata of the opened file, not of the path, so the file
-        // checked is the file read.
-        let file = File::open(&path).map_err(io)?;
+        // `open` blocks on a FIFO until a writer comes: refuse anything
+        // that is not a regular file from its stat, then open without
+        // blocking and check the metadata of the opened file, not of the
+        // path, so the file checked is the file read.
+        let meta = std::fs::metadata(&path).map_err(io)?;
+        if !meta.file_type().is_file() {
+            let kind = file_kind(meta.file_type());
+            return Err(CredentialError::NotRegularFile { path, kind });
+        }
+        let file = OpenOptions::new()
+            .read(true)
+            .custom_flags(nix::libc::O_NONBLOCK | nix::libc::O_NOCTTY)
+            .open(&path)
+            .map_err(io)?;
         let meta = file.metadata().map_err(io)?;
         if !meta.file_type().is_file() {
-            return Err(CredentialError::NotRegularFile { path });
+            let kind = file_kind(meta.file_type());
+            return Err(CredentialError::NotRegularFile { path, kind });
         }
         if meta.len() > MAX_CREDENTIALS_FILE_BYTES {
             return Err(CredentialError::TooLarge {

@@ -47,7 +47,10 @@ pub(crate) enum ToolError {
     Arguments(String),
     #[error("could not resolve {host}: {error}")]
     Resolve { host: String, error: String },
-    #[error("refused to connect to {host} ({ip}): it is {class}, which a {trust} manifest may not reach")]
+    #[error(
+        "refused to connect to {host} ({ip}): it is {class}, which {} manifest may not reach",
+        .trust.with_article()
+    )]
     AddressRefused {
         host: String,
         ip: IpAddr,
@@ -102,5 +105,31 @@ pub(crate) fn secs(d: Duration) -> String {
         format!("{}s", d.as_secs())
     } else {
         format!("{s:.1}s")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::policy::AddressClass;
+
+    #[test]
+    fn a_refused_address_names_the_trust_with_the_right_article() {
+        let refused = |trust| {
+            ToolError::AddressRefused {
+                host: "h.example".into(),
+                ip: IpAddr::from([10, 0, 0, 1]),
+                class: AddressClass::Private.describe(),
+                trust,
+            }
+            .to_string()
+        };
+        assert_eq!(
+            refused(Trust::Internet),
+            "refused to connect to h.example (10.0.0.1): it is a private-network address, \
+             which an internet manifest may not reach"
+        );
+        assert!(refused(Trust::Lan).ends_with("which a lan manifest may not reach"));
+        assert!(refused(Trust::Local).ends_with("which a local manifest may not reach"));
     }
 }

@@ -29,6 +29,16 @@ impl Trust {
             Trust::Internet => "internet",
         }
     }
+
+    /// The name with its indefinite article, for messages: `a local`,
+    /// `a lan`, `an internet`.
+    pub fn with_article(self) -> &'static str {
+        match self {
+            Trust::Local => "a local",
+            Trust::Lan => "a lan",
+            Trust::Internet => "an internet",
+        }
+    }
 }
 
 impl fmt::Display for Trust {

@@ -103,10 +103,58 @@ fn missing_directory_and_oversized_files_are_refused() {
         CredentialError::NotRegularFile { .. }
     ));
 
+    let err = CredentialStore::load(&sub).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        format!(
+            "credentials file {} is a directory, not a regular file",
+            sub.display()
+        )
+    );
+
     let big = dir.path().join("big.yaml");
     write(&big, &format!("# {}\n", "x".repeat(1 << 20)), 0o600);
     assert!(matches!(
         CredentialStore::load(&big).unwrap_err(),
         CredentialError::TooLarge { .. }
     ));
+}
+
+#[test]
+fn a_fifo_is_refused_without_blocking() {
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("credentials.yaml");
+    let made = std::process::Command::new("mkfifo")
+        .args(["-m", "600"])
+        .arg(&fifo)
+        .status();
+    assert!(made.unwrap().success());
+    // On another thread, so a load that blocks fails the test instead of
+    // hanging it.
+    let (tx, rx) = std::sync::mpsc::channel();
+    let path = fifo.clone();
+    std::thread::spawn(move || {
+        let _ = tx.send(CredentialStore::load(&path).map(|_| ()));
+    });
+    let err = rx
+        .recv_timeout(std::time::Duration::from_secs(10))
+        .expect("CredentialStore::load blocked on a FIFO")
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            CredentialError::NotRegularFile {
+                kind: "a FIFO (named pipe)",
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    assert_eq!(
+        err.to_string(),
+        format!(
+            "credentials file {} is a FIFO (named pipe), not a regular file",
+            fifo.display()
+        )
+    );
 }

@@ -77,6 +77,51 @@ const SECRET_HEADERS: &[&str] = &[
     "x-auth-token",
 ];
 
+/// What a string field holds, which decides the control characters it may
+/// contain. No field may hold ESC, NUL, DEL or any other C0/C1 control: they
+/// are never meaningful in a manifest, and printed raw (a log line, `oapd
+/// discover` on a terminal) they rewrite what the reader sees.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Text {
+    /// Identifiers and one-line values shown or logged as one token: `name`,
+    /// `version`, `updated`, tags, parameter names, `publisher.*`, MIME
+    /// types, URLs, commands. A line break there would let the value pass
+    /// for a new log record or a new line of output, so none is allowed
+    /// (tab neither: it is a control character and never part of a name).
+    Line,
+    /// Prose the model reads (`description`, `usage`, parameter and example
+    /// descriptions): paragraphs and lists are legitimate, so tab, LF and CR
+    /// (CRLF files) stay allowed; every other control character is refused.
+    Prose,
+}
+
+/// The first character `kind` does not allow, as the message naming it:
+/// `contains a control character (\u001b) at byte 3`. The escape is the
+/// JSON spelling a publisher would find in the file; the position is the
+/// 0-based byte offset in the decoded string.
+fn control_problem(s: &str, kind: Text) -> Option<String> {
+    let (at, c) = s.char_indices().find(|&(_, c)| match kind {
+        Text::Line => c.is_control() || c == '\u{2028}' || c == '\u{2029}',
+        Text::Prose => c.is_control() && !matches!(c, '\t' | '\n' | '\r'),
+    })?;
+    let what = if c.is_control() {
+        "a control character"
+    } else {
+        "a line separator"
+    };
+    Some(format!("contains {what} ({}) at byte {at}", json_escape(c)))
+}
+
+/// `c` as JSON writes it inside a string: `\n`, `\r`, `\t`, else `\u00XX`.
+fn json_escape(c: char) -> String {
+    match c {
+        '\n' => "\\n".into(),
+        '\r' => "\\r".into(),
+        '\t' => "\\t".into(),
+        c => format!("\\u{:04x}", u32::from(c)),
+    }
+}
+
 /// Check a parsed JSON document and return every finding.
 ///
 /// Never fails: a non-object document yields a single error at path "".
@@ -161,6 +206,26 @@ impl Validator {
 
     fn warn(&mut self, path: impl Into<String>, message: impl Into<String>) {
         self.report.push(Diagnostic::warning(path, message));
+    }
+
+    /// Refuses the control characters `kind` does not allow in `s`.
+    fn text(&mut self, path: &str, s: &str, kind: Text) {
+        if let Some(problem) = control_problem(s, kind) {
+            self.error(path, problem);
+        }
+    }
+
+    /// [`Validator::opt_string`] plus the [`Text`] check.
+    fn opt_text<'a>(
+        &mut self,
+        obj: &'a Map<String, Value>,
+        key: &str,
+        parent: &str,
+        kind: Text,
+    ) -> Option<&'a str> {
+        let s = self.opt_string(obj, key, parent)?;
+        self.text(&child(parent, key), s, kind);
+        Some(s)
     }
 
     fn wrong_type(&mut self, path: &str, expected: &str, got: &Value) {
@@ -253,6 +318,7 @@ impl Validator {
         self.oap(obj);
 
         if let Some(name) = self.req_string(obj, "name", "") {
+            self.text("name", name, Text::Line);
             let n = name.chars().count();
             if n > MAX_NAME_CHARS {
                 self.error(
@@ -263,6 +329,7 @@ impl Validator {
         }
 
         if let Some(desc) = self.req_string(obj, "description", "") {
+            self.text("description", desc, Text::Prose);
             let n = desc.chars().count();
             if n > MAX_DESCRIPTION_CHARS {
                 self.error(
@@ -291,8 +358,8 @@ impl Validator {
         }
 
         if let Some(publisher) = self.opt_object(obj, "publisher", "") {
-            self.opt_string(publisher, "name", "publisher");
-            self.opt_string(publisher, "contact", "publisher");
+            self.opt_text(publisher, "name", "publisher", Text::Line);
+            self.opt_text(publisher, "contact", "publisher", Text::Line);
             self.opt_url(publisher, "url", "publisher");
         }
 
@@ -301,8 +368,8 @@ impl Validator {
 
         self.opt_url(obj, "health", "");
         self.opt_url(obj, "docs", "");
-        self.opt_string(obj, "version", "");
-        if let Some(updated) = self.opt_string(obj, "updated", "") {
+        self.opt_text(obj, "version", "", Text::Line);
+        if let Some(updated) = self.opt_text(obj, "updated", "", Text::Line) {
             if !is_iso8601(updated) {
                 self.warn(
                     "updated",
@@ -314,7 +381,9 @@ impl Validator {
                 );
             }
         }
-        if let Some(usage) = self.opt_string(obj, "usage", "") {
+        // A "one-line synopsis", but text for the model like the description:
+        // a wrapped line is untidy, not dangerous.
+        if let Some(usage) = self.opt_text(obj, "usage", "", Text::Prose) {
             let n = usage.chars().count();
             if n > SPEC_USAGE_CHARS {
                 self.warn(
@@ -366,9 +435,9 @@ impl Validator {
             }
             return;
         };
-        self.opt_string(io, "format", key);
+        self.opt_text(io, "format", key, Text::Line);
         let desc_path = child(key, "description");
-        match self.opt_string(io, "description", key) {
+        match self.opt_text(io, "description", key, Text::Prose) {
             Some(d) if d.trim().is_empty() => {
                 self.warn(
                     desc_path,
@@ -398,6 +467,8 @@ impl Validator {
             let ppath = child(path, name);
             if name.trim().is_empty() {
                 self.error(&ppath, "parameter name must not be empty");
+            } else if let Some(problem) = control_problem(name, Text::Line) {
+                self.error(&ppath, format!("parameter name {problem}"));
             }
             let Value::Object(p) = p else {
                 self.wrong_type(&ppath, "object", p);
@@ -414,7 +485,7 @@ impl Validator {
                     );
                 }
             }
-            self.opt_string(p, "description", &ppath);
+            self.opt_text(p, "description", &ppath, Text::Prose);
             self.opt_bool(p, "required", &ppath);
             if let Some(e) = present(p, "enum") {
                 if !e.is_array() {
@@ -487,6 +558,8 @@ impl Validator {
         if let Some(name) = self.opt_string(inv, "auth_name", P) {
             if name.trim().is_empty() {
                 self.error("invoke.auth_name", "must not be empty");
+            } else if let Some(problem) = control_problem(name, Text::Line) {
+                self.error("invoke.auth_name", problem);
             } else if in_header && !is_header_name(name) {
                 self.error(
                     "invoke.auth_name",
@@ -580,7 +653,7 @@ impl Validator {
                     }
                 }
             }
-            self.opt_string(ex, "description", &path);
+            self.opt_text(ex, "description", &path, Text::Prose);
         }
     }
 
@@ -593,14 +666,27 @@ impl Validator {
             return;
         };
         for (i, t) in items.iter().enumerate() {
-            if !t.is_string() {
-                self.wrong_type(&index("tags", i), "string", t);
+            match t {
+                Value::String(s) => self.text(&index("tags", i), s, Text::Line),
+                other => self.wrong_type(&index("tags", i), "string", other),
             }
         }
     }
 
-    /// GET/POST endpoints and every URL-valued field: absolute http(s) with a host.
+    /// GET/POST endpoints and every URL-valued field: absolute http(s) with a
+    /// host and no user name or password.
     fn check_http_url(&mut self, path: &str, s: &str) {
+        if has_userinfo(s) {
+            // Not quoted: the value holds a credential, and this message ends
+            // up in logs, lint output and the crawl status.
+            self.error(
+                path,
+                "must not contain a user name or password (\"user:password@\" before the \
+                 host; the URL is not repeated because it holds a credential); declare \
+                 invoke.auth and let the operator's credentials file supply the secret",
+            );
+            return;
+        }
         if let Some(reason) = http_url_problem(s) {
             self.error(
                 path,
@@ -627,16 +713,44 @@ impl Validator {
     }
 }
 
+/// Whether `s` carries userinfo (`user@` or `user:password@`) before its
+/// host. Read from the raw text first, as a browser would split it (the
+/// authority runs to the first `/`, `?`, `#` or `\\`; slashes right after the
+/// scheme are skipped), so a URL refused for another reason (a wrong scheme,
+/// a control character) is still never echoed; then from the parsed URL,
+/// which catches spellings the scan misses.
+fn has_userinfo(s: &str) -> bool {
+    let Some((scheme, after)) = s.split_once(':') else {
+        return false;
+    };
+    let is_scheme = !scheme.is_empty()
+        && scheme
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'));
+    let special = scheme.eq_ignore_ascii_case("http") || scheme.eq_ignore_ascii_case("https");
+    // `mailto:someone@example.com` has no authority; only `scheme://` (or
+    // http(s) with any number of slashes, as browsers read it) does.
+    if !is_scheme || !(special || after.starts_with("//")) {
+        return false;
+    }
+    let rest = after.trim_start_matches(['/', '\\']);
+    let authority_end = rest.find(['/', '?', '#', '\\']).unwrap_or(rest.len());
+    if rest[..authority_end].contains('@') {
+        return true;
+    }
+    url::Url::parse(s).is_ok_and(|u| !u.username().is_empty() || u.password().is_some())
+}
+
 /// Why `s` is not an acceptable http(s) URL, or `None` if it is.
 fn http_url_problem(s: &str) -> Option<String> {
     if s.is_empty() {
         return Some("empty".into());
     }
+    if let Some(problem) = control_problem(s, Text::Line) {
+        return Some(problem);
+    }
     if s.chars().any(char::is_whitespace) {
         return Some("contains whitespace".into());
-    }
-    if s.chars().any(char::is_control) {
-        return Some("contains a control character".into());
     }
     let lower = s.get(..8).unwrap_or(s).to_ascii_lowercase();
     if !(lower.starts_with("http://") || lower.starts_with("https://")) {
@@ -666,11 +780,11 @@ fn command_problem(s: &str) -> Option<String> {
     if s.is_empty() {
         return Some("empty".into());
     }
+    if let Some(problem) = control_problem(s, Text::Line) {
+        return Some(problem);
+    }
     if s.chars().any(char::is_whitespace) {
         return Some("contains whitespace; arguments do not belong in invoke.url".into());
-    }
-    if s.chars().any(char::is_control) {
-        return Some("contains a control character".into());
     }
     if let Some(c) = s.chars().find(|c| SHELL_METACHARACTERS.contains(c)) {
         return Some(format!("contains shell metacharacter '{c}'"));

@@ -87,6 +87,21 @@ fn clean(doc: &Value) {
     assert!(r.is_empty(), "expected no diagnostics, got:\n{r}");
 }
 
+/// Every control character: C0, DEL and C1.
+fn control_characters() -> impl Iterator<Item = char> {
+    (0u32..0x20).chain(0x7f..0xa0).filter_map(char::from_u32)
+}
+
+/// The escape a lint message shows for `c` (its JSON spelling).
+fn escape(c: char) -> String {
+    match c {
+        '\n' => "\\n".into(),
+        '\r' => "\\r".into(),
+        '\t' => "\\t".into(),
+        c => format!("\\u{:04x}", u32::from(c)),
+    }
+}
+
 // ---------- baselines ----------
 
 #[test]
@@ -239,7 +254,10 @@ fn http_invoke_url_must_be_absolute_http() {
         ("https:example.com", "must start with http:// or https://"),
         ("https://", "got \"https://\""),
         ("https://exa mple.com/", "contains whitespace"),
-        ("http://example.com/\n", "contains whitespace"),
+        (
+            "http://example.com/\n",
+            "contains a control character (\\n) at byte 19",
+        ),
         ("grep", "relative URL"),
     ];
     for (url, needle) in cases {
@@ -263,8 +281,8 @@ fn http_invoke_url_must_be_absolute_http() {
 fn stdio_invoke_url_must_be_a_safe_command() {
     let cases = [
         ("grep -i", "contains whitespace"),
-        ("grep\tx", "contains whitespace"),
-        ("grep\n", "contains whitespace"),
+        ("grep\tx", "contains a control character (\\t) at byte 4"),
+        ("grep\n", "contains a control character (\\n) at byte 4"),
         ("ls;rm", "shell metacharacter ';'"),
         ("a|b", "shell metacharacter '|'"),
         ("a&b", "shell metacharacter '&'"),
@@ -780,4 +798,172 @@ fn diagnostic_display_and_report() {
         .to_string()
         .lines()
         .all(|l| l.starts_with("error: ") || l.starts_with("warning: ")));
+}
+
+// ---------- control characters and credentials ----------
+
+#[test]
+fn one_line_fields_refuse_every_control_character() {
+    type Base = fn() -> Value;
+    let url = "https://example.com/x";
+    let fields: &[(Base, &[&str], &str)] = &[
+        (http, &["name"], "abc"),
+        (http, &["version"], "abc"),
+        (http, &["updated"], "2026-03-13"),
+        (http, &["publisher", "name"], "abc"),
+        (http, &["publisher", "contact"], "abc"),
+        (http, &["input", "format"], "text/plain"),
+        (http, &["invoke", "url"], url),
+        (http, &["invoke", "auth_url"], url),
+        (http, &["url"], url),
+        (http, &["health"], url),
+        (http, &["docs"], url),
+        (http, &["publisher", "url"], url),
+        (http, &["output", "schema"], url),
+        (stdio, &["invoke", "url"], "grep"),
+    ];
+    for (base, field, ok) in fields {
+        let path = field.join(".");
+        clean(&set(base(), field, json!(ok)));
+        for c in control_characters() {
+            let value = format!("{}{c}[31m forged", &ok[..3]);
+            let doc = set(base(), field, json!(value));
+            error(
+                &doc,
+                &path,
+                &format!("contains a control character ({}) at byte 3", escape(c)),
+            );
+        }
+    }
+    for sep in ['\u{2028}', '\u{2029}'] {
+        error(
+            &set(http(), &["name"], json!(format!("ab{sep}c"))),
+            "name",
+            &format!("contains a line separator ({}) at byte 2", escape(sep)),
+        );
+    }
+}
+
+#[test]
+fn a_forged_log_line_in_a_name_is_refused_and_never_echoed_raw() {
+    let doc = set(
+        http(),
+        &["name"],
+        json!("abc\r\n2026-01-01T00:00:00Z  INFO oapd: forged\u{1b}[0m"),
+    );
+    let report = validate(&doc);
+    let d = report.find("name").expect("a name error");
+    assert!(d.is_error());
+    assert_eq!(d.message, "contains a control character (\\r) at byte 3");
+    assert!(!report.to_string().contains(['\r', '\n', '\u{1b}']));
+}
+
+#[test]
+fn tags_and_parameter_names_refuse_control_characters() {
+    error(
+        &set(http(), &["tags"], json!(["text", "ok\u{1b}[2J"])),
+        "tags[1]",
+        "contains a control character (\\u001b) at byte 2",
+    );
+    error(
+        &set(
+            http(),
+            &["input", "parameters"],
+            json!({"q\nx": {"type": "string"}}),
+        ),
+        "input.parameters[\"q\\nx\"]",
+        "parameter name contains a control character (\\n) at byte 1",
+    );
+    let doc = set(http(), &["invoke", "auth_in"], json!("query"));
+    error(
+        &set(doc, &["invoke", "auth_name"], json!("key\u{7f}")),
+        "invoke.auth_name",
+        "contains a control character (\\u007f) at byte 3",
+    );
+}
+
+#[test]
+fn prose_fields_keep_line_breaks_and_tabs_but_refuse_other_controls() {
+    let prose: &[&[&str]] = &[
+        &["description"],
+        &["usage"],
+        &["input", "description"],
+        &["output", "description"],
+    ];
+    for field in prose {
+        let path = field.join(".");
+        let doc = set(http(), field, json!("First line.\r\n\tSecond line.\n"));
+        assert!(!validate(&doc).has_errors(), "{path}: {}", validate(&doc));
+        for c in control_characters().filter(|c| !matches!(c, '\t' | '\n' | '\r')) {
+            let doc = set(http(), field, json!(format!("Line\n{c}[31m")));
+            error(
+                &doc,
+                &path,
+                &format!("contains a control character ({}) at byte 5", escape(c)),
+            );
+        }
+    }
+    error(
+        &set(
+            http(),
+            &["input", "parameters"],
+            json!({"q": {"type": "string", "description": "a\u{1b}b"}}),
+        ),
+        "input.parameters.q.description",
+        "contains a control character (\\u001b) at byte 1",
+    );
+    error(
+        &set(
+            http(),
+            &["examples"],
+            json!([{"input": "x", "description": "a\u{0}b"}]),
+        ),
+        "examples[0].description",
+        "contains a control character (\\u0000) at byte 1",
+    );
+}
+
+#[test]
+fn urls_with_a_user_name_or_password_are_refused_without_echoing_them() {
+    let fields: &[&[&str]] = &[
+        &["invoke", "url"],
+        &["invoke", "auth_url"],
+        &["url"],
+        &["health"],
+        &["docs"],
+        &["publisher", "url"],
+        &["input", "schema"],
+    ];
+    let urls = [
+        "http://user:s3cr3tpw@example.com/api",
+        "https://s3cr3tpw@example.com/",
+        "https://user:s3cr3tpw@example.com",
+        "HTTPS://user:s3cr3tpw@example.com:8443/x?y=1",
+        "http:///user:s3cr3tpw@example.com/",
+        "https://a:s3cr3tpw@b@example.com/",
+        "https://user:s3cr3tpw@example.com/\n",
+        "ftp://user:s3cr3tpw@example.com/",
+        "https://user:s3cr3tpw@exa mple.com/",
+    ];
+    for field in fields {
+        let path = field.join(".");
+        for url in urls {
+            let report = validate(&set(http(), field, json!(url)));
+            has(
+                &report,
+                Severity::Error,
+                &path,
+                "must not contain a user name or password",
+            );
+            assert!(!report.to_string().contains("s3cr3tpw"), "{report}");
+        }
+    }
+    // An '@' after the host is not userinfo.
+    for ok in [
+        "https://example.com/@someone",
+        "https://example.com/x?mail=a@b.example",
+        "https://example.com/#a@b",
+    ] {
+        clean(&set(http(), &["invoke", "url"], json!(ok)));
+    }
 }

@@ -282,12 +282,23 @@ pub fn lint(paths: &[impl AsRef<Path>], out: &mut impl std::io::Write) -> std::i
     let mut any_error = false;
     for path in paths {
         let path = path.as_ref();
-        let shown = path.display().to_string();
-        let report = match std::fs::read(path) {
+        // One line per finding even for a file name with a line break or an
+        // escape sequence in it.
+        let shown = crate::logging::Escaped(path.display()).to_string();
+        let max = oap_manifest::MAX_MANIFEST_BYTES;
+        // A FIFO or device named on the command line is refused, not waited on.
+        let report = match crate::files::read_regular(path, max as u64) {
             Ok(bytes) => match oap_manifest::parse(&bytes) {
                 Ok(parsed) => parsed.warnings,
                 Err(err) => err.report(),
             },
+            Err(crate::files::ReadError::TooLarge {
+                size: Some(size), ..
+            }) => oap_manifest::ManifestError::TooLarge {
+                size: usize::try_from(size).unwrap_or(usize::MAX),
+                max,
+            }
+            .report(),
             Err(err) => {
                 writeln!(out, "{shown}: error: cannot read: {err}")?;
                 any_error = true;

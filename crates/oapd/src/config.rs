@@ -18,7 +18,6 @@
 use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::fmt;
-use std::io::Read;
 use std::marker::PhantomData;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -1097,6 +1096,15 @@ pub enum ConfigError {
         /// The I/O error.
         source: std::io::Error,
     },
+    /// The config path is a FIFO, directory, socket or device: refused
+    /// before it is opened for reading, so it cannot block.
+    #[error("{}: the config file is {kind}, not a regular file", path.display())]
+    NotRegularFile {
+        /// The path given.
+        path: PathBuf,
+        /// What it is ("a FIFO (named pipe)", "a directory", ...).
+        kind: &'static str,
+    },
     /// The config file exceeds [`MAX_CONFIG_FILE_BYTES`].
     #[error(
         "{}: config file is too large ({}; the limit is {limit} bytes)",
@@ -1569,30 +1577,24 @@ pub fn process_env() -> Vec<(String, String)> {
 }
 
 fn read_config_file(path: &Path) -> Result<String, ConfigError> {
-    let read_err = |source| ConfigError::Read {
-        path: path.to_path_buf(),
-        source,
-    };
-    let too_large = |size| ConfigError::TooLarge {
-        path: path.to_path_buf(),
-        size,
-        limit: MAX_CONFIG_FILE_BYTES,
-    };
-    let file = std::fs::File::open(path).map_err(read_err)?;
-    if let Ok(meta) = file.metadata() {
-        if meta.is_file() && meta.len() > MAX_CONFIG_FILE_BYTES {
-            return Err(too_large(Some(meta.len())));
-        }
-    }
-    // Read at most limit + 1 bytes, so special files and files growing under us are
-    // still bounded.
-    let mut bytes = Vec::new();
-    file.take(MAX_CONFIG_FILE_BYTES + 1)
-        .read_to_end(&mut bytes)
-        .map_err(read_err)?;
-    if bytes.len() as u64 > MAX_CONFIG_FILE_BYTES {
-        return Err(too_large(None));
-    }
+    use crate::files::ReadError;
+    // Never blocks: a FIFO, device or directory is refused from its stat,
+    // and the read stops after the limit.
+    let bytes = crate::files::read_regular(path, MAX_CONFIG_FILE_BYTES).map_err(|e| match e {
+        ReadError::Io(source) => ConfigError::Read {
+            path: path.to_path_buf(),
+            source,
+        },
+        ReadError::NotRegular(kind) => ConfigError::NotRegularFile {
+            path: path.to_path_buf(),
+            kind,
+        },
+        ReadError::TooLarge { size, .. } => ConfigError::TooLarge {
+            path: path.to_path_buf(),
+            size,
+            limit: MAX_CONFIG_FILE_BYTES,
+        },
+    })?;
     let mut text = String::from_utf8(bytes).map_err(|e| ConfigError::NotUtf8 {
         path: path.to_path_buf(),
         offset: e.utf8_error().valid_up_to(),

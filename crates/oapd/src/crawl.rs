@@ -21,6 +21,10 @@ use crate::config::Config;
 /// Largest seeds file read.
 pub const MAX_SEEDS_FILE_BYTES: u64 = 1 << 20;
 
+/// Largest `crawler.ca_file` read (a PEM bundle of every public root is
+/// about 200 KiB).
+pub const MAX_CA_FILE_BYTES: u64 = 1 << 20;
+
 /// `crawler:` section.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -208,7 +212,7 @@ pub fn build_for(config: &Config, internet: bool) -> anyhow::Result<Crawler> {
         table: table.clone(),
     }));
     if let Some(ca_file) = &c.ca_file {
-        let pem = std::fs::read(ca_file)
+        let pem = crate::files::read_regular(ca_file, MAX_CA_FILE_BYTES)
             .with_context(|| format!("crawler.ca_file: cannot read {}", ca_file.display()))?;
         executor = executor
             .with_extra_roots_pem(&pem)
@@ -241,17 +245,18 @@ pub fn remote_dir(config: &Config) -> PathBuf {
 pub fn seeds(config: &Config) -> anyhow::Result<Vec<String>> {
     let mut seeds = config.crawler.seeds.clone();
     if let Some(path) = &config.crawler.seeds_file {
-        let meta = std::fs::metadata(path)
-            .with_context(|| format!("crawler.seeds_file: cannot read {}", path.display()))?;
-        if meta.len() > MAX_SEEDS_FILE_BYTES {
-            anyhow::bail!(
-                "crawler.seeds_file {} is {} bytes; the limit is {MAX_SEEDS_FILE_BYTES}",
+        let bytes = match crate::files::read_regular(path, MAX_SEEDS_FILE_BYTES) {
+            Ok(bytes) => bytes,
+            Err(crate::files::ReadError::TooLarge {
+                size: Some(size), ..
+            }) => anyhow::bail!(
+                "crawler.seeds_file {} is {size} bytes; the limit is {MAX_SEEDS_FILE_BYTES}",
                 path.display(),
-                meta.len()
-            );
-        }
-        let text = std::fs::read_to_string(path)
-            .with_context(|| format!("crawler.seeds_file: cannot read {}", path.display()))?;
+            ),
+            Err(err) => anyhow::bail!("crawler.seeds_file: cannot read {}: {err}", path.display()),
+        };
+        let text = String::from_utf8(bytes)
+            .with_context(|| format!("crawler.seeds_file {} is not UTF-8", path.display()))?;
         for line in text.lines() {
             let line = line.split('#').next().unwrap_or("").trim();
             if !line.is_empty() {

@@ -10,6 +10,7 @@ pub mod config;
 pub mod crawl;
 pub mod experience;
 pub mod exposure;
+pub mod files;
 pub mod forcing;
 pub mod guard;
 pub mod head;

@@ -924,7 +924,53 @@ fn missing_explicit_file_is_an_error() {
 fn a_directory_is_not_a_config_file() {
     let dir = tempfile::tempdir().expect("tempdir");
     let e = Config::load(Some(dir.path()), env(&[])).expect_err("directory");
-    assert!(matches!(e, ConfigError::Read { .. }), "{e:?}");
+    assert!(matches!(e, ConfigError::NotRegularFile { .. }), "{e:?}");
+    assert_eq!(
+        e.to_string(),
+        format!(
+            "{}: the config file is a directory, not a regular file",
+            dir.path().display()
+        )
+    );
+}
+
+/// Loads on another thread, so a load that blocks fails the test instead of
+/// hanging it.
+fn load_within_seconds(path: &Path) -> Result<Loaded, ConfigError> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let path = path.to_path_buf();
+    std::thread::spawn(move || {
+        let _ = tx.send(Config::load(Some(&path), env(&[])));
+    });
+    rx.recv_timeout(std::time::Duration::from_secs(10))
+        .expect("Config::load blocked on a special file")
+}
+
+#[test]
+fn a_fifo_or_device_is_refused_without_blocking() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let fifo = dir.path().join("config.yaml");
+    let made = std::process::Command::new("mkfifo").arg(&fifo).status();
+    assert!(made.expect("mkfifo").success());
+    let e = load_within_seconds(&fifo).expect_err("fifo");
+    assert_eq!(
+        e.to_string(),
+        format!(
+            "{}: the config file is a FIFO (named pipe), not a regular file",
+            fifo.display()
+        )
+    );
+    // A symbolic link is followed to what it names.
+    let link = dir.path().join("link.yaml");
+    std::os::unix::fs::symlink(&fifo, &link).expect("symlink");
+    let e = load_within_seconds(&link).expect_err("link to a fifo");
+    assert!(e.to_string().contains("is a FIFO (named pipe)"), "{e}");
+
+    let e = load_within_seconds(Path::new("/dev/zero")).expect_err("device");
+    assert_eq!(
+        e.to_string(),
+        "/dev/zero: the config file is a character device, not a regular file"
+    );
 }
 
 #[test]

@@ -425,6 +425,223 @@ fn manifest_lint_reports_located_errors_and_fails() {
     assert!(output.status.success());
 }
 
+/// A local manifest whose fields are `(key, JSON value)` over a clean base.
+fn manifest_json(name: &str, url: &str, extra: &[(&str, serde_json::Value)]) -> String {
+    let mut doc = serde_json::json!({
+        "oap": "1.0",
+        "name": name,
+        "description": "Fetches the weather forecast for a city.",
+        "input": {"format": "text/plain", "description": "A city name."},
+        "output": {"format": "application/json", "description": "The forecast."},
+        "invoke": {"method": "GET", "url": url}
+    });
+    for (key, value) in extra {
+        doc[*key] = value.clone();
+    }
+    doc.to_string()
+}
+
+const FORGED_RECORD: &str = "2026-01-01T00:00:00.000000Z  INFO oapd: forged";
+
+#[test]
+fn manifest_lint_refuses_control_characters_and_passwords_in_urls() {
+    let dir = tempfile::tempdir().unwrap();
+    // The file name is printed too: it cannot break the one-line format either.
+    let control = dir.path().join("control\r\nforged\u{1b}[31m.json");
+    let name = format!("evil\u{1b}[31m\r\n{FORGED_RECORD}");
+    std::fs::write(
+        &control,
+        manifest_json(&name, "https://api.example.com/w", &[]),
+    )
+    .unwrap();
+    let userinfo = dir.path().join("userinfo.json");
+    std::fs::write(
+        &userinfo,
+        manifest_json(
+            "leaky",
+            "https://api.example.com/w",
+            &[("docs", "http://admin:s3cr3tpw@docs.example.com/".into())],
+        ),
+    )
+    .unwrap();
+    let output = support::oapd()
+        .args(["manifest", "lint"])
+        .arg(&control)
+        .arg(&userinfo)
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        stdout.contains(&format!(
+            "{}/control\\r\\nforged\\u{{1b}}[31m.json: error: name: contains a control \
+             character (\\u001b) at byte 4\n",
+            dir.path().display()
+        )),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains(&format!(
+            "{}: error: docs: must not contain a user name or password",
+            userinfo.display()
+        )),
+        "{stdout}"
+    );
+    assert!(!stdout.contains("s3cr3tpw"), "{stdout}");
+    assert!(!stdout.contains(['\u{1b}', '\r']), "{stdout:?}");
+    assert_eq!(stdout.lines().count(), 2, "{stdout}");
+}
+
+#[test]
+fn bad_manifests_in_a_directory_are_skipped_without_forging_logs_or_showing_passwords() {
+    let manifests = tempfile::tempdir().unwrap();
+    let write =
+        |file: &str, json: String| std::fs::write(manifests.path().join(file), json).unwrap();
+    write(
+        "good.json",
+        manifest_json("weather-here", "https://api.example.com/weather", &[]),
+    );
+    // The file name reaches the log as the record's location, the name as
+    // the reason the manifest was skipped.
+    write(
+        &format!("bad\r\n{FORGED_RECORD} file\u{1b}[31m.json"),
+        manifest_json(
+            &format!("evil\u{1b}[31m\r\n{FORGED_RECORD} name"),
+            "https://api.example.com/evil",
+            &[],
+        ),
+    );
+    write(
+        "leaky.json",
+        manifest_json(
+            "leaky",
+            "https://api:s3cr3tpw@api.example.com/leak",
+            &[("health", "https://api:s3cr3tpw@api.example.com/up".into())],
+        ),
+    );
+    let daemon = DaemonBuilder::new()
+        .yaml(&format!("manifests:\n  dirs: [{:?}]\n", manifests.path()))
+        .start();
+
+    // The others are served; the refused ones are nowhere.
+    let list = daemon.get("/v1/manifests");
+    assert_eq!(list.status, 200);
+    let ids: Vec<String> = list
+        .json()
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["id"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(ids.len(), 14, "{ids:?}");
+    assert!(ids.contains(&"local/weather-here".to_string()), "{ids:?}");
+    assert!(!ids
+        .iter()
+        .any(|id| id.contains("leaky") || id.contains("evil")));
+    assert_eq!(daemon.get("/v1/manifests/local/leaky").status, 404);
+    let tools = daemon.post_json(
+        "/v1/tools",
+        r#"{"task": "what is the weather forecast", "top_k": 20}"#,
+    );
+    assert_eq!(tools.status, 200);
+    assert!(!String::from_utf8_lossy(&tools.body).contains("s3cr3tpw"));
+    assert!(!String::from_utf8_lossy(&list.body).contains("s3cr3tpw"));
+
+    let log = daemon.log_text();
+    assert!(!log.contains("s3cr3tpw"), "{log}");
+    assert!(!log.contains(['\r', '\u{1b}']), "{log:?}");
+    assert!(
+        !log.lines().any(|line| line.starts_with("2026-01-01")),
+        "a record was forged:\n{log}"
+    );
+    let skipped: Vec<&str> = log
+        .lines()
+        .filter(|line| line.contains("manifest skipped"))
+        .collect();
+    assert_eq!(skipped.len(), 2, "{log}");
+    let leaky = skipped
+        .iter()
+        .find(|line| line.contains("leaky.json"))
+        .expect("leaky.json skipped");
+    assert!(
+        leaky.contains("invoke.url: must not contain a user name or password")
+            && leaky.contains("health: must not contain a user name or password"),
+        "{leaky}"
+    );
+    let bad = skipped
+        .iter()
+        .find(|line| !line.contains("leaky.json"))
+        .unwrap();
+    assert!(
+        bad.contains(&format!(r"bad\r\n{FORGED_RECORD} file\u{{1b}}[31m.json")),
+        "{bad}"
+    );
+    assert!(
+        bad.contains(r"\n  name: contains a control character (\u001b) at byte 4"),
+        "{bad}"
+    );
+}
+
+#[test]
+fn a_fifo_as_config_file_is_refused_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("config.yaml");
+    let made = std::process::Command::new("mkfifo").arg(&fifo).status();
+    assert!(made.unwrap().success());
+    for spelling in ["--config", "OAPD_CONFIG"] {
+        let mut command = support::oapd();
+        if spelling == "--config" {
+            command.arg("--config").arg(&fifo);
+        } else {
+            command.env("OAPD_CONFIG", &fifo);
+        }
+        let output = output_within(command.arg("config"), "`oapd config`");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(!output.status.success(), "{spelling}");
+        assert!(
+            stderr.contains(&format!(
+                "{}: the config file is a FIFO (named pipe), not a regular file",
+                fifo.display()
+            )),
+            "{spelling}: {stderr}"
+        );
+    }
+
+    // The same for a manifest given to lint.
+    let output = output_within(
+        support::oapd().args(["manifest", "lint"]).arg(&fifo),
+        "`oapd manifest lint`",
+    );
+    assert!(!output.status.success());
+    assert_eq!(
+        String::from_utf8_lossy(&output.stdout),
+        format!(
+            "{}: error: cannot read: it is a FIFO (named pipe), not a regular file\n",
+            fifo.display()
+        )
+    );
+}
+
+/// Runs `command` to completion, failing (and killing it) if it takes more
+/// than 20 s: what it runs must not block.
+fn output_within(command: &mut std::process::Command, what: &str) -> std::process::Output {
+    let mut child = command
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while child.try_wait().unwrap().is_none() {
+        if Instant::now() > deadline {
+            child.kill().unwrap();
+            let _ = child.wait();
+            panic!("{what} blocked");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.wait_with_output().unwrap()
+}
+
 #[test]
 fn discover_on_the_command_line() {
     let dir = tempfile::tempdir().unwrap();

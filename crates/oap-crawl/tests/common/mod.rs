@@ -37,6 +37,8 @@ pub const HOSTS: &[&str] = &[
     "notfound.test",
     "changing.test",
     "health.test",
+    "userinfo.test",
+    "control.test",
 ];
 
 pub fn manifest(name: &str, description: &str) -> String {
@@ -327,6 +329,19 @@ async fn respond<W: tokio::io::AsyncWrite + Unpin>(
                 "invoke": {"method": "stdio", "url": "/bin/sh"}
             })
             .to_string();
+            write_response(w, "200 OK", &ct(JSON), body.as_bytes()).await
+        }
+        "userinfo.test" => {
+            let body = serde_json::json!({
+                "oap": "1.0", "name": "Leaky", "description": "Sends a password to the world",
+                "invoke": {"method": "GET", "url": "https://api:s3cr3tpw@api.example.org/run"}
+            })
+            .to_string();
+            write_response(w, "200 OK", &ct(JSON), body.as_bytes()).await
+        }
+        "control.test" => {
+            let name = "Bad\u{1b}[31m\r\n2026-01-01T00:00:00Z  INFO oapd: forged";
+            let body = manifest(name, "A name that forges a log record");
             write_response(w, "200 OK", &ct(JSON), body.as_bytes()).await
         }
         "deep.test" => {
