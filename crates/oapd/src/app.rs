@@ -167,7 +167,7 @@ pub type CrawlTasks = Vec<JoinHandle<()>>;
 pub fn start_crawler(
     config: &Config,
     engine: &Arc<Engine>,
-    watch_baseline: crate::crawl::DirSignature,
+    watch_baseline: crate::watch::DirSignature,
 ) -> anyhow::Result<(Option<Arc<oap_crawl::Crawler>>, CrawlTasks)> {
     let mut tasks = Vec::new();
     let mut dropped_seeds = 0;
@@ -213,13 +213,13 @@ pub fn start_crawler(
     if dropped_seeds > 0 || lan_removed > 0 {
         let engine = engine.clone();
         tasks.push(tokio::spawn(async move {
-            crate::crawl::rebuild_off_workers(&engine, "manifests left the store at start").await;
+            crate::watch::rebuild_off_workers(&engine, "manifests left the store at start").await;
         }));
     }
     if config.crawler.watch_interval > 0 {
-        tasks.push(tokio::spawn(crate::crawl::watch_dirs(
+        tasks.push(tokio::spawn(crate::watch::watch_dirs(
             engine.clone(),
-            crate::crawl::watched_dirs(config),
+            crate::watch::watched_dirs(config),
             watch_baseline,
             Duration::from_secs(config.crawler.watch_interval),
             std::future::pending(),

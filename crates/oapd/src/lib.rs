@@ -26,3 +26,4 @@ pub mod tools;
 pub mod txt_dns;
 pub mod upstream;
 pub mod validation;
+pub mod watch;

@@ -222,7 +222,7 @@ fn start_generation(
     engine: Engine,
     model: ModelState,
     report: BuildReport,
-    watch_baseline: crate::crawl::DirSignature,
+    watch_baseline: crate::watch::DirSignature,
 ) -> anyhow::Result<(Api, Vec<JoinHandle<()>>)> {
     let engine = Arc::new(engine);
     let (crawler, tasks) = app::start_crawler(config, &engine, watch_baseline)?;
@@ -334,7 +334,7 @@ impl Running {
         keep_restart_only(&old, &mut config);
         let embedder = self.embedder.clone();
         let blocking_config = config.clone();
-        let watch_baseline = crate::crawl::dir_signature(&crate::crawl::watched_dirs(&config));
+        let watch_baseline = crate::watch::dir_signature(&crate::watch::watched_dirs(&config));
         let (engine, report) =
             tokio::task::spawn_blocking(move || app::open_engine(&blocking_config, embedder))
                 .await
@@ -372,7 +372,7 @@ pub async fn serve(config: Config, config_path: Option<PathBuf>) -> anyhow::Resu
     let blocking_config = config.clone();
     // Taken before the engine reads the directories, so a change made while
     // it loads is still seen as a change.
-    let watch_baseline = crate::crawl::dir_signature(&crate::crawl::watched_dirs(&config));
+    let watch_baseline = crate::watch::dir_signature(&crate::watch::watched_dirs(&config));
     let (engine, report, model, embedder) = tokio::task::spawn_blocking(move || {
         let (embedder, model) = app::load_embedder(&blocking_config);
         app::open_engine(&blocking_config, embedder.clone())

@@ -63,7 +63,7 @@ async fn forget(crawler: &Crawler, engine: &Arc<Engine>, fullname: &str, why: &s
     if let Some((key, existed)) = crawler.remove_lan_target(fullname) {
         tracing::info!(service = %fullname, %key, why, "LAN service removed");
         if existed {
-            crate::crawl::rebuild_off_workers(engine, "LAN service removed").await;
+            crate::watch::rebuild_off_workers(engine, "LAN service removed").await;
         }
     }
 }
