@@ -16,6 +16,7 @@ pub mod lifecycle;
 pub mod logging;
 pub mod mdns;
 pub mod meta;
+pub mod rebuild;
 pub mod render;
 pub mod responses;
 pub mod sanitize;

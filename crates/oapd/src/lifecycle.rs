@@ -31,6 +31,7 @@ use crate::api::{Api, ApiSettings, ModelState};
 use crate::app;
 use crate::config::Config;
 use crate::http::{self, Body, Handler, Limits};
+use crate::rebuild::Rebuilder;
 
 /// How often the upstream Ollama's reachability is probed for STATUS=.
 const UPSTREAM_PROBE_INTERVAL: Duration = Duration::from_secs(15);
@@ -191,11 +192,11 @@ async fn listeners(config: &Config) -> anyhow::Result<Vec<TcpListener>> {
 /// The handler for `config` around an opened engine.
 fn build_api(
     config: &Config,
-    engine: Arc<Engine>,
+    rebuilder: Arc<Rebuilder>,
     model: ModelState,
-    report: BuildReport,
     crawler: Option<Arc<oap_crawl::Crawler>>,
 ) -> anyhow::Result<Api> {
+    let engine = rebuilder.engine().clone();
     let chat = Arc::new(app::chat_service(config, engine.clone())?);
     Ok(Api {
         chat,
@@ -209,7 +210,7 @@ fn build_api(
             cors_origins: config.server.cors_origins.clone(),
         },
         model,
-        startup: report,
+        rebuilder,
         crawler,
         crawler_fetch_timeout: Duration::from_secs(config.crawler.fetch_timeout),
     })
@@ -224,9 +225,9 @@ fn start_generation(
     report: BuildReport,
     watch_baseline: crate::watch::DirSignature,
 ) -> anyhow::Result<(Api, Vec<JoinHandle<()>>)> {
-    let engine = Arc::new(engine);
-    let (crawler, tasks) = app::start_crawler(config, &engine, watch_baseline)?;
-    match build_api(config, engine, model, report, crawler) {
+    let rebuilder = Arc::new(Rebuilder::new(Arc::new(engine), &report));
+    let (crawler, tasks) = app::start_crawler(config, &rebuilder, watch_baseline)?;
+    match build_api(config, rebuilder, model, crawler) {
         Ok(api) => Ok((api, tasks)),
         Err(err) => {
             tasks.iter().for_each(JoinHandle::abort);

@@ -6,9 +6,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use oap_discovery::Engine;
-
 use crate::config::Config;
+use crate::rebuild::{Rebuilder, WatchState};
 
 /// What a directory looks like: names, sizes and modification times of
 /// its `*.json` files. A change means a rebuild.
@@ -46,19 +45,34 @@ pub fn dir_signature(dirs: &[PathBuf]) -> DirSignature {
     out
 }
 
+/// How often the watch looks whether a rebuild it did not start (the
+/// crawler's, say) failed, so it retries that one too.
+const BEHIND_CHECK: Duration = Duration::from_secs(10);
+
 /// Watches `dirs` by polling every `interval` and rebuilds the engine
 /// (incrementally) when a manifest file is added, changed or removed.
 /// Polling rather than inotify: it works the same on every filesystem
 /// (including network mounts and bind mounts into containers) and costs a
-/// directory listing every few seconds.
+/// directory listing every few seconds. A zero `interval` turns the
+/// watching off.
+///
+/// It also retries failed rebuilds (whoever started them) with
+/// [`crate::rebuild::backoff`] until one succeeds; a change seen in the
+/// meantime retries at once.
 pub async fn watch_dirs(
-    engine: Arc<Engine>,
+    rebuilder: Arc<Rebuilder>,
     dirs: Vec<PathBuf>,
     baseline: DirSignature,
     interval: Duration,
     shutdown: impl std::future::Future<Output = ()>,
 ) {
     tokio::pin!(shutdown);
+    let watching = !interval.is_zero();
+    rebuilder.set_watch(if watching {
+        WatchState::Poll
+    } else {
+        WatchState::Off
+    });
     let scan = {
         let dirs = dirs.clone();
         move || {
@@ -68,9 +82,16 @@ pub async fn watch_dirs(
     };
     let mut last = baseline;
     loop {
+        let retry = rebuilder.retry_due();
+        let retry_at = retry.map_or_else(tokio::time::Instant::now, tokio::time::Instant::from_std);
         tokio::select! {
             _ = &mut shutdown => return,
-            _ = tokio::time::sleep(interval) => {}
+            _ = tokio::time::sleep(interval), if watching => {}
+            _ = tokio::time::sleep_until(retry_at), if retry.is_some() => {
+                rebuilder.rebuild("retrying a failed rebuild").await;
+                continue;
+            }
+            _ = tokio::time::sleep(BEHIND_CHECK), if retry.is_none() && !watching => continue,
         }
         let Ok(now) = scan().await else { continue };
         if now == last {
@@ -80,29 +101,6 @@ pub async fn watch_dirs(
         tokio::time::sleep(interval.min(Duration::from_millis(500))).await;
         let Ok(settled) = scan().await else { continue };
         last = settled;
-        rebuild_off_workers(&engine, "manifest directories changed").await;
-    }
-}
-
-/// Rebuilds `engine` on a blocking thread (at background priority, see
-/// `Engine::rebuild`) and logs the outcome with `why`; a failed rebuild
-/// leaves the old index serving.
-pub async fn rebuild_off_workers(engine: &Arc<Engine>, why: &str) {
-    let engine = engine.clone();
-    match tokio::task::spawn_blocking(move || engine.rebuild(false)).await {
-        Ok(Ok(report)) => {
-            tracing::info!(
-                manifests = report.docs,
-                embedded = report.embedded_rows,
-                problems = report.problems.len(),
-                why,
-                "index rebuilt"
-            );
-            crate::app::log_report(&report);
-        }
-        Ok(Err(err)) => {
-            tracing::error!(error = %err, why, "index rebuild failed; the old index keeps serving")
-        }
-        Err(err) => tracing::error!(error = %err, why, "rebuild task failed"),
+        rebuilder.rebuild("manifest directories changed").await;
     }
 }

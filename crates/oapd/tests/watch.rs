@@ -1,0 +1,232 @@
+//! The directory watch and background rebuilds against the real daemon: a
+//! rebuild that fails on a full disk is retried once there is room again,
+//! `/health` says the index is behind meanwhile, and queries keep being
+//! answered from the old index.
+
+mod support;
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use support::{Daemon, DaemonBuilder};
+
+fn manifest(name: &str, description: &str) -> String {
+    serde_json::json!({
+        "oap": "1.0",
+        "name": name,
+        "description": description,
+        "input": {"format": "text/plain", "description": "The text."},
+        "output": {"format": "text/plain", "description": "The result."},
+        "invoke": {"method": "stdio", "url": "true"}
+    })
+    .to_string()
+}
+
+fn wait_for(what: &str, limit: Duration, mut check: impl FnMut() -> bool) {
+    let deadline = Instant::now() + limit;
+    while !check() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn ids(daemon: &Daemon) -> Vec<String> {
+    let mut ids: Vec<String> = daemon
+        .get("/v1/manifests")
+        .json()
+        .as_array()
+        .expect("a list")
+        .iter()
+        .map(|m| m["id"].as_str().unwrap_or_default().to_string())
+        .collect();
+    ids.sort();
+    ids
+}
+
+fn best_match(daemon: &Daemon, task: &str) -> Option<String> {
+    let body = serde_json::json!({"task": task, "top_k": 3}).to_string();
+    let found = daemon.post_json("/v1/discover", &body);
+    assert_eq!(
+        found.status,
+        200,
+        "{}",
+        String::from_utf8_lossy(&found.body)
+    );
+    found.json()["match"]["id"].as_str().map(str::to_string)
+}
+
+/// A small tmpfs mounted on a temporary directory, holding the daemon's
+/// data directory. Dropping it kills the daemon (by its PID) before
+/// unmounting, so no mapping or open file keeps the mount busy.
+struct SmallDisk {
+    daemon: Option<Daemon>,
+    mount: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl SmallDisk {
+    /// `None` (with the reason printed) when not root or mounting fails.
+    fn mount(size: &str) -> Option<SmallDisk> {
+        if !nix::unistd::geteuid().is_root() {
+            eprintln!("skipped: mounting a tmpfs needs root");
+            return None;
+        }
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mount = dir.path().join("disk");
+        std::fs::create_dir(&mount).expect("mount point");
+        let status = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(&mount)
+            .status();
+        match status {
+            Ok(status) if status.success() => Some(SmallDisk {
+                daemon: None,
+                mount,
+                _dir: dir,
+            }),
+            other => {
+                eprintln!(
+                    "skipped: cannot mount a tmpfs on {}: {other:?}",
+                    mount.display()
+                );
+                None
+            }
+        }
+    }
+
+    fn daemon(&self) -> &Daemon {
+        self.daemon.as_ref().expect("daemon started")
+    }
+
+    /// Fills the disk with `filler` until nothing more fits.
+    fn fill(&self, filler: &Path) {
+        let mut file = std::fs::File::create(filler).expect("filler");
+        for chunk in [1 << 20, 64 << 10, 4 << 10, 512, 1] {
+            let block = vec![0x55u8; chunk];
+            while file.write_all(&block).and_then(|()| file.flush()).is_ok() {}
+        }
+        let _ = file.sync_all();
+    }
+}
+
+impl Drop for SmallDisk {
+    fn drop(&mut self) {
+        if let Some(mut daemon) = self.daemon.take() {
+            let pid = daemon.child.id().to_string();
+            let _ = Command::new("kill").args(["-KILL", &pid]).status();
+            let _ = daemon.child.wait();
+        }
+        let unmounted = Command::new("umount")
+            .arg(&self.mount)
+            .status()
+            .is_ok_and(|s| s.success());
+        if !unmounted {
+            // Busy after all: detach it, so the temporary directory goes.
+            let _ = Command::new("umount").arg("-l").arg(&self.mount).status();
+        }
+    }
+}
+
+/// The disk holding the index fills up: a rebuild for a new manifest
+/// fails, `/health` says so (with the error and the retry) and still
+/// counts the old index, and discovery answers from it. Once there is room
+/// again, the retry (not a new change) brings the new manifest in.
+#[test]
+fn a_rebuild_that_fails_on_a_full_disk_is_retried_once_there_is_room() {
+    let Some(mut disk) = SmallDisk::mount("4m") else {
+        return;
+    };
+    let sources = tempfile::tempdir().unwrap();
+    let manifests = sources.path().join("manifests");
+    std::fs::create_dir(&manifests).unwrap();
+    std::fs::write(
+        manifests.join("tides.json"),
+        manifest(
+            "Tide Tables",
+            "High and low tide times for a harbour on a given day",
+        ),
+    )
+    .unwrap();
+    let data = disk.mount.join("data");
+    disk.daemon = Some(
+        DaemonBuilder::new()
+            .env("OAP_INDEX_DATA_DIR", data.to_str().unwrap())
+            .yaml(&format!(
+                "manifests:\n  bundled: false\n  dirs: [{manifests:?}]\ncrawler:\n  watch_interval: 1\n"
+            ))
+            .start(),
+    );
+    let daemon = disk.daemon();
+    assert!(
+        data.join("index.oapx").is_file(),
+        "the index is on the small disk"
+    );
+    let health = daemon.get("/health").json();
+    assert_eq!(health["status"], "ok", "{health}");
+    assert!(health.get("reason").is_none(), "{health}");
+    assert_eq!(ids(daemon), ["local/tide-tables"]);
+
+    let filler = disk.mount.join("filler");
+    disk.fill(&filler);
+    std::fs::write(
+        manifests.join("moon.json"),
+        manifest(
+            "Moon Phase",
+            "The phase of the moon and its illumination on a given date",
+        ),
+    )
+    .unwrap();
+
+    let mut health = serde_json::Value::Null;
+    wait_for("/health to say degraded", Duration::from_secs(30), || {
+        health = daemon.get("/health").json();
+        health["status"] == "degraded"
+    });
+    let reason = health["reason"].as_str().unwrap_or_default();
+    assert!(
+        reason.starts_with("index rebuild failed: ")
+            && reason.contains("No space left on device")
+            && reason.contains("; retrying"),
+        "{health}"
+    );
+    assert_eq!(
+        health["index"]["manifests"], 1,
+        "the old index's count: {health}"
+    );
+    assert_eq!(health["index"]["behind"], true, "{health}");
+    // Nothing already indexed is lost; the new manifest is not there yet.
+    assert_eq!(ids(daemon), ["local/tide-tables"]);
+    assert_eq!(
+        best_match(daemon, "when is high tide in the harbour today").as_deref(),
+        Some("local/tide-tables")
+    );
+    assert_ne!(
+        best_match(daemon, "what phase is the moon in tonight").as_deref(),
+        Some("local/moon-phase")
+    );
+    // More than one attempt failed: the failure is being retried.
+    wait_for("a second failed attempt", Duration::from_secs(10), || {
+        daemon.get("/health").json()["index"]["rebuild_failure"]["consecutive"]
+            .as_u64()
+            .is_some_and(|n| n >= 2)
+    });
+
+    // Room again; nothing in the manifest directory changes.
+    std::fs::remove_file(&filler).unwrap();
+    wait_for("/health to recover", Duration::from_secs(45), || {
+        daemon.get("/health").json()["status"] == "ok"
+    });
+    let health = daemon.get("/health").json();
+    assert!(health.get("reason").is_none(), "{health}");
+    assert_eq!(health["index"]["manifests"], 2, "{health}");
+    assert_eq!(health["index"]["behind"], false, "{health}");
+    assert_eq!(ids(daemon), ["local/moon-phase", "local/tide-tables"]);
+    assert_eq!(
+        best_match(daemon, "what phase is the moon in tonight").as_deref(),
+        Some("local/moon-phase")
+    );
+    let log = daemon.log_text();
+    assert!(log.contains("index rebuild failed"), "{log}");
+}
