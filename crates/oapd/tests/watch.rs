@@ -230,3 +230,63 @@ fn a_rebuild_that_fails_on_a_full_disk_is_retried_once_there_is_room() {
     let log = daemon.log_text();
     assert!(log.contains("index rebuild failed"), "{log}");
 }
+
+/// The log from byte `from` on, once it holds `count` more "index rebuilt"
+/// lines than it did there.
+fn log_after_rebuilds(daemon: &Daemon, from: usize, count: usize) -> String {
+    let mut grown = String::new();
+    wait_for("the rebuild to be logged", Duration::from_secs(30), || {
+        let log = daemon.log_text();
+        grown = log.get(from..).unwrap_or_default().to_string();
+        grown.matches("index rebuilt").count() >= count
+    });
+    grown
+}
+
+/// Many bad files in a watched directory: touching one logs that one file
+/// again (and a summary), not all of them; a fixed file logs that it loads.
+#[test]
+fn touching_one_bad_file_among_many_logs_that_file_only() {
+    let sources = tempfile::tempdir().unwrap();
+    let manifests = sources.path().join("manifests");
+    std::fs::create_dir(&manifests).unwrap();
+    let bad = |i: usize| manifests.join(format!("bad-{i:04}.json"));
+    for i in 0..2000 {
+        std::fs::write(bad(i), format!("{{ \"oap\": \"1.0\", broken {i}")).unwrap();
+    }
+    let daemon = DaemonBuilder::new()
+        .without_model()
+        .yaml(&format!(
+            "manifests:\n  bundled: false\n  dirs: [{manifests:?}]\ncrawler:\n  watch_interval: 1\n"
+        ))
+        .start();
+    // Start-up reports every problem once.
+    let start = daemon.log_text();
+    assert_eq!(start.matches("manifest skipped").count(), 2000);
+    assert_eq!(daemon.get("/health").json()["load_problems"], 2000);
+
+    // Touched, still bad: that file is reported again, nothing else.
+    let touched = std::fs::File::options().write(true).open(bad(123)).unwrap();
+    touched
+        .set_modified(std::time::SystemTime::now() + Duration::from_secs(5))
+        .unwrap();
+    drop(touched);
+    let grown = log_after_rebuilds(&daemon, start.len(), 1);
+    assert_eq!(grown.matches("bad-0123.json").count(), 1, "{grown}");
+    assert_eq!(grown.matches("bad-").count(), 1, "{grown}");
+    assert!(grown.len() < 4096, "{} bytes logged: {grown}", grown.len());
+
+    // Fixed: it says it loads now, and nothing else is reported.
+    let before = daemon.log_text().len();
+    std::fs::write(bad(456), manifest("Tide Tables", "High and low tide times")).unwrap();
+    let grown = log_after_rebuilds(&daemon, before, 1);
+    assert_eq!(grown.matches("bad-").count(), 1, "{grown}");
+    assert!(
+        grown
+            .lines()
+            .any(|l| l.contains("bad-0456.json") && l.contains("loads now")),
+        "{grown}"
+    );
+    assert_eq!(ids(&daemon), ["local/tide-tables"]);
+    assert_eq!(daemon.get("/health").json()["load_problems"], 1999);
+}
