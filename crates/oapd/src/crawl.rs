@@ -54,8 +54,10 @@ pub struct CrawlerConfig {
     /// Static `name=address` entries consulted before DNS (like /etc/hosts;
     /// the addresses are still checked against the SSRF rules).
     pub hosts: Vec<String>,
-    /// Seconds between checks of `manifests.dirs` for added, changed or
-    /// removed files (0 disables the watch).
+    /// Seconds between polls of `manifests.dirs` for added, changed or
+    /// removed files where inotify cannot watch them (network filesystems,
+    /// inotify unavailable, directories not there yet); 0 disables the
+    /// watch.
     pub watch_interval: u64,
     /// Look up the `_oap.<domain> TXT "v=oap1"` participation hint in DNS
     /// (recorded in the crawl status; never required).

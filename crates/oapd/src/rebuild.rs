@@ -35,9 +35,11 @@ pub fn backoff(consecutive: u32) -> Duration {
 pub enum WatchState {
     /// `crawler.watch_interval: 0`.
     Off,
-    /// inotify for every directory.
+    /// inotify for every directory there is (one that is missing is looked
+    /// for every interval and watched once it exists).
     Inotify,
-    /// Polling every directory (inotify unavailable).
+    /// Polling every directory (inotify unavailable, or every directory is
+    /// on a network filesystem or past the watch limit).
     Poll,
     /// inotify for some directories, polling for the others (missing, on a
     /// network filesystem, or past the watch limit).

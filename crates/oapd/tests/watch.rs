@@ -290,3 +290,58 @@ fn touching_one_bad_file_among_many_logs_that_file_only() {
     assert_eq!(ids(&daemon), ["local/tide-tables"]);
     assert_eq!(daemon.get("/health").json()["load_problems"], 1999);
 }
+
+/// With inotify a new manifest is indexed as soon as it is written, not at
+/// the next poll (the poll interval here is 30 s), and a burst of files is
+/// one rescan.
+#[test]
+fn a_new_manifest_is_discoverable_before_the_poll_interval() {
+    let sources = tempfile::tempdir().unwrap();
+    let manifests = sources.path().join("manifests");
+    std::fs::create_dir(&manifests).unwrap();
+    let daemon = DaemonBuilder::new()
+        .without_model()
+        .yaml(&format!(
+            "manifests:\n  bundled: false\n  dirs: [{manifests:?}]\ncrawler:\n  watch_interval: 30\n"
+        ))
+        .start();
+    assert_eq!(daemon.get("/health").json()["index"]["watch"], "inotify");
+    assert!(ids(&daemon).is_empty());
+
+    let started = Instant::now();
+    std::fs::write(
+        manifests.join("tides.json"),
+        manifest("Tide Tables", "High and low tide times for a harbour"),
+    )
+    .unwrap();
+    wait_for(
+        "the new manifest to be discoverable",
+        Duration::from_secs(10),
+        || {
+            best_match(&daemon, "high tide times in the harbour").as_deref()
+                == Some("local/tide-tables")
+        },
+    );
+    eprintln!("discoverable after {:?}", started.elapsed());
+
+    // 100 files written at once: a few rescans at most, not one per file.
+    let before = daemon.log_text().len();
+    for i in 0..100 {
+        std::fs::write(
+            manifests.join(format!("tool-{i:03}.json")),
+            manifest(&format!("Tool {i:03}"), &format!("Does thing number {i}")),
+        )
+        .unwrap();
+    }
+    wait_for("all of them", Duration::from_secs(10), || {
+        ids(&daemon).len() == 101
+    });
+    std::thread::sleep(Duration::from_secs(1));
+    let log = daemon.log_text();
+    let rebuilds = log[before..].matches("index rebuilt").count();
+    assert!(
+        (1..=3).contains(&rebuilds),
+        "{rebuilds} rescans for one burst:\n{}",
+        &log[before..]
+    );
+}
