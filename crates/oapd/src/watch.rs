@@ -153,6 +153,9 @@ struct Watcher {
     polled: DirSignature,
     /// Which directories are polled changed since `polled` was taken.
     polled_stale: bool,
+    /// A change was seen but not reported yet (the wait for it was
+    /// cancelled while the burst settled): the next wait reports it.
+    pending: Option<&'static str>,
 }
 
 impl Watcher {
@@ -202,6 +205,7 @@ impl Watcher {
             poll_tick,
             polled: Vec::new(),
             polled_stale: true,
+            pending: None,
         };
         for i in 0..watcher.dirs.len() {
             watcher.try_inotify(i);
@@ -400,19 +404,23 @@ impl Watcher {
         changed
     }
 
-    /// Waits for the next change in the directories. Cancel-safe in the
-    /// sense that matters: a change it was settling when cancelled is seen
-    /// by whatever rebuild runs next, which rescans everything.
+    /// Waits for the next change in the directories. Cancel-safe: a change
+    /// seen before the wait was cancelled (the retry timer or the check for
+    /// failed rebuilds won the race) is reported by the next wait.
     async fn changed(&mut self) -> &'static str {
         loop {
+            if let Some(why) = self.pending {
+                self.settle().await;
+                self.refresh_polled().await;
+                self.pending = None;
+                return why;
+            }
             let polling = self.follow.iter().any(|f| *f != Follow::Inotify);
             tokio::select! {
                 event = next_event(&mut self.events) => match event {
                     Some(Ok(event)) => {
                         if self.relevant(&event) {
-                            self.settle().await;
-                            self.refresh_polled().await;
-                            return "manifest directories changed";
+                            self.pending = Some("manifest directories changed");
                         }
                     }
                     Some(Err(err)) => {
@@ -524,6 +532,21 @@ mod tests {
         assert!(no_change_within(&mut watcher, QUIET * 3).await);
         std::fs::write(dir.path().join("other.txt"), b"x").unwrap();
         assert!(no_change_within(&mut watcher, QUIET * 3).await);
+    }
+
+    #[tokio::test]
+    async fn a_change_seen_by_a_cancelled_wait_is_reported_by_the_next() {
+        let dir = tempfile::tempdir().unwrap();
+        let dirs = vec![dir.path().to_path_buf()];
+        let baseline = dir_signature(&dirs);
+        let (mut watcher, _) =
+            Watcher::start_with(inotify(), dirs, baseline, Duration::from_secs(3600)).await;
+        std::fs::write(dir.path().join("a.json"), b"{}").unwrap();
+        // Cancelled while the burst settles (the retry timer won, say).
+        assert!(no_change_within(&mut watcher, QUIET / 2).await);
+        tokio::time::timeout(Duration::from_secs(5), watcher.changed())
+            .await
+            .expect("the change is not lost");
     }
 
     #[tokio::test]

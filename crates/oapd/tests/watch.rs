@@ -345,3 +345,101 @@ fn a_new_manifest_is_discoverable_before_the_poll_interval() {
         &log[before..]
     );
 }
+
+/// utime + stime of `pid` in seconds (`/proc/PID/stat`).
+fn cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("/proc/PID/stat");
+    // Fields after the command name (which may hold spaces): state is
+    // field 3, utime 14, stime 15.
+    let rest: Vec<&str> = stat
+        .rsplit_once(')')
+        .expect("stat format")
+        .1
+        .split_whitespace()
+        .collect();
+    let ticks: f64 = rest[11].parse::<f64>().unwrap() + rest[12].parse::<f64>().unwrap();
+    let per_second = Command::new("getconf")
+        .arg("CLK_TCK")
+        .output()
+        .ok()
+        .and_then(|o| String::from_utf8(o.stdout).ok())
+        .and_then(|s| s.trim().parse::<f64>().ok())
+        .unwrap_or(100.0);
+    ticks / per_second
+}
+
+fn env_or<T: std::str::FromStr>(key: &str, default: T) -> T {
+    std::env::var(key)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+/// Benchmark (docs/BENCHMARKS.md): the daemon on a directory of 50,000
+/// small bad manifest files, settled, then its CPU time over 60 s of idle,
+/// and the log bytes written after one file is touched. The idle cost must
+/// stay under 1 % of a core. `OAPD_BENCH_BINARY` runs another build (an
+/// older one, for the comparison; nothing is asserted then);
+/// `OAPD_BENCH_FILES` and `OAPD_BENCH_IDLE_SECS` change the sizes.
+///
+/// `cargo test --release -p oapd --test watch -- --ignored --nocapture idle_cost`
+#[test]
+#[ignore = "benchmark: about two minutes"]
+fn idle_cost_with_50000_bad_files() {
+    let files: usize = env_or("OAPD_BENCH_FILES", 50_000);
+    let idle = Duration::from_secs(env_or("OAPD_BENCH_IDLE_SECS", 60));
+    let other = std::env::var_os("OAPD_BENCH_BINARY");
+    let sources = tempfile::tempdir().unwrap();
+    let manifests = sources.path().join("manifests");
+    std::fs::create_dir(&manifests).unwrap();
+    let bad = |i: usize| manifests.join(format!("bad-{i:05}.json"));
+    for i in 0..files {
+        std::fs::write(bad(i), format!("{{ \"oap\": \"1.0\", broken {i}")).unwrap();
+    }
+    let mut builder = DaemonBuilder::new().without_model().yaml(&format!(
+        "manifests:\n  bundled: false\n  dirs: [{manifests:?}]\ncrawler:\n  watch_interval: 2\n"
+    ));
+    if let Some(binary) = &other {
+        builder = builder.binary(binary);
+    }
+    let started = Instant::now();
+    let daemon = builder.start();
+    let ready = started.elapsed();
+    let pid = daemon.child.id();
+    // Settled: start-up done, the first polls (if any) behind it.
+    std::thread::sleep(Duration::from_secs(10));
+    let health = daemon.get("/health").json();
+    let cpu_before = cpu_seconds(pid);
+    let wall = Instant::now();
+    std::thread::sleep(idle);
+    let cpu_idle = cpu_seconds(pid) - cpu_before;
+    let share = cpu_idle / wall.elapsed().as_secs_f64();
+
+    let before = daemon.log_text().len();
+    let touched = std::fs::File::options().write(true).open(bad(123)).unwrap();
+    touched
+        .set_modified(std::time::SystemTime::now() + Duration::from_secs(5))
+        .unwrap();
+    drop(touched);
+    let touch = Instant::now();
+    let _ = log_after_rebuilds(&daemon, before, 1);
+    let rescan = touch.elapsed();
+    // Whatever else the rescan logs comes right after its summary line.
+    std::thread::sleep(Duration::from_secs(3));
+    let logged = daemon.log_text().len() - before;
+
+    println!(
+        "binary: {}\nfiles: {files}\nready after: {ready:.1?}\nwatch: {}\nidle: {:.3} s CPU in {:.1} s = {:.2} % of a core\nafter touching one file: rescan logged after {rescan:.1?}, {logged} log bytes",
+        other
+            .as_deref()
+            .map_or("this build".into(), |b| b.to_string_lossy().into_owned()),
+        health["index"]["watch"],
+        cpu_idle,
+        wall.elapsed().as_secs_f64(),
+        share * 100.0,
+    );
+    if other.is_none() {
+        assert!(share < 0.01, "idle cost {:.2} % of a core", share * 100.0);
+        assert!(logged < 4096, "{logged} log bytes after touching one file");
+    }
+}
