@@ -178,6 +178,18 @@ pub struct ManifestSummary {
     pub trust: Trust,
 }
 
+/// The last rebuild failed: the index serves what it had before, behind
+/// its sources until a rebuild succeeds.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct RebuildFailure {
+    /// Why the last rebuild failed.
+    pub error: String,
+    /// Rebuilds that failed in a row since the last one that succeeded.
+    pub consecutive: u32,
+    /// When the first of them failed (seconds since the Unix epoch).
+    pub since_unix: u64,
+}
+
 /// Size and state, for `/health`.
 #[derive(Debug, Clone, Serialize)]
 pub struct EngineStats {
@@ -200,6 +212,8 @@ pub struct Engine {
     embedder: Option<Arc<dyn Embedder>>,
     snapshot: ArcSwap<Snapshot>,
     build_lock: Mutex<()>,
+    /// Set while the last rebuild failed (see [`Engine::rebuild_failure`]).
+    failure: Mutex<Option<RebuildFailure>>,
     /// Queries in flight; a background rebuild waits for them between units
     /// of work (see `activity`).
     activity: QueryActivity,
@@ -277,6 +291,7 @@ impl Engine {
             embedder,
             snapshot: ArcSwap::from_pointee(snapshot),
             build_lock: Mutex::new(()),
+            failure: Mutex::new(None),
             activity: QueryActivity::default(),
         };
         Ok((engine, built))
@@ -322,8 +337,35 @@ impl Engine {
         }
     }
 
+    /// Why the last rebuild failed, while no later one has succeeded: the
+    /// index still serves, but what it serves is behind its sources.
+    pub fn rebuild_failure(&self) -> Option<RebuildFailure> {
+        self.failure.lock().ok().and_then(|f| f.clone())
+    }
+
     fn rebuild_inner(&self, force: bool, priority: Priority) -> Result<BuildReport, EngineError> {
-        let _guard = self.build_lock.lock().map_err(|_| EngineError::Poisoned)?;
+        let guard = self.build_lock.lock();
+        let result = match &guard {
+            Ok(_) => self.rebuild_locked(force, priority),
+            Err(_) => Err(EngineError::Poisoned),
+        };
+        // Noted under the build lock, so two rebuilds cannot note their
+        // outcomes out of order.
+        if let Ok(mut failure) = self.failure.lock() {
+            *failure = match (&result, failure.take()) {
+                (Ok(_), _) => None,
+                (Err(err), previous) => Some(RebuildFailure {
+                    error: err.to_string(),
+                    consecutive: previous.as_ref().map_or(0, |p| p.consecutive) + 1,
+                    since_unix: previous.map_or_else(unix_now, |p| p.since_unix),
+                }),
+            };
+        }
+        drop(guard);
+        result
+    }
+
+    fn rebuild_locked(&self, force: bool, priority: Priority) -> Result<BuildReport, EngineError> {
         let started = Instant::now();
         let catalog = Catalog::load(&self.sources);
         let model_id = self.embedder.as_ref().map(|e| e.model_id().to_string());
@@ -859,6 +901,13 @@ fn build_index(
             ..BuildReport::default()
         },
     ))
+}
+
+fn unix_now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
 }
 
 /// Maps the index file and applies the configured search threads.

@@ -16,6 +16,6 @@ pub mod scoring;
 pub use catalog::{Catalog, CatalogEntry, Collision, LoadProblem, Origin, Source, Trust};
 pub use engine::{
     BuildReport, Candidate, DiscoverError, Discovery, Engine, EngineConfig, EngineError,
-    EngineStats, ManifestSummary, Priority, StoredRecord,
+    EngineStats, ManifestSummary, Priority, RebuildFailure, StoredRecord,
 };
 pub use scoring::{Mode, ScoreParts, Scoring};

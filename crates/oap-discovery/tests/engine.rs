@@ -555,3 +555,45 @@ fn a_background_rebuild_waits_for_a_running_query() {
         "the rebuild embedded while the query ran: {events:?}"
     );
 }
+
+#[test]
+fn a_failed_rebuild_is_remembered_until_one_succeeds_and_the_old_index_serves() {
+    let manifests = manifest_dir(&["grep", "wc"]);
+    let data = tempfile::tempdir().unwrap();
+    let (engine, _) = open(
+        data.path(),
+        vec![Source::Dir(manifests.path().into())],
+        None,
+    );
+    assert_eq!(engine.rebuild_failure(), None);
+    fs::copy(
+        reference_dir().join("jq.json"),
+        manifests.path().join("jq.json"),
+    )
+    .unwrap();
+    // A directory where the new index's temporary file goes: every write fails.
+    let blocker = data
+        .path()
+        .join(format!("{}.tmp", oap_discovery::engine::INDEX_FILE));
+    fs::create_dir(&blocker).unwrap();
+    for attempt in 1..=2 {
+        let err = engine.rebuild(false).expect_err("the write cannot succeed");
+        let failure = engine.rebuild_failure().expect("the failure is remembered");
+        assert_eq!(failure.consecutive, attempt);
+        assert_eq!(failure.error, err.to_string());
+        assert!(failure.error.contains(".tmp"), "{}", failure.error);
+    }
+    // Nothing already indexed is lost; the new manifest is not there yet.
+    assert_eq!(engine.stats().docs, 2);
+    let found = engine
+        .discover("count words, lines and characters", 3)
+        .unwrap();
+    assert_eq!(found.candidates[0].id, "local/wc");
+    assert!(engine.get("local/jq").is_none());
+
+    fs::remove_dir(&blocker).unwrap();
+    let report = engine.rebuild(false).expect("room again");
+    assert_eq!(report.docs, 3);
+    assert_eq!(engine.rebuild_failure(), None);
+    assert!(engine.get("local/jq").is_some());
+}

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use hyper::body::Incoming;
 use hyper::header::{HeaderValue, ALLOW, AUTHORIZATION, ORIGIN};
 use hyper::{Method, Request, Response, StatusCode};
-use oap_discovery::{BuildReport, DiscoverError, Engine};
+use oap_discovery::{DiscoverError, Engine};
 use serde::{Deserialize, Serialize};
 
 use crate::chat::ChatService;
@@ -41,7 +41,9 @@ pub struct Api {
     pub engine: Arc<Engine>,
     pub settings: ApiSettings,
     pub model: ModelState,
-    pub startup: BuildReport,
+    /// Background rebuilds of `engine`: load problems, a failed rebuild
+    /// and its retry, the directory watch.
+    pub rebuilder: Arc<crate::rebuild::Rebuilder>,
     /// The Ollama-facing surface (chat bridge and pass-through).
     pub chat: Arc<ChatService>,
     /// The crawler, when `crawler.enabled`.
@@ -276,12 +278,21 @@ impl Api {
 
     fn health(&self) -> Response<Body> {
         let stats = self.engine.stats();
-        let sandbox_blocks = self.chat.sandbox.blocks_tools();
-        let status = if self.model.loaded && !sandbox_blocks {
-            "ok"
-        } else {
-            "degraded"
-        };
+        // Why the daemon is degraded, if it is.
+        let mut reasons = Vec::new();
+        if !self.model.loaded {
+            reasons
+                .push("the embedding model is not loaded: retrieval is lexical only".to_string());
+        }
+        if self.chat.sandbox.blocks_tools() {
+            reasons.push(
+                "tools.sandbox is require and the kernel cannot confine local tools".to_string(),
+            );
+        }
+        let behind = self.rebuilder.behind_reason();
+        reasons.extend(behind.clone());
+        let status = if reasons.is_empty() { "ok" } else { "degraded" };
+        let (load_problems, collisions) = self.rebuilder.problem_counts();
         let retrieval = match stats.mode {
             oap_discovery::Mode::Lexical if !self.model.loaded => {
                 "lexical only: the embedding model is not loaded"
@@ -290,24 +301,30 @@ impl Api {
             oap_discovery::Mode::Dense => "dense",
             oap_discovery::Mode::Hybrid => "hybrid",
         };
-        http::json(
-            StatusCode::OK,
-            &serde_json::json!({
+        let mut body = serde_json::json!({
                 "status": status,
                 "version": env!("CARGO_PKG_VERSION"),
                 "retrieval": retrieval,
                 "model": self.model,
                 "index": {
+                    // What is served: while a rebuild is failing, the
+                    // count of the old index.
                     "manifests": stats.docs,
                     "rows": stats.rows,
                     "bytes": stats.index_bytes,
                     "dtype": stats.dtype,
+                    "behind": behind.is_some(),
+                    "rebuild_failure": self.engine.rebuild_failure(),
+                    "watch": self.rebuilder.watch().name(),
                 },
                 "tool_sandbox": self.chat.sandbox.json(),
-                "load_problems": self.startup.problems.len(),
-                "collisions": self.startup.collisions.len(),
-            }),
-        )
+                "load_problems": load_problems,
+                "collisions": collisions,
+        });
+        if !reasons.is_empty() {
+            body["reason"] = serde_json::Value::String(reasons.join("; "));
+        }
+        http::json(StatusCode::OK, &body)
     }
 
     async fn discover(&self, request: Request<Incoming>) -> Response<Body> {

@@ -166,9 +166,10 @@ pub type CrawlTasks = Vec<JoinHandle<()>>;
 /// crawler's schedule and store are files, so nothing is lost).
 pub fn start_crawler(
     config: &Config,
-    engine: &Arc<Engine>,
-    watch_baseline: crate::crawl::DirSignature,
+    rebuilder: &Arc<crate::rebuild::Rebuilder>,
+    watch_baseline: crate::watch::DirSignature,
 ) -> anyhow::Result<(Option<Arc<oap_crawl::Crawler>>, CrawlTasks)> {
+    let engine = rebuilder.engine();
     let mut tasks = Vec::new();
     let mut dropped_seeds = 0;
     // LAN discovery (crawler.mdns) needs the crawler for its LAN targets
@@ -211,20 +212,20 @@ pub fn start_crawler(
     // Manifests that left the store at start (dropped seeds, LAN manifests
     // with mDNS off): one rebuild covers them all.
     if dropped_seeds > 0 || lan_removed > 0 {
-        let engine = engine.clone();
+        let rebuilder = rebuilder.clone();
         tasks.push(tokio::spawn(async move {
-            crate::crawl::rebuild_off_workers(&engine, "manifests left the store at start").await;
+            rebuilder.rebuild("manifests left the store at start").await;
         }));
     }
-    if config.crawler.watch_interval > 0 {
-        tasks.push(tokio::spawn(crate::crawl::watch_dirs(
-            engine.clone(),
-            crate::crawl::watched_dirs(config),
-            watch_baseline,
-            Duration::from_secs(config.crawler.watch_interval),
-            std::future::pending(),
-        )));
-    }
+    // Runs with the watching off too (watch_interval 0): it also retries
+    // failed rebuilds.
+    tasks.push(tokio::spawn(crate::watch::watch_dirs(
+        rebuilder.clone(),
+        crate::watch::watched_dirs(config),
+        watch_baseline,
+        Duration::from_secs(config.crawler.watch_interval),
+        std::future::pending(),
+    )));
     if let Some(crawler) = &crawler {
         tasks.push(tokio::spawn(crawler.clone().run(
             engine.clone(),
@@ -234,7 +235,7 @@ pub fn start_crawler(
         if config.crawler.mdns {
             tasks.push(tokio::spawn(crate::mdns::browse(
                 crawler.clone(),
-                engine.clone(),
+                rebuilder.clone(),
             )));
         }
     }

@@ -31,6 +31,7 @@ use crate::api::{Api, ApiSettings, ModelState};
 use crate::app;
 use crate::config::Config;
 use crate::http::{self, Body, Handler, Limits};
+use crate::rebuild::Rebuilder;
 
 /// How often the upstream Ollama's reachability is probed for STATUS=.
 const UPSTREAM_PROBE_INTERVAL: Duration = Duration::from_secs(15);
@@ -191,11 +192,11 @@ async fn listeners(config: &Config) -> anyhow::Result<Vec<TcpListener>> {
 /// The handler for `config` around an opened engine.
 fn build_api(
     config: &Config,
-    engine: Arc<Engine>,
+    rebuilder: Arc<Rebuilder>,
     model: ModelState,
-    report: BuildReport,
     crawler: Option<Arc<oap_crawl::Crawler>>,
 ) -> anyhow::Result<Api> {
+    let engine = rebuilder.engine().clone();
     let chat = Arc::new(app::chat_service(config, engine.clone())?);
     // One budget for every connection and handler generation; a reload
     // changes its size, bodies in flight keep their shares.
@@ -213,7 +214,7 @@ fn build_api(
             allowed_hosts: config.server.allowed_hosts.clone(),
         },
         model,
-        startup: report,
+        rebuilder,
         crawler,
         crawler_fetch_timeout: Duration::from_secs(config.crawler.fetch_timeout),
     })
@@ -226,11 +227,11 @@ fn start_generation(
     engine: Engine,
     model: ModelState,
     report: BuildReport,
-    watch_baseline: crate::crawl::DirSignature,
+    watch_baseline: crate::watch::DirSignature,
 ) -> anyhow::Result<(Api, Vec<JoinHandle<()>>)> {
-    let engine = Arc::new(engine);
-    let (crawler, tasks) = app::start_crawler(config, &engine, watch_baseline)?;
-    match build_api(config, engine, model, report, crawler) {
+    let rebuilder = Arc::new(Rebuilder::new(Arc::new(engine), &report));
+    let (crawler, tasks) = app::start_crawler(config, &rebuilder, watch_baseline)?;
+    match build_api(config, rebuilder, model, crawler) {
         Ok(api) => Ok((api, tasks)),
         Err(err) => {
             tasks.iter().for_each(JoinHandle::abort);
@@ -342,7 +343,7 @@ impl Running {
         keep_restart_only(&old, &mut config);
         let embedder = self.embedder.clone();
         let blocking_config = config.clone();
-        let watch_baseline = crate::crawl::dir_signature(&crate::crawl::watched_dirs(&config));
+        let watch_baseline = crate::watch::dir_signature(&crate::watch::watched_dirs(&config));
         let (engine, report) =
             tokio::task::spawn_blocking(move || app::open_engine(&blocking_config, embedder))
                 .await
@@ -380,7 +381,7 @@ pub async fn serve(config: Config, config_path: Option<PathBuf>) -> anyhow::Resu
     let blocking_config = config.clone();
     // Taken before the engine reads the directories, so a change made while
     // it loads is still seen as a change.
-    let watch_baseline = crate::crawl::dir_signature(&crate::crawl::watched_dirs(&config));
+    let watch_baseline = crate::watch::dir_signature(&crate::watch::watched_dirs(&config));
     let (engine, report, model, embedder) = tokio::task::spawn_blocking(move || {
         let (embedder, model) = app::load_embedder(&blocking_config);
         app::open_engine(&blocking_config, embedder.clone())

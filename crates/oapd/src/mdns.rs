@@ -20,9 +20,9 @@ use std::sync::Arc;
 use mdns_sd::{ResolvedService, ServiceDaemon, ServiceEvent};
 use oap_crawl::mdns::{lan_target, AdvertisedService, LanUpdate, SERVICE_TYPE};
 use oap_crawl::Crawler;
-use oap_discovery::Engine;
 
 use crate::config::Config;
+use crate::rebuild::Rebuilder;
 
 /// Shuts the mDNS daemon thread down when dropped.
 struct DaemonGuard(ServiceDaemon);
@@ -59,16 +59,16 @@ pub fn advertised(service: &ResolvedService) -> AdvertisedService {
 }
 
 /// Forgets `fullname` and rebuilds when its manifest was indexed.
-async fn forget(crawler: &Crawler, engine: &Arc<Engine>, fullname: &str, why: &str) {
+async fn forget(crawler: &Crawler, rebuilder: &Arc<Rebuilder>, fullname: &str, why: &str) {
     if let Some((key, existed)) = crawler.remove_lan_target(fullname) {
         tracing::info!(service = %fullname, %key, why, "LAN service removed");
         if existed {
-            crate::crawl::rebuild_off_workers(engine, "LAN service removed").await;
+            rebuilder.rebuild("LAN service removed").await;
         }
     }
 }
 
-async fn on_resolved(crawler: &Crawler, engine: &Arc<Engine>, service: &ResolvedService) {
+async fn on_resolved(crawler: &Crawler, rebuilder: &Arc<Rebuilder>, service: &ResolvedService) {
     let seen = advertised(service);
     let target = match lan_target(&seen) {
         Ok(target) => target,
@@ -80,7 +80,7 @@ async fn on_resolved(crawler: &Crawler, engine: &Arc<Engine>, service: &Resolved
             // refused, so its old target goes.
             forget(
                 crawler,
-                engine,
+                rebuilder,
                 &seen.fullname,
                 "now advertises something refused",
             )
@@ -104,7 +104,7 @@ async fn on_resolved(crawler: &Crawler, engine: &Arc<Engine>, service: &Resolved
 /// Browses `_oap._tcp.local.` until the task is aborted. Failing to start
 /// the browser (no multicast-capable interface, port 5353 unavailable) is
 /// logged; the daemon keeps serving without LAN discovery.
-pub async fn browse(crawler: Arc<Crawler>, engine: Arc<Engine>) {
+pub async fn browse(crawler: Arc<Crawler>, rebuilder: Arc<Rebuilder>) {
     let daemon = match ServiceDaemon::new() {
         Ok(daemon) => DaemonGuard(daemon),
         Err(err) => {
@@ -123,10 +123,10 @@ pub async fn browse(crawler: Arc<Crawler>, engine: Arc<Engine>) {
     while let Ok(event) = events.recv_async().await {
         match event {
             ServiceEvent::ServiceResolved(service) => {
-                on_resolved(&crawler, &engine, &service).await;
+                on_resolved(&crawler, &rebuilder, &service).await;
             }
             ServiceEvent::ServiceRemoved(_, fullname) => {
-                forget(&crawler, &engine, &fullname, "goodbye or expired").await;
+                forget(&crawler, &rebuilder, &fullname, "goodbye or expired").await;
             }
             other => tracing::debug!(event = ?other, "mDNS event"),
         }

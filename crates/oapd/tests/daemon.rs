@@ -220,6 +220,12 @@ fn without_the_model_the_daemon_serves_lexical_results_and_says_so() {
     let daemon = DaemonBuilder::new().without_model().start();
     let health = daemon.get("/health").json();
     assert_eq!(health["status"], "degraded");
+    assert!(
+        health["reason"]
+            .as_str()
+            .is_some_and(|r| r.contains("embedding model is not loaded")),
+        "{health}"
+    );
     assert_eq!(health["model"]["loaded"], false);
     assert!(health["model"]["error"]
         .as_str()

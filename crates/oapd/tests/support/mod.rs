@@ -113,6 +113,7 @@ pub struct DaemonBuilder {
     port: Option<u16>,
     auth: Option<String>,
     on_spawn: Option<SpawnHook>,
+    binary: Option<PathBuf>,
 }
 
 impl DaemonBuilder {
@@ -125,6 +126,7 @@ impl DaemonBuilder {
             port: None,
             auth: None,
             on_spawn: None,
+            binary: None,
         }
     }
 
@@ -163,6 +165,13 @@ impl DaemonBuilder {
         self
     }
 
+    /// Run this `oapd` binary instead of the one under test (a benchmark
+    /// comparing with an older build).
+    pub fn binary(mut self, path: impl Into<PathBuf>) -> Self {
+        self.binary = Some(path.into());
+        self
+    }
+
     /// Reuse a state directory (to test restarts).
     pub fn in_dir(mut self, dir: tempfile::TempDir) -> Self {
         self.dir = Some(dir);
@@ -190,7 +199,14 @@ impl DaemonBuilder {
         std::fs::write(&config_path, config).expect("write config");
         let log = dir.path().join("oapd.log");
         let log_file = std::fs::File::create(&log).expect("log file");
-        let mut command = oapd();
+        let mut command = match &self.binary {
+            Some(binary) => {
+                let mut command = Command::new(binary);
+                scrub_config_env(&mut command);
+                command
+            }
+            None => oapd(),
+        };
         command
             .arg("--config")
             .arg(&config_path)
