@@ -482,7 +482,6 @@ async fn collect_body(
     })
 }
 
-
 /// Reads and discards the rest of a refused body in the background (at
 /// most `limit` bytes, for at most [`DRAIN_FOR`]), holding none of it: the
 /// 503 goes out at once, and a client still sending sees it instead of a
@@ -753,7 +752,6 @@ impl Connection {
         }
     }
 }
-
 
 #[cfg(test)]
 mod budget_tests {
