@@ -150,18 +150,6 @@ fn spawn(dir: &Path, config: &Path, port: u16, env: &[(&str, &str)]) -> Spawned 
     }
 }
 
-fn manifest(name: &str, description: &str) -> String {
-    serde_json::json!({
-        "oap": "1.0",
-        "name": name,
-        "description": description,
-        "input": {"format": "text/plain", "description": "The text."},
-        "output": {"format": "text/plain", "description": "The result."},
-        "invoke": {"method": "stdio", "url": "true"}
-    })
-    .to_string()
-}
-
 #[test]
 fn notifies_ready_status_watchdog_and_stopping() {
     let dir = tempfile::tempdir().unwrap();
@@ -361,12 +349,12 @@ fn sighup_reloads_manifest_dirs_and_keeps_the_old_config_when_the_new_one_is_bad
     std::fs::create_dir_all(&second).unwrap();
     std::fs::write(
         first.join("alpha.json"),
-        manifest("alpha-tool", "Reverses the lines of a text file."),
+        support::stdio_manifest("alpha-tool", "Reverses the lines of a text file."),
     )
     .unwrap();
     std::fs::write(
         second.join("beta.json"),
-        manifest("beta-tool", "Shuffles the lines of a text file."),
+        support::stdio_manifest("beta-tool", "Shuffles the lines of a text file."),
     )
     .unwrap();
     let mut notify = NotifySocket::new(dir.path());
@@ -436,7 +424,7 @@ fn after_sighup_the_directory_watch_follows_the_new_dirs() {
     std::fs::create_dir_all(&second).unwrap();
     std::fs::write(
         first.join("alpha.json"),
-        manifest("alpha-tool", "Reverses the lines of a text file."),
+        support::stdio_manifest("alpha-tool", "Reverses the lines of a text file."),
     )
     .unwrap();
     let mut notify = NotifySocket::new(dir.path());
@@ -481,7 +469,7 @@ fn after_sighup_the_directory_watch_follows_the_new_dirs() {
     // Added to the new directory after the reload: the new watch sees it.
     std::fs::write(
         second.join("gamma.json"),
-        manifest("gamma-tool", "Sorts the lines of a text file."),
+        support::stdio_manifest("gamma-tool", "Sorts the lines of a text file."),
     )
     .unwrap();
     wait_until(&daemon, &|now| now.contains("gamma-tool"));
@@ -490,7 +478,7 @@ fn after_sighup_the_directory_watch_follows_the_new_dirs() {
     // a source of the live engine), so it never appears.
     std::fs::write(
         first.join("delta.json"),
-        manifest("delta-tool", "Counts the lines of a text file."),
+        support::stdio_manifest("delta-tool", "Counts the lines of a text file."),
     )
     .unwrap();
     std::thread::sleep(Duration::from_secs(3));

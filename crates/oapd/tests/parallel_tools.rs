@@ -10,25 +10,6 @@ use fake_ollama::{Echo, ModelSpec, Script, Turn};
 use serde_json::json;
 use support::{fake, DaemonBuilder};
 
-/// A local manifest for `perl`, from an operator directory.
-fn perl_manifest_dir() -> tempfile::TempDir {
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::write(
-        dir.path().join("perl.json"),
-        json!({
-            "oap": "1.0",
-            "name": "perl",
-            "description": "Runs a Perl program given as command-line arguments.",
-            "input": {"format": "text/plain", "description": "Perl arguments, e.g. -e CODE"},
-            "output": {"format": "text/plain", "description": "what the program prints"},
-            "invoke": {"method": "stdio", "url": "perl"}
-        })
-        .to_string(),
-    )
-    .unwrap();
-    dir
-}
-
 /// Prints its start time, sleeps 700 ms, prints its end time (seconds).
 const TIMED_SLEEP: &str =
     "-MTime::HiRes=time,sleep -e 'printf qq(%.3f\\n), time; sleep 0.7; printf qq(%.3f\\n), time'";
@@ -45,7 +26,7 @@ fn intervals(yaml: &str) -> Vec<(f64, f64)> {
             ]))
             .turn(Turn::echo(Echo::LastTool)),
     );
-    let dir = perl_manifest_dir();
+    let dir = support::perl_manifest_dir();
     let daemon = DaemonBuilder::new()
         .yaml(&format!(
             "ollama:\n  base_url: {:?}\nmanifests:\n  dirs: [{:?}]\n{yaml}",

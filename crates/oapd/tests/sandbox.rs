@@ -194,26 +194,6 @@ fn the_tools_stay_useful_on_their_input() {
     );
 }
 
-/// A local manifest for `perl`, a program that can open sockets and start
-/// processes, from an operator directory.
-fn perl_manifest_dir() -> tempfile::TempDir {
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::write(
-        dir.path().join("perl.json"),
-        json!({
-            "oap": "1.0",
-            "name": "perl",
-            "description": "Runs a Perl program given as command-line arguments.",
-            "input": {"format": "text/plain", "description": "Perl arguments, e.g. -e CODE"},
-            "output": {"format": "text/plain", "description": "what the program prints"},
-            "invoke": {"method": "stdio", "url": "perl"}
-        })
-        .to_string(),
-    )
-    .unwrap();
-    dir
-}
-
 /// The answer of a daemon whose model calls the perl tool with `-e code`
 /// (`extra_yaml` appended to the config).
 fn run_perl(code: &str, extra_yaml: &str) -> String {
@@ -221,7 +201,7 @@ fn run_perl(code: &str, extra_yaml: &str) -> String {
         "oap_perl",
         json!({"args": format!("-e '{code}'")}),
     )]));
-    let dir = perl_manifest_dir();
+    let dir = support::perl_manifest_dir();
     let daemon = daemon(
         &upstream,
         &format!("manifests:\n  dirs: [{:?}]\n{extra_yaml}", dir.path()),

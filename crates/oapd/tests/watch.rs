@@ -12,18 +12,6 @@ use std::time::{Duration, Instant};
 
 use support::{Daemon, DaemonBuilder};
 
-fn manifest(name: &str, description: &str) -> String {
-    serde_json::json!({
-        "oap": "1.0",
-        "name": name,
-        "description": description,
-        "input": {"format": "text/plain", "description": "The text."},
-        "output": {"format": "text/plain", "description": "The result."},
-        "invoke": {"method": "stdio", "url": "true"}
-    })
-    .to_string()
-}
-
 fn wait_for(what: &str, limit: Duration, mut check: impl FnMut() -> bool) {
     let deadline = Instant::now() + limit;
     while !check() {
@@ -143,7 +131,7 @@ fn a_rebuild_that_fails_on_a_full_disk_is_retried_once_there_is_room() {
     std::fs::create_dir(&manifests).unwrap();
     std::fs::write(
         manifests.join("tides.json"),
-        manifest(
+        support::stdio_manifest(
             "Tide Tables",
             "High and low tide times for a harbour on a given day",
         ),
@@ -172,7 +160,7 @@ fn a_rebuild_that_fails_on_a_full_disk_is_retried_once_there_is_room() {
     disk.fill(&filler);
     std::fs::write(
         manifests.join("moon.json"),
-        manifest(
+        support::stdio_manifest(
             "Moon Phase",
             "The phase of the moon and its illumination on a given date",
         ),
@@ -278,7 +266,11 @@ fn touching_one_bad_file_among_many_logs_that_file_only() {
 
     // Fixed: it says it loads now, and nothing else is reported.
     let before = daemon.log_text().len();
-    std::fs::write(bad(456), manifest("Tide Tables", "High and low tide times")).unwrap();
+    std::fs::write(
+        bad(456),
+        support::stdio_manifest("Tide Tables", "High and low tide times"),
+    )
+    .unwrap();
     let grown = log_after_rebuilds(&daemon, before, 1);
     assert_eq!(grown.matches("bad-").count(), 1, "{grown}");
     assert!(
@@ -311,7 +303,7 @@ fn a_new_manifest_is_discoverable_before_the_poll_interval() {
     let started = Instant::now();
     std::fs::write(
         manifests.join("tides.json"),
-        manifest("Tide Tables", "High and low tide times for a harbour"),
+        support::stdio_manifest("Tide Tables", "High and low tide times for a harbour"),
     )
     .unwrap();
     wait_for(
@@ -329,7 +321,7 @@ fn a_new_manifest_is_discoverable_before_the_poll_interval() {
     for i in 0..100 {
         std::fs::write(
             manifests.join(format!("tool-{i:03}.json")),
-            manifest(&format!("Tool {i:03}"), &format!("Does thing number {i}")),
+            support::stdio_manifest(&format!("Tool {i:03}"), &format!("Does thing number {i}")),
         )
         .unwrap();
     }

@@ -460,3 +460,37 @@ pub fn fake(script: fake_ollama::Script) -> Upstream {
         _runtime: runtime,
     }
 }
+
+/// An operator manifest directory holding a `perl` stdio tool: a program
+/// that can open sockets, start processes and sleep, for the tests that
+/// need a tool to do what the bundled text tools cannot.
+pub fn perl_manifest_dir() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("perl.json"),
+        serde_json::json!({
+            "oap": "1.0",
+            "name": "perl",
+            "description": "Runs a Perl program given as command-line arguments.",
+            "input": {"format": "text/plain", "description": "Perl arguments, e.g. -e CODE"},
+            "output": {"format": "text/plain", "description": "what the program prints"},
+            "invoke": {"method": "stdio", "url": "perl"}
+        })
+        .to_string(),
+    )
+    .unwrap();
+    dir
+}
+
+/// A minimal valid stdio manifest (`true` as its program), as JSON text.
+pub fn stdio_manifest(name: &str, description: &str) -> String {
+    serde_json::json!({
+        "oap": "1.0",
+        "name": name,
+        "description": description,
+        "input": {"format": "text/plain", "description": "The text."},
+        "output": {"format": "text/plain", "description": "The result."},
+        "invoke": {"method": "stdio", "url": "true"}
+    })
+    .to_string()
+}
