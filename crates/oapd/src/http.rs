@@ -664,8 +664,13 @@ fn turn_away(stream: TcpStream, cap: usize) {
             "too many connections from your address (server.max_connections_per_client is {cap})"
         ),
     );
-    let _ = stream.try_write(&response);
-    drop(stream);
+    // A plain non-blocking write: the socket was just accepted, so its send
+    // buffer is empty. (tokio's `try_write` answers WouldBlock until the
+    // reactor has seen the new socket writable, which under load it often
+    // has not yet, and the client got a bare close.)
+    if let Ok(mut stream) = stream.into_std() {
+        let _ = std::io::Write::write(&mut stream, &response);
+    }
 }
 
 /// One accepted connection, holding its client slot and global permit

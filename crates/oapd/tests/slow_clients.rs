@@ -162,17 +162,34 @@ fn another_address_is_answered_while_one_address_trickles_requests() {
     assert_eq!(daemon.get("/health").status, 200);
 }
 
+/// A blocking connection to `addr` from source address `from`.
+fn connect_from(from: &str, addr: SocketAddr) -> std::net::TcpStream {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket.bind(format!("{from}:0").parse().unwrap()).unwrap();
+        let stream = socket.connect(addr).await.unwrap().into_std().unwrap();
+        stream.set_nonblocking(false).unwrap();
+        stream
+    })
+}
+
 #[test]
 fn a_connection_over_the_per_client_cap_is_turned_away() {
     let daemon = attacked_daemon(Some("4"));
-    let idle: Vec<std::net::TcpStream> = (0..4)
-        .map(|_| std::net::TcpStream::connect(daemon.addr).unwrap())
-        .collect();
+    // From an address of their own: the readiness checks' connections
+    // from 127.0.0.1 may still be closing and must not count here.
+    const CLIENT: &str = "127.0.0.3";
+    let idle: Vec<std::net::TcpStream> =
+        (0..4).map(|_| connect_from(CLIENT, daemon.addr)).collect();
     // Accepted connections are counted once the daemon took them: the
     // fifth is answered 503 and closed without sending anything.
     let deadline = Instant::now() + Duration::from_secs(10);
     let refused = loop {
-        let mut stream = std::net::TcpStream::connect(daemon.addr).unwrap();
+        let mut stream = connect_from(CLIENT, daemon.addr);
         stream
             .set_read_timeout(Some(Duration::from_secs(5)))
             .unwrap();
