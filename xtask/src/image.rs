@@ -961,12 +961,16 @@ fn boot_test(layout: &Layout, timeout: Duration) -> Result<()> {
         token: random_token()?,
         built_root_bytes: built_len.saturating_sub(MIB + FIRMWARE_MIB * MIB),
     };
+    // The model server the guest's oapd talks to: the scripted fake
+    // Ollama on host loopback, reached from the guest through one qemu
+    // forwarding rule (the guest still reaches nothing else).
+    let upstream = ModelForward::start(&layout.work)?;
     let settings_file = layout.work.join("oapd.yaml");
     fs::write(
         &settings_file,
         format!(
             "# written by cargo xtask image-boot\nhostname: {}\nlisten: \"0.0.0.0:{GUEST_PORT}\"\n\
-             ollama_url: http://127.0.0.1:11434\nauth_token: {}\n",
+             ollama_url: http://{GUEST_OLLAMA}\nauth_token: {}\n",
             settings.hostname, settings.token
         ),
     )?;
@@ -985,7 +989,7 @@ fn boot_test(layout: &Layout, timeout: Duration) -> Result<()> {
     };
     let mut last_error = None;
     for accel in accels {
-        match boot_once(layout, &scratch, accel, &settings, timeout) {
+        match boot_once(layout, &scratch, accel, &settings, &upstream, timeout) {
             Ok(()) => {
                 let _ = fs::remove_file(&scratch);
                 return Ok(());
@@ -1022,11 +1026,83 @@ impl Drop for Guest {
     }
 }
 
+/// Where the guest finds its model server: an address only the forwarding
+/// rule answers.
+const GUEST_OLLAMA: &str = "10.0.2.100:11434";
+
+/// The fake Ollama on host loopback and the relay qemu starts for each
+/// guest connection to [`GUEST_OLLAMA`] (`guestfwd=...-cmd:`; a chardev
+/// target would carry one connection only).
+struct ModelForward {
+    fake: crate::bench_proxy::Proc,
+    relay: PathBuf,
+}
+
+/// A relay between stdin/stdout (the guest's connection, as qemu hands it
+/// over) and a loopback TCP port.
+const RELAY_PY: &str = r#"import os, socket, sys, threading
+upstream = socket.create_connection(("127.0.0.1", int(sys.argv[1])))
+def to_upstream():
+    while True:
+        data = os.read(0, 65536)
+        if not data:
+            upstream.shutdown(socket.SHUT_WR)
+            return
+        upstream.sendall(data)
+threading.Thread(target=to_upstream, daemon=True).start()
+while True:
+    data = upstream.recv(65536)
+    if not data:
+        break
+    os.write(1, data)
+"#;
+
+/// The model's script: call the bundled `wc` tool, then answer with what
+/// it returned.
+const MODEL_SCRIPT: &str = r#"{
+  "models": [{"name": "qwen3:4b", "capabilities": ["completion", "tools"]}],
+  "turns": [
+    {"chunks": [{"tool_calls": [{"name": "oap_wc", "arguments": {"args": "-w", "stdin": "one two three four five"}}]}]},
+    {"echo": "last_tool"}
+  ]
+}"#;
+
+impl ModelForward {
+    fn start(work: &Path) -> Result<ModelForward> {
+        run_in_root(crate::tasks::cargo().args([
+            "build",
+            "--release",
+            "-p",
+            "fake-ollama",
+            "--bin",
+            "fake-ollama",
+        ]))?;
+        let fake = crate::bench_proxy::start_fake_with(
+            &repo_root().join("target/release/fake-ollama"),
+            work,
+            MODEL_SCRIPT,
+        )?;
+        let relay = work.join("ollama-relay.py");
+        fs::write(&relay, RELAY_PY)?;
+        Ok(ModelForward { fake, relay })
+    }
+
+    /// The `guestfwd` part of qemu's `-nic user` option.
+    fn nic_rule(&self) -> String {
+        format!(
+            "guestfwd=tcp:{GUEST_OLLAMA}-cmd:python3 {} {}",
+            self.relay.display(),
+            self.fake.addr.port()
+        )
+    }
+}
+
 fn boot_once(
     layout: &Layout,
     disk: &Path,
     accel: &str,
     settings: &FirstBoot,
+    upstream: &ModelForward,
     timeout: Duration,
 ) -> Result<(), BootError> {
     let arch = layout.arch;
@@ -1038,10 +1114,12 @@ fn boot_once(
         .args(["-accel", accel, "-smp", "2", "-m", "2048"])
         .args(["-nodefaults", "-display", "none", "-no-reboot"])
         .args(arch.machine_args(disk))
-        // user-mode network with no way out: only the forwarded port
+        // user-mode network with no way out: only the forwarded port, and
+        // the model server's address forwarded to the fake on the host
         .arg("-nic")
         .arg(format!(
-            "user,model=virtio-net-pci,restrict=on,hostfwd=tcp:127.0.0.1:{port}-:{GUEST_PORT}"
+            "user,model=virtio-net-pci,restrict=on,hostfwd=tcp:127.0.0.1:{port}-:{GUEST_PORT},{}",
+            upstream.nic_rule()
         ))
         .arg("-serial")
         .arg(format!("file:{}", log.display()))
@@ -1193,6 +1271,31 @@ fn check_guest(
     ensure!(
         found["match"]["name"] == "wc",
         "/v1/discover \"count the words in a text\": expected the bundled wc manifest, got {body}"
+    );
+    // A stdio tool runs for real under the hardened unit and its sandbox:
+    // the scripted model calls the bundled wc, then echoes its result.
+    let (status, body) = http(
+        addr,
+        "POST",
+        "/api/chat",
+        Some(auth),
+        Some(
+            r#"{"model":"qwen3:4b","stream":false,"messages":[{"role":"user","content":"count the words in this text: one two three four five"}]}"#,
+        ),
+    )?;
+    ensure!(
+        status == 200,
+        "/api/chat with a wc tool round: {status} {body}"
+    );
+    let answer: serde_json::Value =
+        serde_json::from_str(&body).with_context(|| format!("/api/chat is not JSON: {body}"))?;
+    let content = answer["message"]["content"].as_str().unwrap_or_default();
+    ensure!(
+        content.trim() == "5" && answer["oap_round"] == 2,
+        "/api/chat: expected wc's answer 5 after one tool round under the unit, got {body}"
+    );
+    println!(
+        "image-boot: the bundled wc ran under the unit's sandbox through /api/chat: {content:?}"
     );
     let (status, _) = http(addr, "POST", "/v1/discover", Some(auth), Some("{not json"))?;
     ensure!(
