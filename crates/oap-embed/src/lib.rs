@@ -9,6 +9,12 @@
 //! Other crates depend only on the [`Embedder`] trait, so tests can use a fake
 //! embedder and the model can be swapped without touching the index code.
 
+// Product code never panics on what it is given: errors are values.
+#![cfg_attr(
+    not(test),
+    deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
+)]
+
 mod bert;
 mod error;
 mod priority;

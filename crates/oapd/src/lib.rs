@@ -1,6 +1,12 @@
 //! The `oapd` daemon as a library: configuration, start-up, the HTTP API and
 //! its server shell. `main.rs` only parses the command line and calls in.
 
+// Product code never panics on what it is given: errors are values.
+#![cfg_attr(
+    not(test),
+    deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
+)]
+
 pub mod api;
 pub mod app;
 pub mod bridge;

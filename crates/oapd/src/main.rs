@@ -3,6 +3,12 @@
 //! The binary is thin: it parses the command line, loads the config, sets up
 //! logging and hands over to the library (`oapd::app`).
 
+// Product code never panics on what it is given: errors are values.
+#![cfg_attr(
+    not(test),
+    deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
+)]
+
 use std::path::PathBuf;
 use std::process::ExitCode;
 
