@@ -607,7 +607,8 @@ pub fn render(record: &ValidationRecord) -> String {
         record
             .digest
             .as_deref()
-            .map(|d| format!(" (digest {})", &d[..d.len().min(12)]))
+            // Characters, not bytes: the digest is whatever Ollama sent.
+            .map(|d| format!(" (digest {})", d.chars().take(12).collect::<String>()))
             .unwrap_or_default()
     );
     for check in &record.checks {
@@ -681,6 +682,24 @@ mod tests {
             content: content.into(),
             calls,
         }
+    }
+
+    #[test]
+    fn a_digest_of_any_characters_is_shortened_without_panicking() {
+        let mut record = ValidationRecord {
+            model: "m:latest".into(),
+            digest: Some("ééééééééééééééé".into()),
+            passed: true,
+            full_suite: false,
+            checks: Vec::new(),
+            total_ms: 0,
+            validated_at: 0,
+            validated_at_rfc3339: String::new(),
+            oapd_version: String::new(),
+        };
+        assert!(render(&record).starts_with("model m:latest (digest éééééééééééé)\n"));
+        record.digest = Some("sha256:0123456789abcdef".into());
+        assert!(render(&record).starts_with("model m:latest (digest sha256:01234)\n"));
     }
 
     #[test]
