@@ -297,7 +297,10 @@ fn a_new_manifest_is_discoverable_before_the_poll_interval() {
             "manifests:\n  bundled: false\n  dirs: [{manifests:?}]\ncrawler:\n  watch_interval: 30\n"
         ))
         .start();
-    assert_eq!(daemon.get("/health").json()["index"]["watch"], "inotify");
+    // The watch starts just after the daemon reports ready.
+    wait_for("the inotify watch", Duration::from_secs(10), || {
+        daemon.get("/health").json()["index"]["watch"] == "inotify"
+    });
     assert!(ids(&daemon).is_empty());
 
     let started = Instant::now();
