@@ -264,14 +264,7 @@ pub fn run(args: &[String]) -> Result<()> {
     println!("date: {}", now_utc());
     println!("load average at start (1/5/15 min): {}", loadavg());
     run_shown(cargo().args(["build", "--release", "-p", "oapd", "--bin", "oapd"]))?;
-    run_shown(cargo().args([
-        "build",
-        "--release",
-        "-p",
-        "fake-ollama",
-        "--bin",
-        "fake-ollama",
-    ]))?;
+    crate::bench_proxy::build_fake_ollama()?;
     let bin = root.join("target/release");
     let model_dir = root.join("models/all-MiniLM-L6-v2");
     if !model_dir.is_dir() {

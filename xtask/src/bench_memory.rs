@@ -166,14 +166,7 @@ pub fn run(args: &[String]) -> Result<()> {
             root.join("target/release/oapd")
         }
     };
-    run_shown(cargo().args([
-        "build",
-        "--release",
-        "-p",
-        "fake-ollama",
-        "--bin",
-        "fake-ollama",
-    ]))?;
+    crate::bench_proxy::build_fake_ollama()?;
     let model_dir = root.join("models/all-MiniLM-L6-v2");
     if !model_dir.is_dir() {
         bail!(

@@ -157,6 +157,19 @@ pub(crate) fn shown(command: &Command) -> String {
         .join(" ")
 }
 
+/// Builds the scripted fake Ollama (release) for the benches and the
+/// image boot test; it lands in `target/release/fake-ollama`.
+pub(crate) fn build_fake_ollama() -> Result<()> {
+    run_shown(cargo().args([
+        "build",
+        "--release",
+        "-p",
+        "fake-ollama",
+        "--bin",
+        "fake-ollama",
+    ]))
+}
+
 pub(crate) fn run_shown(command: &mut Command) -> Result<()> {
     let shown = shown(command);
     println!("$ {shown}");
@@ -493,14 +506,7 @@ pub fn run(args: &[String]) -> Result<()> {
         "--example",
         "proxy_load",
     ]))?;
-    run_shown(cargo().args([
-        "build",
-        "--release",
-        "-p",
-        "fake-ollama",
-        "--bin",
-        "fake-ollama",
-    ]))?;
+    build_fake_ollama()?;
     let bin = root.join("target/release");
     let model_dir = root.join("models/all-MiniLM-L6-v2");
     if !model_dir.join("model.safetensors").exists() && !model_dir.is_dir() {

@@ -1069,14 +1069,7 @@ const MODEL_SCRIPT: &str = r#"{
 
 impl ModelForward {
     fn start(work: &Path) -> Result<ModelForward> {
-        run_in_root(crate::tasks::cargo().args([
-            "build",
-            "--release",
-            "-p",
-            "fake-ollama",
-            "--bin",
-            "fake-ollama",
-        ]))?;
+        crate::bench_proxy::build_fake_ollama()?;
         let fake = crate::bench_proxy::start_fake_with(
             &repo_root().join("target/release/fake-ollama"),
             work,
