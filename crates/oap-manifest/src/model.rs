@@ -67,7 +67,7 @@ pub struct Manifest {
     /// ISO-8601 date of the last manifest update.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub updated: Option<String>,
-    /// One-line synopsis (upstream SPEC.md addition, not in the 1.0 seed text).
+    /// One-line synopsis (a later addition to the OAP specification, not in its 1.0 text).
     /// The reference converter appends it to the tool description.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub usage: Option<String>,

@@ -20,7 +20,7 @@ pub const MAX_NAME_CHARS: usize = 200;
 pub const MAX_DESCRIPTION_CHARS: usize = 8000;
 /// The spec's description limit; exceeding it is a warning.
 pub const SPEC_DESCRIPTION_CHARS: usize = 1000;
-/// Upstream SPEC.md's `usage` limit; exceeding it is a warning.
+/// The OAP specification's `usage` limit; exceeding it is a warning.
 pub const SPEC_USAGE_CHARS: usize = 120;
 
 /// Top-level fields this crate models (OAP 1.0 plus upstream's `usage`).

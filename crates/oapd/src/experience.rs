@@ -4,8 +4,8 @@
 //! that is the same text, or close enough in embedding space, skips
 //! retrieval and gets that tool injected directly.
 //!
-//! Deliberately unlike the reference implementation (oap-reference.md §2.6,
-//! §9 bug 5):
+//! Deliberately unlike the OAP reference implementation's procedural memory
+//! (whose entry ids include the date, so a daily task never repeats):
 //! - an entry's id is a hash of the normalised task text and the manifest
 //!   id — no date — so a task asked every day keeps hitting one entry;
 //! - the first success makes an entry usable (no "confirmed twice" rule);
