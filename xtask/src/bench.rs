@@ -303,6 +303,10 @@ fn shown(command: &Command) -> String {
 }
 
 /// The number right after `key` in `text` (`"p50 "` -> 12.3).
+#[allow(
+    clippy::string_slice,
+    reason = "every index comes from str::find on ASCII keys, so it is a char boundary"
+)]
 fn number_after(text: &str, key: &str) -> Option<f64> {
     let start = text.find(key)? + key.len();
     let rest = text[start..].trim_start();

@@ -190,6 +190,10 @@ fn render(r: &Value, command: &str, load_before: &str, load_after: &str) -> Stri
 }
 
 /// Replaces the `## Crawler` section (up to the next `## `) or appends it.
+#[allow(
+    clippy::string_slice,
+    reason = "every index comes from str::find on ASCII keys, so it is a char boundary"
+)]
 fn write_section(path: &Path, section: &str) -> Result<()> {
     let text = std::fs::read_to_string(path).unwrap_or_default();
     let updated = match text.find("\n## Crawler\n") {

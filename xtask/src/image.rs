@@ -1461,8 +1461,11 @@ fn dechunk(mut rest: &str) -> String {
         if n == 0 || after.len() < n {
             break;
         }
-        out.push_str(&after[..n]);
-        rest = after[n..].trim_start_matches("\r\n");
+        let (Some(chunk), Some(next)) = (after.get(..n), after.get(n..)) else {
+            break;
+        };
+        out.push_str(chunk);
+        rest = next.trim_start_matches("\r\n");
     }
     out
 }

@@ -201,7 +201,7 @@ impl Shared {
                 while !text.is_char_boundary(end) {
                     end -= 1;
                 }
-                text[..end].to_string()
+                text.get(..end).unwrap_or_default().to_string()
             });
         let mut state = self.state();
         let seq = state.requests.len();

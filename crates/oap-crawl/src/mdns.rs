@@ -115,6 +115,10 @@ fn cut(text: &str, max_chars: usize) -> String {
 }
 
 /// The instance part of `fullname` (`My Hub._oap._tcp.local.` → `My Hub`).
+#[allow(
+    clippy::string_slice,
+    reason = "every index comes from str::find, char_indices or a checked char boundary"
+)]
 pub fn instance_of(fullname: &str) -> Result<&str, LanRefusal> {
     let name = fullname.strip_suffix('.').unwrap_or(fullname);
     let suffix = SERVICE_TYPE.trim_end_matches('.');

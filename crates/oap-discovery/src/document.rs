@@ -205,7 +205,7 @@ pub(crate) fn truncate_on_char_boundary(text: &str, max: usize) -> &str {
     while !text.is_char_boundary(end) {
         end -= 1;
     }
-    &text[..end]
+    text.get(..end).unwrap_or_default()
 }
 
 #[cfg(test)]

@@ -155,6 +155,10 @@ struct Split {
 /// The instruction is the first line with inline JSON removed; the lines
 /// after it are data, unless they read as prose (then the task simply goes
 /// on, e.g. a story followed by the questions it sets up).
+#[allow(
+    clippy::string_slice,
+    reason = "every index comes from str::find, char_indices or a checked char boundary"
+)]
 fn split_task(task: &str) -> Split {
     let mut instruction = String::new();
     let mut shapes = Vec::new();
@@ -241,6 +245,10 @@ fn is_word(token: &str) -> bool {
             .all(|c| c.is_alphabetic() || c == '\'' || c == '-')
 }
 
+#[allow(
+    clippy::string_slice,
+    reason = "every index comes from str::find, char_indices or a checked char boundary"
+)]
 fn shape_of_lines(rest: &str) -> DataShape {
     let trimmed = rest.trim();
     if (trimmed.starts_with('{') || trimmed.starts_with('['))

@@ -227,7 +227,10 @@ impl BertEmbedder {
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_else(|| "model".to_owned());
-        let model_id = format!("{dir_name}@{}", &content_sha256[..16]);
+        let model_id = format!(
+            "{dir_name}@{}",
+            content_sha256.get(..16).unwrap_or(&content_sha256)
+        );
         tracing::info!(
             model_id = %model_id,
             dim = cfg.hidden_size,
@@ -449,7 +452,7 @@ fn clip_utf8(s: &str, max: usize) -> &str {
     while !s.is_char_boundary(end) {
         end -= 1;
     }
-    &s[..end]
+    s.get(..end).unwrap_or_default()
 }
 
 /// Divides by the L2 norm, with sentence-transformers' epsilon so a zero vector

@@ -10,6 +10,10 @@
 /// `SCHED_IDLE`), or failing that to nice 19. Returns whether either worked.
 /// Lowering one's own priority needs no privilege; under a seccomp filter
 /// that forbids it the thread keeps its priority and only fairness suffers.
+#[allow(
+    unsafe_code,
+    reason = "a system call; the SAFETY comment at the block says why it is sound"
+)]
 pub fn lower_current_thread_priority() -> bool {
     #[cfg(target_os = "linux")]
     {
@@ -37,6 +41,10 @@ pub fn lower_current_thread_priority() -> bool {
 
 /// Whether the calling thread runs in the idle class.
 #[cfg(all(test, target_os = "linux"))]
+#[allow(
+    unsafe_code,
+    reason = "a system call; the SAFETY comment at the block says why it is sound"
+)]
 fn current_thread_is_idle_class() -> bool {
     // SAFETY: pid 0 is the calling thread; no pointers.
     unsafe { libc::sched_getscheduler(0) == libc::SCHED_IDLE }
@@ -46,6 +54,10 @@ fn current_thread_is_idle_class() -> bool {
 /// rebuild's batches and vector maps) back to the kernel, so the daemon's
 /// resident size falls back instead of staying at the rebuild's peak.
 /// glibc only; elsewhere a no-op.
+#[allow(
+    unsafe_code,
+    reason = "a system call; the SAFETY comment at the block says why it is sound"
+)]
 pub fn return_freed_memory() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     // SAFETY: malloc_trim only walks the allocator's own free lists; no

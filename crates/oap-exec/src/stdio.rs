@@ -430,6 +430,10 @@ impl Executor {
         // only calls getrlimit, setrlimit, prctl, landlock_restrict_self and
         // seccomp (async-signal-safe system calls) on data prepared before
         // the fork, and neither allocates nor takes locks.
+        #[allow(
+            unsafe_code,
+            reason = "pre_exec is how a child is confined before exec"
+        )]
         unsafe {
             cmd.pre_exec(move || {
                 child_setup(&child_limits)?;

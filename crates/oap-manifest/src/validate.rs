@@ -138,6 +138,10 @@ struct Validator {
 
 /// Quote a string for a message, JSON-escaped and truncated so a hostile
 /// 60 KiB value does not flood logs.
+#[allow(
+    clippy::string_slice,
+    reason = "every index comes from str::find, char_indices or a checked char boundary"
+)]
 pub(crate) fn quote(s: &str) -> String {
     const MAX: usize = 80;
     let mut chars = s.char_indices();
@@ -719,6 +723,10 @@ impl Validator {
 /// scheme are skipped), so a URL refused for another reason (a wrong scheme,
 /// a control character) is still never echoed; then from the parsed URL,
 /// which catches spellings the scan misses.
+#[allow(
+    clippy::string_slice,
+    reason = "every index comes from str::find, char_indices or a checked char boundary"
+)]
 fn has_userinfo(s: &str) -> bool {
     let Some((scheme, after)) = s.split_once(':') else {
         return false;

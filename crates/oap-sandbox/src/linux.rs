@@ -4,6 +4,11 @@
 //! program for what seccompiler cannot express (a different errno for
 //! `clone3`, and refusing x32 system call numbers).
 
+#![allow(
+    unsafe_code,
+    reason = "this module is the raw Landlock, seccomp and prctl system calls; each block has a SAFETY comment"
+)]
+
 use std::collections::BTreeMap;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::Path;

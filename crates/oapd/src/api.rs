@@ -210,7 +210,7 @@ impl Api {
                 if m == Method::GET {
                     validation_record(
                         &self.chat.validation,
-                        &percent_decode(&p["/v1/validation/".len()..]),
+                        &percent_decode(p.strip_prefix("/v1/validation/").unwrap_or_default()),
                     )
                 } else {
                     method_not_allowed("GET")
@@ -230,7 +230,9 @@ impl Api {
                             "deleting experience entries needs server.auth_token (or a loopback client)",
                         )
                     }
-                    Some(experience) => experience.route(m, &p["/v1/experience".len()..]),
+                    Some(experience) => {
+                        experience.route(m, p.strip_prefix("/v1/experience").unwrap_or_default())
+                    }
                     None => crate::experience::disabled(),
                 }
             }
@@ -247,7 +249,7 @@ impl Api {
             ("/v1/manifests", _) => method_not_allowed("GET"),
             (p, m) if p.starts_with("/v1/manifests/") => {
                 if m == Method::GET {
-                    self.get_manifest(&p["/v1/manifests/".len()..])
+                    self.get_manifest(p.strip_prefix("/v1/manifests/").unwrap_or_default())
                 } else {
                     method_not_allowed("GET")
                 }

@@ -156,6 +156,10 @@ fn inherited_listeners() -> anyhow::Result<Vec<TcpListener>> {
         // SAFETY: systemd passes these descriptors to this process for it
         // to own; listen_fds() checked LISTEN_PID is ours, and nothing
         // else in the process uses descriptors 3.. at this point.
+        #[allow(
+            unsafe_code,
+            reason = "taking ownership of systemd's descriptors; SAFETY above"
+        )]
         let listener = unsafe { std::net::TcpListener::from_raw_fd(fd) };
         listener
             .set_nonblocking(true)
@@ -506,6 +510,10 @@ async fn probe_upstream(base_url: String, board: Arc<StatusBoard>) {
 }
 
 /// `host:port` of an `http(s)://` URL (default ports 80/443).
+#[allow(
+    clippy::string_slice,
+    reason = "every index comes from str::find, char_indices or a checked char boundary"
+)]
 fn host_and_port(url: &str) -> Option<String> {
     let (scheme, rest) = url.split_once("://")?;
     let authority = rest.split(['/', '?', '#']).next()?;

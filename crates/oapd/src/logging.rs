@@ -191,6 +191,10 @@ impl<T: fmt::Display> fmt::Display for Escaped<T> {
 struct Escaper<'a, W: fmt::Write>(&'a mut W);
 
 impl<W: fmt::Write> fmt::Write for Escaper<'_, W> {
+    #[allow(
+        clippy::string_slice,
+        reason = "every index comes from str::find, char_indices or a checked char boundary"
+    )]
     fn write_str(&mut self, s: &str) -> fmt::Result {
         let mut rest = s;
         while let Some(at) = rest.find(needs_escape) {
