@@ -65,11 +65,15 @@ pub enum Source {
 pub struct CatalogEntry {
     /// Stable id: `local/<slug of name>` for local manifests.
     pub id: String,
+    /// The parsed manifest; it passed validation (warnings aside).
     pub manifest: Manifest,
     /// sha256 of the raw document; drives incremental re-indexing.
     pub content_hash: String,
+    /// Where it was loaded from; part of the index fingerprint.
     pub origin: Origin,
+    /// Local for bundled and directory sources; from the envelope for remote ones.
     pub trust: Trust,
+    /// Validation warnings (not errors), shown by `GET /v1/manifests/{id}`.
     pub warnings: Vec<Diagnostic>,
     /// Why the manifest's `health` URL says it is down (remote manifests,
     /// from the crawler's probe); such a manifest is left out of discovery.
@@ -79,23 +83,31 @@ pub struct CatalogEntry {
 /// A file that could not be loaded, and why.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct LoadProblem {
+    /// What failed: a file or directory path, `bundled:<file>`, or a crawled URL.
     pub location: String,
+    /// Why, in words for the operator's log.
     pub message: String,
 }
 
 /// A manifest skipped because an earlier source already provided its id.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Collision {
+    /// The id both manifests claim.
     pub id: String,
+    /// Location of the manifest that won (the earlier source).
     pub kept: String,
+    /// Location of the manifest that was left out.
     pub skipped: String,
 }
 
 /// Everything loading found: the entries, and what went wrong.
 #[derive(Debug, Default)]
 pub struct Catalog {
+    /// The valid manifests, in load order, ids unique.
     pub entries: Vec<CatalogEntry>,
+    /// Files that could not be loaded.
     pub problems: Vec<LoadProblem>,
+    /// Manifests left out because their id was taken.
     pub collisions: Vec<Collision>,
     /// id → position in `entries`, so collision checks stay O(1) per file
     /// (a linear scan made loading 100k manifests quadratic).

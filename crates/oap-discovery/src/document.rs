@@ -28,7 +28,9 @@ const MAX_EXAMPLE_ROWS: usize = 8;
 /// One text to embed, with its weight in the max-over-rows document score.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RowText {
+    /// Trimmed text, at most 2,000 bytes (cut on a char boundary).
     pub text: String,
+    /// Multiplies the row's cosine; the document scores as its best weighted row.
     pub weight: f32,
 }
 
@@ -41,8 +43,11 @@ pub struct RowText {
 /// (docs/BENCHMARKS.md).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct RowWeights {
+    /// The description row (with the inputs if `inputs_in_description`).
     pub description: f32,
+    /// A row of the humanized name, tags and `usage`.
     pub name_usage: f32,
+    /// One row per example description or input, at most 8.
     pub example: f32,
     /// Append the input parameters, with their descriptions, to the
     /// description row. Many descriptions are one terse sentence ("Search

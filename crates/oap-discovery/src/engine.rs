@@ -36,15 +36,21 @@ const BACKGROUND_EMBED_CHUNK: usize = 4;
 /// Settings of the engine (the daemon maps its config onto this).
 #[derive(Debug, Clone)]
 pub struct EngineConfig {
+    /// Directory holding the index file ([`INDEX_FILE`]); created by [`Engine::open`] if missing.
     pub data_dir: PathBuf,
+    /// How embedding rows are stored: `F32`, or `I8` with a per-row scale (a quarter of the vector bytes).
     pub dtype: VectorDtype,
+    /// Fusion weights, thresholds and the default retrieval mode.
     pub scoring: Scoring,
+    /// Which texts of a manifest are embedded; part of the fingerprint, so a change rebuilds.
     pub row_weights: RowWeights,
     /// Threads for a dense scan of a large index (default: all cores).
     pub search_threads: Option<usize>,
 }
 
 impl EngineConfig {
+    /// Defaults for everything but the data directory: f32 rows, the benchmarked scoring
+    /// and row weights, every core for a dense scan.
     pub fn new(data_dir: impl Into<PathBuf>) -> Self {
         EngineConfig {
             data_dir: data_dir.into(),
@@ -55,32 +61,45 @@ impl EngineConfig {
         }
     }
 
+    /// Where the index file lives: `<data_dir>/index.oapx`.
     pub fn index_path(&self) -> PathBuf {
         self.data_dir.join(INDEX_FILE)
     }
 }
 
+/// Why [`Engine::open`] or a rebuild failed. After a failed rebuild the previous
+/// index keeps serving (see [`Engine::rebuild_failure`]).
 #[derive(Debug, thiserror::Error)]
 pub enum EngineError {
+    /// The data directory could not be created (permissions, read-only filesystem).
     #[error("cannot create data directory {path}: {source}")]
     DataDir {
+        /// The directory from [`EngineConfig::data_dir`].
         path: PathBuf,
+        /// What the operating system said.
         source: std::io::Error,
     },
+    /// The embedding model failed on a manifest text while building.
     #[error("embedding failed: {0}")]
     Embed(#[from] oap_embed::EmbedError),
+    /// The index file could not be written, mapped or read back (full disk, I/O error).
     #[error("index: {0}")]
     Index(#[from] IndexError),
+    /// A rebuild panicked while holding the build lock; no further rebuild runs in this process.
     #[error("index build lock poisoned by an earlier panic")]
     Poisoned,
+    /// The background rebuild thread could not be spawned (thread or memory limit).
     #[error("cannot start the rebuild thread: {0}")]
     Thread(std::io::Error),
 }
 
+/// Why a discovery query got no answer at all (an empty result is not an error).
 #[derive(Debug, thiserror::Error)]
 pub enum DiscoverError {
+    /// The task was empty or only whitespace.
     #[error("task is empty")]
     EmptyTask,
+    /// The embedding model failed on the task.
     #[error("embedding the task failed: {0}")]
     Embed(#[from] oap_embed::EmbedError),
 }
@@ -88,10 +107,15 @@ pub enum DiscoverError {
 /// What the index stores per manifest (opaque to the index crate).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct StoredRecord {
+    /// Catalog id: `local/<slug>` or `<host>/<slug>` for remote manifests.
     pub id: String,
+    /// Decides where the manifest's tool may connect and whether stdio may run.
     pub trust: Trust,
+    /// Where the manifest was loaded from.
     pub origin: Origin,
+    /// SHA-256 of the raw document, lowercase hex; part of the index fingerprint.
     pub content_hash: String,
+    /// The manifest as parsed, unknown fields included (what the API returns).
     pub manifest: serde_json::Value,
     /// Validation warnings, rendered, so `GET /v1/manifests/{id}` can show them.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -115,7 +139,9 @@ struct IndexMeta {
 /// What a build or an open did; the daemon logs it and `/health` shows it.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct BuildReport {
+    /// Manifests in the index.
     pub docs: usize,
+    /// Embedded rows in the index (a manifest has one or more; none without a model).
     pub rows: usize,
     /// Rows embedded by this build (0 when an unchanged index was reused).
     pub embedded_rows: usize,
@@ -125,34 +151,52 @@ pub struct BuildReport {
     pub reused_index: bool,
     /// Why an existing index file could not be used, if it could not.
     pub previous_index_problem: Option<String>,
+    /// Files that could not be loaded; the rest of the catalog was indexed.
     pub problems: Vec<LoadProblem>,
+    /// Manifests skipped because an earlier source had the same id.
     pub collisions: Vec<Collision>,
+    /// Wall time of the whole load and build, in milliseconds.
     pub elapsed_ms: f64,
 }
 
 /// A candidate capability in a discovery answer.
 #[derive(Debug, Clone, Serialize)]
 pub struct Candidate {
+    /// Catalog id, as for `GET /v1/manifests/{id}`.
     pub id: String,
     /// The publishing domain for crawled manifests, the id for local ones
     /// (the reference service's `domain` field).
     pub domain: String,
+    /// The manifest's `name`.
     pub name: String,
+    /// The manifest's `description`.
     pub description: String,
+    /// The manifest's `invoke` object as published (`null` if absent).
     pub invoke: serde_json::Value,
+    /// The fused score results are ranked by (same as `scores.fused`).
     pub score: f32,
+    /// How far the manifest is trusted; decides where its tool may connect.
     pub trust: Trust,
+    /// The parts of `score`, so an operator can see why it ranked where it did.
     pub scores: ScoreParts,
 }
 
+/// Timings and settings of one discovery, reported next to its results.
 #[derive(Debug, Clone, Serialize)]
 pub struct DiscoverMeta {
+    /// Whole query, in milliseconds.
     pub total_ms: f64,
+    /// Embedding the task, in milliseconds (about 0 in lexical mode or with a precomputed vector).
     pub embed_ms: f64,
+    /// Ranking against the index, in milliseconds.
     pub search_ms: f64,
+    /// The mode actually used: lexical when the index or the engine has no model.
     pub mode: Mode,
+    /// The "no fitting capability" threshold for `mode`.
     pub threshold: f32,
+    /// Manifests in the index that answered.
     pub index_docs: usize,
+    /// Id of the model the index vectors came from (`None`: lexical only).
     pub model: Option<String>,
     /// The instruction part of the task that retrieval used.
     pub query: String,
@@ -161,20 +205,29 @@ pub struct DiscoverMeta {
 /// The answer to a discovery request, in the reference service's shape.
 #[derive(Debug, Clone, Serialize)]
 pub struct Discovery {
+    /// The task as the client sent it.
     pub task: String,
+    /// The best candidate if it passes the threshold; `None` means "no fitting capability".
     #[serde(rename = "match")]
     pub best: Option<Candidate>,
+    /// Up to `top_k` healthy candidates, best first, whether or not they pass the threshold.
     pub candidates: Vec<Candidate>,
+    /// How the answer was computed.
     pub meta: DiscoverMeta,
 }
 
 /// Summary row for listings.
 #[derive(Debug, Clone, Serialize)]
 pub struct ManifestSummary {
+    /// Catalog id.
     pub id: String,
+    /// The publishing domain for crawled manifests, the id for local ones.
     pub domain: String,
+    /// The manifest's `name`.
     pub name: String,
+    /// The manifest's `description`.
     pub description: String,
+    /// How far the manifest is trusted.
     pub trust: Trust,
 }
 
@@ -193,11 +246,17 @@ pub struct RebuildFailure {
 /// Size and state, for `/health`.
 #[derive(Debug, Clone, Serialize)]
 pub struct EngineStats {
+    /// Manifests in the index.
     pub docs: usize,
+    /// Embedded rows in the index.
     pub rows: usize,
+    /// Size of the index file in bytes.
     pub index_bytes: u64,
+    /// `"f32"` or `"i8"`.
     pub dtype: &'static str,
+    /// Id of the model the index vectors came from.
     pub model: Option<String>,
+    /// The mode queries run in ([`Engine::mode`]).
     pub mode: Mode,
 }
 
@@ -206,6 +265,9 @@ struct Snapshot {
     model_id: Option<String>,
 }
 
+/// The catalog's sources, the embedder and the current index snapshot; shared by
+/// every request of the daemon (`Arc<Engine>`). All methods take `&self`: queries run
+/// concurrently with each other and with one rebuild at a time.
 pub struct Engine {
     config: EngineConfig,
     sources: Vec<Source>,
@@ -412,6 +474,7 @@ impl Engine {
         Ok(report)
     }
 
+    /// The configured retrieval mode, or [`Mode::Lexical`] when no embedding model is loaded.
     pub fn mode(&self) -> Mode {
         if self.embedder.is_some() {
             self.config.scoring.mode
@@ -420,6 +483,7 @@ impl Engine {
         }
     }
 
+    /// Id of the loaded embedding model (a hash of its files), if any.
     pub fn model_id(&self) -> Option<&str> {
         self.embedder.as_ref().map(|e| e.model_id())
     }
@@ -578,6 +642,7 @@ impl Engine {
         stored_record(&snapshot.index, doc)
     }
 
+    /// Size and mode of the current index, for `/health`.
     pub fn stats(&self) -> EngineStats {
         let snapshot = self.snapshot.load_full();
         EngineStats {
@@ -593,6 +658,7 @@ impl Engine {
         }
     }
 
+    /// The settings the engine was opened with.
     pub fn config(&self) -> &EngineConfig {
         &self.config
     }

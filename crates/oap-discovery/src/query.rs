@@ -1,7 +1,7 @@
 //! Turning a user's task into what is embedded and what is matched lexically.
 //!
 //! Voice and chat tasks often carry their data inline: "count the words in:
-//! <a paragraph>", "extract the name field from {...}". The data's content
+//! \<a paragraph>", "extract the name field from {...}". The data's content
 //! says nothing about which capability fits, and it drowns the instruction
 //! in a mean-pooled embedding and floods BM25 with irrelevant terms. Its
 //! *shape*, though, is often the strongest clue there is: "get the first

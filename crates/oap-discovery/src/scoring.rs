@@ -30,8 +30,11 @@ pub const MAX_LEXICAL: f32 = 2.0;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Mode {
+    /// Cosine plus a weighted share of BM25 evidence (the default).
     Hybrid,
+    /// Cosine only.
     Dense,
+    /// BM25 only; what the engine falls back to without an embedding model.
     Lexical,
 }
 
@@ -39,6 +42,7 @@ pub enum Mode {
 /// (docs/BENCHMARKS.md).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Scoring {
+    /// The mode queries run in when a model is loaded.
     pub mode: Mode,
     /// Weight of the lexical evidence added to the cosine.
     pub lexical_weight: f32,
@@ -46,6 +50,7 @@ pub struct Scoring {
     pub min_pool: usize,
     /// A best candidate below this fused score is not a match (hybrid).
     pub min_score_hybrid: f32,
+    /// A best candidate below this cosine is not a match (dense).
     pub min_score_dense: f32,
     /// In lexical mode the score is the capped evidence (0..=MAX_LEXICAL).
     pub min_score_lexical: f32,
@@ -80,6 +85,7 @@ impl Default for Scoring {
 }
 
 impl Scoring {
+    /// The "no fitting capability" threshold configured for `mode`.
     pub fn threshold(&self, mode: Mode) -> f32 {
         match mode {
             Mode::Hybrid => self.min_score_hybrid,
