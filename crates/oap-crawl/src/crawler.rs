@@ -35,7 +35,9 @@ pub struct CrawlerSettings {
     pub remote_dir: PathBuf,
     /// The schedule file.
     pub state_path: PathBuf,
+    /// Refresh interval, retry backoff and the failure count that removes a manifest.
     pub schedule: ScheduleSettings,
+    /// Deadline and body cap of each manifest fetch.
     pub fetch: FetchLimits,
     /// Deadline of one crawl pass; domains not reached stay due.
     pub round_timeout: Duration,
@@ -55,6 +57,9 @@ pub struct CrawlerSettings {
 }
 
 impl CrawlerSettings {
+    /// Defaults rooted at `state_dir`: envelopes in `crawled/`, the schedule in
+    /// `crawl-state.json`; 4 fetches at once, 5-minute passes, at most 10,000 domains,
+    /// internet crawling on and LAN discovery off.
     pub fn new(state_dir: impl Into<PathBuf>) -> Self {
         let state_dir = state_dir.into();
         Self {
@@ -86,10 +91,15 @@ pub fn slice_len(rebuild_every: usize, indexed: usize) -> usize {
 /// What one pass did.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct CrawlReport {
+    /// Domains fetched in this pass (not counting deferred ones).
     pub attempted: usize,
+    /// Domains whose manifest was new or changed and was stored.
     pub updated: usize,
+    /// Domains that answered 304 or served the stored bytes again.
     pub unchanged: usize,
+    /// Domains whose fetch or checks failed (see `errors`).
     pub failed: usize,
+    /// Manifests deleted because their domain reached `max_failures` failures in a row.
     pub removed: usize,
     /// Domains left for the next pass because the round deadline passed.
     pub deferred: usize,
@@ -98,6 +108,7 @@ pub struct CrawlReport {
     /// The engine rebuild, when the index changed.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub rebuild: Option<BuildReport>,
+    /// Why the engine rebuild failed, when it did; the old index keeps serving.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub rebuild_error: Option<String>,
 }
@@ -105,14 +116,19 @@ pub struct CrawlReport {
 /// Why a domain could not be added.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum AddError {
+    /// The name is not a crawlable domain (IP literal, URL, `.local`, bad syntax).
     #[error(transparent)]
     Domain(#[from] DomainError),
+    /// `crawler.max_domains` (the value carried) are tracked already.
     #[error("the crawler already tracks {0} domains (crawler.max_domains)")]
     Full(usize),
+    /// `crawler.enabled` is false: only LAN targets are crawled.
     #[error("the internet crawler is disabled (crawler.enabled: false); only LAN discovery runs")]
     InternetDisabled,
+    /// The LAN target cap (the value carried) is reached.
     #[error("already tracking {0} LAN services (the cap)")]
     LanFull(usize),
+    /// Another LAN service already holds this key (the value carried).
     #[error("LAN key {0} is taken by another service")]
     LanKeyTaken(String),
 }
@@ -158,6 +174,7 @@ impl Crawler {
         }
     }
 
+    /// The settings the crawler was built with.
     pub fn settings(&self) -> &CrawlerSettings {
         &self.settings
     }

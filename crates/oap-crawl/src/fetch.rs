@@ -37,8 +37,11 @@ impl Default for FetchLimits {
 /// Cache validators from the last successful fetch.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Validators {
+    /// The `ETag` header as served (at most 512 bytes), sent back as `If-None-Match`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub etag: Option<String>,
+    /// The `Last-Modified` header as served (at most 512 bytes), sent back as
+    /// `If-Modified-Since`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_modified: Option<String>,
 }
@@ -71,6 +74,7 @@ pub enum FetchOutcome {
         body: String,
         /// The URL that answered.
         url: String,
+        /// This response's `ETag`/`Last-Modified`, for the next conditional fetch.
         validators: Validators,
     },
 }
@@ -81,18 +85,49 @@ pub enum ManifestFetchError {
     /// Transport, SSRF, redirect, size or deadline failure.
     #[error(transparent)]
     Fetch(#[from] FetchError),
+    /// The server answered with a status other than 200 (or a 304 to a request
+    /// that sent no validators).
     #[error("HTTP {status} from {url}")]
-    Status { status: u16, url: String },
+    Status {
+        /// The HTTP status code.
+        status: u16,
+        /// The URL that answered, after redirects.
+        url: String,
+    },
+    /// The response does not declare a JSON media type (see the module docs).
     #[error("{url} is served as {content_type:?}, not JSON (application/json)")]
-    ContentType { url: String, content_type: String },
+    ContentType {
+        /// The URL that answered, after redirects.
+        url: String,
+        /// The `Content-Type` header as served, cut to 100 characters (empty if absent).
+        content_type: String,
+    },
+    /// The body is not UTF-8.
     #[error("{url} is not valid UTF-8 (byte {offset})")]
-    Utf8 { url: String, offset: usize },
+    Utf8 {
+        /// The URL that answered, after redirects.
+        url: String,
+        /// Byte offset where the invalid sequence starts.
+        offset: usize,
+    },
+    /// The body failed `oap_manifest::parse`: bad JSON, over the size or depth
+    /// cap, or a validation error.
     #[error("{url} is not a valid manifest: {reason}")]
-    Invalid { url: String, reason: String },
+    Invalid {
+        /// The URL that answered, after redirects.
+        url: String,
+        /// The parser's message, naming the field.
+        reason: String,
+    },
+    /// A valid manifest that asks to run a local command, fetched with less
+    /// than local trust.
     #[error(
         "{url} declares invoke.method stdio: a manifest from the network may never run a local command"
     )]
-    Stdio { url: String },
+    Stdio {
+        /// The URL that answered, after redirects.
+        url: String,
+    },
 }
 
 /// The manifest URL of a normalised domain.

@@ -78,7 +78,9 @@ pub struct LanTarget {
     pub key: String,
     /// The address the target is fetched from.
     pub address: IpAddr,
+    /// The SRV port (never 0).
     pub port: u16,
+    /// The TXT `path`, checked, or `/.well-known/oap.json` when none was given.
     pub path: String,
     /// `http://<address>:<port><path>`.
     pub url: String,
@@ -87,16 +89,33 @@ pub struct LanTarget {
 /// Why an advertisement was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum LanRefusal {
+    /// The full name does not end in `._oap._tcp.local.`.
     #[error("not a {SERVICE_TYPE} service name")]
     NotOapService,
+    /// The instance label is empty, longer than [`MAX_INSTANCE_BYTES`] or holds
+    /// control characters; the value says which.
     #[error("instance name: {0}")]
     Instance(String),
+    /// The SRV record names port 0.
     #[error("advertises port 0")]
     PortZero,
+    /// The TXT record is over [`MAX_TXT_BYTES`].
     #[error("TXT record is {bytes} bytes; the cap is {MAX_TXT_BYTES}")]
-    TxtTooLarge { bytes: usize },
+    TxtTooLarge {
+        /// Size of the advertised TXT record.
+        bytes: usize,
+    },
+    /// The TXT `path` is unusable (too long, not UTF-8, not starting with a
+    /// single `/`, a forbidden character).
     #[error("TXT path {path:?}: {reason}")]
-    Path { path: String, reason: String },
+    Path {
+        /// The advertised path, lossily decoded and cut to 100 characters.
+        path: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// No advertised address may be fetched from; the value lists each address
+    /// with its class (at most 8), or says none was advertised.
     #[error("no usable address: {0}")]
     NoUsableAddress(String),
 }
@@ -106,7 +125,10 @@ pub enum LanRefusal {
 pub struct LanRefusalRecord {
     /// The advertised name (cut to 128 characters).
     pub name: String,
+    /// Why, as text (a [`LanRefusal`], a full target list, or the failures that
+    /// dropped the target), cut to 512 characters.
     pub reason: String,
+    /// When, in milliseconds since the Unix epoch.
     pub at_ms: u64,
 }
 
@@ -303,6 +325,7 @@ pub enum LanUpdate {
 }
 
 impl LanUpdate {
+    /// The target's schedule key (`<label>.local`), whatever happened.
     pub fn key(&self) -> &str {
         match self {
             LanUpdate::New(k) | LanUpdate::Changed(k) | LanUpdate::Unchanged(k) => k,

@@ -65,9 +65,13 @@ pub enum AddedBy {
 /// Everything known about one domain (shown by `GET /v1/crawl/status`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct DomainState {
+    /// The normalised domain, or `<label>.local` for a LAN target (the schedule key).
     pub domain: String,
+    /// Who asked for it; seeds dropped from the config are purged at start.
     pub added_by: AddedBy,
+    /// `Internet` for domains, `Lan` for mDNS targets; the executor's rules follow it.
     pub trust: Trust,
+    /// The manifest URL fetched: `https://<domain>/.well-known/oap.json`, or a LAN `http://` URL.
     pub url: String,
     /// Last attempt (ms since the epoch).
     #[serde(default)]
@@ -75,21 +79,29 @@ pub struct DomainState {
     /// `updated`, `unchanged`, `not modified` or `error: ...`.
     #[serde(default)]
     pub last_result: Option<String>,
+    /// Last fetch that stored or confirmed the manifest (ms since the epoch).
     #[serde(default)]
     pub last_success_ms: Option<u64>,
+    /// When the next fetch is due (ms since the epoch): jittered interval after
+    /// success, backoff after failure.
     pub next_due_ms: u64,
+    /// Failed fetches since the last success; at `max_failures` the manifest is removed.
     #[serde(default)]
     pub consecutive_failures: u32,
     /// The id of its manifest in the index, while it has one.
     #[serde(default)]
     pub manifest_id: Option<String>,
+    /// SHA-256 (hex) of the stored manifest's bytes, to tell "unchanged" from "updated".
     #[serde(default)]
     pub content_hash: Option<String>,
+    /// ETag/Last-Modified of the stored copy; cleared when it is removed, so a
+    /// 304 never stands in for a missing manifest.
     #[serde(default)]
     pub validators: Validators,
     /// Set when the manifest was removed after too many failures.
     #[serde(default)]
     pub removed_reason: Option<String>,
+    /// What the `_oap.<domain>` TXT lookup said last.
     #[serde(default = "not_checked")]
     pub txt_hint: TxtHint,
     /// The last health verdict of its manifest.
@@ -132,6 +144,7 @@ impl DomainState {
 /// All domains, by name.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Schedule {
+    /// Keyed by [`DomainState::domain`].
     pub domains: BTreeMap<String, DomainState>,
 }
 
