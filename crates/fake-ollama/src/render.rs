@@ -11,7 +11,9 @@ use crate::script::{Chunk, Echo, Turn};
 /// A line to send, after a delay.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Planned {
+    /// Milliseconds to wait before writing the line.
     pub delay_ms: u64,
+    /// The NDJSON object written.
     pub line: Value,
 }
 

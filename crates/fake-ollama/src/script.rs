@@ -73,30 +73,36 @@ impl Default for Script {
 }
 
 impl Script {
+    /// An empty script: any model accepted, no turns, Host and capability checks on.
     pub fn new() -> Self {
         Self::default()
     }
 
+    /// Installs one more model; from the first one on, only installed models are accepted.
     pub fn model(mut self, model: ModelSpec) -> Self {
         self.models.push(model);
         self
     }
 
+    /// Queues one more `/api/chat` answer.
     pub fn turn(mut self, turn: Turn) -> Self {
         self.turns.push(turn);
         self
     }
 
+    /// The answer once the queue is empty (reused, never consumed).
     pub fn default_turn(mut self, turn: Turn) -> Self {
         self.default_turn = Some(turn);
         self
     }
 
+    /// Whether a Host header Ollama would refuse gets 403.
     pub fn check_host(mut self, check: bool) -> Self {
         self.check_host = check;
         self
     }
 
+    /// Whether tools or thinking the model lacks get 400.
     pub fn check_capabilities(mut self, check: bool) -> Self {
         self.check_capabilities = check;
         self
@@ -123,17 +129,23 @@ pub struct ModelSpec {
     /// `vision`, `embedding`, … Default `["completion", "tools"]`.
     #[serde(default = "default_capabilities")]
     pub capabilities: Vec<String>,
+    /// `details.family` in `/api/tags`, `/api/show` and `/api/ps` (default `llama`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub family: Option<String>,
+    /// `details.parameter_size` (default `8.0B`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub parameter_size: Option<String>,
+    /// `details.quantization_level` (default `Q4_K_M`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub quantization_level: Option<String>,
+    /// Context window in tokens: `/api/show`'s `model_info` (default 131072) and
+    /// `/api/ps` (default 4096).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub context_length: Option<u64>,
     /// Length of `/api/embed` vectors (default 8).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub embedding_length: Option<u64>,
+    /// Model size in bytes in `/api/tags` and `/api/ps` (default about 4.9 GB).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub size: Option<u64>,
 }
@@ -153,6 +165,7 @@ impl ModelSpec {
         }
     }
 
+    /// Replaces the capabilities.
     pub fn capabilities(mut self, capabilities: &[&str]) -> Self {
         self.capabilities = capabilities.iter().map(|c| c.to_string()).collect();
         self
@@ -163,6 +176,7 @@ impl ModelSpec {
         self.capabilities(&["completion"])
     }
 
+    /// Adds one capability (`thinking`, `vision`, …) unless it is there.
     pub fn with_capability(mut self, capability: &str) -> Self {
         if !self.capabilities.iter().any(|c| c == capability) {
             self.capabilities.push(capability.to_string());
@@ -170,6 +184,7 @@ impl ModelSpec {
         self
     }
 
+    /// Whether the model has `capability`.
     pub fn has(&self, capability: &str) -> bool {
         self.capabilities.iter().any(|c| c == capability)
     }
@@ -195,6 +210,7 @@ pub enum Echo {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct HttpError {
+    /// The HTTP status answered.
     pub status: u16,
     /// Sent as `{"error": "..."}`.
     pub error: String,
@@ -205,7 +221,9 @@ pub struct HttpError {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct StreamError {
+    /// Chunks sent before the error line.
     pub after: usize,
+    /// Sent as `{"error": "..."}`.
     pub error: String,
 }
 
@@ -222,14 +240,19 @@ pub struct Turn {
     /// Only a request for this model (tag `latest` implied) takes the turn.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model: Option<String>,
+    /// Text streamed word by word, first.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reply: Option<String>,
+    /// Something from the request streamed back after `reply` (see [`Echo`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub echo: Option<Echo>,
+    /// Chunks streamed after `reply` and `echo`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub chunks: Vec<Chunk>,
+    /// Answer with this status and body instead of streaming.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub http_error: Option<HttpError>,
+    /// End the stream with an error line part-way through.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error_after: Option<StreamError>,
     /// Close the connection after this many chunks (0: before any answer).
@@ -247,6 +270,7 @@ pub struct Turn {
     /// Delay before the response head.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub response_delay_ms: u64,
+    /// Add the final `done:true` chunk when the last chunk is not done (default true).
     #[serde(default = "yes", skip_serializing_if = "is_true")]
     pub auto_done: bool,
 }
@@ -279,6 +303,7 @@ impl Turn {
         }
     }
 
+    /// A turn streaming exactly these chunks (plus the final chunk unless one is done).
     pub fn chunks(chunks: Vec<Chunk>) -> Self {
         Turn {
             chunks,
@@ -301,6 +326,7 @@ impl Turn {
         Turn::chunks(vec![Chunk::done().with_tool_calls(calls)])
     }
 
+    /// A turn that answers with part of the request (see [`Echo`]).
     pub fn echo(echo: Echo) -> Self {
         Turn {
             echo: Some(echo),
@@ -308,6 +334,7 @@ impl Turn {
         }
     }
 
+    /// A turn answered with `status` and `{"error": error}`.
     pub fn http_error(status: u16, error: impl Into<String>) -> Self {
         Turn {
             http_error: Some(HttpError {
@@ -318,6 +345,7 @@ impl Turn {
         }
     }
 
+    /// A turn that never answers: no head, no body.
     pub fn hang() -> Self {
         Turn {
             hang: true,
@@ -325,11 +353,13 @@ impl Turn {
         }
     }
 
+    /// Taken only by a request for `model` (tag `latest` implied).
     pub fn for_model(mut self, model: impl Into<String>) -> Self {
         self.model = Some(model.into());
         self
     }
 
+    /// An `{"error": ...}` line after `after` chunks.
     pub fn error_after(mut self, after: usize, error: impl Into<String>) -> Self {
         self.error_after = Some(StreamError {
             after,
@@ -338,31 +368,37 @@ impl Turn {
         self
     }
 
+    /// Close the connection after `after` chunks (0: before the response head).
     pub fn drop_after(mut self, after: usize) -> Self {
         self.drop_after = Some(after);
         self
     }
 
+    /// Send `after` chunks, then stall forever.
     pub fn hang_after(mut self, after: usize) -> Self {
         self.hang_after = Some(after);
         self
     }
 
+    /// Wait `ms` milliseconds before each chunk that sets no delay of its own.
     pub fn delay_ms(mut self, ms: u64) -> Self {
         self.delay_ms = ms;
         self
     }
 
+    /// Wait `ms` milliseconds before the response head.
     pub fn response_delay_ms(mut self, ms: u64) -> Self {
         self.response_delay_ms = ms;
         self
     }
 
+    /// Send the chunks only: no final `done:true` chunk is added.
     pub fn without_auto_done(mut self) -> Self {
         self.auto_done = false;
         self
     }
 
+    /// Appends a chunk.
     pub fn then(mut self, chunk: Chunk) -> Self {
         self.chunks.push(chunk);
         self
@@ -383,23 +419,31 @@ impl Turn {
 /// merged into the message.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Chunk {
+    /// `message.content`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub content: Option<String>,
+    /// `message.thinking`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub thinking: Option<String>,
+    /// `message.tool_calls`, in the raw or short form described above.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub tool_calls: Vec<Value>,
+    /// Marks the final chunk; the server adds `done_reason` and the metrics.
     #[serde(default, skip_serializing_if = "is_false")]
     pub done: bool,
+    /// Overrides the default `stop` on the done chunk.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub done_reason: Option<String>,
+    /// Milliseconds before this chunk, instead of the turn's `delay_ms`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub delay_ms: Option<u64>,
+    /// Any other key: copied to the top level of the line (see above).
     #[serde(flatten)]
     pub extra: Map<String, Value>,
 }
 
 impl Chunk {
+    /// A chunk carrying `text` as `message.content`.
     pub fn content(text: impl Into<String>) -> Self {
         Chunk {
             content: Some(text.into()),
@@ -407,6 +451,7 @@ impl Chunk {
         }
     }
 
+    /// A chunk carrying `text` as `message.thinking`.
     pub fn thinking(text: impl Into<String>) -> Self {
         Chunk {
             thinking: Some(text.into()),
@@ -432,27 +477,32 @@ impl Chunk {
         }
     }
 
+    /// Adds tool calls (raw or short form).
     pub fn with_tool_calls(mut self, calls: Vec<Value>) -> Self {
         self.tool_calls.extend(calls);
         self
     }
 
+    /// Sets `message.content`.
     pub fn with_content(mut self, text: impl Into<String>) -> Self {
         self.content = Some(text.into());
         self
     }
 
+    /// Makes this the final chunk, with `reason` as `done_reason`.
     pub fn done_reason(mut self, reason: impl Into<String>) -> Self {
         self.done = true;
         self.done_reason = Some(reason.into());
         self
     }
 
+    /// Milliseconds to wait before this chunk.
     pub fn delay_ms(mut self, ms: u64) -> Self {
         self.delay_ms = Some(ms);
         self
     }
 
+    /// Sets a top-level key of the line (`eval_count`, `message`, …).
     pub fn with(mut self, key: &str, value: Value) -> Self {
         self.extra.insert(key.to_string(), value);
         self

@@ -48,8 +48,11 @@ type Body = BoxBody<Bytes, Dropped>;
 pub struct Recorded {
     /// Position among all recorded requests, from 0.
     pub seq: usize,
+    /// `GET`, `POST`, …
     pub method: String,
+    /// The path without the query string.
     pub path: String,
+    /// The query string, without `?`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub query: Option<String>,
     /// Lower-cased names; repeated headers joined with `, `.
@@ -60,6 +63,7 @@ pub struct Recorded {
     /// The body as text when it is not JSON (cut to 64 KiB).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub body_text: Option<String>,
+    /// Body length in bytes, as received.
     pub body_len: usize,
     /// The status answered; `None` while pending, or when the script hung
     /// or dropped the connection before a response head.
@@ -72,6 +76,7 @@ pub struct Recorded {
 }
 
 impl Recorded {
+    /// A header's value by case-insensitive name (repeated ones joined with `, `).
     pub fn header(&self, name: &str) -> Option<&str> {
         self.headers
             .get(&name.to_ascii_lowercase())
@@ -259,6 +264,7 @@ impl FakeOllama {
         Ok(FakeOllama { addr, shared, task })
     }
 
+    /// The address the fake listens on.
     pub fn addr(&self) -> SocketAddr {
         self.addr
     }
@@ -310,6 +316,7 @@ impl FakeOllama {
         }
     }
 
+    /// Forgets the recorded requests; the script's state (turns left) is kept.
     pub fn clear_requests(&self) {
         self.shared.state().requests.clear();
     }
@@ -329,6 +336,7 @@ impl FakeOllama {
         self.shared.state().set_script(script);
     }
 
+    /// Turns the Host check on or off while running.
     pub fn set_check_host(&self, check: bool) {
         self.shared.state().script.check_host = check;
     }
