@@ -53,6 +53,7 @@ pub enum Mode {
 }
 
 impl Mode {
+    /// The config spelling (`auto`, `require`, `off`), as shown in `/health`.
     pub fn as_str(self) -> &'static str {
         match self {
             Mode::Auto => "auto",
@@ -112,6 +113,7 @@ pub const SYSTEM_WRITE_PATHS: &[&str] = &["/dev/null"];
 /// What the operator configured.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Policy {
+    /// `tools.sandbox`: whether a missing protection is tolerated, fatal, or all is off.
     pub mode: Mode,
     /// Extra paths (files or directories) tools may read and execute below,
     /// beside [`SYSTEM_READ_PATHS`].
@@ -259,10 +261,15 @@ impl Support {
 /// Why a tool could not be confined.
 #[derive(Debug, thiserror::Error)]
 pub enum SandboxError {
+    /// `require` mode on a kernel without Landlock filesystem rules or seccomp; the
+    /// value lists what is missing. The tool does not run.
     #[error("the sandbox is required (tools.sandbox: require) but the kernel lacks: {0}")]
     Required(String),
+    /// Building the Landlock ruleset failed (the scratch directory cannot be opened, a
+    /// kernel refusal); the value is the underlying error.
     #[error("cannot build the filesystem rules: {0}")]
     Landlock(String),
+    /// Compiling the seccomp program failed; the value is the underlying error.
     #[error("cannot build the system call filter: {0}")]
     Seccomp(String),
 }
