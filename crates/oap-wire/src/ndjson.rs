@@ -3,8 +3,13 @@
 /// Why a line could not be produced.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum LineError {
+    /// The peer sent a line (or an unterminated tail) longer than the limit;
+    /// the stream cannot be trusted further.
     #[error("a line exceeds the {limit} byte limit")]
-    TooLong { limit: usize },
+    TooLong {
+        /// The decoder's limit, in bytes.
+        limit: usize,
+    },
 }
 
 /// Splits a byte stream into lines as chunks arrive, whatever the chunk
@@ -19,6 +24,7 @@ pub struct LineDecoder {
 }
 
 impl LineDecoder {
+    /// A decoder refusing lines over `limit` bytes (newline excluded).
     pub fn new(limit: usize) -> Self {
         LineDecoder {
             buffer: Vec::new(),

@@ -11,6 +11,7 @@ pub struct ToolCall {
     pub id: Option<String>,
     /// Position among the calls of this response.
     pub index: usize,
+    /// The function name as the model wrote it.
     pub name: String,
     /// The arguments as an object. Empty when they were absent or invalid.
     pub arguments: Map<String, Value>,
@@ -71,6 +72,7 @@ pub struct ToolCallAccumulator {
 }
 
 impl ToolCallAccumulator {
+    /// An accumulator with no calls yet; one per model response.
     pub fn new() -> Self {
         Self::default()
     }
@@ -144,6 +146,7 @@ impl ToolCallAccumulator {
         }
     }
 
+    /// Whether no chunk carried a tool call so far.
     pub fn is_empty(&self) -> bool {
         self.calls.is_empty()
     }

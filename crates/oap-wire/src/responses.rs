@@ -285,15 +285,22 @@ pub fn new_id(prefix: &str) -> String {
 /// Fields of the `response` object that echo the request.
 #[derive(Debug, Clone)]
 pub struct ResponseHead {
+    /// The response id (`resp_…`, see [`new_id`]).
     pub id: String,
+    /// When the request arrived, in seconds since the Unix epoch.
     pub created_at: u64,
+    /// The request's `model` (empty when absent).
     pub model: String,
+    /// The request's `instructions`, or `null`.
     pub instructions: Value,
+    /// The request's `tools` as sent (the client's own), or `[]`.
     pub tools: Value,
+    /// The request's `tool_choice`, or `"auto"`.
     pub tool_choice: Value,
 }
 
 impl ResponseHead {
+    /// Reads the echoed fields from the client's original Responses request.
     pub fn for_request(req: &Value, id: String, created_at: u64) -> ResponseHead {
         ResponseHead {
             id,
@@ -436,6 +443,8 @@ pub struct ResponseStream {
 }
 
 impl ResponseStream {
+    /// A stream echoing `head`; its first output opens with `response.created` and
+    /// `response.in_progress`.
     pub fn new(head: ResponseHead) -> ResponseStream {
         ResponseStream {
             head,
@@ -448,6 +457,8 @@ impl ResponseStream {
         }
     }
 
+    /// Whether the terminal event (`response.completed`, `response.incomplete` or
+    /// `response.failed`) was written; later calls write nothing.
     pub fn is_finished(&self) -> bool {
         self.finished
     }

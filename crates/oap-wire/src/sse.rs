@@ -28,6 +28,7 @@ pub struct SseDecoder {
 }
 
 impl SseDecoder {
+    /// A decoder at the start of a stream.
     pub fn new() -> Self {
         Self::default()
     }
