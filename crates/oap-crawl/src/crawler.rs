@@ -119,7 +119,7 @@ pub enum AddError {
     /// The name is not a crawlable domain (IP literal, URL, `.local`, bad syntax).
     #[error(transparent)]
     Domain(#[from] DomainError),
-    /// `crawler.max_domains` (the value carried) are tracked already.
+    /// The crawler tracks `crawler.max_domains` domains (the value carried) already.
     #[error("the crawler already tracks {0} domains (crawler.max_domains)")]
     Full(usize),
     /// `crawler.enabled` is false: only LAN targets are crawled.

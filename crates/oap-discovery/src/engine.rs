@@ -141,7 +141,7 @@ struct IndexMeta {
 pub struct BuildReport {
     /// Manifests in the index.
     pub docs: usize,
-    /// Embedded rows in the index (a manifest has one or more; none without a model).
+    /// Embedded rows in the index (none without a model).
     pub rows: usize,
     /// Rows embedded by this build (0 when an unchanged index was reused).
     pub embedded_rows: usize,
@@ -190,7 +190,7 @@ pub struct DiscoverMeta {
     pub embed_ms: f64,
     /// Ranking against the index, in milliseconds.
     pub search_ms: f64,
-    /// The mode actually used: lexical when the index or the engine has no model.
+    /// The mode actually used: lexical when the engine or the index has no model.
     pub mode: Mode,
     /// The "no fitting capability" threshold for `mode`.
     pub threshold: f32,
@@ -764,8 +764,6 @@ fn fingerprint(
     hex::encode(hasher.finalize())
 }
 
-/// Builds and writes a new index, reusing vectors of unchanged texts from
-/// `previous` when it was built by the same model.
 /// Drops a replaced snapshot on the rebuilding thread once no query holds
 /// it any more. Dropping the last reference unmaps the old index and, since
 /// its file was replaced, frees its page cache: tens of milliseconds at
@@ -789,6 +787,8 @@ fn retire(previous: Arc<Snapshot>, activity: Option<&QueryActivity>) {
 /// query takes milliseconds, so this only bounds a stuck one.
 const RETIRE_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
 
+/// Builds and writes a new index, reusing vectors of unchanged texts from
+/// `previous` when it was built by the same model.
 fn build_index(
     config: &EngineConfig,
     catalog: &Catalog,

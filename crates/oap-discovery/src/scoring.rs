@@ -30,7 +30,7 @@ pub const MAX_LEXICAL: f32 = 2.0;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Mode {
-    /// Cosine plus a weighted share of BM25 evidence (the default).
+    /// Cosine plus weighted BM25 evidence (the default).
     Hybrid,
     /// Cosine only.
     Dense,

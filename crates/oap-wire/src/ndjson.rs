@@ -4,7 +4,7 @@
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum LineError {
     /// The peer sent a line (or an unterminated tail) longer than the limit;
-    /// the stream cannot be trusted further.
+    /// the line was not kept, so the framing is lost and the caller ends the stream.
     #[error("a line exceeds the {limit} byte limit")]
     TooLong {
         /// The decoder's limit, in bytes.
