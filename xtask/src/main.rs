@@ -5,6 +5,11 @@
 //! To add a command: write `fn run(args: &[String]) -> anyhow::Result<()>` in
 //! its own module and add a row to [`COMMANDS`].
 
+#![allow(
+    clippy::disallowed_methods,
+    reason = "a developer tool reading the repository's own files and its children's output, not daemon input"
+)]
+
 mod bench;
 mod bench_crawl;
 mod bench_experience;
