@@ -25,6 +25,7 @@ use std::hash::{BuildHasher, Hasher};
 
 use serde_json::{json, Map, Value};
 
+use crate::merge::{Calls, Partial};
 use crate::sse;
 
 pub mod tool_choice;
@@ -688,58 +689,13 @@ fn random_alnum(len: usize) -> String {
     out
 }
 
-#[derive(Debug, Default)]
-struct PendingCall {
-    wire_index: Option<u64>,
-    id: Option<String>,
-    name: String,
-    object: Option<Map<String, Value>>,
-    text: String,
-}
-
-impl PendingCall {
-    /// Whole: a name and arguments that form a JSON object.
-    fn complete(&self) -> bool {
-        if self.name.is_empty() {
-            return false;
-        }
-        let text = self.text.trim();
-        if text.is_empty() {
-            self.object.is_some()
-        } else {
-            serde_json::from_str::<Map<String, Value>>(text).is_ok()
-        }
-    }
-
-    /// The arguments as OpenAI's JSON string.
-    fn arguments(&self) -> String {
-        let text = self.text.trim();
-        let parsed = match serde_json::from_str::<Value>(text) {
-            Ok(Value::Object(object)) => Some(object),
-            Ok(Value::String(inner)) => serde_json::from_str::<Map<String, Value>>(&inner).ok(),
-            _ => None,
-        };
-        match (self.object.clone(), parsed) {
-            (Some(mut object), Some(parsed)) => {
-                object.extend(parsed);
-                Value::Object(object).to_string()
-            }
-            (None, Some(parsed)) => Value::Object(parsed).to_string(),
-            (Some(object), None) => Value::Object(object).to_string(),
-            (None, None) if text.is_empty() => "{}".to_string(),
-            // Not JSON: hand the model's text over as it is.
-            (None, None) => text.to_string(),
-        }
-    }
-}
-
 /// Turns Ollama tool calls into whole OpenAI calls with running indexes.
 /// Whole calls go through at once; calls streamed in pieces under one
 /// `function.index` are held until their arguments parse, or until
-/// [`CallMerger::flush`].
+/// [`CallMerger::flush`]. The merging itself is [`Calls`]'.
 #[derive(Debug, Default)]
 struct CallMerger {
-    pending: Vec<PendingCall>,
+    calls: Calls,
     emitted: usize,
 }
 
@@ -747,98 +703,48 @@ impl CallMerger {
     fn push(&mut self, calls: &Value, with_index: bool) -> Vec<Value> {
         let mut out = Vec::new();
         for call in calls.as_array().into_iter().flatten() {
-            if let Some(done) = self.push_one(call) {
-                out.push(self.emit(done, with_index));
+            let Some(pos) = self.calls.push(call) else {
+                continue;
+            };
+            if let Some(whole) = self.calls.emit_if_whole(pos) {
+                out.push(openai_call(whole, with_index.then_some(self.emitted)));
+                self.emitted += 1;
             }
         }
         out
     }
 
     fn flush(&mut self, with_index: bool) -> Vec<Value> {
-        std::mem::take(&mut self.pending)
-            .into_iter()
-            .filter(|call| !call.name.is_empty() || !call.text.trim().is_empty())
-            .map(|call| self.emit(call, with_index))
-            .collect()
+        let mut out = Vec::new();
+        for call in self.calls.emit_rest() {
+            out.push(openai_call(call, with_index.then_some(self.emitted)));
+            self.emitted += 1;
+        }
+        out
     }
 
     fn has_emitted(&self) -> bool {
         self.emitted > 0
     }
+}
 
-    fn emit(&mut self, call: PendingCall, with_index: bool) -> Value {
-        let mut out = Map::new();
-        out.insert(
-            "id".into(),
-            Value::String(call.id.clone().unwrap_or_else(new_tool_call_id)),
-        );
-        if with_index {
-            out.insert("index".into(), Value::from(self.emitted));
-        }
-        out.insert("type".into(), Value::from("function"));
-        out.insert(
-            "function".into(),
-            json!({"name": call.name, "arguments": call.arguments()}),
-        );
-        self.emitted += 1;
-        Value::Object(out)
+/// One call in OpenAI's shape (`arguments` as a JSON string, a fresh id
+/// when the model gave none).
+fn openai_call(call: &Partial, index: Option<usize>) -> Value {
+    let mut out = Map::new();
+    out.insert(
+        "id".into(),
+        Value::String(call.id.clone().unwrap_or_else(new_tool_call_id)),
+    );
+    if let Some(index) = index {
+        out.insert("index".into(), Value::from(index));
     }
-
-    fn push_one(&mut self, call: &Value) -> Option<PendingCall> {
-        if !call.is_object() {
-            return None;
-        }
-        let function = call
-            .get("function")
-            .filter(|f| f.is_object())
-            .unwrap_or(call);
-        let wire_index = function
-            .get("index")
-            .or_else(|| call.get("index"))
-            .and_then(Value::as_u64);
-        let name = function.get("name").and_then(Value::as_str).unwrap_or("");
-        let id = call.get("id").and_then(Value::as_str);
-        let arguments = function
-            .get("arguments")
-            .or_else(|| function.get("parameters"));
-
-        let existing = match wire_index {
-            Some(index) => self
-                .pending
-                .iter()
-                .rposition(|p| p.wire_index == Some(index))
-                .filter(|&pos| name.is_empty() || self.pending[pos].name.is_empty()),
-            // A nameless fragment without an index continues the last call.
-            None if name.is_empty() => self.pending.len().checked_sub(1),
-            None => None,
-        };
-        let pos = match existing {
-            Some(pos) => pos,
-            None => {
-                self.pending.push(PendingCall {
-                    wire_index,
-                    ..PendingCall::default()
-                });
-                self.pending.len() - 1
-            }
-        };
-        let partial = &mut self.pending[pos];
-        if partial.id.is_none() {
-            partial.id = id.filter(|id| !id.is_empty()).map(str::to_string);
-        }
-        if !name.is_empty() {
-            partial.name = name.to_string();
-        }
-        match arguments {
-            Some(Value::Object(object)) => partial
-                .object
-                .get_or_insert_with(Map::new)
-                .extend(object.iter().map(|(k, v)| (k.clone(), v.clone()))),
-            Some(Value::String(fragment)) => partial.text.push_str(fragment),
-            _ => {}
-        }
-        partial.complete().then(|| self.pending.remove(pos))
-    }
+    out.insert("type".into(), Value::from("function"));
+    out.insert(
+        "function".into(),
+        json!({"name": call.name, "arguments": call.arguments_json()}),
+    );
+    Value::Object(out)
 }
 
 fn usage(resp: &Value) -> Value {
