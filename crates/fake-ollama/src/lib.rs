@@ -29,6 +29,7 @@
 //! `POST|GET /_fake/turns`, `GET|DELETE /_fake/requests[?path=/api/chat]`,
 //! `POST /_fake/reset`, `GET /_fake/state`.
 
+mod models;
 pub mod render;
 pub mod script;
 mod server;
