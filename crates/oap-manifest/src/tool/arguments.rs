@@ -103,31 +103,9 @@ pub fn inspect_arguments(schema: &Value, args: &Map<String, Value>) -> ArgumentC
         .filter(|k| !props.contains_key(*k))
         .cloned()
         .collect();
-    if !allow_extra && unknown.len() == 1 {
-        let missing_required: Vec<&str> = required
-            .iter()
-            .copied()
-            .filter(|r| !given.contains_key(*r))
-            .collect();
-        let candidates: Vec<&str> = if !missing_required.is_empty() {
-            missing_required
-        } else if props.len() <= 2 {
-            props
-                .keys()
-                .map(String::as_str)
-                .filter(|k| !given.contains_key(*k))
-                .collect()
-        } else {
-            Vec::new()
-        };
-        if let [target] = candidates[..] {
-            let from = &unknown[0];
-            if let Some(v) = given.remove(from) {
-                check
-                    .notes
-                    .push(format!("argument '{from}' was taken as '{target}'"));
-                given.insert(target.to_string(), v);
-            }
+    if !allow_extra {
+        if let [from] = &unknown[..] {
+            take_lone_unknown(from, &mut given, props, &required, &mut check.notes);
         }
     }
 
@@ -163,6 +141,40 @@ pub fn inspect_arguments(schema: &Value, args: &Map<String, Value>) -> ArgumentC
     check
 }
 
+/// One argument the schema does not know, when exactly one known argument
+/// could be meant (the one missing required argument, or the other of at
+/// most two), is taken as that one: models often misname a lone argument.
+fn take_lone_unknown(
+    from: &str,
+    given: &mut Map<String, Value>,
+    props: &Map<String, Value>,
+    required: &[&str],
+    notes: &mut Vec<String>,
+) {
+    let missing_required: Vec<&str> = required
+        .iter()
+        .copied()
+        .filter(|r| !given.contains_key(*r))
+        .collect();
+    let candidates: Vec<&str> = if !missing_required.is_empty() {
+        missing_required
+    } else if props.len() <= 2 {
+        props
+            .keys()
+            .map(String::as_str)
+            .filter(|k| !given.contains_key(*k))
+            .collect()
+    } else {
+        Vec::new()
+    };
+    if let [target] = candidates[..] {
+        if let Some(v) = given.remove(from) {
+            notes.push(format!("argument '{from}' was taken as '{target}'"));
+            given.insert(target.to_string(), v);
+        }
+    }
+}
+
 fn type_phrase(t: &str) -> &'static str {
     match t {
         "integer" => "an integer",
@@ -191,7 +203,7 @@ fn check_value(path: &str, schema: &Value, v: Value, depth: usize) -> Result<Val
         Some(Value::Array(ts)) => ts.iter().filter_map(Value::as_str).collect(),
         _ => Vec::new(),
     };
-    let mut v = if types.is_empty() {
+    let v = if types.is_empty() {
         v
     } else if let Some(exact) = types.iter().find_map(|t| exact_type(t, &v)) {
         exact
@@ -206,36 +218,7 @@ fn check_value(path: &str, schema: &Value, v: Value, depth: usize) -> Result<Val
         )]);
     };
 
-    if let Some(Value::Array(allowed)) = s
-        .get("enum")
-        .filter(|e| e.as_array().is_some_and(|a| !a.is_empty()))
-    {
-        if !allowed.contains(&v) {
-            let canonical = v.as_str().and_then(|given| {
-                allowed.iter().find(|a| {
-                    a.as_str()
-                        .is_some_and(|a| a.eq_ignore_ascii_case(given.trim()))
-                })
-            });
-            match canonical {
-                Some(c) => v = c.clone(),
-                None => {
-                    let list: Vec<String> = allowed
-                        .iter()
-                        .map(|a| match a {
-                            Value::String(s) => s.clone(),
-                            other => other.to_string(),
-                        })
-                        .collect();
-                    return Err(vec![format!(
-                        "argument '{path}' must be one of {}, got {}",
-                        list.join(", "),
-                        got(&v)
-                    )]);
-                }
-            }
-        }
-    }
+    let mut v = enum_member(path, s, v)?;
 
     let mut problems = Vec::new();
     match &mut v {
@@ -281,6 +264,42 @@ fn check_value(path: &str, schema: &Value, v: Value, depth: usize) -> Result<Val
     } else {
         Err(problems)
     }
+}
+
+/// `v` when the schema has no `enum` or lists it; a string matching a listed
+/// one but for case and surrounding spaces becomes that one.
+fn enum_member(path: &str, s: &Map<String, Value>, mut v: Value) -> Result<Value, Vec<String>> {
+    if let Some(Value::Array(allowed)) = s
+        .get("enum")
+        .filter(|e| e.as_array().is_some_and(|a| !a.is_empty()))
+    {
+        if !allowed.contains(&v) {
+            let canonical = v.as_str().and_then(|given| {
+                allowed.iter().find(|a| {
+                    a.as_str()
+                        .is_some_and(|a| a.eq_ignore_ascii_case(given.trim()))
+                })
+            });
+            match canonical {
+                Some(c) => v = c.clone(),
+                None => {
+                    let list: Vec<String> = allowed
+                        .iter()
+                        .map(|a| match a {
+                            Value::String(s) => s.clone(),
+                            other => other.to_string(),
+                        })
+                        .collect();
+                    return Err(vec![format!(
+                        "argument '{path}' must be one of {}, got {}",
+                        list.join(", "),
+                        got(&v)
+                    )]);
+                }
+            }
+        }
+    }
+    Ok(v)
 }
 
 /// `v` already has type `t` (5.0 counts as an integer and becomes 5).

@@ -9,7 +9,7 @@ use std::collections::HashSet;
 use super::text::{
     assignment_tokens, clip, collapse_ws, contains_word, ends_with_phrase, group_depth,
     group_spans, has_required_word, normalize, quoted_tokens, sentence_bounds, sentence_index,
-    starts_with_phrase, starts_with_word, strip_groups, strip_trailing_separators,
+    starts_with_phrase, starts_with_word, strip_groups, strip_trailing_separators, Token,
 };
 use super::truncate_chars;
 
@@ -234,73 +234,7 @@ pub(super) fn described_fields(desc: &str) -> Vec<DescribedField> {
             mode.kind = Kind::Field;
             mode.explicit = true;
         }
-        // What follows the token: a field noun, `:`, a note in parentheses.
-        let after = text.get(tok.end..).unwrap_or("");
-        let after_trim = after.trim_start();
-        let after_lower = after_trim
-            .chars()
-            .take(40)
-            .collect::<String>()
-            .to_lowercase();
-        if mode.kind == Kind::Field
-            && (starts_with_word(&after_lower, FIELD_NOUNS) || after_lower.starts_with(':'))
-        {
-            mode.explicit = true;
-        }
-        let mut own = None;
-        let mut hint = None;
-        // The note may follow a noun: `"geoScope" parameter ("primary" or "all")`.
-        let mut group_open = tok.end + (after.len() - after_trim.len());
-        if let Some(noun) = FIELD_NOUNS
-            .iter()
-            .find(|n| starts_with_phrase(&after_lower, n))
-        {
-            let past = after_trim.get(noun.len()..).unwrap_or("");
-            group_open += noun.len() + (past.len() - past.trim_start().len());
-        }
-        let mut rest_start = tok.end;
-        if let Some(&(open, close)) = groups.iter().find(|(o, _)| *o == group_open) {
-            let content = text.get(open + 1..close).unwrap_or("");
-            let content_norm = normalize(content);
-            if has_required_word(&content_norm) {
-                own = Some(Need::Required);
-            } else if contains_word(&content_norm, "optional") {
-                own = Some(Need::Optional);
-            }
-            if !content_norm.is_empty() {
-                hint = Some(truncate_chars(&collapse_ws(content), MAX_HINT_CHARS));
-            }
-            rest_start = close + 1;
-        }
-        let mut rest: String = text
-            .get(rest_start..)
-            .unwrap_or("")
-            .trim_start()
-            .chars()
-            .take(40)
-            .collect::<String>()
-            .to_lowercase();
-        // "'lang' field is required": look past the noun.
-        if let Some(noun) = FIELD_NOUNS.iter().find(|n| starts_with_phrase(&rest, n)) {
-            rest = rest[noun.len()..].trim_start().to_string();
-        }
-        if [
-            "is required",
-            "are required",
-            "required",
-            "must",
-            "is mandatory",
-        ]
-        .iter()
-        .any(|p| starts_with_phrase(&rest, p))
-        {
-            own = Some(Need::Required);
-        } else if ["is optional", "are optional", "optional"]
-            .iter()
-            .any(|p| starts_with_phrase(&rest, p))
-        {
-            own = own.or(Some(Need::Optional));
-        }
+        let (own, hint) = read_after(text, &groups, tok, &mut mode);
         occs.push(Occurrence {
             name: tok.name.clone(),
             sentence,
@@ -313,6 +247,85 @@ pub(super) fn described_fields(desc: &str) -> Vec<DescribedField> {
     }
 
     aggregate(&occs, &normalize(text))
+}
+
+/// What follows a token outside any group: a field noun or `:` (which make
+/// a field explicit), a note in parentheses (required/optional, a hint), and
+/// "is required" / "is optional" wording after either.
+fn read_after(
+    text: &str,
+    groups: &[(usize, usize)],
+    tok: &Token,
+    mode: &mut Mode,
+) -> (Option<Need>, Option<String>) {
+    // What follows the token: a field noun, `:`, a note in parentheses.
+    let after = text.get(tok.end..).unwrap_or("");
+    let after_trim = after.trim_start();
+    let after_lower = after_trim
+        .chars()
+        .take(40)
+        .collect::<String>()
+        .to_lowercase();
+    if mode.kind == Kind::Field
+        && (starts_with_word(&after_lower, FIELD_NOUNS) || after_lower.starts_with(':'))
+    {
+        mode.explicit = true;
+    }
+    let mut own = None;
+    let mut hint = None;
+    // The note may follow a noun: `"geoScope" parameter ("primary" or "all")`.
+    let mut group_open = tok.end + (after.len() - after_trim.len());
+    if let Some(noun) = FIELD_NOUNS
+        .iter()
+        .find(|n| starts_with_phrase(&after_lower, n))
+    {
+        let past = after_trim.get(noun.len()..).unwrap_or("");
+        group_open += noun.len() + (past.len() - past.trim_start().len());
+    }
+    let mut rest_start = tok.end;
+    if let Some(&(open, close)) = groups.iter().find(|(o, _)| *o == group_open) {
+        let content = text.get(open + 1..close).unwrap_or("");
+        let content_norm = normalize(content);
+        if has_required_word(&content_norm) {
+            own = Some(Need::Required);
+        } else if contains_word(&content_norm, "optional") {
+            own = Some(Need::Optional);
+        }
+        if !content_norm.is_empty() {
+            hint = Some(truncate_chars(&collapse_ws(content), MAX_HINT_CHARS));
+        }
+        rest_start = close + 1;
+    }
+    let mut rest: String = text
+        .get(rest_start..)
+        .unwrap_or("")
+        .trim_start()
+        .chars()
+        .take(40)
+        .collect::<String>()
+        .to_lowercase();
+    // "'lang' field is required": look past the noun.
+    if let Some(noun) = FIELD_NOUNS.iter().find(|n| starts_with_phrase(&rest, n)) {
+        rest = rest[noun.len()..].trim_start().to_string();
+    }
+    if [
+        "is required",
+        "are required",
+        "required",
+        "must",
+        "is mandatory",
+    ]
+    .iter()
+    .any(|p| starts_with_phrase(&rest, p))
+    {
+        own = Some(Need::Required);
+    } else if ["is optional", "are optional", "optional"]
+        .iter()
+        .any(|p| starts_with_phrase(&rest, p))
+    {
+        own = own.or(Some(Need::Optional));
+    }
+    (own, hint)
 }
 
 fn aggregate(occs: &[Occurrence], whole: &str) -> Vec<DescribedField> {
