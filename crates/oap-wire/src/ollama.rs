@@ -204,6 +204,25 @@ mod tests {
     }
 
     #[test]
+    fn a_repeated_name_with_the_rest_of_the_arguments_is_the_same_call() {
+        let mut acc = ToolCallAccumulator::new();
+        acc.push(&json!([{"function": {"index": 0, "name": "f"}}]));
+        acc.push(&json!([{"id": "call_9", "function": {"index": 0, "name": "f", "arguments": {"q": 1}}}]));
+        let calls = acc.finish();
+        assert_eq!(calls.len(), 1);
+        assert_eq!(calls[0].id.as_deref(), Some("call_9"));
+        assert_eq!(Value::Object(calls[0].arguments.clone()), json!({"q": 1}));
+    }
+
+    #[test]
+    fn pieces_without_a_name_or_arguments_make_no_call() {
+        let mut acc = ToolCallAccumulator::new();
+        acc.push(&json!([{"function": {"index": 0, "arguments": ""}}, {"id": "call_x"}]));
+        assert!(acc.is_empty());
+        assert!(acc.finish().is_empty());
+    }
+
+    #[test]
     fn garbage_is_ignored() {
         let mut acc = ToolCallAccumulator::new();
         acc.push(&json!("nope"));
