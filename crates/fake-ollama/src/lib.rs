@@ -29,6 +29,13 @@
 //! `POST|GET /_fake/turns`, `GET|DELETE /_fake/requests[?path=/api/chat]`,
 //! `POST /_fake/reset`, `GET /_fake/state`.
 
+// Even a test server never panics on what it is given: errors are values.
+#![cfg_attr(
+    not(test),
+    deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
+)]
+
+mod models;
 pub mod render;
 pub mod script;
 mod server;

@@ -25,6 +25,7 @@ use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 use tokio::task::{JoinHandle, JoinSet};
 
+use crate::models;
 use crate::render::{self, Planned};
 use crate::script::{canonical_model, ModelSpec, Script, Turn};
 
@@ -582,7 +583,7 @@ async fn route(shared: &Shared, parts: &Parts, path: &str, bytes: &Bytes, seq: u
         }
         "/api/tags" if read => ok_json(tags(shared)).into(),
         "/api/ps" if read => ok_json(ps(shared)).into(),
-        "/v1/models" if read => ok_json(oap_wire::openai::models_from_tags(&tags(shared))).into(),
+        "/v1/models" if read => ok_json(models::models_from_tags(&tags(shared))).into(),
         "/api/show" if post => with_body(bytes, |body| show(shared, &body)).into(),
         "/api/chat" if post => match json_body(bytes) {
             Ok(body) => chat(shared, body, seq).await,
@@ -1214,7 +1215,7 @@ fn openai_model(shared: &Shared, name: &str) -> Response<Body> {
         .iter()
         .find(|m| canonical_model(&m.name) == wanted)
     {
-        Some(spec) => ok_json(oap_wire::openai::model_object(
+        Some(spec) => ok_json(models::model_object(
             &canonical_model(&spec.name),
             Some(MODIFIED_AT),
         )),

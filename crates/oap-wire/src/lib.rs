@@ -12,12 +12,14 @@
     deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
 )]
 
+mod merge;
 pub mod ndjson;
 pub mod ollama;
 pub mod openai;
 pub mod responses;
 pub mod sse;
 
+pub use merge::{MAX_ARGUMENT_BYTES, MAX_TOOL_CALLS};
 pub use ndjson::{LineDecoder, LineError};
 pub use ollama::{ToolCall, ToolCallAccumulator};
 pub use openai::{ChunkTranslator, StreamEvent, WireError};

@@ -3,6 +3,8 @@
 use serde::Serialize;
 use serde_json::{Map, Value};
 
+use crate::merge::Calls;
+
 /// One tool call the model made, with its arguments complete.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ToolCall {
@@ -38,26 +40,6 @@ impl ToolCall {
     }
 }
 
-#[derive(Debug, Default)]
-struct Partial {
-    id: Option<String>,
-    wire_index: Option<u64>,
-    name: String,
-    object: Option<Map<String, Value>>,
-    text: String,
-}
-
-impl Partial {
-    /// Complete enough that a new piece with the same index must be a new
-    /// call: it has a name and its arguments parse.
-    fn complete(&self) -> bool {
-        !self.name.is_empty()
-            && (self.object.is_some()
-                || self.text.trim().is_empty()
-                || serde_json::from_str::<Map<String, Value>>(&self.text).is_ok())
-    }
-}
-
 /// Collects tool calls from every chunk of a streamed response, including
 /// the final `done:true` chunk, in the order they first appear.
 ///
@@ -65,10 +47,12 @@ impl Partial {
 /// native path (v0.30+) sends all calls in the final chunk; some models
 /// stream a call in pieces (name first, argument fragments after) under one
 /// `function.index`. Arguments may be an object or a JSON string. All of
-/// these end up as one [`ToolCall`] per call.
+/// these end up as one [`ToolCall`] per call; the merging rules and caps are
+/// one merger's (see [`MAX_TOOL_CALLS`](crate::MAX_TOOL_CALLS) and
+/// [`MAX_ARGUMENT_BYTES`](crate::MAX_ARGUMENT_BYTES) for its caps).
 #[derive(Debug, Default)]
 pub struct ToolCallAccumulator {
-    calls: Vec<Partial>,
+    calls: Calls,
 }
 
 impl ToolCallAccumulator {
@@ -80,11 +64,8 @@ impl ToolCallAccumulator {
     /// Takes the `tool_calls` array of one chunk's message (any other value
     /// is ignored).
     pub fn push(&mut self, tool_calls: &Value) {
-        let Some(calls) = tool_calls.as_array() else {
-            return;
-        };
-        for call in calls {
-            self.push_one(call);
+        for call in tool_calls.as_array().into_iter().flatten() {
+            self.calls.push(call);
         }
     }
 
@@ -92,57 +73,6 @@ impl ToolCallAccumulator {
     pub fn push_chunk(&mut self, chunk: &Value) {
         if let Some(calls) = chunk.get("message").and_then(|m| m.get("tool_calls")) {
             self.push(calls);
-        }
-    }
-
-    fn push_one(&mut self, call: &Value) {
-        if !call.is_object() {
-            return;
-        }
-        let function = call.get("function").unwrap_or(call);
-        let wire_index = function
-            .get("index")
-            .or_else(|| call.get("index"))
-            .and_then(Value::as_u64);
-        let name = function.get("name").and_then(Value::as_str).unwrap_or("");
-        let id = call.get("id").and_then(Value::as_str);
-        // Ollama's parser accepts "parameters" for "arguments"; so do we.
-        let arguments = function
-            .get("arguments")
-            .or_else(|| function.get("parameters"));
-
-        let existing = wire_index.and_then(|index| {
-            self.calls
-                .iter()
-                .rposition(|p| p.wire_index == Some(index))
-                .filter(|&pos| name.is_empty() || !self.calls[pos].complete())
-        });
-        let partial = match existing {
-            Some(pos) => &mut self.calls[pos],
-            None => {
-                self.calls.push(Partial {
-                    wire_index,
-                    ..Partial::default()
-                });
-                let last = self.calls.len() - 1;
-                &mut self.calls[last]
-            }
-        };
-        if partial.id.is_none() {
-            partial.id = id.map(str::to_string);
-        }
-        if !name.is_empty() {
-            partial.name = name.to_string();
-        }
-        match arguments {
-            Some(Value::Object(object)) => {
-                partial
-                    .object
-                    .get_or_insert_with(Map::new)
-                    .extend(object.iter().map(|(k, v)| (k.clone(), v.clone())));
-            }
-            Some(Value::String(fragment)) => partial.text.push_str(fragment),
-            _ => {}
         }
     }
 
@@ -154,10 +84,10 @@ impl ToolCallAccumulator {
     /// The calls collected so far, arguments resolved.
     pub fn finish(&self) -> Vec<ToolCall> {
         self.calls
-            .iter()
+            .all()
             .enumerate()
             .map(|(index, partial)| {
-                let (arguments, arguments_error) = resolve_arguments(partial);
+                let (arguments, arguments_error) = partial.arguments();
                 ToolCall {
                     id: partial.id.clone(),
                     index,
@@ -167,39 +97,6 @@ impl ToolCallAccumulator {
                 }
             })
             .collect()
-    }
-}
-
-fn resolve_arguments(partial: &Partial) -> (Map<String, Value>, Option<String>) {
-    let mut arguments = partial.object.clone().unwrap_or_default();
-    let text = partial.text.trim();
-    if text.is_empty() {
-        return (arguments, None);
-    }
-    match serde_json::from_str::<Value>(text) {
-        Ok(Value::Object(object)) => {
-            arguments.extend(object);
-            (arguments, None)
-        }
-        // A model that double-encodes: "\"{\\\"a\\\":1}\"".
-        Ok(Value::String(inner)) => match serde_json::from_str::<Map<String, Value>>(&inner) {
-            Ok(object) => {
-                arguments.extend(object);
-                (arguments, None)
-            }
-            Err(err) => (
-                arguments,
-                Some(format!("arguments are not a JSON object: {err}")),
-            ),
-        },
-        Ok(other) => (
-            arguments,
-            Some(format!("arguments must be a JSON object, got {other}")),
-        ),
-        Err(err) => (
-            arguments,
-            Some(format!("arguments are not valid JSON: {err}")),
-        ),
     }
 }
 
@@ -307,6 +204,25 @@ mod tests {
             call.to_ollama(),
             json!({"id": "call_1", "function": {"index": 0, "name": "f", "arguments": {"q": "x"}}})
         );
+    }
+
+    #[test]
+    fn a_repeated_name_with_the_rest_of_the_arguments_is_the_same_call() {
+        let mut acc = ToolCallAccumulator::new();
+        acc.push(&json!([{"function": {"index": 0, "name": "f"}}]));
+        acc.push(&json!([{"id": "call_9", "function": {"index": 0, "name": "f", "arguments": {"q": 1}}}]));
+        let calls = acc.finish();
+        assert_eq!(calls.len(), 1);
+        assert_eq!(calls[0].id.as_deref(), Some("call_9"));
+        assert_eq!(Value::Object(calls[0].arguments.clone()), json!({"q": 1}));
+    }
+
+    #[test]
+    fn pieces_without_a_name_or_arguments_make_no_call() {
+        let mut acc = ToolCallAccumulator::new();
+        acc.push(&json!([{"function": {"index": 0, "arguments": ""}}, {"id": "call_x"}]));
+        assert!(acc.is_empty());
+        assert!(acc.finish().is_empty());
     }
 
     #[test]

@@ -11,7 +11,7 @@
 
 use serde_json::{json, Map, Value};
 
-use super::{invalid, wrong_type, WireError};
+use super::error::{invalid, wrong_type, WireError};
 
 /// What the client asked of tool use this request.
 #[derive(Debug, Clone, PartialEq, Eq)]
