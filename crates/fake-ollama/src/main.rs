@@ -40,6 +40,11 @@ async fn main() -> ExitCode {
     let mut script = match &args.script {
         None => Script::default(),
         Some(path) => {
+            // The operator's own script file, read once at start.
+            #[allow(
+                clippy::disallowed_methods,
+                reason = "a test double reading the script it was given"
+            )]
             let parsed = std::fs::read_to_string(path)
                 .map_err(|err| err.to_string())
                 .and_then(|text| {

@@ -36,6 +36,10 @@ pub fn models_from_tags(tags: &Value) -> Value {
 
 /// The namespace part of `[host/][namespace/]model[:tag]` (`library` when
 /// absent), as Ollama's `model.ParseName`.
+#[allow(
+    clippy::string_slice,
+    reason = "every index comes from str::find, char_indices, an ASCII byte scan or a checked char boundary"
+)]
 fn model_namespace(name: &str) -> String {
     let without_tag = match name.rfind(':') {
         Some(colon) if !name[colon..].contains('/') => &name[..colon],
@@ -50,6 +54,10 @@ fn model_namespace(name: &str) -> String {
 
 /// Seconds since the Unix epoch of an RFC 3339 timestamp
 /// (`2026-08-19T10:00:00.123456789+02:00`).
+#[allow(
+    clippy::string_slice,
+    reason = "every index comes from str::find, char_indices, an ASCII byte scan or a checked char boundary"
+)]
 fn parse_rfc3339_unix(text: &str) -> Option<i64> {
     let bytes = text.as_bytes();
     if bytes.len() < 19 || bytes.get(4) != Some(&b'-') || bytes.get(7) != Some(&b'-') {

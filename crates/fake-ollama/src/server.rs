@@ -517,7 +517,9 @@ impl From<Response<Body>> for Reply {
 
 async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Result<Response<Body>, Dropped> {
     let (parts, body) = req.into_parts();
-    let bytes = match Limited::new(body, MAX_BODY).collect().await {
+    #[allow(clippy::disallowed_methods, reason = "the body is `Limited`")]
+    let collected = Limited::new(body, MAX_BODY).collect().await;
+    let bytes = match collected {
         Ok(collected) => collected.to_bytes(),
         Err(err) => {
             let status = if err.is::<http_body_util::LengthLimitError>() {
@@ -1243,6 +1245,7 @@ fn host_allowed(shared: &Shared, parts: &Parts) -> bool {
     allowed_host_header(&host)
 }
 
+#[allow(clippy::disallowed_methods, reason = "kernel files of a few bytes")]
 fn machine_hostname() -> &'static str {
     static HOSTNAME: OnceLock<String> = OnceLock::new();
     HOSTNAME.get_or_init(|| {

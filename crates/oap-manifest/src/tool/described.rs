@@ -306,7 +306,11 @@ fn read_after(
         .to_lowercase();
     // "'lang' field is required": look past the noun.
     if let Some(noun) = FIELD_NOUNS.iter().find(|n| starts_with_phrase(&rest, n)) {
-        rest = rest[noun.len()..].trim_start().to_string();
+        rest = rest
+            .get(noun.len()..)
+            .unwrap_or_default()
+            .trim_start()
+            .to_string();
     }
     if [
         "is required",

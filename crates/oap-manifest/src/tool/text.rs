@@ -15,6 +15,10 @@ pub(super) struct Token {
 
 /// Drop trailing whitespace, list punctuation and `and` / `or`; report
 /// whether an `or` or a comma was among them.
+#[allow(
+    clippy::string_slice,
+    reason = "every index comes from str::find, char_indices, an ASCII byte scan or a checked char boundary"
+)]
 pub(super) fn strip_trailing_separators(s: &str) -> (&str, bool, bool) {
     let mut cur = s;
     let mut saw_or = false;
@@ -84,7 +88,7 @@ pub(super) fn clip(s: &str, max: usize) -> &str {
     while !s.is_char_boundary(end) {
         end -= 1;
     }
-    &s[..end]
+    s.get(..end).unwrap_or_default()
 }
 
 /// Matched `(...)` / `[...]` pairs as (open, close) byte offsets; unmatched
@@ -205,6 +209,10 @@ fn is_ident_char(b: u8) -> bool {
 /// `'name'` tokens (non-overlapping, left to right, like a regex findall).
 /// The opening quote must not follow a letter or digit, so apostrophes
 /// ("what's", "Tokyo'") do not open tokens.
+#[allow(
+    clippy::string_slice,
+    reason = "every index comes from str::find, char_indices, an ASCII byte scan or a checked char boundary"
+)]
 pub(super) fn quoted_tokens(text: &str, q: u8) -> Vec<Token> {
     let bytes = text.as_bytes();
     let mut out = Vec::new();
@@ -239,6 +247,10 @@ pub(super) fn quoted_tokens(text: &str, q: u8) -> Vec<Token> {
 }
 
 /// `name='value'` / `name="value"`: the name is a field.
+#[allow(
+    clippy::string_slice,
+    reason = "every index comes from str::find, char_indices, an ASCII byte scan or a checked char boundary"
+)]
 pub(super) fn assignment_tokens(text: &str) -> Vec<Token> {
     let bytes = text.as_bytes();
     let mut out = Vec::new();

@@ -7,18 +7,30 @@ use serde_json::{json, Value};
 /// error (HTTP 400); the message names the offending field.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum WireError {
+    /// A required field (named, e.g. `model`) is absent.
     #[error("{0} is required")]
     Missing(String),
+    /// `messages` is an empty array; the wording is OpenAI's own.
     #[error("[] is too short - 'messages'")]
     EmptyMessages,
+    /// A field has the wrong JSON type.
     #[error("invalid type for '{field}': expected {expected}, got {got}")]
     Type {
+        /// The field's path in the request (`messages[2].content`).
         field: String,
+        /// What the field must be, with its article ("a string").
         expected: &'static str,
+        /// What the client sent, with its article ("a number").
         got: &'static str,
     },
+    /// A field has the right type but a value oapd cannot translate.
     #[error("invalid value for '{field}': {message}")]
-    Invalid { field: String, message: String },
+    Invalid {
+        /// The field's path in the request.
+        field: String,
+        /// What is wrong with the value.
+        message: String,
+    },
 }
 
 impl WireError {

@@ -18,6 +18,7 @@ pub enum StreamEvent {
 }
 
 impl StreamEvent {
+    /// The event as one SSE frame (`data: ...` and the blank line).
     pub fn to_sse(&self) -> Vec<u8> {
         match self {
             StreamEvent::Data(value) => sse::data(value),
@@ -59,6 +60,8 @@ pub struct ChunkTranslator {
 }
 
 impl ChunkTranslator {
+    /// A translator for one completion: `id` and `created` go on every
+    /// chunk; with `include_usage` a final usage chunk follows the last one.
     pub fn new(id: impl Into<String>, created: u64, include_usage: bool) -> Self {
         ChunkTranslator {
             id: id.into(),
