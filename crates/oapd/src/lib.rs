@@ -7,7 +7,6 @@
     deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
 )]
 
-pub mod api;
 pub mod app;
 pub mod bridge;
 pub mod bundled;
@@ -18,23 +17,21 @@ pub mod experience;
 pub mod exposure;
 pub mod files;
 pub mod forcing;
-pub mod guard;
-pub mod head;
-pub mod http;
-pub mod lifecycle;
 pub mod logging;
-pub mod mdns;
 pub mod meta;
 pub mod payload;
 pub mod rebuild;
-pub mod render;
 pub mod responses;
 pub mod sanitize;
+pub mod server;
 pub mod state;
 pub mod streaming;
 pub mod tokens;
 pub mod tools;
-pub mod txt_dns;
 pub mod upstream;
 pub mod validation;
 pub mod watch;
+
+// The paths these modules had before they moved into directories.
+pub use crawl::{mdns, txt_dns};
+pub use server::{api, guard, head, http, lifecycle, render};

@@ -17,6 +17,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::config::Config;
 
+pub mod mdns;
+pub mod txt_dns;
+
 /// Largest seeds file read.
 pub const MAX_SEEDS_FILE_BYTES: u64 = 1 << 20;
 
