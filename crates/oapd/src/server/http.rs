@@ -196,9 +196,8 @@ impl BodyError {
 
 /// The config key of the in-flight body budget, named in answers.
 pub const BODY_BUDGET_KEY: &str = "server.max_inflight_body_bytes";
-/// Default in-flight body budget: room for a few image-carrying chats on a
-/// 1 GB board (docs/BENCHMARKS.md, "Request-body memory").
-pub const DEFAULT_INFLIGHT_BODY_BYTES: usize = 160 * 1024 * 1024;
+/// Default in-flight body budget (`server.max_inflight_body_bytes`).
+pub use crate::config::DEFAULT_INFLIGHT_BODY_BYTES;
 /// What a busy answer tells the client to wait.
 pub const RETRY_AFTER_SECS: u32 = 5;
 /// A refused body is read and thrown away for at most this long, so the
