@@ -1,5 +1,10 @@
-//! The `oapd` daemon as a library: configuration, start-up, the HTTP API and
-//! its server shell. `main.rs` only parses the command line and calls in.
+//! The `oapd` daemon as a library, in layers: configuration ([`config`]),
+//! the crawler ([`crawl`]), the manifest-directory watch ([`watch`]),
+//! opening the engine ([`app`]), the HTTP server and its lifecycle
+//! ([`server`]), and the command line ([`cli`]; `main.rs` only calls it).
+//! Each uses only layers before it and the small helpers ([`files`],
+//! [`logging`], [`rebuild`], [`bundled`]), never one that uses it back:
+//! xtask's tidy test `oapd_modules_form_no_cycle` checks it.
 
 // Product code never panics on what it is given: errors are values.
 #![cfg_attr(
@@ -11,6 +16,7 @@ pub mod app;
 pub mod bridge;
 pub mod bundled;
 pub mod chat;
+pub mod cli;
 pub mod config;
 pub mod crawl;
 pub mod experience;
@@ -32,6 +38,5 @@ pub mod upstream;
 pub mod validation;
 pub mod watch;
 
-// The paths these modules had before they moved into directories.
-pub use crawl::{mdns, txt_dns};
-pub use server::{api, guard, head, http, lifecycle, render};
+// The tool-bridge modules still reach the HTTP helpers at their old path.
+pub use server::http;

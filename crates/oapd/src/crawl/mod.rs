@@ -1,7 +1,8 @@
-//! The crawler in the daemon: the `crawler:` config section, building an
-//! [`oap_crawl::Crawler`] from it, the seed list, the static host map, and
-//! the `/v1/crawl/status` and `/v1/manifests/register` handlers. The
-//! directory watch is `crate::watch`.
+//! The crawler in the daemon: building an [`oap_crawl::Crawler`] from the
+//! `crawler:` section, the seed list, the static host map, LAN discovery
+//! over mDNS ([`mdns`]) and the DNS TXT participation hint ([`txt_dns`]).
+//! Its HTTP endpoints are in `crate::server::crawl`, the `oapd crawl`
+//! command in `crate::cli::crawl`, the directory watch in `crate::watch`.
 
 use std::collections::HashMap;
 use std::io;
@@ -13,7 +14,6 @@ use std::time::Duration;
 use anyhow::Context;
 use oap_crawl::{AddedBy, Crawler, CrawlerSettings};
 use oap_exec::{BoxFuture, ExecPolicy, Executor, Resolver, SystemResolver};
-use serde::Deserialize;
 
 use crate::config::{parse_host_entry, Config};
 
@@ -101,7 +101,7 @@ pub fn build_for(config: &Config, internet: bool) -> anyhow::Result<Crawler> {
     settings.lan = c.mdns;
     let txt: Option<Arc<dyn oap_crawl::TxtResolver>> = c.check_txt.then(|| {
         let local = table.keys().cloned();
-        Arc::new(crate::txt_dns::DnsTxtResolver::new(local)) as Arc<dyn oap_crawl::TxtResolver>
+        Arc::new(txt_dns::DnsTxtResolver::new(local)) as Arc<dyn oap_crawl::TxtResolver>
     });
     Ok(Crawler::new(settings, Arc::new(executor), txt))
 }
@@ -149,217 +149,7 @@ pub fn add_seeds(crawler: &Crawler, seeds: &[String], added_by: AddedBy) -> Vec<
     added
 }
 
-/// `POST /v1/manifests/register` body.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RegisterRequest {
-    pub domain: serde_json::Value,
-}
-
-/// Seconds to wait for a registered domain's first fetch before answering
-/// 202 (the fetch goes on in the background).
-pub fn register_wait(config_fetch_timeout: Duration) -> Duration {
-    config_fetch_timeout + Duration::from_secs(2)
-}
-
-/// The status document of `GET /v1/crawl/status`.
-pub fn status_json(crawler: Option<&Crawler>, background: bool) -> serde_json::Value {
-    let now = oap_crawl::now_ms();
-    let domains: Vec<serde_json::Value> = crawler
-        .map(|c| c.status())
-        .unwrap_or_default()
-        .into_iter()
-        .map(|s| {
-            let mut v = serde_json::to_value(&s).unwrap_or_default();
-            if let Some(obj) = v.as_object_mut() {
-                obj.insert(
-                    "next_due_in_s".into(),
-                    serde_json::json!(s.next_due_ms.saturating_sub(now) as f64 / 1000.0),
-                );
-            }
-            v
-        })
-        .collect();
-    serde_json::json!({
-        "enabled": crawler.is_some(),
-        "background": background,
-        "internet": crawler.is_some_and(|c| c.settings().internet),
-        "mdns": crawler.is_some_and(|c| c.settings().lan),
-        "domains": domains,
-        "lan_refused": crawler.map(|c| c.lan_refusals()).unwrap_or_default(),
-    })
-}
-
 /// Read-only helper for tests and the CLI.
 pub fn state_path(config: &Config) -> PathBuf {
     CrawlerSettings::new(Path::new(&config.index.data_dir)).state_path
-}
-
-/// Largest registration body.
-pub const MAX_REGISTER_BODY_BYTES: usize = 4096;
-
-/// `POST /v1/manifests/register {"domain": "example.com"}`: operator only.
-/// Refused when no `server.auth_token` is configured — without a token any
-/// device on the LAN could make the board fetch and index arbitrary
-/// domains. Fetches the domain at once and answers with the result (200 or
-/// 422), or 202 when the fetch takes longer than the fetch timeout.
-pub async fn register(
-    api: Arc<crate::api::Api>,
-    request: hyper::Request<hyper::body::Incoming>,
-) -> hyper::Response<crate::http::Body> {
-    use crate::http;
-    use hyper::StatusCode;
-    if api.settings.auth_token.is_none() {
-        return http::error(
-            StatusCode::FORBIDDEN,
-            "registration needs an operator token: set server.auth_token and send it as a bearer token",
-        );
-    }
-    let Some(crawler) = api.crawler.clone() else {
-        return http::error(
-            StatusCode::NOT_FOUND,
-            "the crawler is disabled (crawler.enabled: false)",
-        );
-    };
-    let body = match http::read_body(request.into_body(), MAX_REGISTER_BODY_BYTES).await {
-        Ok(body) => body,
-        Err(err) => return err.into_response(),
-    };
-    let parsed: RegisterRequest = match serde_json::from_slice(&body) {
-        Ok(parsed) => parsed,
-        Err(err) => {
-            return http::error(
-                StatusCode::BAD_REQUEST,
-                format!(
-                "request body is not a valid registration ({{\"domain\": \"example.com\"}}): {err}"
-            ),
-            )
-        }
-    };
-    let Some(raw) = parsed.domain.as_str() else {
-        return http::error(StatusCode::BAD_REQUEST, "domain: expected a string");
-    };
-    let domain = match crawler.add_domain(raw, AddedBy::Register) {
-        Ok(domain) => domain,
-        Err(err @ oap_crawl::crawler::AddError::Full(_)) => {
-            return http::error(StatusCode::CONFLICT, err.to_string())
-        }
-        Err(err @ oap_crawl::crawler::AddError::InternetDisabled) => {
-            return http::error(StatusCode::NOT_FOUND, err.to_string())
-        }
-        Err(err) => return http::error(StatusCode::BAD_REQUEST, err.to_string()),
-    };
-    tracing::info!(%domain, "domain registered");
-    let task = {
-        let crawler = crawler.clone();
-        let engine = api.engine.clone();
-        let domain = domain.clone();
-        tokio::spawn(async move {
-            crawler.crawl_pass(Some(&[domain]), Some(&engine)).await;
-        })
-    };
-    let finished = tokio::time::timeout(register_wait(api.crawler_fetch_timeout), task)
-        .await
-        .is_ok();
-    let state = crawler.status().into_iter().find(|s| s.domain == domain);
-    let result = state.as_ref().and_then(|s| s.last_result.clone());
-    match (finished, result) {
-        (true, Some(result)) if !result.starts_with("error") => http::json(
-            StatusCode::OK,
-            &serde_json::json!({"domain": domain, "result": result, "state": state}),
-        ),
-        (true, Some(result)) => http::json(
-            StatusCode::UNPROCESSABLE_ENTITY,
-            &serde_json::json!({
-                "error": format!("{domain}: {}", result.trim_start_matches("error: ")),
-                "domain": domain,
-                "state": state,
-            }),
-        ),
-        _ => http::json(
-            StatusCode::ACCEPTED,
-            &serde_json::json!({"domain": domain, "result": "queued", "state": state}),
-        ),
-    }
-}
-
-/// `oapd crawl [--once] [DOMAIN...]`. Prints one line per domain; with
-/// `--once`, fails when any domain failed.
-pub fn cli(config: &Config, once: bool, domains: &[String]) -> anyhow::Result<()> {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .context("cannot start the async runtime")?;
-    runtime.block_on(async {
-        let (embedder, _) = crate::app::load_embedder(config);
-        let blocking = config.clone();
-        let (engine, _) =
-            tokio::task::spawn_blocking(move || crate::app::open_engine(&blocking, embedder))
-                .await
-                .context("start-up task failed")??;
-        let engine = Arc::new(engine);
-        let crawler = Arc::new(build(config)?);
-        let (targets, added_by) = if domains.is_empty() {
-            (seeds(config)?, AddedBy::Seed)
-        } else {
-            (domains.to_vec(), AddedBy::Cli)
-        };
-        let mut names = Vec::new();
-        for raw in &targets {
-            names.push(
-                crawler
-                    .add_domain(raw, added_by)
-                    .map_err(|e| anyhow::anyhow!("{e}"))?,
-            );
-        }
-        if names.is_empty() {
-            anyhow::bail!("nothing to crawl: give DOMAIN arguments or set crawler.seeds");
-        }
-        if !once {
-            tracing::info!(
-                domains = names.len(),
-                "crawling on schedule until interrupted"
-            );
-            crawler
-                .run(engine, Duration::from_secs(1), async {
-                    let _ = tokio::signal::ctrl_c().await;
-                })
-                .await;
-            return Ok(());
-        }
-        let report = crawler.crawl_pass(Some(&names), Some(&engine)).await;
-        for state in crawler.status() {
-            if !names.contains(&state.domain) {
-                continue;
-            }
-            println!(
-                "{}: {}{}",
-                state.domain,
-                state.last_result.as_deref().unwrap_or("not fetched"),
-                state
-                    .manifest_id
-                    .as_deref()
-                    .map(|id| format!(" ({id})"))
-                    .unwrap_or_default()
-            );
-        }
-        if let Some(err) = &report.rebuild_error {
-            anyhow::bail!("index rebuild failed: {err}");
-        }
-        println!(
-            "{} updated, {} unchanged, {} failed; index: {} manifests",
-            report.updated,
-            report.unchanged,
-            report.failed,
-            engine.stats().docs
-        );
-        if report.failed > 0 || report.deferred > 0 {
-            anyhow::bail!(
-                "{} of {} domains failed",
-                report.failed + report.deferred,
-                names.len()
-            );
-        }
-        Ok(())
-    })
 }

@@ -4,7 +4,7 @@
 //!
 //! Limits live here so that no handler can forget them: a connection count
 //! cap and a cap per client address, a header read deadline that starts at
-//! accept (slowloris; the first head is read by [`crate::head`]), a request
+//! accept (slowloris; the first head is read by [`super::head`]), a request
 //! body cap enforced while reading, a body stall deadline, and a
 //! per-request deadline.
 
@@ -30,7 +30,7 @@ use serde::Serialize;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 
-use crate::head::{self, Head};
+use super::head::{self, Head};
 
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 /// Response bodies are boxed so handlers can return buffered or streamed bodies.
