@@ -16,10 +16,10 @@
 //! (with line and column), or the environment variable.
 //!
 //! The tree of sections below is plain data, as close to the file as
-//! possible; the rest of the loading lives in submodules: [`file`] reads and
-//! parses the YAML, [`env`] applies the environment (and holds the key
-//! table), [`validate`] checks the result and [`error`] says what is wrong.
-//! The tool bridge's sections are in [`bridge`], the crawler's in [`crawler`].
+//! possible; the rest of the loading lives in submodules: `file` reads and
+//! parses the YAML, `env` applies the environment (and holds the key table),
+//! `validate` checks the result and `error` says what is wrong. The tool
+//! bridge's sections are in `bridge`, the crawler's in `crawler`.
 
 use std::fmt;
 use std::marker::PhantomData;
