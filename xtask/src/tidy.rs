@@ -221,3 +221,294 @@ mod tests {
         assert!(!names_a_numbered("random seed value", "seed "));
     }
 }
+
+/// `crates/oapd/src` is layered: each top-level module (`config`, `server`,
+/// `crawl`, `watch`, `cli`, ...) may use the ones below it, never one that
+/// uses it back. Edges are the `crate::<module>` paths in the code.
+#[cfg(test)]
+mod module_graph {
+    use std::collections::{BTreeMap, BTreeSet};
+    use std::path::{Path, PathBuf};
+
+    /// Modules that leave `oapd` for the tool-bridge crate. Until they have
+    /// left they use, and are used by, the rest of the daemon, so they count
+    /// as one outside node and their edges are ignored. Empty this list once
+    /// they are gone.
+    const MOVING_OUT: &[&str] = &[
+        "bridge",
+        "exposure",
+        "meta",
+        "forcing",
+        "sanitize",
+        "experience",
+        "validation",
+        "tools",
+        "tokens",
+        "state",
+        "upstream",
+        "payload",
+        "chat",
+        "responses",
+        "streaming",
+    ];
+
+    /// Module name → the modules it uses.
+    type Graph = BTreeMap<String, BTreeSet<String>>;
+
+    fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+        let entries = std::fs::read_dir(dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
+        for entry in entries {
+            let path = entry.expect("directory entry").path();
+            if path.is_dir() {
+                rust_files(&path, out);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                out.push(path);
+            }
+        }
+    }
+
+    /// `config/env.rs` → `config`, `watch.rs` → `watch`; the crate root
+    /// (`lib.rs`) and the binary (`main.rs`) are no module.
+    fn top_module(relative: &Path) -> Option<String> {
+        let first = relative.components().next()?.as_os_str().to_str()?;
+        let name = first.strip_suffix(".rs").unwrap_or(first);
+        (!matches!(name, "lib" | "main")).then(|| name.to_owned())
+    }
+
+    /// The text without comment lines (docs name modules they do not use).
+    fn code_lines(text: &str) -> String {
+        text.lines()
+            .filter(|l| !l.trim_start().starts_with("//"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+
+    fn ident_at(s: &str) -> &str {
+        let end = s
+            .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+            .unwrap_or(s.len());
+        &s[..end]
+    }
+
+    /// First segments after `prefix`: `crate::a::X` → `a`, and
+    /// `crate::{a::X, b, c::{D}}` → `a`, `b`, `c`.
+    fn first_segments(code: &str, prefix: &str) -> BTreeSet<String> {
+        let mut out = BTreeSet::new();
+        for (at, _) in code.match_indices(prefix) {
+            let before = code[..at].chars().next_back();
+            if before.is_some_and(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | ':' | '$')) {
+                continue; // `foo_crate::`, `$crate::`-like or a longer path.
+            }
+            let rest = &code[at + prefix.len()..];
+            if let Some(group) = rest.strip_prefix('{') {
+                let mut depth = 1;
+                let mut item_start = true;
+                for (i, c) in group.char_indices() {
+                    match c {
+                        '{' => depth += 1,
+                        '}' => depth -= 1,
+                        ',' if depth == 1 => item_start = true,
+                        c if depth == 1 && item_start && !c.is_whitespace() => {
+                            let name = ident_at(&group[i..]);
+                            if !name.is_empty() && name != "self" {
+                                out.insert(name.to_owned());
+                            }
+                            item_start = false;
+                        }
+                        _ => {}
+                    }
+                    if depth == 0 {
+                        break;
+                    }
+                }
+            } else {
+                let name = ident_at(rest);
+                if !name.is_empty() {
+                    out.insert(name.to_owned());
+                }
+            }
+        }
+        out
+    }
+
+    /// `pub use server::{api, http};` in the crate root: `api` and `http`
+    /// are `server`.
+    fn root_aliases(lib: &str) -> BTreeMap<String, String> {
+        let mut aliases = BTreeMap::new();
+        for statement in code_lines(lib).split(';') {
+            let Some(path) = statement.trim().strip_prefix("pub use ") else {
+                continue;
+            };
+            let path = path.strip_prefix("crate::").unwrap_or(path);
+            let module = ident_at(path);
+            let Some(tail) = path[module.len()..].strip_prefix("::") else {
+                continue;
+            };
+            let names = match tail.strip_prefix('{') {
+                Some(group) => group.trim_end_matches('}').split(',').collect(),
+                None => vec![tail],
+            };
+            for name in names {
+                let name = name.trim();
+                let name = name.rsplit(" as ").next().unwrap_or(name).trim();
+                let name = name.rsplit("::").next().unwrap_or(name);
+                if !name.is_empty() {
+                    aliases.insert(name.to_owned(), module.to_owned());
+                }
+            }
+        }
+        aliases
+    }
+
+    /// The module graph of oapd's sources, and for each edge a file that
+    /// makes it.
+    fn oapd_graph(src: &Path) -> (Graph, BTreeMap<(String, String), String>) {
+        let mut files = Vec::new();
+        rust_files(src, &mut files);
+        files.sort();
+        let lib = std::fs::read_to_string(src.join("lib.rs")).expect("lib.rs");
+        let aliases = root_aliases(&lib);
+        let modules: BTreeSet<String> = files
+            .iter()
+            .filter_map(|f| top_module(f.strip_prefix(src).ok()?))
+            .collect();
+        let ignored = |m: &str| MOVING_OUT.contains(&m);
+        let mut graph = Graph::new();
+        let mut witness = BTreeMap::new();
+        for file in &files {
+            let relative = file.strip_prefix(src).expect("under src");
+            let Some(from) = top_module(relative) else {
+                continue;
+            };
+            if ignored(&from) {
+                continue;
+            }
+            graph.entry(from.clone()).or_default();
+            let text = std::fs::read_to_string(file).expect("source file");
+            for name in first_segments(&code_lines(&text), "crate::") {
+                let to = aliases.get(&name).cloned().unwrap_or(name);
+                if to == from || ignored(&to) || !modules.contains(&to) {
+                    continue;
+                }
+                witness
+                    .entry((from.clone(), to.clone()))
+                    .or_insert_with(|| relative.display().to_string());
+                graph.entry(from.clone()).or_default().insert(to);
+            }
+        }
+        (graph, witness)
+    }
+
+    /// A cycle as `[a, b, ..., a]`, or `None` for a DAG.
+    fn find_cycle(graph: &Graph) -> Option<Vec<String>> {
+        #[derive(Clone, Copy, PartialEq)]
+        enum Mark {
+            Open,
+            Done,
+        }
+        fn visit(
+            node: &str,
+            graph: &Graph,
+            marks: &mut BTreeMap<String, Mark>,
+            path: &mut Vec<String>,
+        ) -> Option<Vec<String>> {
+            match marks.get(node) {
+                Some(Mark::Done) => return None,
+                Some(Mark::Open) => {
+                    let start = path
+                        .iter()
+                        .position(|n| n == node)
+                        .expect("open node is on the path");
+                    let mut cycle = path[start..].to_vec();
+                    cycle.push(node.to_owned());
+                    return Some(cycle);
+                }
+                None => {}
+            }
+            marks.insert(node.to_owned(), Mark::Open);
+            path.push(node.to_owned());
+            for next in graph.get(node).into_iter().flatten() {
+                if let Some(cycle) = visit(next, graph, marks, path) {
+                    return Some(cycle);
+                }
+            }
+            path.pop();
+            marks.insert(node.to_owned(), Mark::Done);
+            None
+        }
+        let mut marks = BTreeMap::new();
+        graph
+            .keys()
+            .find_map(|node| visit(node, graph, &mut marks, &mut Vec::new()))
+    }
+
+    fn graph_of(edges: &[(&str, &str)]) -> Graph {
+        let mut graph = Graph::new();
+        for (from, to) in edges {
+            graph
+                .entry((*from).to_owned())
+                .or_default()
+                .insert((*to).to_owned());
+            graph.entry((*to).to_owned()).or_default();
+        }
+        graph
+    }
+
+    #[test]
+    fn oapd_modules_form_no_cycle() {
+        let src = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../crates/oapd/src"));
+        let (graph, witness) = oapd_graph(src);
+        assert!(
+            graph.contains_key("config"),
+            "no modules found in {}",
+            src.display()
+        );
+        if let Some(cycle) = find_cycle(&graph) {
+            let steps: Vec<String> = cycle
+                .windows(2)
+                .map(|w| {
+                    let file = &witness[&(w[0].clone(), w[1].clone())];
+                    format!("  {} -> {} (in {file})", w[0], w[1])
+                })
+                .collect();
+            panic!(
+                "oapd's modules form a cycle: {}\n{}",
+                cycle.join(" -> "),
+                steps.join("\n")
+            );
+        }
+    }
+
+    #[test]
+    fn the_cycle_finder_finds_cycles_and_passes_layers() {
+        let dag = graph_of(&[("cli", "server"), ("server", "config"), ("cli", "config")]);
+        assert_eq!(find_cycle(&dag), None);
+        let looped = graph_of(&[("cli", "server"), ("server", "crawl"), ("crawl", "server")]);
+        assert_eq!(
+            find_cycle(&looped),
+            Some(vec!["server".into(), "crawl".into(), "server".into()])
+        );
+        let triangle = graph_of(&[("a", "b"), ("b", "c"), ("c", "a")]);
+        assert_eq!(find_cycle(&triangle).map(|c| c.len()), Some(4));
+    }
+
+    #[test]
+    fn paths_map_to_their_top_level_module() {
+        let code = "use crate::{config::{Config, LogConfig}, files, self};\n\
+                    let x = crate::watch::dirs(); a_crate::nope(); $crate::nope2();";
+        let found: Vec<String> = first_segments(code, "crate::").into_iter().collect();
+        assert_eq!(found, ["config", "files", "watch"]);
+        assert_eq!(code_lines("//! crate::x\nuse crate::y;"), "use crate::y;");
+        assert_eq!(
+            top_module(Path::new("config/env.rs")).as_deref(),
+            Some("config")
+        );
+        assert_eq!(top_module(Path::new("watch.rs")).as_deref(), Some("watch"));
+        assert_eq!(top_module(Path::new("lib.rs")), None);
+        let aliases =
+            root_aliases("pub mod server;\npub use server::{api, http};\npub use crawl::mdns;");
+        assert_eq!(aliases["api"], "server");
+        assert_eq!(aliases["http"], "server");
+        assert_eq!(aliases["mdns"], "crawl");
+    }
+}

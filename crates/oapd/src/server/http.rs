@@ -4,7 +4,7 @@
 //!
 //! Limits live here so that no handler can forget them: a connection count
 //! cap and a cap per client address, a header read deadline that starts at
-//! accept (slowloris; the first head is read by [`crate::head`]), a request
+//! accept (slowloris; the first head is read by [`super::head`]), a request
 //! body cap enforced while reading, a body stall deadline, and a
 //! per-request deadline.
 
@@ -30,7 +30,7 @@ use serde::Serialize;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 
-use crate::head::{self, Head};
+use super::head::{self, Head};
 
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 /// Response bodies are boxed so handlers can return buffered or streamed bodies.
@@ -196,9 +196,8 @@ impl BodyError {
 
 /// The config key of the in-flight body budget, named in answers.
 pub const BODY_BUDGET_KEY: &str = "server.max_inflight_body_bytes";
-/// Default in-flight body budget: room for a few image-carrying chats on a
-/// 1 GB board (docs/BENCHMARKS.md, "Request-body memory").
-pub const DEFAULT_INFLIGHT_BODY_BYTES: usize = 160 * 1024 * 1024;
+/// Default in-flight body budget (`server.max_inflight_body_bytes`).
+pub use crate::config::DEFAULT_INFLIGHT_BODY_BYTES;
 /// What a busy answer tells the client to wait.
 pub const RETRY_AFTER_SECS: u32 = 5;
 /// A refused body is read and thrown away for at most this long, so the

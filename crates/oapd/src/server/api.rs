@@ -9,10 +9,10 @@ use hyper::body::Incoming;
 use hyper::header::{HeaderValue, ALLOW, AUTHORIZATION, ORIGIN};
 use hyper::{Method, Request, Response, StatusCode};
 use oap_discovery::{DiscoverError, Engine};
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 
+use super::http::{self, Body, Handler};
 use crate::chat::ChatService;
-use crate::http::{self, Body, Handler};
 
 /// Settings the handlers need, taken from the config at start.
 #[derive(Debug, Clone)]
@@ -27,15 +27,8 @@ pub struct ApiSettings {
     pub allowed_hosts: Vec<String>,
 }
 
-/// State of the embedding model, as `/health` reports it.
-#[derive(Debug, Clone, Serialize)]
-pub struct ModelState {
-    pub loaded: bool,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub id: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub error: Option<String>,
-}
+/// Whether the embedding model loaded (it is set up with the engine).
+pub use crate::app::ModelState;
 
 pub struct Api {
     pub engine: Arc<Engine>,
@@ -95,7 +88,7 @@ impl Handler for Api {
     async fn handle(self: Arc<Self>, request: Request<Incoming>) -> Response<Body> {
         // Host (DNS rebinding) and Origin (cross-site) first: a refused
         // request reaches no route, not even a preflight or /health.
-        let inbound = crate::guard::Inbound {
+        let inbound = super::guard::Inbound {
             version: request.version(),
             uri: request.uri(),
             headers: request.headers(),
@@ -104,7 +97,7 @@ impl Handler for Api {
                 .get::<http::LocalAddr>()
                 .map(|local| local.0),
         };
-        if let Err(refusal) = crate::guard::check(
+        if let Err(refusal) = super::guard::check(
             inbound,
             &self.settings.allowed_hosts,
             &self.settings.cors_origins,
@@ -238,11 +231,11 @@ impl Api {
             }
             ("/v1/crawl/status", &Method::GET) => http::json(
                 StatusCode::OK,
-                &crate::crawl::status_json(self.crawler.as_deref(), self.crawler.is_some()),
+                &super::crawl::status_json(self.crawler.as_deref(), self.crawler.is_some()),
             ),
             ("/v1/crawl/status", _) => method_not_allowed("GET"),
             ("/v1/manifests/register", &Method::POST) => {
-                crate::crawl::register(self.clone(), request).await
+                super::crawl::register(self.clone(), request).await
             }
             ("/v1/manifests/register", _) => method_not_allowed("POST"),
             ("/v1/manifests", &Method::GET) => self.list(),

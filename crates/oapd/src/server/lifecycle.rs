@@ -27,11 +27,13 @@ use sd_notify::NotifyState;
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 
-use crate::api::{Api, ApiSettings, ModelState};
-use crate::app;
+use super::api::{Api, ApiSettings};
+use super::http::{self, Body, Handler, Limits};
+use super::start;
+use crate::app::{self, ModelState};
 use crate::config::Config;
-use crate::http::{self, Body, Handler, Limits};
 use crate::rebuild::Rebuilder;
+use crate::watch;
 
 /// How often the upstream Ollama's reachability is probed for STATUS=.
 const UPSTREAM_PROBE_INTERVAL: Duration = Duration::from_secs(15);
@@ -201,7 +203,7 @@ fn build_api(
     crawler: Option<Arc<oap_crawl::Crawler>>,
 ) -> anyhow::Result<Api> {
     let engine = rebuilder.engine().clone();
-    let chat = Arc::new(app::chat_service(config, engine.clone())?);
+    let chat = Arc::new(start::chat_service(config, engine.clone())?);
     // One budget for every connection and handler generation; a reload
     // changes its size, bodies in flight keep their shares.
     http::body_budget().set_capacity(config.server.max_inflight_body_bytes);
@@ -231,10 +233,10 @@ fn start_generation(
     engine: Engine,
     model: ModelState,
     report: BuildReport,
-    watch_baseline: crate::watch::DirSignature,
+    watch_baseline: watch::DirSignature,
 ) -> anyhow::Result<(Api, Vec<JoinHandle<()>>)> {
     let rebuilder = Arc::new(Rebuilder::new(Arc::new(engine), &report));
-    let (crawler, tasks) = app::start_crawler(config, &rebuilder, watch_baseline)?;
+    let (crawler, tasks) = start::start_crawler(config, &rebuilder, watch_baseline)?;
     match build_api(config, rebuilder, model, crawler) {
         Ok(api) => Ok((api, tasks)),
         Err(err) => {
@@ -347,7 +349,7 @@ impl Running {
         keep_restart_only(&old, &mut config);
         let embedder = self.embedder.clone();
         let blocking_config = config.clone();
-        let watch_baseline = crate::watch::dir_signature(&crate::watch::watched_dirs(&config));
+        let watch_baseline = watch::dir_signature(&watch::watched_dirs(&config));
         let (engine, report) =
             tokio::task::spawn_blocking(move || app::open_engine(&blocking_config, embedder))
                 .await
@@ -385,7 +387,7 @@ pub async fn serve(config: Config, config_path: Option<PathBuf>) -> anyhow::Resu
     let blocking_config = config.clone();
     // Taken before the engine reads the directories, so a change made while
     // it loads is still seen as a change.
-    let watch_baseline = crate::watch::dir_signature(&crate::watch::watched_dirs(&config));
+    let watch_baseline = watch::dir_signature(&watch::watched_dirs(&config));
     let (engine, report, model, embedder) = tokio::task::spawn_blocking(move || {
         let (embedder, model) = app::load_embedder(&blocking_config);
         app::open_engine(&blocking_config, embedder.clone())

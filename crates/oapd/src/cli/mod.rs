@@ -1,0 +1,178 @@
+//! The `oapd` command line: parsing (clap) and one module per subcommand.
+//! `main.rs` only calls [`main`].
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+use crate::config::Config;
+
+pub mod crawl;
+pub mod index;
+pub mod lint;
+pub mod serve;
+pub mod validate_model;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "oapd",
+    version,
+    about = "Finds the OAP capability that fits a task, and bridges it to Ollama as tools",
+    long_about = "oapd indexes OAP manifests (one JSON file per capability) into a memory-mapped \
+index and answers \"which capability fits this task?\" with local embeddings and BM25, \
+without asking an LLM.\n\nConfiguration: built-in defaults, then --config FILE (YAML), then \
+OAP_<SECTION>_<KEY> environment variables (e.g. OAP_SERVER_LISTEN=0.0.0.0:8300)."
+)]
+pub struct Cli {
+    /// YAML configuration file (defaults are built in; see docs/config.example.yaml).
+    #[arg(long, short, global = true, env = "OAPD_CONFIG", value_name = "FILE")]
+    config: Option<PathBuf>,
+
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the daemon: index the configured manifests and serve the HTTP API.
+    Serve,
+    /// Find the manifests that fit a task, from the command line.
+    Discover {
+        /// The task in plain language, e.g. "count the words in a text".
+        task: String,
+        /// How many candidates to show.
+        #[arg(long, short = 'k', default_value_t = 5)]
+        top_k: usize,
+        /// Print the full JSON answer (as the HTTP API returns it).
+        #[arg(long)]
+        json: bool,
+    },
+    /// Rebuild the index from the configured manifest sources.
+    Index {
+        /// Re-embed every manifest instead of reusing unchanged vectors.
+        #[arg(long)]
+        force: bool,
+    },
+    /// Work with manifest files.
+    Manifest {
+        #[command(subcommand)]
+        command: ManifestCommand,
+    },
+    /// Show the effective configuration (defaults + file + environment).
+    Config,
+    /// Check that an Ollama model calls tools correctly and reasons; records
+    /// the verdict in the validation store. Exits non-zero on failure.
+    ValidateModel {
+        /// The Ollama model, e.g. qwen3:4b.
+        #[arg(long)]
+        model: String,
+        /// Also check tool choice among several, no tool when none fits, and argument types.
+        #[arg(long)]
+        full_suite: bool,
+        /// Seconds each check may take.
+        #[arg(long, default_value_t = 120, value_parser = clap::value_parser!(u64).range(1..=3600))]
+        timeout: u64,
+    },
+    /// Fetch manifests from domains (https://DOMAIN/.well-known/oap.json)
+    /// into the index: the given domains, or the configured seeds.
+    Crawl {
+        /// One pass over the domains, then exit (non-zero if any failed).
+        /// Without it, keep crawling on the schedule until interrupted.
+        #[arg(long)]
+        once: bool,
+        /// Domains to crawl (e.g. example.com); default: crawler.seeds.
+        #[arg(value_name = "DOMAIN")]
+        domains: Vec<String>,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ManifestCommand {
+    /// Validate manifest files; exits non-zero if any has errors.
+    Lint {
+        /// Manifest files to check.
+        #[arg(required = true, value_name = "FILE")]
+        files: Vec<PathBuf>,
+    },
+}
+
+/// Parses the command line and runs it; errors are printed, not returned.
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match run(cli) {
+        Ok(code) => code,
+        Err(err) => {
+            eprintln!("oapd: error: {err:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Runs a parsed command line.
+pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    match cli.command {
+        // Linting needs no config, model or index.
+        Command::Manifest {
+            command: ManifestCommand::Lint { files },
+        } => {
+            let mut stdout = std::io::stdout().lock();
+            let any_error = lint::lint(&files, &mut stdout)?;
+            Ok(if any_error {
+                ExitCode::FAILURE
+            } else {
+                ExitCode::SUCCESS
+            })
+        }
+        command => {
+            let loaded = Config::load(cli.config.as_deref(), crate::config::process_env())?;
+            pin_compute_threads(loaded.config.embedding.threads);
+            crate::logging::init(&loaded.config.log);
+            for warning in &loaded.warnings {
+                tracing::warn!(warning = %warning, "configuration");
+            }
+            if let Command::ValidateModel {
+                model,
+                full_suite,
+                timeout,
+            } = command
+            {
+                return validate_model::run(&loaded.config, &model, full_suite, timeout);
+            }
+            run_with_config(command, loaded.config, cli.config)?;
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+/// candle sizes its matmul split from `RAYON_NUM_THREADS`, and without it
+/// re-counts the CPUs from /proc/cpuinfo on every multiplication (~17% of a
+/// query's embedding time, measured). Setting it once, before any thread
+/// exists, removes that cost; an operator's own value is kept.
+fn pin_compute_threads(configured: Option<usize>) {
+    if std::env::var_os("RAYON_NUM_THREADS").is_some() {
+        return;
+    }
+    let threads = configured
+        .or_else(|| std::thread::available_parallelism().ok().map(|n| n.get()))
+        .unwrap_or(1);
+    // Single-threaded at this point: no other thread can read the
+    // environment concurrently.
+    std::env::set_var("RAYON_NUM_THREADS", threads.to_string());
+}
+
+fn run_with_config(
+    command: Command,
+    config: Config,
+    config_path: Option<PathBuf>,
+) -> anyhow::Result<()> {
+    match command {
+        Command::Serve => serve::run(config, config_path)?,
+        Command::Discover { task, top_k, json } => index::discover(&config, &task, top_k, json)?,
+        Command::Index { force } => index::index(&config, force)?,
+        Command::Config => println!("{}", config.effective_yaml()),
+        Command::Crawl { once, domains } => return crawl::run(&config, once, &domains),
+        Command::Manifest { .. } | Command::ValidateModel { .. } => {}
+    }
+    Ok(())
+}

@@ -1,0 +1,777 @@
+//! Configuration of the `oapd` daemon.
+//!
+//! Sources, lowest precedence first:
+//!
+//! 1. the defaults compiled into the binary ([`Config::default`]);
+//! 2. an optional YAML file (`config.yaml`, see `docs/config.example.yaml`);
+//! 3. environment variables `OAP_<SECTION>_<KEY>`, e.g. `OAP_TOOL_BRIDGE_MAX_ROUNDS=5`.
+//!
+//! The file is parsed with `serde-saphyr` straight into the typed structs below
+//! (every struct denies unknown keys, so a typo is an error rather than a silently
+//! ignored setting). Environment overrides are then applied onto the typed value,
+//! key by key, so an override always applies whether or not the file mentions the
+//! key or even its section. Finally [`Config::validate`] checks ranges and formats.
+//!
+//! Every error names where the bad value came from: the file and the dotted key path
+//! (with line and column), or the environment variable.
+//!
+//! The tree of sections below is plain data, as close to the file as
+//! possible; the rest of the loading lives in submodules: `file` reads and
+//! parses the YAML, `env` applies the environment (and holds the key table),
+//! `validate` checks the result and `error` says what is wrong. The tool
+//! bridge's sections are in `bridge`, the crawler's in `crawler`.
+
+use std::fmt;
+use std::marker::PhantomData;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::de::{self, Deserializer, SeqAccess, Visitor};
+use serde::{Deserialize, Serialize};
+
+mod bridge;
+mod crawler;
+mod env;
+mod error;
+mod file;
+mod text;
+mod validate;
+
+pub use bridge::{
+    ExperienceConfig, ForceRule, ForceRules, ToolBridgeConfig, ToolExposure, UrlPolicy,
+};
+pub(crate) use crawler::parse_host_entry;
+pub use crawler::CrawlerConfig;
+pub use env::{env_var_name, process_env, ENV_PREFIX, NON_CONFIG_ENV_VARS};
+pub use error::{ConfigError, Position, Problem};
+
+use text::quote;
+
+/// Largest config file accepted, in bytes. A config is a few kilobytes; anything
+/// bigger is a mistake (wrong file) or an attack on a small board's memory.
+pub const MAX_CONFIG_FILE_BYTES: u64 = 1024 * 1024;
+
+/// Source name used in error messages for [`Config::from_yaml_str`].
+const INLINE_SOURCE_NAME: &str = "config.yaml";
+
+/// Placeholder shown instead of the bearer token by [`Config::effective_yaml`] and `Debug`.
+pub const REDACTED: &str = "<redacted>";
+
+/// Default in-flight body budget: room for a few image-carrying chats on a
+/// 1 GB board (docs/BENCHMARKS.md, "Request-body memory").
+pub const DEFAULT_INFLIGHT_BODY_BYTES: usize = 160 * 1024 * 1024;
+
+// ---------------------------------------------------------------------------
+// The configuration tree
+// ---------------------------------------------------------------------------
+
+/// The complete `oapd` configuration. Every section and key has a default, so an
+/// empty (or absent) file is a valid configuration.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    /// HTTP server: listen addresses, request limits, timeouts and authentication.
+    #[serde(deserialize_with = "null_as_default")]
+    pub server: ServerConfig,
+    /// On-disk vector index: where it lives and how vectors are stored.
+    #[serde(deserialize_with = "null_as_default")]
+    pub index: IndexConfig,
+    /// Local sentence-embedding model used to embed manifests and tasks.
+    #[serde(deserialize_with = "null_as_default")]
+    pub embedding: EmbeddingConfig,
+    /// Which OAP manifests are indexed.
+    #[serde(deserialize_with = "null_as_default")]
+    pub manifests: ManifestsConfig,
+    /// `/v1/discover` ranking parameters.
+    #[serde(deserialize_with = "null_as_default")]
+    pub discovery: DiscoveryConfig,
+    /// The Ollama tool bridge (`/v1/tools`, `/v1/chat`).
+    #[serde(deserialize_with = "null_as_default")]
+    pub tool_bridge: ToolBridgeConfig,
+    /// The upstream Ollama server the chat proxy forwards to.
+    #[serde(deserialize_with = "null_as_default")]
+    pub ollama: OllamaConfig,
+    /// How oapd's own tools are executed: credentials, reachable networks,
+    /// local command directories, result sizes.
+    #[serde(deserialize_with = "null_as_default")]
+    pub tools: ToolsConfig,
+    /// Logging output.
+    #[serde(deserialize_with = "null_as_default")]
+    pub log: LogConfig,
+    /// The crawler: seed domains, schedule, fetch limits, directory watch.
+    #[serde(deserialize_with = "null_as_default")]
+    pub crawler: CrawlerConfig,
+    /// The experience cache: tools that worked for similar tasks skip discovery.
+    #[serde(deserialize_with = "null_as_default")]
+    pub experience: ExperienceConfig,
+}
+
+/// `server:` section.
+#[derive(Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ServerConfig {
+    /// Socket addresses to listen on, as `IP:port` (`"0.0.0.0:8300"`, `"[::1]:8300"`).
+    /// Several entries bind several sockets. Default: loopback only, so a fresh
+    /// install is not reachable from the network until the operator decides so.
+    #[serde(deserialize_with = "one_or_many")]
+    pub listen: Vec<String>,
+    /// Largest accepted request body in bytes (default 1 MiB). Bounds the memory one
+    /// request can take on a small board; larger bodies get `413`.
+    pub max_body_bytes: usize,
+    /// Request-body bytes held in memory across all connections at once (default
+    /// 160 MiB), counted from the first byte read until the request (chat loop
+    /// included) is over. A body that does not fit in what is left gets `503` with
+    /// `Retry-After` before it is read. At least `max_body_bytes` and
+    /// `ollama.max_request_bytes`.
+    pub max_inflight_body_bytes: usize,
+    /// A `/v1/discover` (and `/v1/tools`) task whose UTF-8 length is this many bytes
+    /// **or more** is refused (default 10 000: a task of 10 kB or more is refused).
+    /// Keeps embedding cost per request bounded.
+    pub max_task_bytes: usize,
+    /// Seconds a request may take in total, from first byte to response, before it
+    /// is aborted (default 30).
+    pub request_timeout: u64,
+    /// Seconds allowed to receive the request headers (default 10); protects against
+    /// slow-loris clients holding connections open.
+    pub header_read_timeout: u64,
+    /// Maximum simultaneous client connections (default 256); further connections
+    /// wait in the kernel backlog. Bounds memory and file descriptors.
+    pub max_connections: usize,
+    /// Maximum simultaneous connections from one client IP address (default 32).
+    /// A connection over it is answered 503 and closed at once, without taking
+    /// one of `max_connections`, so one slow client cannot hold every slot.
+    pub max_connections_per_client: usize,
+    /// Bearer token required in `Authorization: Bearer <token>` on every API request.
+    /// `None` (the default) disables authentication; only sensible with a loopback
+    /// `listen` address. Never printed by `Debug` or [`Config::effective_yaml`].
+    pub auth_token: Option<String>,
+    /// Origins allowed by CORS (`"https://app.example"`, or `"*"` for any). Empty
+    /// (the default) sends no CORS headers, so browsers on other origins are refused.
+    #[serde(deserialize_with = "one_or_many")]
+    pub cors_origins: Vec<String>,
+    /// Extra names a loopback listener answers to in the `Host` header (e.g.
+    /// `"pi.example.org"`), besides loopback and private IPs, `localhost`, the
+    /// machine's hostname and `*.localhost`, `*.local`, `*.internal` names. Any
+    /// other Host is refused with 403 (DNS rebinding protection). Default: none.
+    #[serde(deserialize_with = "one_or_many")]
+    pub allowed_hosts: Vec<String>,
+    /// Seconds in-flight requests may run after SIGTERM/SIGINT before they are
+    /// cut (default 10); new connections are refused at once.
+    pub shutdown_grace: u64,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        Self {
+            listen: vec!["127.0.0.1:8300".to_owned()],
+            max_body_bytes: 1024 * 1024,
+            max_inflight_body_bytes: DEFAULT_INFLIGHT_BODY_BYTES,
+            max_task_bytes: 10_000,
+            request_timeout: 30,
+            header_read_timeout: 10,
+            max_connections: 256,
+            max_connections_per_client: 32,
+            auth_token: None,
+            cors_origins: Vec::new(),
+            allowed_hosts: Vec::new(),
+            shutdown_grace: 10,
+        }
+    }
+}
+
+impl fmt::Debug for ServerConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ServerConfig")
+            .field("listen", &self.listen)
+            .field("max_body_bytes", &self.max_body_bytes)
+            .field("max_inflight_body_bytes", &self.max_inflight_body_bytes)
+            .field("max_task_bytes", &self.max_task_bytes)
+            .field("request_timeout", &self.request_timeout)
+            .field("header_read_timeout", &self.header_read_timeout)
+            .field("max_connections", &self.max_connections)
+            .field(
+                "max_connections_per_client",
+                &self.max_connections_per_client,
+            )
+            .field("auth_token", &self.auth_token.as_ref().map(|_| REDACTED))
+            .field("cors_origins", &self.cors_origins)
+            .field("allowed_hosts", &self.allowed_hosts)
+            .field("shutdown_grace", &self.shutdown_grace)
+            .finish()
+    }
+}
+
+impl ServerConfig {
+    /// The `listen` entries parsed as socket addresses (already checked by
+    /// [`Config::validate`]; an entry that does not parse is reported with its index).
+    pub fn listen_addrs(&self) -> Result<Vec<SocketAddr>, ConfigError> {
+        self.listen
+            .iter()
+            .enumerate()
+            .map(|(i, s)| {
+                s.parse::<SocketAddr>().map_err(|_| {
+                    ConfigError::Invalid(vec![Problem::new(
+                        format!("server.listen[{i}]"),
+                        format!("not an IP:port socket address: {}", quote(s)),
+                    )])
+                })
+            })
+            .collect()
+    }
+
+    /// [`Self::request_timeout`] as a [`Duration`].
+    pub fn request_timeout_duration(&self) -> Duration {
+        Duration::from_secs(self.request_timeout)
+    }
+
+    /// [`Self::header_read_timeout`] as a [`Duration`].
+    pub fn header_read_timeout_duration(&self) -> Duration {
+        Duration::from_secs(self.header_read_timeout)
+    }
+}
+
+/// How vectors are stored in the index.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum VectorDtype {
+    /// 32-bit floats: exact scores, 4 bytes per dimension.
+    #[default]
+    F32,
+    /// 8-bit quantised: a quarter of the memory, slightly approximate scores.
+    I8,
+}
+
+/// Alias used by start-up code to tell the config enum apart from `oap_index::VectorDtype`.
+pub type VectorDtypeConfig = VectorDtype;
+
+/// How `/v1/discover` ranks manifests.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DiscoveryMode {
+    /// Dense (embedding) and lexical scores fused.
+    #[default]
+    Hybrid,
+    /// Embedding similarity only.
+    Dense,
+    /// Lexical (keyword) matching only; works without the embedding model.
+    Lexical,
+}
+
+/// Log line format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    /// Human-readable lines (journald adds timestamps).
+    #[default]
+    Text,
+    /// One JSON object per line, for log shippers.
+    Json,
+    /// Native journald entries with structured fields. `text` switches to
+    /// this by itself when stderr is connected to the journal.
+    Journald,
+}
+
+/// How strictly local (stdio) tools are confined by the kernel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SandboxMode {
+    /// Every protection the kernel offers; what it lacks is logged at start
+    /// and shown by `/health`.
+    #[default]
+    Auto,
+    /// Tools do not run unless filesystem and system-call confinement are
+    /// both active.
+    Require,
+    /// No confinement beyond resource limits: a model steered by anyone who
+    /// reaches the daemon can run code as the daemon's user.
+    Off,
+}
+
+impl Named for SandboxMode {
+    const ALL: &'static [Self] = &[Self::Auto, Self::Require, Self::Off];
+    fn name(self) -> &'static str {
+        match self {
+            Self::Auto => "auto",
+            Self::Require => "require",
+            Self::Off => "off",
+        }
+    }
+}
+
+impl From<SandboxMode> for oap_sandbox::Mode {
+    fn from(mode: SandboxMode) -> Self {
+        match mode {
+            SandboxMode::Auto => oap_sandbox::Mode::Auto,
+            SandboxMode::Require => oap_sandbox::Mode::Require,
+            SandboxMode::Off => oap_sandbox::Mode::Off,
+        }
+    }
+}
+
+/// Closed set of string values, for environment parsing and error messages.
+trait Named: Sized + Copy + 'static {
+    const ALL: &'static [Self];
+    fn name(self) -> &'static str;
+}
+
+impl Named for VectorDtype {
+    const ALL: &'static [Self] = &[Self::F32, Self::I8];
+    fn name(self) -> &'static str {
+        match self {
+            Self::F32 => "f32",
+            Self::I8 => "i8",
+        }
+    }
+}
+
+impl Named for DiscoveryMode {
+    const ALL: &'static [Self] = &[Self::Hybrid, Self::Dense, Self::Lexical];
+    fn name(self) -> &'static str {
+        match self {
+            Self::Hybrid => "hybrid",
+            Self::Dense => "dense",
+            Self::Lexical => "lexical",
+        }
+    }
+}
+
+impl Named for LogFormat {
+    const ALL: &'static [Self] = &[Self::Text, Self::Json, Self::Journald];
+    fn name(self) -> &'static str {
+        match self {
+            Self::Text => "text",
+            Self::Json => "json",
+            Self::Journald => "journald",
+        }
+    }
+}
+
+macro_rules! display_named {
+    ($($t:ty),*) => {$(
+        impl fmt::Display for $t {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(self.name())
+            }
+        }
+    )*};
+}
+display_named!(VectorDtype, DiscoveryMode, LogFormat, SandboxMode);
+
+/// `index:` section.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct IndexConfig {
+    /// Directory holding the index files. Default `./data` (relative to the working
+    /// directory); the appliance sets `/var/lib/oapd`.
+    pub data_dir: PathBuf,
+    /// Element type of stored vectors: `f32` (exact) or `i8` (4x smaller).
+    pub vector_dtype: VectorDtype,
+    /// Threads used for a search; `None` (default) lets the engine decide from the
+    /// number of CPUs.
+    pub search_threads: Option<usize>,
+}
+
+impl Default for IndexConfig {
+    fn default() -> Self {
+        Self {
+            data_dir: PathBuf::from("./data"),
+            vector_dtype: VectorDtype::F32,
+            search_threads: None,
+        }
+    }
+}
+
+/// `embedding:` section.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct EmbeddingConfig {
+    /// Load the embedding model. `false` runs lexical-only discovery (saves ~100 MB
+    /// of RAM and the model load time).
+    pub enabled: bool,
+    /// Directory with the model (`config.json`, `tokenizer.json`, `model.safetensors`).
+    pub model_dir: PathBuf,
+    /// Input length in tokens; longer texts are truncated. MiniLM supports up to 512;
+    /// 256 is what it was trained with.
+    pub max_tokens: usize,
+    /// Texts embedded per forward pass when (re)indexing; bounds peak memory.
+    pub batch_size: usize,
+    /// Threads for model inference; `None` (default) uses the engine's default.
+    pub threads: Option<usize>,
+}
+
+impl Default for EmbeddingConfig {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            model_dir: PathBuf::from("models/all-MiniLM-L6-v2"),
+            max_tokens: 256,
+            batch_size: 16,
+            threads: None,
+        }
+    }
+}
+
+/// `manifests:` section.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ManifestsConfig {
+    /// Index the manifests compiled into the binary (default `true`).
+    pub bundled: bool,
+    /// Extra directories of operator-provided manifests (default none).
+    #[serde(deserialize_with = "one_or_many")]
+    pub dirs: Vec<PathBuf>,
+}
+
+impl Default for ManifestsConfig {
+    fn default() -> Self {
+        Self {
+            bundled: true,
+            dirs: Vec::new(),
+        }
+    }
+}
+
+/// `discovery:` section.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct DiscoveryConfig {
+    /// Results returned when a request gives no `top_k` (default 5).
+    pub default_top_k: usize,
+    /// Largest `top_k` a request may ask for (default 20); larger values are clamped.
+    pub max_top_k: usize,
+    /// Score below which the best candidate is not a fitting capability, so
+    /// discovery answers "no fitting capability" (`match: null`). Unset (the
+    /// default) uses the engine's threshold for the active mode, calibrated on
+    /// the retrieval benchmark (docs/BENCHMARKS.md).
+    pub min_score: Option<f32>,
+    /// Ranking mode: `hybrid` (default), `dense` or `lexical`.
+    pub mode: DiscoveryMode,
+}
+
+impl Default for DiscoveryConfig {
+    fn default() -> Self {
+        Self {
+            default_top_k: 5,
+            max_top_k: 20,
+            min_score: None,
+            mode: DiscoveryMode::Hybrid,
+        }
+    }
+}
+
+/// `tools:` section.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ToolsConfig {
+    /// Credential store (YAML or JSON, keyed by domain) used for manifests
+    /// with `auth`; must be owned by the daemon's user with mode 0600.
+    /// Unset: no credentials, so tools that need auth report it.
+    pub credentials_file: Option<PathBuf>,
+    /// Address ranges HTTP tools of any trust level may reach (CIDR, e.g.
+    /// `192.168.1.0/24`). Internet manifests are otherwise refused
+    /// loopback, private, link-local, CGNAT and metadata addresses.
+    pub allow_private: Vec<String>,
+    /// Directories local (stdio) tools' executables may live in; also
+    /// their `PATH`.
+    pub stdio_dirs: Vec<PathBuf>,
+    /// Characters of a tool result the model sees (the rest is cut with a note).
+    pub max_result_chars: usize,
+    /// Bytes of an HTTP tool response read at most.
+    pub max_response_bytes: usize,
+    /// Tool calls of one model turn run at most this many at a time.
+    pub max_parallel: usize,
+    /// Kernel confinement of stdio tools: `auto`, `require` or `off`.
+    pub sandbox: SandboxMode,
+    /// Extra paths stdio tools may read (and execute) below, beside the
+    /// system directories and `stdio_dirs`.
+    pub sandbox_read_paths: Vec<PathBuf>,
+    /// Programs (command names) allowed to start processes inside the
+    /// sandbox; every other tool is refused fork/clone.
+    pub sandbox_spawn: Vec<String>,
+}
+
+impl Default for ToolsConfig {
+    fn default() -> Self {
+        Self {
+            credentials_file: None,
+            allow_private: Vec::new(),
+            stdio_dirs: vec![
+                PathBuf::from("/usr/bin"),
+                PathBuf::from("/bin"),
+                PathBuf::from("/usr/local/bin"),
+            ],
+            max_result_chars: 16_000,
+            max_response_bytes: 1024 * 1024,
+            max_parallel: 4,
+            sandbox: SandboxMode::Auto,
+            sandbox_read_paths: Vec::new(),
+            sandbox_spawn: vec!["man".to_owned()],
+        }
+    }
+}
+
+/// `ollama:` section.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct OllamaConfig {
+    /// Base URL of the Ollama server (`http://` or `https://`, optionally with a path
+    /// prefix when behind a reverse proxy). Default: the local Ollama.
+    pub base_url: String,
+    /// Seconds to wait for Ollama's response headers (default 300: loading a
+    /// model from an SD card is slow); streamed bodies may run longer.
+    pub timeout: u64,
+    /// Seconds one bridged chat request may take in all, every tool round
+    /// and tool call included (default 300).
+    pub chat_deadline: u64,
+    /// Largest chat request body accepted, in bytes (default 64 MiB: chat
+    /// requests carry base64 images).
+    pub max_request_bytes: usize,
+}
+
+impl Default for OllamaConfig {
+    fn default() -> Self {
+        Self {
+            base_url: "http://127.0.0.1:11434".to_owned(),
+            timeout: 300,
+            chat_deadline: 300,
+            max_request_bytes: 64 * 1024 * 1024,
+        }
+    }
+}
+
+impl OllamaConfig {
+    /// `base_url` joined with an API path, with exactly one `/` between them:
+    /// `endpoint("/api/chat")` → `http://127.0.0.1:11434/api/chat`.
+    pub fn endpoint(&self, path: &str) -> String {
+        format!(
+            "{}/{}",
+            self.base_url.trim_end_matches('/'),
+            path.trim_start_matches('/')
+        )
+    }
+}
+
+/// `log:` section.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct LogConfig {
+    /// Level (`trace`, `debug`, `info`, `warn`, `error`, `off`) or a
+    /// `tracing-subscriber` filter directive such as `info,oapd=debug`.
+    pub level: String,
+    /// `text` (default) or `json`.
+    pub format: LogFormat,
+}
+
+impl Default for LogConfig {
+    fn default() -> Self {
+        Self {
+            level: "info".to_owned(),
+            format: LogFormat::Text,
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Serde helpers for the file
+// ---------------------------------------------------------------------------
+
+/// A section written as `section:` with nothing under it (YAML null) means "all defaults".
+fn null_as_default<'de, D, T>(deserializer: D) -> Result<T, D::Error>
+where
+    D: Deserializer<'de>,
+    T: Deserialize<'de> + Default,
+{
+    Ok(Option::<T>::deserialize(deserializer)?.unwrap_or_default())
+}
+
+/// A list key accepts a list, a single string (a one-element list) or null (empty).
+fn one_or_many<'de, D, T>(deserializer: D) -> Result<Vec<T>, D::Error>
+where
+    D: Deserializer<'de>,
+    T: Deserialize<'de> + From<String>,
+{
+    struct OneOrMany<T>(PhantomData<T>);
+
+    impl<'de, T> Visitor<'de> for OneOrMany<T>
+    where
+        T: Deserialize<'de> + From<String>,
+    {
+        type Value = Vec<T>;
+
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("a list of strings")
+        }
+
+        fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
+            Ok(vec![T::from(v.to_owned())])
+        }
+
+        fn visit_string<E: de::Error>(self, v: String) -> Result<Self::Value, E> {
+            Ok(vec![T::from(v)])
+        }
+
+        fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
+            Ok(Vec::new())
+        }
+
+        fn visit_none<E: de::Error>(self) -> Result<Self::Value, E> {
+            Ok(Vec::new())
+        }
+
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+            let mut out = Vec::new();
+            while let Some(item) = seq.next_element::<T>()? {
+                out.push(item);
+            }
+            Ok(out)
+        }
+    }
+
+    deserializer.deserialize_any(OneOrMany(PhantomData))
+}
+
+// ---------------------------------------------------------------------------
+// Loading
+// ---------------------------------------------------------------------------
+
+/// An `OAP_*` environment variable that was applied.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EnvOverride {
+    /// The variable name, e.g. `OAP_TOOL_BRIDGE_MAX_ROUNDS`.
+    pub var: String,
+    /// The key it set, e.g. `tool_bridge.max_rounds`.
+    pub key: String,
+}
+
+/// Result of loading: the configuration and what the caller should log once
+/// logging is set up (logging itself is configured from this result).
+#[derive(Debug, Clone)]
+pub struct Loaded {
+    /// The validated configuration.
+    pub config: Config,
+    /// The file that was read, if any.
+    pub file: Option<PathBuf>,
+    /// Environment variables that overrode keys, sorted by variable name.
+    pub env_overrides: Vec<EnvOverride>,
+    /// Non-fatal findings: ignored `OAP_*` variables that match no section, and
+    /// suspicious but valid settings. Log each at `warn`.
+    pub warnings: Vec<String>,
+}
+
+impl Config {
+    /// Load defaults < the YAML file at `path` (if given) < `OAP_*` variables in `env`,
+    /// then validate.
+    ///
+    /// `path: None` means defaults plus environment. A given path that does not exist
+    /// is an error. Pass [`process_env()`] as `env` in the daemon and an explicit list
+    /// in tests.
+    pub fn load<I>(path: Option<&Path>, env: I) -> Result<Loaded, ConfigError>
+    where
+        I: IntoIterator<Item = (String, String)>,
+    {
+        let config = match path {
+            Some(path) => {
+                let text = file::read_config_file(path)?;
+                file::parse_yaml(&path.display().to_string(), &text)?
+            }
+            None => Config::default(),
+        };
+        finish(config, path.map(Path::to_path_buf), env)
+    }
+
+    /// Like [`Config::load`] with the file contents given as text (errors name the
+    /// source `config.yaml`). The same size limit applies.
+    pub fn from_yaml_str<I>(yaml: &str, env: I) -> Result<Loaded, ConfigError>
+    where
+        I: IntoIterator<Item = (String, String)>,
+    {
+        if yaml.len() as u64 > MAX_CONFIG_FILE_BYTES {
+            return Err(ConfigError::TooLarge {
+                path: PathBuf::from(INLINE_SOURCE_NAME),
+                size: Some(yaml.len() as u64),
+                limit: MAX_CONFIG_FILE_BYTES,
+            });
+        }
+        let config = file::parse_yaml(INLINE_SOURCE_NAME, yaml)?;
+        finish(config, None, env)
+    }
+
+    /// The configuration as YAML, for `oapd config show`. The bearer token, if set,
+    /// is replaced by [`REDACTED`].
+    pub fn effective_yaml(&self) -> String {
+        let mut shown = self.clone();
+        if shown.server.auth_token.is_some() {
+            shown.server.auth_token = Some(REDACTED.to_owned());
+        }
+        match serde_saphyr::to_string(&shown) {
+            Ok(yaml) => yaml,
+            // Not expected for these plain types; JSON is valid YAML, so fall back to it.
+            Err(_) => serde_json::to_string_pretty(&shown)
+                .unwrap_or_else(|e| format!("# cannot serialize the configuration: {e}\n")),
+        }
+    }
+}
+
+/// Apply the environment, validate, and gather warnings.
+fn finish<I>(mut config: Config, file: Option<PathBuf>, env: I) -> Result<Loaded, ConfigError>
+where
+    I: IntoIterator<Item = (String, String)>,
+{
+    let mut warnings = Vec::new();
+    let env_overrides = env::apply_env(&mut config, env, &mut warnings)?;
+    match config.validate() {
+        Ok(more) => warnings.extend(more),
+        Err(ConfigError::Invalid(mut problems)) => {
+            for p in &mut problems {
+                let base = p.key.split('[').next().unwrap_or(&p.key);
+                p.env_var = env_overrides
+                    .iter()
+                    .find(|o| o.key == base)
+                    .map(|o| o.var.clone());
+            }
+            return Err(ConfigError::Invalid(problems));
+        }
+        Err(other) => return Err(other),
+    }
+    Ok(Loaded {
+        config,
+        file,
+        env_overrides,
+        warnings,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn no_env() -> Vec<(String, String)> {
+        Vec::new()
+    }
+
+    #[test]
+    fn named_enums_round_trip_through_serde() {
+        fn check<T: Named + Serialize + for<'de> Deserialize<'de> + PartialEq + fmt::Debug>() {
+            for v in T::ALL {
+                let json = serde_json::to_value(v).expect("serialize");
+                assert_eq!(json, serde_json::Value::String(v.name().to_owned()));
+                let back: T = serde_json::from_value(json).expect("deserialize");
+                assert_eq!(&back, v);
+            }
+        }
+        check::<VectorDtype>();
+        check::<DiscoveryMode>();
+        check::<LogFormat>();
+    }
+
+    #[test]
+    fn defaults_validate_without_warnings() {
+        assert_eq!(
+            Config::default().validate().expect("valid"),
+            Vec::<String>::new()
+        );
+        let loaded = Config::load(None, no_env()).expect("load");
+        assert_eq!(loaded.config, Config::default());
+    }
+}

@@ -1,0 +1,22 @@
+//! The HTTP side of the daemon: the router ([`api`]) and the crawler's
+//! endpoints ([`crawl`]), the connection shell ([`http`], [`head`]), who may
+//! talk to it ([`guard`]), what it starts per engine generation ([`start`]),
+//! and the process lifecycle that starts, reloads and stops it
+//! ([`lifecycle`]). [`render`] formats answers for the terminal.
+
+pub mod api;
+pub mod crawl;
+pub mod guard;
+pub mod head;
+pub mod http;
+pub mod lifecycle;
+pub mod render;
+pub mod start;
+
+use crate::config::Config;
+
+/// Runs the daemon until SIGINT or SIGTERM (no SIGHUP reload: there is no
+/// config file to re-read). See [`lifecycle::serve`].
+pub async fn serve(config: Config) -> anyhow::Result<()> {
+    lifecycle::serve(config, None).await
+}

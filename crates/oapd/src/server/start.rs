@@ -1,0 +1,137 @@
+//! What the server starts for one engine generation: the chat bridge and
+//! its pass-through wiring, and the background tasks (directory watch,
+//! crawler schedule, LAN discovery) that keep the index current.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use oap_discovery::Engine;
+use tokio::task::JoinHandle;
+
+use crate::bridge::{BridgeSettings, Capabilities, ChatContext};
+use crate::chat::ChatService;
+use crate::config::Config;
+use crate::rebuild::Rebuilder;
+use crate::upstream::Upstream;
+use crate::watch::{self, DirSignature};
+
+/// Background tasks of one engine generation (crawler, directory watch).
+pub type CrawlTasks = Vec<JoinHandle<()>>;
+
+/// Starts the directory watch and, when `crawler.enabled`, the crawler's
+/// schedule loop, for `engine`. The caller owns the returned tasks: a
+/// reload aborts them and starts new ones for the new engine (the
+/// crawler's schedule and store are files, so nothing is lost).
+pub fn start_crawler(
+    config: &Config,
+    rebuilder: &Arc<Rebuilder>,
+    watch_baseline: DirSignature,
+) -> anyhow::Result<(Option<Arc<oap_crawl::Crawler>>, CrawlTasks)> {
+    let engine = rebuilder.engine();
+    let mut tasks = Vec::new();
+    let mut dropped_seeds = 0;
+    // LAN discovery (crawler.mdns) needs the crawler for its LAN targets
+    // even when internet crawling (crawler.enabled) is off; the crawler then
+    // fetches LAN targets only and refuses registrations.
+    let crawler = if config.crawler.enabled || config.crawler.mdns {
+        let crawler = Arc::new(
+            crate::crawl::build_for(config, config.crawler.enabled).context("crawler setup")?,
+        );
+        let mut seeds_added = 0;
+        if config.crawler.enabled {
+            let seeds = crate::crawl::seeds(config)?;
+            let added = crate::crawl::add_seeds(&crawler, &seeds, oap_crawl::AddedBy::Seed);
+            seeds_added = added.len();
+            dropped_seeds = crawler.retain_seeds(&added).len();
+        }
+        tracing::info!(
+            seeds = seeds_added,
+            dropped = dropped_seeds,
+            internet = config.crawler.enabled,
+            mdns = config.crawler.mdns,
+            "crawler started"
+        );
+        Some(crawler)
+    } else {
+        None
+    };
+    let mut lan_removed = 0;
+    if !config.crawler.mdns {
+        // LAN discovery off: no LAN tools, also none left from a run with it on.
+        let removed = match &crawler {
+            Some(crawler) => crawler.purge_lan_targets(),
+            None => crate::crawl::mdns::purge_stored(config),
+        };
+        if removed > 0 {
+            tracing::info!(removed, "LAN manifests removed (crawler.mdns is off)");
+            lan_removed = removed;
+        }
+    }
+    // Manifests that left the store at start (dropped seeds, LAN manifests
+    // with mDNS off): one rebuild covers them all.
+    if dropped_seeds > 0 || lan_removed > 0 {
+        let rebuilder = rebuilder.clone();
+        tasks.push(tokio::spawn(async move {
+            rebuilder.rebuild("manifests left the store at start").await;
+        }));
+    }
+    // Runs with the watching off too (watch_interval 0): it also retries
+    // failed rebuilds.
+    tasks.push(tokio::spawn(watch::watch_dirs(
+        rebuilder.clone(),
+        watch::watched_dirs(config),
+        watch_baseline,
+        Duration::from_secs(config.crawler.watch_interval),
+        std::future::pending(),
+    )));
+    if let Some(crawler) = &crawler {
+        tasks.push(tokio::spawn(crawler.clone().run(
+            engine.clone(),
+            Duration::from_secs(1),
+            std::future::pending(),
+        )));
+        if config.crawler.mdns {
+            tasks.push(tokio::spawn(crate::crawl::mdns::browse(
+                crawler.clone(),
+                rebuilder.clone(),
+            )));
+        }
+    }
+    Ok((crawler, tasks))
+}
+
+/// The chat bridge and pass-through wiring for `config`.
+pub fn chat_service(config: &Config, engine: Arc<Engine>) -> anyhow::Result<ChatService> {
+    let upstream = Upstream::new(
+        &config.ollama.base_url,
+        Duration::from_secs(config.ollama.timeout),
+    )
+    .context("ollama.base_url")?;
+    let runner = crate::tools::ExecRunner::new(config).context("tool execution setup")?;
+    let sandbox = runner.sandbox.clone();
+    sandbox.log();
+    let ctx = ChatContext {
+        upstream,
+        runner: Arc::new(runner),
+        capabilities: Arc::new(Capabilities::default()),
+        deadline: Duration::from_secs(config.ollama.chat_deadline),
+        max_parallel_tools: config.tools.max_parallel,
+    };
+    Ok(ChatService {
+        engine: engine.clone(),
+        ctx: Arc::new(ctx),
+        settings: BridgeSettings {
+            enabled: config.tool_bridge.enabled,
+            default_top_k: config.tool_bridge.default_top_k,
+            max_rounds: config.tool_bridge.max_rounds,
+        },
+        max_request_bytes: config.ollama.max_request_bytes,
+        strips_authorization: config.server.auth_token.is_some(),
+        exposure: crate::exposure::ExposureSettings::from_config(&config.tool_bridge),
+        validation: Arc::new(crate::validation::ValidationGate::new(config)),
+        experience: crate::experience::Experience::open(config, engine.clone()),
+        sandbox,
+        keepalive: Duration::from_secs(config.tool_bridge.stream_keepalive),
+    })
+}
