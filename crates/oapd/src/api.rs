@@ -230,7 +230,9 @@ impl Api {
                             "deleting experience entries needs server.auth_token (or a loopback client)",
                         )
                     }
-                    Some(experience) => experience.route(m, &p["/v1/experience".len()..]),
+                    Some(experience) => {
+                        crate::experience::route(experience, m, &p["/v1/experience".len()..])
+                    }
                     None => crate::experience::disabled(),
                 }
             }

@@ -270,8 +270,15 @@ pub fn chat_service(config: &Config, engine: Arc<Engine>) -> anyhow::Result<Chat
         max_request_bytes: config.ollama.max_request_bytes,
         strips_authorization: config.server.auth_token.is_some(),
         exposure: crate::exposure::ExposureSettings::from_config(&config.tool_bridge),
-        validation: Arc::new(crate::validation::ValidationGate::new(config)),
-        experience: crate::experience::Experience::open(config, engine.clone()),
+        validation: Arc::new(crate::validation::ValidationGate::new(
+            &config.index.data_dir,
+            config.tool_bridge.only_validated_models,
+        )),
+        experience: crate::experience::Experience::open(
+            &config.experience,
+            &config.index.data_dir,
+            engine.clone(),
+        ),
         sandbox,
         keepalive: Duration::from_secs(config.tool_bridge.stream_keepalive),
     })

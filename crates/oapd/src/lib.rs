@@ -9,32 +9,29 @@
 
 pub mod api;
 pub mod app;
-pub mod bridge;
 pub mod bundled;
 pub mod chat;
 pub mod config;
 pub mod crawl;
 pub mod experience;
-pub mod exposure;
 pub mod files;
-pub mod forcing;
 pub mod guard;
 pub mod head;
 pub mod http;
 pub mod lifecycle;
 pub mod logging;
 pub mod mdns;
-pub mod meta;
-pub mod payload;
 pub mod rebuild;
 pub mod render;
 pub mod responses;
-pub mod sanitize;
-pub mod state;
 pub mod streaming;
-pub mod tokens;
 pub mod tools;
 pub mod txt_dns;
-pub mod upstream;
-pub mod validation;
 pub mod watch;
+
+// The tool loop and its features live in oap-bridge; the daemon's modules
+// (and its tests) keep reaching them under their old names.
+pub use oap_bridge::tool_loop as bridge;
+pub use oap_bridge::{
+    exposure, forcing, meta, payload, sanitize, state, tokens, upstream, validation,
+};

@@ -12,7 +12,7 @@ use oap_exec::{Cidr, CredentialStore, ExecPolicy, Executor};
 use oap_manifest::Manifest;
 use serde_json::{Map, Value};
 
-use crate::bridge::{ToolResult, ToolRunner};
+use oap_bridge::{ToolResult, ToolRunner};
 use crate::config::Config;
 
 pub struct ExecRunner {
