@@ -199,8 +199,11 @@ impl Hooks {
     /// loop's side) when the client goes away. `out` itself when no hook
     /// filters.
     pub(crate) fn filter_output(&self, out: mpsc::Sender<Event>) -> mpsc::Sender<Event> {
-        let mut filters: Vec<Box<dyn OutputFilter>> =
-            self.0.iter().filter_map(|hook| hook.output_filter()).collect();
+        let mut filters: Vec<Box<dyn OutputFilter>> = self
+            .0
+            .iter()
+            .filter_map(|hook| hook.output_filter())
+            .collect();
         if filters.is_empty() {
             return out;
         }

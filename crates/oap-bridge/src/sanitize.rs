@@ -365,8 +365,7 @@ impl OutputFilter for UrlFilter {
                         Some(text) if !text.is_empty() => Some(text.to_string()),
                         _ => flushed.take(),
                     };
-                    if let Some(message) = chunk.get_mut("message").and_then(Value::as_object_mut)
-                    {
+                    if let Some(message) = chunk.get_mut("message").and_then(Value::as_object_mut) {
                         message.insert("content".into(), Value::from(""));
                     }
                     flushed = held;

@@ -619,7 +619,10 @@ async fn finish(
 }
 
 /// Runs a round with its client-facing events held back; returns them.
-async fn held_round(ctx: &ChatContext, body: Vec<bytes::Bytes>) -> (Result<Round, RoundError>, Vec<Event>) {
+async fn held_round(
+    ctx: &ChatContext,
+    body: Vec<bytes::Bytes>,
+) -> (Result<Round, RoundError>, Vec<Event>) {
     let (tx, mut rx) = mpsc::channel(64);
     let run = async move {
         let result = stream_round(ctx, body, &tx).await;

@@ -161,8 +161,7 @@ impl Upstream {
             hyper::header::CONTENT_TYPE,
             HeaderValue::from_static("application/json"),
         );
-        self.send(Method::POST, path, &headers, full(bytes))
-            .await
+        self.send(Method::POST, path, &headers, full(bytes)).await
     }
 
     /// POSTs a JSON body already encoded as chunks ([`crate::payload`]),

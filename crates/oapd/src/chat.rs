@@ -6,11 +6,11 @@
 
 use std::sync::Arc;
 
+use futures_util::future::BoxFuture;
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use hyper::header::AUTHORIZATION;
 use hyper::{Request, Response, StatusCode};
-use futures_util::future::BoxFuture;
 use oap_bridge::exposure::Prepared;
 use oap_bridge::hooks::Hooks;
 use oap_bridge::payload::{Held, Hold};
@@ -364,7 +364,8 @@ impl ChatService {
         let tools = self
             .discover_tools(task.to_string(), top_k, Vec::new())
             .await;
-        let (tools, fitting) = oap_bridge::exposure::fit_budget(tools, self.exposure.tool_token_budget);
+        let (tools, fitting) =
+            oap_bridge::exposure::fit_budget(tools, self.exposure.tool_token_budget);
         let mut registry = Map::new();
         for tool in &tools {
             registry.insert(

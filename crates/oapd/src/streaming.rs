@@ -23,8 +23,8 @@ use hyper::{Response, StatusCode};
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
 
-use oap_bridge::Event;
 use crate::http::{Body, BoxError};
+use oap_bridge::Event;
 
 /// One wire format's encoding of the loop's events.
 pub trait WireEncoder: Send + Sync + 'static {

@@ -22,12 +22,20 @@ fn the_error(events: &[Event]) -> (StatusCode, String) {
 async fn an_error_answer_from_ollama_is_the_one_error_event() {
     let bench = Bench::start(Script::new().turn(Turn::http_error(500, "model exploded"))).await;
     let events = bench
-        .run(request("go"), vec![tool("echo")], options(3), Hooks::default())
+        .run(
+            request("go"),
+            vec![tool("echo")],
+            options(3),
+            Hooks::default(),
+        )
         .await;
     assert_eq!(events.len(), 1, "{events:?}");
     assert_eq!(
         the_error(&events),
-        (StatusCode::INTERNAL_SERVER_ERROR, "model exploded".to_string())
+        (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "model exploded".to_string()
+        )
     );
     bench.fake.shutdown().await;
 }
@@ -39,12 +47,20 @@ async fn an_error_mid_stream_ends_the_answer_after_what_was_sent() {
     )
     .await;
     let events = bench
-        .run(request("go"), vec![tool("echo")], options(3), Hooks::default())
+        .run(
+            request("go"),
+            vec![tool("echo")],
+            options(3),
+            Hooks::default(),
+        )
         .await;
     assert!(matches!(events[0], Event::Chunk(_)), "{events:?}");
     assert_eq!(
         the_error(&events),
-        (StatusCode::INTERNAL_SERVER_ERROR, "out of memory".to_string())
+        (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "out of memory".to_string()
+        )
     );
     assert!(events
         .iter()
@@ -64,7 +80,12 @@ async fn an_unreachable_ollama_is_a_bad_gateway() {
         Upstream::new(&format!("http://127.0.0.1:{port}"), Duration::from_secs(5)).unwrap();
     let bench = Bench::with_upstream(fake, upstream);
     let events = bench
-        .run(request("go"), vec![tool("echo")], options(3), Hooks::default())
+        .run(
+            request("go"),
+            vec![tool("echo")],
+            options(3),
+            Hooks::default(),
+        )
         .await;
     assert_eq!(events.len(), 1, "{events:?}");
     let (status, message) = the_error(&events);

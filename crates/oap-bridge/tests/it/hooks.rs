@@ -79,13 +79,20 @@ async fn a_hook_offers_a_tool_owns_its_calls_and_runs_them() {
     let done = the_final_chunk(&chunks);
     assert_eq!(done["looked_up"], 1);
     // Owned: not handed to the client, not given to the tool runner.
-    assert!(chunks.iter().all(|c| c.pointer("/message/tool_calls").is_none()));
+    assert!(chunks
+        .iter()
+        .all(|c| c.pointer("/message/tool_calls").is_none()));
     assert!(bench.runner.calls().is_empty());
     assert_eq!(*seen.lock().unwrap(), [r#"looked up "rust""#]);
     let sent = bench.fake.chat_requests();
     // The hook's definition comes after the injected tools.
     assert_eq!(offered(&sent[0]), ["echo", "lookup"]);
-    let tool_message = sent[1]["messages"].as_array().unwrap().last().unwrap().clone();
+    let tool_message = sent[1]["messages"]
+        .as_array()
+        .unwrap()
+        .last()
+        .unwrap()
+        .clone();
     assert_eq!(tool_message["role"], "tool");
     assert_eq!(tool_message["content"], r#"looked up "rust""#);
     bench.fake.shutdown().await;
@@ -235,6 +242,9 @@ async fn a_held_round_can_be_dropped_and_replaced_by_a_call() {
     let sent = bench.fake.chat_requests();
     let messages = sent[1]["messages"].as_array().unwrap();
     assert_eq!(messages[1]["content"], "");
-    assert_eq!(messages[2]["content"], r#"ran echo with {"text":"insisted"}"#);
+    assert_eq!(
+        messages[2]["content"],
+        r#"ran echo with {"text":"insisted"}"#
+    );
     bench.fake.shutdown().await;
 }

@@ -42,7 +42,11 @@ impl ToolRunner for Recorder {
         _trust: Trust,
         arguments: Map<String, Value>,
     ) -> Pin<Box<dyn Future<Output = ToolResult> + Send>> {
-        let content = format!("ran {} with {}", manifest.name, Value::Object(arguments.clone()));
+        let content = format!(
+            "ran {} with {}",
+            manifest.name,
+            Value::Object(arguments.clone())
+        );
         self.calls
             .lock()
             .unwrap()

@@ -16,7 +16,12 @@ async fn a_call_to_an_injected_tool_runs_and_its_result_goes_back_to_the_model()
     )
     .await;
     let events = bench
-        .run(request("say hi"), vec![tool("echo")], options(3), Hooks::default())
+        .run(
+            request("say hi"),
+            vec![tool("echo")],
+            options(3),
+            Hooks::default(),
+        )
         .await;
     let chunks = chunks(&events);
     assert_eq!(content(&chunks), "The tool said hi.");
@@ -24,7 +29,9 @@ async fn a_call_to_an_injected_tool_runs_and_its_result_goes_back_to_the_model()
     assert_eq!(done["oap_round"], 2);
     assert_eq!(done["oap_tools_injected"], 1);
     // No call of oapd's reaches the client.
-    assert!(chunks.iter().all(|c| c.pointer("/message/tool_calls").is_none()));
+    assert!(chunks
+        .iter()
+        .all(|c| c.pointer("/message/tool_calls").is_none()));
 
     let calls = bench.runner.calls();
     assert_eq!(calls.len(), 1);
@@ -47,10 +54,8 @@ async fn a_call_to_an_injected_tool_runs_and_its_result_goes_back_to_the_model()
 
 #[tokio::test]
 async fn a_call_to_a_client_tool_is_handed_back_not_run() {
-    let bench = Bench::start(
-        Script::new().turn(Turn::tool_call("get_time", json!({"zone": "UTC"}))),
-    )
-    .await;
+    let bench =
+        Bench::start(Script::new().turn(Turn::tool_call("get_time", json!({"zone": "UTC"})))).await;
     let mut chat = request("what time is it?");
     chat.insert(
         "tools".into(),
@@ -86,7 +91,12 @@ async fn when_rounds_are_used_up_a_last_round_without_tools_answers() {
     )
     .await;
     let events = bench
-        .run(request("go"), vec![tool("echo")], options(1), Hooks::default())
+        .run(
+            request("go"),
+            vec![tool("echo")],
+            options(1),
+            Hooks::default(),
+        )
         .await;
     let chunks = chunks(&events);
     assert_eq!(content(&chunks), "Here is the answer.");
