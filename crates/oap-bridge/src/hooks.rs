@@ -159,9 +159,11 @@ impl Hooks {
 
     /// Every hook is asked (each may keep state about what it asked for).
     pub(crate) fn holds_round(&self, round: &RoundStart) -> bool {
-        self.0
-            .iter()
-            .fold(false, |held, hook| hook.holds_round(round) || held)
+        let mut held = false;
+        for hook in &self.0 {
+            held |= hook.holds_round(round);
+        }
+        held
     }
 
     pub(crate) async fn after_round(

@@ -179,7 +179,8 @@ fn main() -> anyhow::Result<()> {
         let _ = std::fs::remove_file(config.index.data_dir.join(oapd::experience::STORE_FILE));
         let mut with = config.clone();
         with.experience.min_similarity = threshold;
-        let experience = Experience::open(&with, engine.clone()).context("experience cache")?;
+        let experience = Experience::open(&with.experience, &with.index.data_dir, engine.clone())
+            .context("experience cache")?;
         let (mut exact, mut similar, mut wrong, mut correct_n, mut second_hits) = (0, 0, 0, 0, 0);
         let mut step_ms = Vec::with_capacity(log.len());
         let (mut exact_ms, mut similar_ms, mut miss_ms) = (Vec::new(), Vec::new(), Vec::new());
