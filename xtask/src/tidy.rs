@@ -230,27 +230,8 @@ mod module_graph {
     use std::collections::{BTreeMap, BTreeSet};
     use std::path::{Path, PathBuf};
 
-    /// Modules that leave `oapd` for the tool-bridge crate. Until they have
-    /// left they use, and are used by, the rest of the daemon, so they count
-    /// as one outside node and their edges are ignored. Empty this list once
-    /// they are gone.
-    const MOVING_OUT: &[&str] = &[
-        "bridge",
-        "exposure",
-        "meta",
-        "forcing",
-        "sanitize",
-        "experience",
-        "validation",
-        "tools",
-        "tokens",
-        "state",
-        "upstream",
-        "payload",
-        "chat",
-        "responses",
-        "streaming",
-    ];
+    /// Modules whose edges are not checked (none: every module counts).
+    const MOVING_OUT: &[&str] = &[];
 
     /// Module name → the modules it uses.
     type Graph = BTreeMap<String, BTreeSet<String>>;

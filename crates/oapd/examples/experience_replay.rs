@@ -16,7 +16,7 @@ use std::time::Instant;
 
 use anyhow::{bail, Context};
 use oapd::config::Config;
-use oapd::experience::{Experience, Hit};
+use oapd::server::experience::{Experience, Hit};
 use serde_json::{Map, Value};
 
 struct Task {
@@ -176,10 +176,16 @@ fn main() -> anyhow::Result<()> {
     );
     println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|");
     for threshold in thresholds {
-        let _ = std::fs::remove_file(config.index.data_dir.join(oapd::experience::STORE_FILE));
+        let _ = std::fs::remove_file(
+            config
+                .index
+                .data_dir
+                .join(oapd::server::experience::STORE_FILE),
+        );
         let mut with = config.clone();
         with.experience.min_similarity = threshold;
-        let experience = Experience::open(&with, engine.clone()).context("experience cache")?;
+        let experience = Experience::open(&with.experience, &with.index.data_dir, engine.clone())
+            .context("experience cache")?;
         let (mut exact, mut similar, mut wrong, mut correct_n, mut second_hits) = (0, 0, 0, 0, 0);
         let mut step_ms = Vec::with_capacity(log.len());
         let (mut exact_ms, mut similar_ms, mut miss_ms) = (Vec::new(), Vec::new(), Vec::new());

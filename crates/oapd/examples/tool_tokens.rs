@@ -13,8 +13,9 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::{bail, Context, Result};
+use oap_bridge::{exposure, meta, tokens};
+use oapd::app;
 use oapd::config::Config;
-use oapd::{app, exposure, meta, tokens};
 use serde_json::Value;
 
 struct Task {
@@ -185,7 +186,7 @@ fn main() -> Result<()> {
     let discover = |query: &str| {
         runtime.block_on(service.discover_tools(query.to_string(), options.top_k, Vec::new()))
     };
-    let names_of = |tools: &[oapd::bridge::InjectedTool]| -> BTreeSet<String> {
+    let names_of = |tools: &[oap_bridge::tool_loop::InjectedTool]| -> BTreeSet<String> {
         tools.iter().map(|t| t.manifest.name.clone()).collect()
     };
     for task in &tasks {

@@ -13,30 +13,16 @@
 )]
 
 pub mod app;
-pub mod bridge;
 pub mod bundled;
-pub mod chat;
 pub mod cli;
 pub mod config;
 pub mod crawl;
-pub mod experience;
-pub mod exposure;
 pub mod files;
-pub mod forcing;
 pub mod logging;
-pub mod meta;
-pub mod payload;
 pub mod rebuild;
-pub mod responses;
-pub mod sanitize;
 pub mod server;
-pub mod state;
-pub mod streaming;
-pub mod tokens;
 pub mod tools;
-pub mod upstream;
-pub mod validation;
 pub mod watch;
 
-// The tool-bridge modules still reach the HTTP helpers at their old path.
+// The HTTP helpers, where the chat handlers reach them.
 pub use server::http;

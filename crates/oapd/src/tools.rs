@@ -12,8 +12,8 @@ use oap_exec::{Cidr, CredentialStore, ExecPolicy, Executor};
 use oap_manifest::Manifest;
 use serde_json::{Map, Value};
 
-use crate::bridge::{ToolResult, ToolRunner};
 use crate::config::Config;
+use oap_bridge::{ToolResult, ToolRunner};
 
 pub struct ExecRunner {
     executor: Arc<Executor>,

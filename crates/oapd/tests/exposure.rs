@@ -5,7 +5,7 @@
 mod support;
 
 use fake_ollama::{Chunk, Echo, Turn};
-use oapd::tokens;
+use oap_bridge::tokens;
 use serde_json::{json, Value};
 use support::exposure::{
     daemon_with, discover_then_invoke, models, names, FORCED_TASK, FORCE_YAML, MODEL, WC_TASK,
@@ -173,7 +173,7 @@ fn the_budget_trims_descriptions_then_optional_parameters_then_tools() {
     let mut trimmed = full.clone();
     trimmed
         .iter_mut()
-        .for_each(oapd::exposure::trim_descriptions);
+        .for_each(oap_bridge::exposure::trim_descriptions);
     let trimmed_tokens = tokens::tools_tokens(trimmed.iter());
     assert!(trimmed_tokens < full_tokens);
 
@@ -212,7 +212,7 @@ fn the_budget_trims_descriptions_then_optional_parameters_then_tools() {
     // Stage 3: a budget one tool cannot exceed keeps the best-ranked tools.
     let one = {
         let mut best = trimmed[0].clone();
-        oapd::exposure::drop_optional_parameters(&mut best);
+        oap_bridge::exposure::drop_optional_parameters(&mut best);
         tokens::tool_tokens(&best)
     };
     let (stage3, _) = injected_under(one.max(50));
@@ -272,7 +272,7 @@ fn meta_mode_offers_two_tools_and_runs_discover_then_invoke() {
     let (response, chunks) = chat(&daemon, WC_TASK, json!({"oap_max_rounds": 5}));
     let sent = upstream.fake.chat_requests();
     assert_eq!(names(&sent[0]["tools"]), ["oap_discover", "oap_invoke"]);
-    let meta_tokens = tokens::tools_tokens(oapd::meta::definitions().iter());
+    let meta_tokens = tokens::tools_tokens(oap_bridge::meta::definitions().iter());
     assert_eq!(
         response.header("x-oap-tool-tokens"),
         Some(meta_tokens.to_string().as_str())

@@ -4,7 +4,7 @@
 mod support;
 
 use fake_ollama::{Chunk, Echo, ModelSpec, Script, Turn};
-use oapd::tokens;
+use oap_bridge::tokens;
 use serde_json::{json, Value};
 use support::{fake, Daemon, DaemonBuilder, Upstream};
 

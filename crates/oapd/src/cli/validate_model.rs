@@ -6,7 +6,7 @@ use std::time::Duration;
 use anyhow::Context;
 
 use crate::config::Config;
-use crate::upstream::Upstream;
+use oap_bridge::upstream::Upstream;
 
 /// `oapd validate-model`: runs the checks, prints the report, records the
 /// verdict. Exit code 0 on pass, 1 on a failed check, 2 when no verdict
@@ -27,7 +27,7 @@ pub fn run(
         .enable_all()
         .build()
         .context("cannot start the async runtime")?;
-    let outcome = runtime.block_on(crate::validation::validate(
+    let outcome = runtime.block_on(oap_bridge::validation::validate(
         &upstream,
         model,
         full_suite,
@@ -40,8 +40,8 @@ pub fn run(
             return Ok(std::process::ExitCode::from(2));
         }
     };
-    print!("{}", crate::validation::render(&record));
-    let store = crate::validation::ValidationStore::in_dir(&config.index.data_dir);
+    print!("{}", oap_bridge::validation::render(&record));
+    let store = oap_bridge::validation::ValidationStore::in_dir(&config.index.data_dir);
     let passed = record.passed;
     store
         .put(record)

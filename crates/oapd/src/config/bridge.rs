@@ -1,78 +1,14 @@
-//! The tool bridge's sections: `tool_bridge:` (with its exposure, URL
-//! policy and forced-tool rules) and `experience:`. Their types live
-//! together here because they belong to the bridge rather than to the daemon.
-
-use std::collections::BTreeMap;
-use std::fmt;
-use std::time::Duration;
-
-use serde::{Deserialize, Serialize};
+//! The tool bridge's sections, `tool_bridge:` (with its exposure, URL
+//! policy and forced-tool rules) and `experience:`. Their types belong to
+//! the bridge and live in `oap_bridge::settings`; what is the daemon's is
+//! how they are spelled in the environment and in suggestions.
 
 use super::env::EnvValue;
 use super::Named;
 
-/// `tool_bridge:` section (keys and defaults as in the OAP tool-bridge document).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct ToolBridgeConfig {
-    /// Master switch for the `/v1/tools` and `/v1/chat` endpoints.
-    pub enabled: bool,
-    /// Manifests discovered per request when the request gives no `top_k` (1..=20).
-    pub default_top_k: usize,
-    /// Cap on tool-call rounds per chat request (1..=10); the per-request
-    /// `oap_max_rounds` is clamped to it.
-    pub max_rounds: u32,
-    /// Seconds to wait for an HTTP tool invocation.
-    pub http_timeout: u64,
-    /// Seconds to wait for a stdio tool invocation.
-    pub stdio_timeout: u64,
-    /// Inject tools only into models with a passing `oapd validate-model`
-    /// verdict in the validation store; other models pass through untouched.
-    pub only_validated_models: bool,
-    /// Cap on the estimated prompt tokens of oapd's injected tool
-    /// definitions per request; 0 means unlimited (see `exposure.rs`).
-    pub tool_token_budget: usize,
-    /// `direct` (the discovered tools themselves) or `meta` (two tools,
-    /// `oap_discover` and `oap_invoke`).
-    pub exposure: ToolExposure,
-    /// What happens to URLs in an answer that no tool result (and no user
-    /// message) contained: `off`, `flag` or `remove`.
-    pub url_policy: UrlPolicy,
-    /// Per-manifest-id overrides of `url_policy`, applied when that tool is
-    /// offered in a request (the strictest override offered wins).
-    pub url_policy_tools: BTreeMap<String, UrlPolicy>,
-    /// Forced tools: when `pattern` matches the latest user message, the
-    /// bridge offers `tool` and makes sure it is called (see `forcing.rs`).
-    pub force: ForceRules,
-    /// Seconds of silence after which a streamed answer gets a keep-alive
-    /// frame (an empty NDJSON delta, an SSE comment), so clients and proxies
-    /// see a live connection while the model loads or a tool round runs.
-    pub stream_keepalive: u64,
-}
-
-/// `tool_bridge.force`: a list of `{pattern, tool, case_insensitive}`; in
-/// the environment, the same as a JSON array.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(transparent)]
-pub struct ForceRules(pub Vec<ForceRule>);
-
-/// One forced-tool rule.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ForceRule {
-    /// Regular expression (Rust `regex` syntax, compiled size-limited).
-    pub pattern: String,
-    /// Manifest id (as `/v1/tools` shows it, e.g. `local/date`) or tool
-    /// name (`oap_date`).
-    pub tool: String,
-    /// Match ignoring case (default true).
-    #[serde(default = "yes")]
-    pub case_insensitive: bool,
-}
-
-fn yes() -> bool {
-    true
-}
+pub use oap_bridge::{
+    ExperienceConfig, ForceRule, ForceRules, ToolBridgeConfig, ToolExposure, UrlPolicy,
+};
 
 impl EnvValue for ForceRules {
     fn parse_env(raw: &str) -> Result<Self, String> {
@@ -84,115 +20,16 @@ impl EnvValue for ForceRules {
     }
 }
 
-impl Default for ToolBridgeConfig {
-    fn default() -> Self {
-        Self {
-            enabled: true,
-            default_top_k: 3,
-            max_rounds: 3,
-            http_timeout: 30,
-            stdio_timeout: 10,
-            tool_token_budget: 0,
-            exposure: ToolExposure::Direct,
-            url_policy: UrlPolicy::Flag,
-            url_policy_tools: BTreeMap::new(),
-            force: ForceRules::default(),
-            stream_keepalive: 10,
-            only_validated_models: false,
-        }
-    }
-}
-
-impl ToolBridgeConfig {
-    /// [`Self::http_timeout`] as a [`Duration`].
-    pub fn http_timeout_duration(&self) -> Duration {
-        Duration::from_secs(self.http_timeout)
-    }
-
-    /// [`Self::stdio_timeout`] as a [`Duration`].
-    pub fn stdio_timeout_duration(&self) -> Duration {
-        Duration::from_secs(self.stdio_timeout)
-    }
-}
-
-/// How oapd's tools are shown to the model.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum ToolExposure {
-    /// The discovered tools, each with its own definition.
-    #[default]
-    Direct,
-    /// Two meta-tools: `oap_discover(task)` and `oap_invoke(tool, arguments)`.
-    Meta,
-}
-
-/// What happens to a URL in an answer that no tool result returned.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum UrlPolicy {
-    /// Answers pass unchanged.
-    Off,
-    /// The URL stays, followed by a visible "(unverified link)" mark.
-    #[default]
-    Flag,
-    /// The URL is replaced by "[link removed]".
-    Remove,
-}
-
 impl Named for ToolExposure {
     const ALL: &'static [Self] = &[Self::Direct, Self::Meta];
     fn name(self) -> &'static str {
-        match self {
-            Self::Direct => "direct",
-            Self::Meta => "meta",
-        }
+        self.as_str()
     }
 }
 
 impl Named for UrlPolicy {
     const ALL: &'static [Self] = &[Self::Off, Self::Flag, Self::Remove];
     fn name(self) -> &'static str {
-        match self {
-            Self::Off => "off",
-            Self::Flag => "flag",
-            Self::Remove => "remove",
-        }
-    }
-}
-
-impl fmt::Display for ToolExposure {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-impl fmt::Display for UrlPolicy {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-/// `experience:` section.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct ExperienceConfig {
-    /// Remember which tool succeeded for a task and serve it to close tasks.
-    pub enabled: bool,
-    /// Cosine similarity (0..1) between task embeddings for a cache hit.
-    pub min_similarity: f32,
-    /// Seconds an entry lives after its last success.
-    pub ttl: u64,
-    /// Entries kept at most; the least recently used go first.
-    pub max_entries: usize,
-}
-
-impl Default for ExperienceConfig {
-    fn default() -> Self {
-        Self {
-            enabled: false,
-            min_similarity: 0.9,
-            ttl: 30 * 24 * 3600,
-            max_entries: 1000,
-        }
+        self.as_str()
     }
 }

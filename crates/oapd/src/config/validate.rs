@@ -200,7 +200,7 @@ fn tool_bridge(c: &mut Checker, tb: &ToolBridgeConfig, d: &DiscoveryConfig) {
     c.range("tool_bridge.stdio_timeout", tb.stdio_timeout, 1, 3600);
     c.range("tool_bridge.stream_keepalive", tb.stream_keepalive, 1, 300);
     for (i, rule) in tb.force.0.iter().enumerate() {
-        if let Err(message) = crate::forcing::compile(rule) {
+        if let Err(message) = oap_bridge::forcing::compile(rule) {
             c.fail(format!("tool_bridge.force[{i}].pattern"), message);
         }
         if rule.tool.trim().is_empty() {

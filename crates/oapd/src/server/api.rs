@@ -12,7 +12,7 @@ use oap_discovery::{DiscoverError, Engine};
 use serde::Deserialize;
 
 use super::http::{self, Body, Handler};
-use crate::chat::ChatService;
+use crate::server::chat::ChatService;
 
 /// Settings the handlers need, taken from the config at start.
 #[derive(Debug, Clone)]
@@ -185,7 +185,9 @@ impl Api {
             ("/v1/chat", &Method::POST) => self.chat.ollama_chat(request).await,
             ("/v1/chat/completions", &Method::POST) => self.chat.openai_chat(request).await,
             ("/v1/chat/completions", _) => method_not_allowed("POST"),
-            ("/v1/responses", &Method::POST) => crate::responses::handle(&self.chat, request).await,
+            ("/v1/responses", &Method::POST) => {
+                crate::server::responses::handle(&self.chat, request).await
+            }
             ("/v1/responses", _) => method_not_allowed("POST"),
             ("/v1/tools", &Method::POST) => {
                 self.chat
@@ -213,7 +215,7 @@ impl Api {
                 let peer = request.extensions().get::<http::PeerAddr>().map(|p| p.0);
                 match &self.chat.experience {
                     Some(_) if m == Method::DELETE
-                        && !crate::experience::operator_allowed(
+                        && !crate::server::experience::operator_allowed(
                             self.settings.auth_token.is_some(),
                             peer,
                         ) =>
@@ -224,9 +226,13 @@ impl Api {
                         )
                     }
                     Some(experience) => {
-                        experience.route(m, p.strip_prefix("/v1/experience").unwrap_or_default())
+                        crate::server::experience::route(
+                            experience,
+                            m,
+                            p.strip_prefix("/v1/experience").unwrap_or_default(),
+                        )
                     }
-                    None => crate::experience::disabled(),
+                    None => crate::server::experience::disabled(),
                 }
             }
             ("/v1/crawl/status", &Method::GET) => http::json(
@@ -417,14 +423,14 @@ fn bearer_credentials(value: &str) -> Option<&str> {
         .then_some(credentials.trim())
 }
 
-fn json_records(gate: &crate::validation::ValidationGate) -> serde_json::Value {
+fn json_records(gate: &oap_bridge::validation::ValidationGate) -> serde_json::Value {
     serde_json::json!({
         "only_validated_models": gate.only_validated_models,
         "records": gate.store.records(),
     })
 }
 
-fn validation_record(gate: &crate::validation::ValidationGate, model: &str) -> Response<Body> {
+fn validation_record(gate: &oap_bridge::validation::ValidationGate, model: &str) -> Response<Body> {
     match gate.store.get(model) {
         Some(record) => http::json(StatusCode::OK, &record),
         None => http::error(

@@ -1,17 +1,22 @@
-//! The HTTP side of the daemon: the router ([`api`]) and the crawler's
-//! endpoints ([`crawl`]), the connection shell ([`http`], [`head`]), who may
+//! The HTTP side of the daemon: the router ([`api`]), the chat surfaces
+//! around the tool loop ([`chat`], [`responses`], [`streaming`],
+//! [`experience`]) and the crawler's endpoints ([`crawl`]), the connection shell ([`http`], [`head`]), who may
 //! talk to it ([`guard`]), what it starts per engine generation ([`start`]),
 //! and the process lifecycle that starts, reloads and stops it
 //! ([`lifecycle`]). [`render`] formats answers for the terminal.
 
 pub mod api;
+pub mod chat;
 pub mod crawl;
+pub mod experience;
 pub mod guard;
 pub mod head;
 pub mod http;
 pub mod lifecycle;
 pub mod render;
+pub mod responses;
 pub mod start;
+pub mod streaming;
 
 use crate::config::Config;
 

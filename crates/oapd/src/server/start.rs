@@ -9,12 +9,12 @@ use anyhow::Context;
 use oap_discovery::Engine;
 use tokio::task::JoinHandle;
 
-use crate::bridge::{BridgeSettings, Capabilities, ChatContext};
-use crate::chat::ChatService;
 use crate::config::Config;
 use crate::rebuild::Rebuilder;
-use crate::upstream::Upstream;
+use crate::server::chat::ChatService;
 use crate::watch::{self, DirSignature};
+use oap_bridge::tool_loop::{BridgeSettings, Capabilities, ChatContext};
+use oap_bridge::upstream::Upstream;
 
 /// Background tasks of one engine generation (crawler, directory watch).
 pub type CrawlTasks = Vec<JoinHandle<()>>;
@@ -128,9 +128,16 @@ pub fn chat_service(config: &Config, engine: Arc<Engine>) -> anyhow::Result<Chat
         },
         max_request_bytes: config.ollama.max_request_bytes,
         strips_authorization: config.server.auth_token.is_some(),
-        exposure: crate::exposure::ExposureSettings::from_config(&config.tool_bridge),
-        validation: Arc::new(crate::validation::ValidationGate::new(config)),
-        experience: crate::experience::Experience::open(config, engine.clone()),
+        exposure: oap_bridge::exposure::ExposureSettings::from_config(&config.tool_bridge),
+        validation: Arc::new(oap_bridge::validation::ValidationGate::new(
+            &config.index.data_dir,
+            config.tool_bridge.only_validated_models,
+        )),
+        experience: oap_bridge::experience::Experience::open(
+            &config.experience,
+            &config.index.data_dir,
+            engine.clone(),
+        ),
         sandbox,
         keepalive: Duration::from_secs(config.tool_bridge.stream_keepalive),
     })

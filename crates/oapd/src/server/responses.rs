@@ -9,9 +9,12 @@ use hyper::{Request, Response, StatusCode};
 use oap_wire::responses::{self, ResponseHead, ResponseStream};
 use serde_json::Value;
 
-use crate::bridge;
-use crate::chat::ChatService;
+use oap_bridge::exposure::Prepared;
+use oap_bridge::payload::{Held, Hold};
+use oap_bridge::tool_loop as bridge;
+
 use crate::http::{self, Body};
+use crate::server::chat::ChatService;
 
 fn error(status: StatusCode, message: &str) -> Response<Body> {
     http::json(
@@ -84,11 +87,14 @@ pub async fn handle(chat: &Arc<ChatService>, request: Request<Incoming>) -> Resp
     };
     // Budget, meta exposure, forcing and URL hygiene, as on the other
     // chat surfaces.
-    let (tools, mut extras) = chat.prepare(tools, &mut ollama, &options);
-    extras.body.permit = Some(permit);
-    let tool_tokens = extras.tool_tokens;
-    let mut response = respond(chat, original, ollama, tools, options, extras).await;
-    crate::exposure::set_tokens_header(&mut response, tool_tokens);
+    let (tools, prepared) = chat.prepare(tools, &mut ollama, &options);
+    let held = Held {
+        images: Default::default(),
+        permit: Some(Hold::new(permit)),
+    };
+    let tool_tokens = prepared.tool_tokens;
+    let mut response = respond(chat, original, ollama, tools, options, prepared, held).await;
+    crate::server::chat::set_tokens_header(&mut response, tool_tokens);
     response
 }
 
@@ -98,12 +104,13 @@ async fn respond(
     ollama: serde_json::Map<String, Value>,
     tools: Vec<bridge::InjectedTool>,
     options: bridge::ChatOptions,
-    extras: crate::exposure::Extras,
+    prepared: Prepared,
+    held: Held,
 ) -> Response<Body> {
-    let created = crate::state::unix_now();
+    let created = oap_bridge::state::unix_now();
     let head = ResponseHead::for_request(&original, responses::new_id("resp"), created);
     drop(original);
-    let rx = chat.start_loop(ollama, tools, options.clone(), extras);
+    let rx = chat.start_loop(ollama, tools, options.clone(), prepared, held);
     if !options.stream {
         return match bridge::collect(rx)
             .await
@@ -114,7 +121,7 @@ async fn respond(
         };
     }
     let stream = ResponseStream::new(head);
-    crate::streaming::stream_events(rx, stream, chat.keepalive)
+    crate::server::streaming::stream_events(rx, stream, chat.keepalive)
         .await
         .unwrap_or_else(|(status, message)| error(status, &message))
 }

@@ -9,6 +9,9 @@
 //! Ownership of tools is respected: the client's own tools are forwarded
 //! next to oapd's, and calls to them are handed back to the client in
 //! Ollama's format; only oapd's own tools are executed here.
+//!
+//! The loop knows no feature: token budgets, meta tools, forcing and URL
+//! hygiene take part through the request's [`Hooks`] (`hooks.rs`).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -22,6 +25,8 @@ use oap_wire::{LineDecoder, ToolCall, ToolCallAccumulator};
 use serde_json::{json, Map, Value};
 use tokio::sync::mpsc;
 
+use crate::hooks::{Hooks, RoundOutcome, RoundStart, ToolsByName};
+use crate::payload::Held;
 use crate::upstream::{Upstream, UpstreamError};
 
 /// Longest NDJSON line accepted from Ollama (a chunk with a large tool call
@@ -260,7 +265,7 @@ pub enum Event {
 }
 
 impl Event {
-    fn error(status: StatusCode, message: impl Into<String>) -> Event {
+    pub fn error(status: StatusCode, message: impl Into<String>) -> Event {
         Event::Error {
             status,
             message: message.into(),
@@ -273,39 +278,41 @@ impl Event {
 pub struct LoopStats {
     pub tools_injected: usize,
     pub rounds: u32,
-    /// Estimated prompt tokens of oapd's offered tool definitions.
-    pub tool_tokens: usize,
 }
 
 /// Runs the tool loop, sending client-facing Ollama chunks into `out`.
 /// Ends with exactly one `done:true` chunk or one `{"error"}` chunk. Stops
 /// early (dropping the upstream request and any running tools) when the
-/// receiver is gone — a client that disconnected.
+/// receiver is gone — a client that disconnected. `held` (the request's
+/// images and body-budget share) lives until the loop ends; `hooks` are
+/// the request's features, called in their order at every phase.
 pub async fn run_loop(
     ctx: Arc<ChatContext>,
     mut request: Map<String, Value>,
     tools: Vec<InjectedTool>,
     options: ChatOptions,
-    extras: crate::exposure::Extras,
+    hooks: Hooks,
+    held: Held,
     out: mpsc::Sender<Event>,
 ) {
     let deadline = ctx.deadline;
     let stats = LoopStats {
         tools_injected: tools.len(),
         rounds: 0,
-        tool_tokens: extras.tool_tokens,
     };
-    tracing::info!(
-        tools = tools.len(),
-        tool_tokens = extras.tool_tokens,
-        client_tool_tokens = extras.client_tool_tokens,
-        meta = extras.meta.is_some(),
-        "tools offered"
-    );
-    let out = crate::sanitize::guard(out, &extras);
+    let out = hooks.filter_output(out);
     let result = tokio::time::timeout(
         deadline,
-        drive(&ctx, &mut request, &tools, &options, &extras, &out, stats),
+        drive(
+            &ctx,
+            &mut request,
+            &tools,
+            &options,
+            &hooks,
+            &held,
+            &out,
+            stats,
+        ),
     )
     .await;
     if result.is_err() {
@@ -319,17 +326,18 @@ pub async fn run_loop(
     }
 }
 
+#[allow(clippy::too_many_arguments)]
 async fn drive(
     ctx: &ChatContext,
     request: &mut Map<String, Value>,
     tools: &[InjectedTool],
     options: &ChatOptions,
-    extras: &crate::exposure::Extras,
+    hooks: &Hooks,
+    held: &Held,
     out: &mpsc::Sender<Event>,
     mut stats: LoopStats,
 ) {
-    let by_name: HashMap<&str, &InjectedTool> =
-        tools.iter().map(|t| (t.name.as_str(), t)).collect();
+    let by_name: ToolsByName<'_> = tools.iter().map(|t| (t.name.as_str(), t)).collect();
     // The messages and tools are taken out of the request, not copied: each
     // round encodes the request's other fields, these and the images
     // straight into the upstream body (payload.rs).
@@ -338,7 +346,7 @@ async fn drive(
         _ => Vec::new(),
     };
     let mut all_tools: Vec<Value> = tools.iter().map(|t| t.definition.clone()).collect();
-    all_tools.extend(extras.extra_definitions());
+    all_tools.extend(hooks.definitions());
     all_tools.extend(client_tools.iter().cloned());
     let mut messages: Vec<Value> = match request.remove("messages") {
         Some(Value::Array(messages)) => messages,
@@ -358,7 +366,7 @@ async fn drive(
         // Without tools once rounds are used up: one last call, so the user
         // gets an answer instead of a dangling tool call.
         let offered = (offer_tools && !last_round).then_some(all_tools.as_slice());
-        let body = match encode_round(request, &messages, offered, &extras.body.images) {
+        let body = match encode_round(request, &messages, offered, &held.images) {
             Ok(body) => body,
             Err(message) => {
                 let _ = out
@@ -367,17 +375,19 @@ async fn drive(
                 return;
             }
         };
-        // A forced tool's first round is held back until we know whether
-        // the model called it (forcing.rs).
-        let forced = extras
-            .forced
-            .as_ref()
-            .filter(|_| stats.rounds == 1 && offer_tools && !last_round && options.auto_execute);
-        let (result, held) = match forced {
-            Some(_) => crate::forcing::held_round(ctx, body).await,
-            None => (stream_round(ctx, body, out).await, Vec::new()),
+        // A hook may hold the round's events back until it is over.
+        let start = RoundStart {
+            number: stats.rounds,
+            offers_tools: offered.is_some(),
+            auto_execute: options.auto_execute,
         };
-        let mut round = match result {
+        let holding = hooks.holds_round(&start);
+        let (result, held_events) = if holding {
+            held_round(ctx, body).await
+        } else {
+            (stream_round(ctx, body, out).await, Vec::new())
+        };
+        let round = match result {
             Ok(round) => round,
             Err(RoundError::ClientGone) => return,
             Err(RoundError::Upstream { status, message })
@@ -392,8 +402,8 @@ async fn drive(
                 all_tools = client_tools.clone();
                 offer_tools = !all_tools.is_empty();
                 stats.tools_injected = 0;
-                stats.tool_tokens = 0;
                 stats.rounds = 0;
+                hooks.tools_withdrawn();
                 continue;
             }
             Err(RoundError::Upstream { status, message }) => {
@@ -402,42 +412,35 @@ async fn drive(
             }
         };
 
-        let (mut ours, theirs): (Vec<ToolCall>, Vec<ToolCall>) = round
+        let (ours, theirs): (Vec<ToolCall>, Vec<ToolCall>) = round
             .calls
             .into_iter()
-            .partition(|call| by_name.contains_key(call.name.as_str()) || extras.owns(&call.name));
-        if let Some(forced) = forced {
-            let any_call = !ours.is_empty() || !theirs.is_empty();
-            let called_forced = ours.iter().any(|call| call.name == forced.name);
-            match crate::forcing::enforce(ctx, forced, &model, called_forced).await {
-                Some(call) if !any_call => {
-                    // The answer given without the tool is dropped.
-                    ours = vec![call];
-                    round.content = String::new();
-                }
-                Some(call) => {
-                    // The model called another tool instead: the forced one
-                    // runs first, the model's own calls run (or go back to
-                    // the client) as usual.
-                    ours.insert(0, call);
-                    if !crate::forcing::release(out, held).await {
-                        return;
-                    }
-                }
-                None => {
-                    if !crate::forcing::release(out, held).await {
-                        return;
-                    }
-                }
-            }
+            .partition(|call| by_name.contains_key(call.name.as_str()) || hooks.owns(&call.name));
+        let mut outcome = RoundOutcome {
+            number: stats.rounds,
+            held: holding,
+            release_held: true,
+            content: round.content,
+            ours,
+            theirs,
+        };
+        hooks.after_round(ctx, &model, &mut outcome).await;
+        if holding && outcome.release_held && !release(out, held_events).await {
+            return;
         }
+        let RoundOutcome {
+            content,
+            ours,
+            theirs,
+            ..
+        } = outcome;
 
         if ours.is_empty() || !options.auto_execute || last_round {
             let mut handed_back = theirs;
             if !options.auto_execute {
                 handed_back.extend(ours);
             }
-            finish(out, &model, round.done, handed_back, stats).await;
+            finish(out, &model, round.done, handed_back, stats, hooks).await;
             return;
         }
 
@@ -446,18 +449,18 @@ async fn drive(
         // the tools' process groups and closes their connections.
         let results = tokio::select! {
             results = async {
-                match &extras.meta {
-                    Some(meta) => meta.run_calls(ctx, &by_name, &ours).await,
+                match hooks.run_calls(ctx, &by_name, &ours) {
+                    Some(run) => run.await,
                     None => run_calls(ctx, &by_name, &ours).await,
                 }
             } => results,
             _ = out.closed() => return,
         };
-        extras.note_results(&results);
+        hooks.results_seen(&results);
         let assistant_calls: Vec<Value> = ours.iter().map(ToolCall::to_ollama).collect();
         messages.push(json!({
             "role": "assistant",
-            "content": round.content,
+            "content": content,
             "tool_calls": assistant_calls,
         }));
         for (call, result) in ours.iter().zip(results) {
@@ -474,7 +477,7 @@ async fn drive(
         if !theirs.is_empty() {
             // A turn that also called the client's tools: those go back to
             // the client now, which continues the conversation itself.
-            finish(out, &model, round.done, theirs, stats).await;
+            finish(out, &model, round.done, theirs, stats, hooks).await;
             return;
         }
         if out.is_closed() {
@@ -506,9 +509,12 @@ fn encode_round(
         .map_err(|err| format!("cannot encode the request for Ollama: {err}"))
 }
 
-pub(crate) async fn run_calls(
+/// Runs oapd's calls with bounded parallelism; results in call order.
+/// Arguments are checked against the tool's schema first; a call to a
+/// name not in `by_name` is a tool error.
+pub async fn run_calls(
     ctx: &ChatContext,
-    by_name: &HashMap<&str, &InjectedTool>,
+    by_name: &ToolsByName<'_>,
     calls: &[ToolCall],
 ) -> Vec<ToolResult> {
     use futures_util::stream::{self, StreamExt};
@@ -570,6 +576,7 @@ async fn finish(
     done: Option<Value>,
     handed_back: Vec<ToolCall>,
     stats: LoopStats,
+    hooks: &Hooks,
 ) {
     if !handed_back.is_empty() {
         let calls: Vec<Value> = handed_back
@@ -607,8 +614,39 @@ async fn finish(
     done["done"] = Value::Bool(true);
     done["oap_tools_injected"] = Value::from(stats.tools_injected);
     done["oap_round"] = Value::from(stats.rounds);
-    done["oap_tool_tokens"] = Value::from(stats.tool_tokens);
+    hooks.finish(&mut done);
     let _ = out.send(Event::Chunk(done)).await;
+}
+
+/// Runs a round with its client-facing events held back; returns them.
+async fn held_round(
+    ctx: &ChatContext,
+    body: Vec<bytes::Bytes>,
+) -> (Result<Round, RoundError>, Vec<Event>) {
+    let (tx, mut rx) = mpsc::channel(64);
+    let run = async move {
+        let result = stream_round(ctx, body, &tx).await;
+        drop(tx);
+        result
+    };
+    let collect = async {
+        let mut held = Vec::new();
+        while let Some(event) = rx.recv().await {
+            held.push(event);
+        }
+        held
+    };
+    tokio::join!(run, collect)
+}
+
+/// Sends held events on; false when the client is gone.
+async fn release(out: &mpsc::Sender<Event>, held: Vec<Event>) -> bool {
+    for event in held {
+        if out.send(event).await.is_err() {
+            return false;
+        }
+    }
+    true
 }
 
 pub(crate) enum RoundError {

@@ -422,7 +422,7 @@ async fn model_digest(
                 Method::GET,
                 "/api/tags",
                 &HeaderMap::new(),
-                crate::http::full(Vec::new()),
+                crate::upstream::full(Vec::new()),
             )
             .await?;
         let status = response.status();
@@ -513,7 +513,7 @@ pub async fn validate(
         checks: results,
         total_ms: started.elapsed().as_millis() as u64,
         validated_at: state::unix_now(),
-        validated_at_rfc3339: crate::bridge::now_rfc3339(),
+        validated_at_rfc3339: crate::tool_loop::now_rfc3339(),
         oapd_version: env!("CARGO_PKG_VERSION").to_string(),
     })
 }
@@ -643,10 +643,12 @@ pub struct ValidationGate {
 }
 
 impl ValidationGate {
-    pub fn new(config: &crate::config::Config) -> ValidationGate {
+    /// The gate over the store in `data_dir` (`index.data_dir`), closed to
+    /// unvalidated models when `only_validated_models` is on.
+    pub fn new(data_dir: &Path, only_validated_models: bool) -> ValidationGate {
         ValidationGate {
-            store: ValidationStore::in_dir(&config.index.data_dir),
-            only_validated_models: config.tool_bridge.only_validated_models,
+            store: ValidationStore::in_dir(data_dir),
+            only_validated_models,
         }
     }
 

@@ -9,12 +9,13 @@
 //! and that at most [`MAX_URL_BYTES`].
 
 use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
 
 use serde_json::{Map, Value};
-use tokio::sync::mpsc;
 
-use crate::bridge::Event;
-use crate::config::UrlPolicy;
+use crate::hooks::{Hook, OutputFilter};
+use crate::settings::UrlPolicy;
+use crate::tool_loop::{Event, ToolResult};
 
 /// Longest URL held back while streaming; a longer one is decided on its
 /// head (it will not be on the allow-list) and the rest streams or drops.
@@ -286,94 +287,114 @@ impl UrlSanitizer {
     }
 }
 
-/// Puts the URL filter between the loop and the client when the request
-/// has a URL policy; otherwise returns `out` itself. The filter forwards
-/// events in order, flushes held text before the final chunk or an error,
-/// and ends (closing the loop's side) when the client goes away.
-pub fn guard(out: mpsc::Sender<Event>, extras: &crate::exposure::Extras) -> mpsc::Sender<Event> {
-    let Some(allow) = extras.urls.clone() else {
-        return out;
-    };
-    if extras.url_policy == UrlPolicy::Off {
-        return out;
+/// The URL policy in one request: tool results feed the allow-list, and
+/// the answer passes the filter on its way to the client.
+pub struct UrlGuard {
+    policy: UrlPolicy,
+    allow: Arc<Mutex<UrlAllowList>>,
+}
+
+impl UrlGuard {
+    /// The allow-list starts with the URLs of the request itself.
+    pub fn new(policy: UrlPolicy, chat: &Map<String, Value>) -> UrlGuard {
+        UrlGuard {
+            policy,
+            allow: Arc::new(Mutex::new(UrlAllowList::from_request(chat))),
+        }
     }
-    let (tx, mut rx) = mpsc::channel::<Event>(16);
-    let mut sanitizer = UrlSanitizer::new(extras.url_policy);
-    tokio::spawn(async move {
-        loop {
-            let event = tokio::select! {
-                event = rx.recv() => event,
-                _ = out.closed() => return,
-            };
-            let Some(event) = event else {
-                return;
-            };
-            let mut flushed = None;
-            let event = match event {
-                Event::Chunk(mut chunk) => {
-                    let is_done = chunk.get("done").and_then(Value::as_bool) == Some(true);
-                    if let Some(text) = chunk.pointer("/message/content").and_then(Value::as_str) {
-                        let shown = match allow.lock() {
-                            Ok(allow) if is_done => {
-                                let mut shown = sanitizer.push(text, &allow);
-                                shown.push_str(&sanitizer.finish(&allow));
-                                shown
-                            }
-                            Ok(allow) => sanitizer.push(text, &allow),
-                            Err(_) => text.to_string(),
-                        };
-                        chunk["message"]["content"] = Value::from(shown);
-                    } else if is_done {
-                        let rest = match allow.lock() {
-                            Ok(allow) => sanitizer.finish(&allow),
-                            Err(_) => String::new(),
-                        };
-                        flushed = Some(rest);
-                    }
-                    if is_done {
-                        // The final chunk stays empty: held text goes out
-                        // on its own chunk before it.
-                        let held = match chunk.pointer("/message/content").and_then(Value::as_str) {
-                            Some(text) if !text.is_empty() => Some(text.to_string()),
-                            _ => flushed.take(),
-                        };
-                        if let Some(message) =
-                            chunk.get_mut("message").and_then(Value::as_object_mut)
-                        {
-                            message.insert("content".into(), Value::from(""));
-                        }
-                        flushed = held;
-                    } else if !has_visible(&chunk) {
-                        continue;
-                    }
-                    Event::Chunk(chunk)
-                }
-                Event::Error { status, message } => {
-                    flushed = allow.lock().ok().map(|allow| sanitizer.finish(&allow));
-                    Event::Error { status, message }
-                }
-            };
-            if let Some(text) = flushed.filter(|t| !t.is_empty()) {
-                let model = match &event {
-                    Event::Chunk(chunk) => chunk.get("model").cloned().unwrap_or(Value::Null),
-                    Event::Error { .. } => Value::Null,
-                };
-                let piece = serde_json::json!({
-                    "model": model,
-                    "created_at": crate::bridge::now_rfc3339(),
-                    "message": {"role": "assistant", "content": text},
-                    "done": false,
-                });
-                if out.send(Event::Chunk(piece)).await.is_err() {
-                    return;
-                }
-            }
-            if out.send(event).await.is_err() {
-                return;
+}
+
+impl Hook for UrlGuard {
+    /// Remembers the URLs tool results returned, so the answer may cite them.
+    fn results_seen(&self, results: &[ToolResult]) {
+        if let Ok(mut urls) = self.allow.lock() {
+            for result in results {
+                urls.add_text(&result.content);
             }
         }
-    });
-    tx
+    }
+
+    fn output_filter(&self) -> Option<Box<dyn OutputFilter>> {
+        if self.policy == UrlPolicy::Off {
+            return None;
+        }
+        Some(Box::new(UrlFilter {
+            allow: self.allow.clone(),
+            sanitizer: UrlSanitizer::new(self.policy),
+        }))
+    }
+}
+
+/// The filter between the loop and the client: forwards events in order
+/// and flushes held text before the final chunk or an error.
+struct UrlFilter {
+    allow: Arc<Mutex<UrlAllowList>>,
+    sanitizer: UrlSanitizer,
+}
+
+impl OutputFilter for UrlFilter {
+    fn filter(&mut self, event: Event) -> Vec<Event> {
+        let allow = &self.allow;
+        let sanitizer = &mut self.sanitizer;
+        let mut flushed = None;
+        let event = match event {
+            Event::Chunk(mut chunk) => {
+                let is_done = chunk.get("done").and_then(Value::as_bool) == Some(true);
+                if let Some(text) = chunk.pointer("/message/content").and_then(Value::as_str) {
+                    let shown = match allow.lock() {
+                        Ok(allow) if is_done => {
+                            let mut shown = sanitizer.push(text, &allow);
+                            shown.push_str(&sanitizer.finish(&allow));
+                            shown
+                        }
+                        Ok(allow) => sanitizer.push(text, &allow),
+                        Err(_) => text.to_string(),
+                    };
+                    chunk["message"]["content"] = Value::from(shown);
+                } else if is_done {
+                    let rest = match allow.lock() {
+                        Ok(allow) => sanitizer.finish(&allow),
+                        Err(_) => String::new(),
+                    };
+                    flushed = Some(rest);
+                }
+                if is_done {
+                    // The final chunk stays empty: held text goes out
+                    // on its own chunk before it.
+                    let held = match chunk.pointer("/message/content").and_then(Value::as_str) {
+                        Some(text) if !text.is_empty() => Some(text.to_string()),
+                        _ => flushed.take(),
+                    };
+                    if let Some(message) = chunk.get_mut("message").and_then(Value::as_object_mut) {
+                        message.insert("content".into(), Value::from(""));
+                    }
+                    flushed = held;
+                } else if !has_visible(&chunk) {
+                    return Vec::new();
+                }
+                Event::Chunk(chunk)
+            }
+            Event::Error { status, message } => {
+                flushed = allow.lock().ok().map(|allow| sanitizer.finish(&allow));
+                Event::Error { status, message }
+            }
+        };
+        let mut events = Vec::with_capacity(2);
+        if let Some(text) = flushed.filter(|t| !t.is_empty()) {
+            let model = match &event {
+                Event::Chunk(chunk) => chunk.get("model").cloned().unwrap_or(Value::Null),
+                Event::Error { .. } => Value::Null,
+            };
+            events.push(Event::Chunk(serde_json::json!({
+                "model": model,
+                "created_at": crate::tool_loop::now_rfc3339(),
+                "message": {"role": "assistant", "content": text},
+                "done": false,
+            })));
+        }
+        events.push(event);
+        events
+    }
 }
 
 fn has_visible(chunk: &Value) -> bool {

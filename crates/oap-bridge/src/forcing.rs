@@ -17,15 +17,17 @@
 //! sending its own tool's result back continues a turn already forced, and
 //! forcing it again would run the tool twice.
 
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
+use futures_util::future::BoxFuture;
+use oap_discovery::Engine;
 use oap_wire::ToolCall;
 use regex::{Regex, RegexBuilder};
 use serde_json::{json, Map, Value};
-use tokio::sync::mpsc;
 
-use crate::bridge::{ChatContext, Event, InjectedTool};
-use crate::config::ForceRule;
+use crate::hooks::{Hook, RoundOutcome, RoundStart};
+use crate::settings::ForceRule;
+use crate::tool_loop::{ChatContext, InjectedTool};
 
 /// Longest pattern accepted (bytes).
 const MAX_PATTERN_BYTES: usize = 1024;
@@ -103,134 +105,86 @@ impl Forced {
     }
 }
 
-impl crate::chat::ChatService {
-    /// Applies the force rules to a request: puts the tool first in `tools`
-    /// (injecting it when discovery did not) and the instruction into the
-    /// messages. `None` when no rule matches or the tool is unknown.
-    pub fn apply_force(
-        &self,
-        tools: &mut Vec<InjectedTool>,
-        chat: &mut Map<String, Value>,
-    ) -> Option<Forced> {
-        // Only a turn the user just began is forced. When a client sends its
-        // own tool's result back, the request still ends the same user turn
-        // (the rule was applied when it began); forcing again would run the
-        // tool a second time.
-        let last_role = chat
-            .get("messages")
-            .and_then(Value::as_array)
-            .and_then(|messages| messages.last())
-            .and_then(|message| message.get("role"))
-            .and_then(Value::as_str);
-        if last_role != Some("user") {
-            return None;
-        }
-        let task = crate::bridge::task_of(chat)?;
-        let reference = self.exposure.force.matching(&task)?.to_string();
-        let position = tools
-            .iter()
-            .position(|t| t.record.id == reference || t.name == reference);
-        let tool = match position {
-            Some(i) => tools.remove(i),
-            None => {
-                let mut taken = crate::bridge::client_tool_names(chat);
-                taken.extend(tools.iter().map(|t| t.name.clone()));
-                match self.inject_by_reference(&reference, &taken) {
-                    Some(tool) => tool,
-                    None => {
-                        tracing::warn!(tool = %reference, "force rule names no known manifest; ignored");
-                        return None;
-                    }
+/// Applies the force rules to a request: puts the tool first in `tools`
+/// (injecting it from `engine` when discovery did not) and the instruction
+/// into the messages. `None` when no rule matches or the tool is unknown.
+pub fn apply_force(
+    force: &ForceSettings,
+    engine: &Engine,
+    tools: &mut Vec<InjectedTool>,
+    chat: &mut Map<String, Value>,
+) -> Option<Forced> {
+    // Only a turn the user just began is forced. When a client sends its
+    // own tool's result back, the request still ends the same user turn
+    // (the rule was applied when it began); forcing again would run the
+    // tool a second time.
+    let last_role = chat
+        .get("messages")
+        .and_then(Value::as_array)
+        .and_then(|messages| messages.last())
+        .and_then(|message| message.get("role"))
+        .and_then(Value::as_str);
+    if last_role != Some("user") {
+        return None;
+    }
+    let task = crate::tool_loop::task_of(chat)?;
+    let reference = force.matching(&task)?.to_string();
+    let position = tools
+        .iter()
+        .position(|t| t.record.id == reference || t.name == reference);
+    let tool = match position {
+        Some(i) => tools.remove(i),
+        None => {
+            let mut taken = crate::tool_loop::client_tool_names(chat);
+            taken.extend(tools.iter().map(|t| t.name.clone()));
+            match inject_by_reference(engine, &reference, &taken) {
+                Some(tool) => tool,
+                None => {
+                    tracing::warn!(tool = %reference, "force rule names no known manifest; ignored");
+                    return None;
                 }
             }
-        };
-        let forced = Forced {
-            name: tool.name.clone(),
-            parameters: tool
-                .definition
-                .pointer("/function/parameters")
-                .cloned()
-                .unwrap_or_else(|| json!({"type": "object", "properties": {}})),
-            task,
-            instruction: format!(
-                "The user's next request must be handled with the tool {0}. Call {0} with the right arguments before you answer.",
-                tool.name
-            ),
-        };
-        tools.insert(0, tool);
-        if let Some(Value::Array(messages)) = chat.get_mut("messages") {
-            let at = messages
-                .iter()
-                .rposition(|m| m.get("role").and_then(Value::as_str) == Some("user"))
-                .unwrap_or(messages.len());
-            messages.insert(at, json!({"role": "system", "content": forced.instruction}));
         }
-        tracing::info!(tool = %forced.name, "force rule matched");
-        Some(forced)
+    };
+    let forced = Forced {
+        name: tool.name.clone(),
+        parameters: tool
+            .definition
+            .pointer("/function/parameters")
+            .cloned()
+            .unwrap_or_else(|| json!({"type": "object", "properties": {}})),
+        task,
+        instruction: format!(
+            "The user's next request must be handled with the tool {0}. Call {0} with the right arguments before you answer.",
+            tool.name
+        ),
+    };
+    tools.insert(0, tool);
+    if let Some(Value::Array(messages)) = chat.get_mut("messages") {
+        let at = messages
+            .iter()
+            .rposition(|m| m.get("role").and_then(Value::as_str) == Some("user"))
+            .unwrap_or(messages.len());
+        messages.insert(at, json!({"role": "system", "content": forced.instruction}));
     }
-
-    fn inject_by_reference(&self, reference: &str, taken: &[String]) -> Option<InjectedTool> {
-        let mut ids = vec![reference.to_string()];
-        if let Some(rest) = reference.strip_prefix("oap_") {
-            ids.push(format!("local/{rest}"));
-            ids.push(format!("local/{}", rest.replace('_', "-")));
-        }
-        let record = ids.iter().find_map(|id| self.engine.get(id))?;
-        let manifest: oap_manifest::Manifest = serde_json::from_value(record.manifest.clone())
-            .map_err(|err| tracing::error!(id = %record.id, error = %err, "stored manifest does not decode"))
-            .ok()?;
-        let taken: Vec<&str> = taken.iter().map(String::as_str).collect();
-        let name =
-            oap_manifest::tool::assign_tool_names(&[(record.id.as_str(), &manifest)], &taken)
-                .pop()?;
-        Some(InjectedTool {
-            definition: oap_manifest::tool::to_tool(&manifest, &name),
-            name,
-            record: Arc::new(record),
-            manifest: Arc::new(manifest),
-            on_result: None,
-        })
-    }
+    tracing::info!(tool = %forced.name, "force rule matched");
+    Some(forced)
 }
 
-/// Runs a round with its client-facing events held back; returns them.
-pub(crate) async fn held_round(
-    ctx: &ChatContext,
-    body: Vec<bytes::Bytes>,
-) -> (
-    Result<crate::bridge::Round, crate::bridge::RoundError>,
-    Vec<Event>,
-) {
-    let (tx, mut rx) = mpsc::channel(64);
-    let run = async move {
-        let result = crate::bridge::stream_round(ctx, body, &tx).await;
-        drop(tx);
-        result
-    };
-    let collect = async {
-        let mut held = Vec::new();
-        while let Some(event) = rx.recv().await {
-            held.push(event);
-        }
-        held
-    };
-    tokio::join!(run, collect)
-}
-
-/// Sends held events on; false when the client is gone.
-pub(crate) async fn release(out: &mpsc::Sender<Event>, held: Vec<Event>) -> bool {
-    for event in held {
-        if out.send(event).await.is_err() {
-            return false;
-        }
+fn inject_by_reference(engine: &Engine, reference: &str, taken: &[String]) -> Option<InjectedTool> {
+    let mut ids = vec![reference.to_string()];
+    if let Some(rest) = reference.strip_prefix("oap_") {
+        ids.push(format!("local/{rest}"));
+        ids.push(format!("local/{}", rest.replace('_', "-")));
     }
-    true
+    let record = ids.iter().find_map(|id| engine.get(id))?;
+    crate::tools::from_record(record, taken)
 }
 
 /// When the model did not call the forced tool (it answered, or called
 /// another tool), asks it for the forced tool's arguments and returns the
 /// call to run; `None` when it complied or extraction failed.
-pub(crate) async fn enforce(
+pub async fn enforce(
     ctx: &ChatContext,
     forced: &Forced,
     model: &str,
@@ -282,6 +236,63 @@ pub(crate) async fn enforce(
         arguments,
         arguments_error: None,
     })
+}
+
+/// The forcing feature in one request: holds the first round, and when
+/// the model did not call the forced tool, has it called.
+pub struct ForceHook {
+    forced: Forced,
+    /// Set while the hook holds a round.
+    holding: AtomicBool,
+}
+
+impl ForceHook {
+    pub fn new(forced: Forced) -> ForceHook {
+        ForceHook {
+            forced,
+            holding: AtomicBool::new(false),
+        }
+    }
+}
+
+impl Hook for ForceHook {
+    /// Only the first round that offers tools, and only when oapd runs
+    /// its calls itself.
+    fn holds_round(&self, round: &RoundStart) -> bool {
+        let hold = round.number == 1 && round.offers_tools && round.auto_execute;
+        self.holding.store(hold, Ordering::Relaxed);
+        hold
+    }
+
+    fn after_round<'a>(
+        &'a self,
+        ctx: &'a ChatContext,
+        model: &'a str,
+        round: &'a mut RoundOutcome,
+    ) -> BoxFuture<'a, ()> {
+        Box::pin(async move {
+            if !self.holding.swap(false, Ordering::Relaxed) {
+                return;
+            }
+            let any_call = !round.ours.is_empty() || !round.theirs.is_empty();
+            let called_forced = round.ours.iter().any(|call| call.name == self.forced.name);
+            match enforce(ctx, &self.forced, model, called_forced).await {
+                Some(call) if !any_call => {
+                    // The answer given without the tool is dropped.
+                    round.ours = vec![call];
+                    round.content = String::new();
+                    round.release_held = false;
+                }
+                Some(call) => {
+                    // The model called another tool instead: the forced one
+                    // runs first, the model's own calls run (or go back to
+                    // the client) as usual.
+                    round.ours.insert(0, call);
+                }
+                None => {}
+            }
+        })
+    }
 }
 
 #[cfg(test)]

@@ -27,7 +27,25 @@ use hyper::body::{Body as HttpBody, Frame, SizeHint};
 use serde::de::{DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_json::{Map, Value};
 
-use crate::http::BodyPermit;
+/// Something a request keeps alive until its body has been sent: the
+/// daemon puts its body-budget share here, which the bridge only holds.
+pub struct Hold {
+    _held: Box<dyn Send + Sync>,
+}
+
+impl Hold {
+    pub fn new(held: impl Send + Sync + 'static) -> Hold {
+        Hold {
+            _held: Box::new(held),
+        }
+    }
+}
+
+impl fmt::Debug for Hold {
+    fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("Hold")
+    }
+}
 
 /// Placeholders start with a NUL character, which no base64 image has.
 const PLACEHOLDER: &str = "\u{0}oapd:image:";
@@ -65,7 +83,7 @@ impl Images {
 #[derive(Debug, Default)]
 pub struct Held {
     pub images: Images,
-    pub permit: Option<BodyPermit>,
+    pub permit: Option<Hold>,
 }
 
 /// Why a chat body was refused.
@@ -398,11 +416,11 @@ impl Chunks<'_> {
 pub struct PartsBody {
     parts: VecDeque<Bytes>,
     remaining: u64,
-    _held: Option<BodyPermit>,
+    _held: Option<Hold>,
 }
 
 impl PartsBody {
-    pub fn new(parts: Vec<Bytes>, held: Option<BodyPermit>) -> PartsBody {
+    pub fn new(parts: Vec<Bytes>, held: Option<Hold>) -> PartsBody {
         let remaining = parts.iter().map(|p| p.len() as u64).sum();
         PartsBody {
             parts: parts.into(),

@@ -16,11 +16,13 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
+use futures_util::future::BoxFuture;
 use oap_wire::ToolCall;
 use serde_json::{json, Map, Value};
 
-use crate::bridge::{ChatContext, InjectedTool, ToolResult};
-use crate::chat::ChatService;
+use crate::hooks::{Hook, ToolsByName};
+use crate::tool_loop::{ChatContext, InjectedTool, ToolResult};
+use crate::tools::ToolSource;
 
 pub const DISCOVER: &str = "oap_discover";
 pub const INVOKE: &str = "oap_invoke";
@@ -53,7 +55,7 @@ pub fn definitions() -> Vec<Value> {
 
 /// The state of one request in meta mode.
 pub struct MetaSession {
-    service: Arc<ChatService>,
+    source: Arc<dyn ToolSource>,
     top_k: usize,
     /// Names discovery must not hand out (the client's tools, the meta-tools).
     reserved: Vec<String>,
@@ -62,11 +64,11 @@ pub struct MetaSession {
 }
 
 impl MetaSession {
-    pub fn new(service: Arc<ChatService>, top_k: usize, client_tools: Vec<String>) -> Self {
+    pub fn new(source: Arc<dyn ToolSource>, top_k: usize, client_tools: Vec<String>) -> Self {
         let mut reserved = client_tools;
         reserved.extend([DISCOVER.to_string(), INVOKE.to_string()]);
         MetaSession {
-            service,
+            source,
             top_k,
             reserved,
             discovered: Mutex::new(HashMap::new()),
@@ -79,7 +81,7 @@ impl MetaSession {
     pub async fn run_calls(
         &self,
         ctx: &ChatContext,
-        injected: &HashMap<&str, &InjectedTool>,
+        injected: &ToolsByName<'_>,
         calls: &[ToolCall],
     ) -> Vec<ToolResult> {
         let mut results = Vec::with_capacity(calls.len());
@@ -88,7 +90,7 @@ impl MetaSession {
                 DISCOVER => self.discover(call).await,
                 INVOKE => self.invoke(ctx, call).await,
                 name if injected.contains_key(name) => {
-                    crate::bridge::run_calls(ctx, injected, std::slice::from_ref(call))
+                    crate::tool_loop::run_calls(ctx, injected, std::slice::from_ref(call))
                         .await
                         .pop()
                         .unwrap_or_else(|| error("the tool produced no result".into()))
@@ -118,7 +120,7 @@ impl MetaSession {
         // tool is listed alone, and every listed tool reports its outcome
         // back when `oap_invoke` runs it.
         let tools = self
-            .service
+            .source
             .tools_for_task(task, self.top_k, self.reserved.clone())
             .await;
         if tools.is_empty() {
@@ -190,12 +192,32 @@ impl MetaSession {
             arguments,
             arguments_error: None,
         };
-        let by_name: HashMap<&str, &InjectedTool> =
-            HashMap::from([(tool.name.as_str(), tool.as_ref())]);
-        crate::bridge::run_calls(ctx, &by_name, std::slice::from_ref(&inner))
+        let by_name: ToolsByName<'_> = HashMap::from([(tool.name.as_str(), tool.as_ref())]);
+        crate::tool_loop::run_calls(ctx, &by_name, std::slice::from_ref(&inner))
             .await
             .pop()
             .unwrap_or_else(|| error("the tool produced no result".into()))
+    }
+}
+
+/// Meta mode in one request: offers the two meta-tools, owns their calls
+/// and runs every call of a round in order.
+impl Hook for MetaSession {
+    fn definitions(&self) -> Vec<Value> {
+        definitions()
+    }
+
+    fn owns(&self, name: &str) -> bool {
+        is_meta_tool(name)
+    }
+
+    fn run_calls<'a>(
+        &'a self,
+        ctx: &'a ChatContext,
+        tools: &'a ToolsByName<'a>,
+        calls: &'a [ToolCall],
+    ) -> Option<BoxFuture<'a, Vec<ToolResult>>> {
+        Some(Box::pin(MetaSession::run_calls(self, ctx, tools, calls)))
     }
 }
 

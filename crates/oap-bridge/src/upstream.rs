@@ -6,10 +6,12 @@
 //! loopback or local name (403), so every forwarded request carries the
 //! upstream's own authority as Host, whatever the LAN client sent.
 
+use std::convert::Infallible;
 use std::time::Duration;
 
 use bytes::Bytes;
-use http_body_util::BodyExt;
+use http_body_util::combinators::BoxBody;
+use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper::header::{HeaderName, HeaderValue, CONNECTION, HOST};
 use hyper::{HeaderMap, Method, Request, Response, StatusCode, Uri};
@@ -17,7 +19,17 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 
-use crate::http::{self, Body, BoxError};
+/// The error type of boxed bodies.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+/// A boxed body, buffered or streamed (the daemon's response body type).
+pub type Body = BoxBody<Bytes, BoxError>;
+
+/// A full body from bytes.
+pub fn full(bytes: impl Into<Bytes>) -> Body {
+    Full::new(bytes.into())
+        .map_err(|never: Infallible| match never {})
+        .boxed()
+}
 
 /// Headers that describe one hop, never forwarded (RFC 9110 §7.6.1).
 const HOP_BY_HOP: &[&str] = &[
@@ -57,11 +69,6 @@ impl UpstreamError {
             UpstreamError::Request(_) => StatusCode::BAD_REQUEST,
             _ => StatusCode::BAD_GATEWAY,
         }
-    }
-
-    /// The error as Ollama itself would answer: `{"error": "..."}`.
-    pub fn into_response(self) -> Response<Body> {
-        http::error(self.status(), self.to_string())
     }
 }
 
@@ -154,18 +161,18 @@ impl Upstream {
             hyper::header::CONTENT_TYPE,
             HeaderValue::from_static("application/json"),
         );
-        self.send(Method::POST, path, &headers, http::full(bytes))
-            .await
+        self.send(Method::POST, path, &headers, full(bytes)).await
     }
 
     /// POSTs a JSON body already encoded as chunks ([`crate::payload`]),
     /// sent as they are with an exact Content-Length; `held` (the request's
-    /// body-budget share) lives until Ollama has read the whole body.
+    /// body-budget share, opaque here) lives until Ollama has read the
+    /// whole body.
     pub async fn post_parts(
         &self,
         path: &str,
         parts: Vec<Bytes>,
-        held: Option<crate::http::BodyPermit>,
+        held: Option<crate::payload::Hold>,
     ) -> Result<Response<Incoming>, UpstreamError> {
         let mut headers = HeaderMap::new();
         headers.insert(

@@ -1,20 +1,28 @@
 //! The Ollama-compatible surface: `/api/chat` with the tool loop, the
-//! pass-through routes, and `/v1/tools`.
+//! pass-through routes, and `/v1/tools`. This is the adapter between HTTP
+//! and `oap_bridge`: it parses a request, builds its hooks from the
+//! settings (`oap_bridge::exposure::prepare`) and turns the loop's events
+//! into responses.
 
 use std::sync::Arc;
 
+use futures_util::future::BoxFuture;
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use hyper::header::AUTHORIZATION;
 use hyper::{Request, Response, StatusCode};
-use oap_discovery::{Engine, StoredRecord};
-use oap_manifest::Manifest;
+use oap_bridge::exposure::Prepared;
+use oap_bridge::hooks::Hooks;
+use oap_bridge::payload::{Held, Hold};
+use oap_bridge::tool_loop::{self as bridge, BridgeSettings};
+use oap_bridge::tools::ToolSource;
+use oap_bridge::upstream::{self, UpstreamError};
+use oap_bridge::{ChatContext, ChatOptions, Event, InjectedTool};
+use oap_discovery::Engine;
 use serde_json::{json, Map, Value};
 use tokio::sync::mpsc;
 
-use crate::bridge::{self, BridgeSettings, ChatContext, ChatOptions, Event, InjectedTool};
 use crate::http::{self, Body, BoxError};
-use crate::upstream;
 
 /// Chunks buffered between the loop and a slow client; back-pressure beyond
 /// it slows the loop (and so Ollama) instead of growing memory.
@@ -30,12 +38,12 @@ pub struct ChatService {
     /// reaches Ollama.
     pub strips_authorization: bool,
     /// Token budget, exposure mode and URL policy (`exposure.rs`).
-    pub exposure: crate::exposure::ExposureSettings,
+    pub exposure: oap_bridge::exposure::ExposureSettings,
     /// Verdicts of `oapd validate-model`; consulted when
     /// `tool_bridge.only_validated_models` is on.
-    pub validation: Arc<crate::validation::ValidationGate>,
+    pub validation: Arc<oap_bridge::validation::ValidationGate>,
     /// The experience cache, when enabled.
-    pub experience: Option<Arc<crate::experience::Experience>>,
+    pub experience: Option<Arc<crate::server::experience::Experience>>,
     /// What the stdio tool sandbox enforces here.
     pub sandbox: crate::tools::SandboxReport,
     /// Silence after which a streamed answer gets a keep-alive frame
@@ -53,14 +61,14 @@ impl ChatService {
         // The images stay in the received bytes (payload.rs); the budget
         // share goes wherever they go.
         let (bytes, permit) = body.into_parts();
-        let (mut chat, images) = match crate::payload::parse_chat(&bytes) {
+        let (mut chat, images) = match oap_bridge::payload::parse_chat(&bytes) {
             Ok(parsed) => parsed,
             Err(err) => return http::error(StatusCode::BAD_REQUEST, err.to_string()),
         };
         drop(bytes);
-        let held = crate::payload::Held {
+        let held = Held {
             images,
-            permit: Some(permit),
+            permit: Some(Hold::new(permit)),
         };
         let options = match bridge::take_options(&mut chat, &self.settings) {
             Ok(options) => options,
@@ -71,18 +79,17 @@ impl ChatService {
             Ok(None) => return self.forward_chat("/api/chat", chat, held).await,
             Err(response) => return response,
         };
-        let (tools, mut extras) = self.prepare(Some(tools), &mut chat, &options);
-        extras.body = held;
-        let tool_tokens = extras.tool_tokens;
+        let (tools, prepared) = self.prepare(Some(tools), &mut chat, &options);
+        let tool_tokens = prepared.tool_tokens;
         let model = chat
             .get("model")
             .and_then(Value::as_str)
             .unwrap_or("")
             .to_string();
-        let rx = self.start_loop(chat, tools, options.clone(), extras);
+        let rx = self.start_loop(chat, tools, options.clone(), prepared, held);
         let mut response = if options.stream {
-            let wire = crate::streaming::Ndjson::new(&model);
-            crate::streaming::stream_events(rx, wire, self.keepalive)
+            let wire = crate::server::streaming::Ndjson::new(&model);
+            crate::server::streaming::stream_events(rx, wire, self.keepalive)
                 .await
                 .unwrap_or_else(|(status, message)| http::error(status, message))
         } else {
@@ -93,7 +100,7 @@ impl ChatService {
                 Err((status, message)) => http::error(status, message),
             }
         };
-        crate::exposure::set_tokens_header(&mut response, tool_tokens);
+        set_tokens_header(&mut response, tool_tokens);
         response
     }
 
@@ -141,9 +148,12 @@ impl ChatService {
             Ok(tools) => tools,
             Err(response) => return response,
         };
-        let (tools, mut extras) = self.prepare(tools, &mut chat, &options);
-        extras.body.permit = Some(permit);
-        let tool_tokens = extras.tool_tokens;
+        let (tools, prepared) = self.prepare(tools, &mut chat, &options);
+        let held = Held {
+            images: Default::default(),
+            permit: Some(Hold::new(permit)),
+        };
+        let tool_tokens = prepared.tool_tokens;
         let id = openai::new_completion_id();
         let created = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -153,7 +163,7 @@ impl ChatService {
         let legacy_functions = openai::tool_choice::is_legacy(&original);
         // The translated request is all the loop needs.
         drop(original);
-        let rx = self.start_loop(chat, tools, options.clone(), extras);
+        let rx = self.start_loop(chat, tools, options.clone(), prepared, held);
         if !options.stream {
             return match bridge::collect(rx).await.and_then(|chunks| {
                 bridge::aggregate(&chunks).map_err(|e| (StatusCode::BAD_GATEWAY, e))
@@ -165,19 +175,31 @@ impl ChatService {
                     }
                     completion["oap_tool_tokens"] = Value::from(tool_tokens);
                     let mut response = http::json(StatusCode::OK, &completion);
-                    crate::exposure::set_tokens_header(&mut response, tool_tokens);
+                    set_tokens_header(&mut response, tool_tokens);
                     response
                 }
                 Err((status, message)) => openai_error(status, &message),
             };
         }
         let mut response =
-            match crate::streaming::stream_events(rx, translator, self.keepalive).await {
+            match crate::server::streaming::stream_events(rx, translator, self.keepalive).await {
                 Ok(response) => response,
                 Err((status, message)) => return openai_error(status, &message),
             };
-        crate::exposure::set_tokens_header(&mut response, tool_tokens);
+        set_tokens_header(&mut response, tool_tokens);
         response
+    }
+
+    /// Applies the exposure settings to one request's discovered tools
+    /// (`None`: nothing of oapd's is offered) and builds its hooks.
+    pub fn prepare(
+        self: &Arc<Self>,
+        tools: Option<Vec<InjectedTool>>,
+        chat: &mut Map<String, Value>,
+        options: &ChatOptions,
+    ) -> (Vec<InjectedTool>, Prepared) {
+        let source: Arc<dyn ToolSource> = self.clone();
+        oap_bridge::exposure::prepare(&self.exposure, &self.engine, source, tools, chat, options)
     }
 
     /// Starts the loop on its own task; the returned channel carries its events.
@@ -186,15 +208,25 @@ impl ChatService {
         chat: Map<String, Value>,
         tools: Vec<InjectedTool>,
         options: ChatOptions,
-        extras: crate::exposure::Extras,
+        prepared: Prepared,
+        held: Held,
     ) -> mpsc::Receiver<Event> {
+        tracing::info!(
+            tools = tools.len(),
+            tool_tokens = prepared.tool_tokens,
+            client_tool_tokens = prepared.client_tool_tokens,
+            meta = prepared.meta,
+            "tools offered"
+        );
         let (tx, rx) = mpsc::channel(CHANNEL_DEPTH);
+        let hooks: Hooks = prepared.hooks;
         tokio::spawn(bridge::run_loop(
             self.ctx.clone(),
             chat,
             tools,
             options,
-            extras,
+            hooks,
+            held,
             tx,
         ));
         rx
@@ -225,9 +257,9 @@ impl ChatService {
         {
             Ok(true) => {}
             Ok(false) => return Ok(None),
-            Err(err) => return Err(err.into_response()),
+            Err(err) => return Err(upstream_error(err)),
         }
-        if self.exposure.exposure == crate::config::ToolExposure::Meta {
+        if self.exposure.exposure == oap_bridge::ToolExposure::Meta {
             // Discovery runs when the model asks for it (oap_discover).
             return Ok(Some(Vec::new()));
         }
@@ -251,7 +283,7 @@ impl ChatService {
         reserved: Vec<String>,
     ) -> Vec<InjectedTool> {
         match &self.experience {
-            Some(experience) => experience.tools_for(self, task, top_k, reserved).await,
+            Some(experience) => experience.tools_for(task, top_k, reserved).await,
             None => self.discover_tools(task, top_k, reserved).await,
         }
     }
@@ -285,43 +317,7 @@ impl ChatService {
         discovery: &oap_discovery::Discovery,
         reserved: Vec<String>,
     ) -> Vec<InjectedTool> {
-        // Only candidates that would count as a match are injected: a small
-        // model is better served by no tool than by an unrelated one.
-        let scoring = &self.engine.config().scoring;
-        let mode = discovery.meta.mode;
-        let mut picked: Vec<(Arc<StoredRecord>, Manifest)> = Vec::new();
-        for candidate in discovery
-            .candidates
-            .iter()
-            .filter(|c| scoring.accepts(mode, &c.scores))
-        {
-            let Some(record) = self.engine.get(&candidate.id) else {
-                continue;
-            };
-            let manifest: Manifest = match serde_json::from_value(record.manifest.clone()) {
-                Ok(manifest) => manifest,
-                Err(err) => {
-                    tracing::error!(id = %record.id, error = %err, "stored manifest does not decode");
-                    continue;
-                }
-            };
-            picked.push((Arc::new(record), manifest));
-        }
-        let named: Vec<(&str, &Manifest)> =
-            picked.iter().map(|(r, m)| (r.id.as_str(), m)).collect();
-        let reserved: Vec<&str> = reserved.iter().map(String::as_str).collect();
-        let names = oap_manifest::tool::assign_tool_names(&named, &reserved);
-        picked
-            .into_iter()
-            .zip(names)
-            .map(|((record, manifest), name)| InjectedTool {
-                definition: oap_manifest::tool::to_tool(&manifest, &name),
-                name,
-                record,
-                manifest: Arc::new(manifest),
-                on_result: None,
-            })
-            .collect()
+        oap_bridge::tools::from_discovery(&self.engine, discovery, reserved)
     }
 
     /// `POST /v1/tools {"task", "top_k"}`: the discovered tools and their
@@ -368,7 +364,8 @@ impl ChatService {
         let tools = self
             .discover_tools(task.to_string(), top_k, Vec::new())
             .await;
-        let (tools, fitting) = crate::exposure::fit_budget(tools, self.exposure.tool_token_budget);
+        let (tools, fitting) =
+            oap_bridge::exposure::fit_budget(tools, self.exposure.tool_token_budget);
         let mut registry = Map::new();
         for tool in &tools {
             registry.insert(
@@ -397,9 +394,9 @@ impl ChatService {
         &self,
         path: &str,
         chat: Map<String, Value>,
-        held: crate::payload::Held,
+        held: Held,
     ) -> Response<Body> {
-        let parts = match crate::payload::encode_chat(&chat, &held.images) {
+        let parts = match oap_bridge::payload::encode_chat(&chat, &held.images) {
             Ok(parts) => parts,
             Err(err) => {
                 return http::error(
@@ -411,7 +408,7 @@ impl ChatService {
         drop(chat);
         match self.ctx.upstream.post_parts(path, parts, held.permit).await {
             Ok(response) => upstream::stream_back(response),
-            Err(err) => err.into_response(),
+            Err(err) => upstream_error(err),
         }
     }
 
@@ -436,9 +433,35 @@ impl ChatService {
             .await
         {
             Ok(response) => upstream::stream_back(response),
-            Err(err) => err.into_response(),
+            Err(err) => upstream_error(err),
         }
     }
+}
+
+/// Meta mode's `oap_discover` and the experience cache ask here.
+impl ToolSource for ChatService {
+    fn tools_for_task(
+        &self,
+        task: String,
+        top_k: usize,
+        reserved: Vec<String>,
+    ) -> BoxFuture<'_, Vec<InjectedTool>> {
+        Box::pin(ChatService::tools_for_task(self, task, top_k, reserved))
+    }
+}
+
+/// An upstream failure as Ollama itself would answer: `{"error": "..."}`,
+/// 502 when unreachable, 504 when it did not answer in time.
+pub fn upstream_error(err: UpstreamError) -> Response<Body> {
+    http::error(err.status(), err.to_string())
+}
+
+/// `X-Oap-Tool-Tokens`: the estimated prompt tokens of oapd's tools.
+pub fn set_tokens_header(response: &mut Response<Body>, tokens: usize) {
+    response.headers_mut().insert(
+        "x-oap-tool-tokens",
+        hyper::header::HeaderValue::from(tokens),
+    );
 }
 
 /// Streams the loop's events as NDJSON. The status is decided by the first

@@ -27,15 +27,13 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use hyper::{Method, Response, StatusCode};
 use oap_discovery::{Engine, StoredRecord};
-use oap_manifest::Manifest;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 
-use crate::bridge::{InjectedTool, ResultHook};
-use crate::http::{self, Body};
+use crate::settings::ExperienceConfig;
 use crate::state;
+use crate::tool_loop::{InjectedTool, ResultHook};
 
 /// File name of the cache inside `index.data_dir`.
 pub const STORE_FILE: &str = "experience.json";
@@ -403,8 +401,12 @@ impl Experience {
     /// The cache for `config`, or `None` when disabled or when there is no
     /// embedding model (without vectors only exact repeats could hit; the
     /// cache is off rather than half-working).
-    pub fn open(config: &crate::config::Config, engine: Arc<Engine>) -> Option<Arc<Experience>> {
-        let ex = &config.experience;
+    /// The file lives in `data_dir` (`index.data_dir`).
+    pub fn open(
+        ex: &ExperienceConfig,
+        data_dir: &Path,
+        engine: Arc<Engine>,
+    ) -> Option<Arc<Experience>> {
         if !ex.enabled {
             return None;
         }
@@ -417,7 +419,7 @@ impl Experience {
             ttl_secs: ex.ttl,
             max_entries: ex.max_entries,
         };
-        let path = config.index.data_dir.join(STORE_FILE);
+        let path = data_dir.join(STORE_FILE);
         let dim = engine
             .query_vector("probe")
             .ok()
@@ -613,7 +615,6 @@ impl Experience {
     /// injected tool reports its outcome back here.
     pub async fn tools_for(
         self: &Arc<Self>,
-        chat: &crate::chat::ChatService,
         task: String,
         top_k: usize,
         reserved: Vec<String>,
@@ -643,11 +644,15 @@ impl Experience {
                 tracing::info!(id = %entry.id, manifest = %entry.manifest_id,
                     elapsed_us = started.elapsed().as_micros() as u64, "experience hit: discovery skipped");
                 match self.engine.get(&entry.manifest_id) {
-                    Some(record) => tool_from_record(record, &reserved).into_iter().collect(),
+                    Some(record) => crate::tools::from_record(record, &reserved)
+                        .into_iter()
+                        .collect(),
                     None => Vec::new(),
                 }
             }
-            (None, Some(Ok(discovery))) => chat.tools_from_discovery(&discovery, reserved),
+            (None, Some(Ok(discovery))) => {
+                crate::tools::from_discovery(&self.engine, &discovery, reserved)
+            }
             (None, Some(Err(err))) => {
                 tracing::warn!(error = %err, "discovery failed; no tools injected");
                 Vec::new()
@@ -660,99 +665,40 @@ impl Experience {
         tools
     }
 
-    /// `GET/DELETE /v1/experience[/{id}]`.
-    pub fn route(&self, method: &Method, rest: &str) -> Response<Body> {
-        let id = rest.trim_start_matches('/');
-        match (method, id.is_empty()) {
-            (&Method::GET, true) => {
-                let inner = self.lock();
-                let entries: Vec<Value> =
-                    inner.cache.entries().iter().map(Entry::summary).collect();
-                http::json(
-                    StatusCode::OK,
-                    &json!({
-                        "enabled": true,
-                        "min_similarity": inner.cache.settings.min_similarity,
-                        "ttl": inner.cache.settings.ttl_secs,
-                        "max_entries": inner.cache.settings.max_entries,
-                        "counters": inner.counters,
-                        "entries": entries,
-                    }),
-                )
-            }
-            (&Method::DELETE, true) => {
-                let deleted = self.lock().cache.clear();
-                self.persist();
-                http::json(StatusCode::OK, &json!({"deleted": deleted}))
-            }
-            (&Method::GET, false) => match self.lock().cache.get(id) {
-                Some(entry) => http::json(StatusCode::OK, &entry.summary()),
-                None => not_found(id),
-            },
-            (&Method::DELETE, false) => {
-                if self.lock().cache.remove(id) {
-                    self.persist();
-                    http::json(StatusCode::OK, &json!({"deleted": id}))
-                } else {
-                    not_found(id)
-                }
-            }
-            _ => {
-                let mut response = http::error(
-                    StatusCode::METHOD_NOT_ALLOWED,
-                    "method not allowed; use GET or DELETE",
-                );
-                response.headers_mut().insert(
-                    hyper::header::ALLOW,
-                    hyper::header::HeaderValue::from_static("GET, DELETE"),
-                );
-                response
-            }
-        }
+    /// `GET /v1/experience`: settings, counters and every entry.
+    pub fn summary(&self) -> Value {
+        let inner = self.lock();
+        let entries: Vec<Value> = inner.cache.entries().iter().map(Entry::summary).collect();
+        json!({
+            "enabled": true,
+            "min_similarity": inner.cache.settings.min_similarity,
+            "ttl": inner.cache.settings.ttl_secs,
+            "max_entries": inner.cache.settings.max_entries,
+            "counters": inner.counters,
+            "entries": entries,
+        })
     }
-}
 
-fn not_found(id: &str) -> Response<Body> {
-    http::error(
-        StatusCode::NOT_FOUND,
-        format!("no experience entry with id {id:?}"),
-    )
-}
+    /// One entry's summary.
+    pub fn entry(&self, id: &str) -> Option<Value> {
+        self.lock().cache.get(id).map(Entry::summary)
+    }
 
-/// Who may delete entries: anyone who passed the bearer token when one is
-/// configured; without a token only a loopback client (the operator on the
-/// box), never an unauthenticated LAN client.
-pub fn operator_allowed(token_configured: bool, peer: Option<std::net::SocketAddr>) -> bool {
-    token_configured || peer.is_some_and(|p| p.ip().is_loopback())
-}
+    /// Deletes every entry (written at once); returns how many.
+    pub fn clear(&self) -> usize {
+        let deleted = self.lock().cache.clear();
+        self.persist();
+        deleted
+    }
 
-/// `/v1/experience` when the cache is off.
-pub fn disabled() -> Response<Body> {
-    http::error(
-        StatusCode::NOT_FOUND,
-        "the experience cache is disabled (experience.enabled: false, or no embedding model)",
-    )
-}
-
-/// The injected tool for one stored record (the cache's hit).
-fn tool_from_record(record: StoredRecord, reserved: &[String]) -> Option<InjectedTool> {
-    let manifest: Manifest = match serde_json::from_value(record.manifest.clone()) {
-        Ok(manifest) => manifest,
-        Err(err) => {
-            tracing::error!(id = %record.id, error = %err, "stored manifest does not decode");
-            return None;
+    /// Deletes one entry (written at once); false when there is none.
+    pub fn delete(&self, id: &str) -> bool {
+        let removed = self.lock().cache.remove(id);
+        if removed {
+            self.persist();
         }
-    };
-    let reserved: Vec<&str> = reserved.iter().map(String::as_str).collect();
-    let name = oap_manifest::tool::assign_tool_names(&[(record.id.as_str(), &manifest)], &reserved)
-        .pop()?;
-    Some(InjectedTool {
-        definition: oap_manifest::tool::to_tool(&manifest, &name),
-        name,
-        record: Arc::new(record),
-        manifest: Arc::new(manifest),
-        on_result: None,
-    })
+        removed
+    }
 }
 
 #[cfg(test)]
@@ -782,16 +728,6 @@ mod tests {
                 .as_object()
                 .unwrap(),
         )
-    }
-
-    #[test]
-    fn only_the_operator_may_delete() {
-        let lan: std::net::SocketAddr = "192.0.2.10:5000".parse().unwrap();
-        let local: std::net::SocketAddr = "[::1]:5000".parse().unwrap();
-        assert!(operator_allowed(true, Some(lan)));
-        assert!(operator_allowed(false, Some(local)));
-        assert!(!operator_allowed(false, Some(lan)));
-        assert!(!operator_allowed(false, None));
     }
 
     #[test]

@@ -23,8 +23,8 @@ use hyper::{Response, StatusCode};
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
 
-use crate::bridge::Event;
 use crate::http::{Body, BoxError};
+use oap_bridge::Event;
 
 /// One wire format's encoding of the loop's events.
 pub trait WireEncoder: Send + Sync + 'static {
@@ -128,7 +128,7 @@ impl WireEncoder for Ndjson {
     fn keepalive(&self) -> Bytes {
         line(&json!({
             "model": self.model,
-            "created_at": crate::bridge::now_rfc3339(),
+            "created_at": oap_bridge::tool_loop::now_rfc3339(),
             "message": {"role": "assistant", "content": ""},
             "done": false,
         }))

@@ -1,0 +1,54 @@
+//! The Ollama tool bridge as a library: the tool loop and the features that
+//! make it work for small models, without any HTTP serving (the daemon
+//! parses requests, builds each request's hooks and encodes the loop's
+//! events for its clients).
+//!
+//! - `tool_loop`: rounds against Ollama, ownership of calls, the final
+//!   tool-less round, the deadline; it knows no feature.
+//! - `hooks`: the one trait through which features take part. A hook is
+//!   built per request by its feature from its settings (`Send + Sync`);
+//!   the loop calls a request's hooks in list order at each phase, every
+//!   phase a no-op by default: tools offered (`definitions`, `owns`,
+//!   `tools_withdrawn`), before a round (`holds_round`), after a round
+//!   (`after_round`: change the calls, drop the held answer), run calls
+//!   (`run_calls`: the first hook that answers runs them), results seen
+//!   (`results_seen`), output (`output_filter` on every event to the
+//!   client, `finish` on the final chunk). `exposure::prepare` builds the
+//!   list and documents its order.
+//! - Features: `forcing` (`ForceHook`), `meta` (`MetaSession`),
+//!   `sanitize` (`UrlGuard`), `exposure` (budget fitting, `TokenReport`),
+//!   `experience` (the cache behind the tool source), `validation` (the
+//!   `oapd validate-model` checks and the gate).
+//! - `upstream` (the Ollama client), `payload` (chat bodies without copies),
+//!   `tools` (tool definitions from stored manifests), `tokens`, `state`,
+//!   `settings` (each feature's settings type).
+
+// Product code never panics on what it is given: errors are values.
+#![cfg_attr(
+    not(test),
+    deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
+)]
+
+pub mod experience;
+pub mod exposure;
+pub mod forcing;
+pub mod hooks;
+pub mod meta;
+pub mod payload;
+pub mod sanitize;
+pub mod settings;
+pub mod state;
+pub mod tokens;
+pub mod tool_loop;
+pub mod tools;
+pub mod upstream;
+pub mod validation;
+
+pub use hooks::{Hook, Hooks, OutputFilter, RoundOutcome, RoundStart, ToolsByName};
+pub use settings::{
+    ExperienceConfig, ForceRule, ForceRules, ToolBridgeConfig, ToolExposure, UrlPolicy,
+};
+pub use tool_loop::{
+    aggregate, collect, run_loop, Capabilities, ChatContext, ChatOptions, Event, InjectedTool,
+    LoopStats, ToolResult, ToolRunner,
+};

@@ -1,0 +1,250 @@
+//! Features take part only through hooks: a hook that offers and runs its
+//! own tool, one that filters every event, one that holds a round back.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use fake_ollama::{Script, Turn};
+use futures_util::future::BoxFuture;
+use oap_bridge::hooks::{Hook, Hooks, OutputFilter, RoundOutcome, RoundStart, ToolsByName};
+use oap_bridge::{ChatContext, Event, ToolResult};
+use oap_wire::ToolCall;
+use serde_json::{json, Value};
+
+use crate::{chunks, content, offered, options, request, the_final_chunk, tool, Bench};
+
+/// Offers `lookup`, owns its calls and answers them itself.
+#[derive(Default)]
+struct Lookup {
+    seen: Arc<Mutex<Vec<String>>>,
+}
+
+impl Hook for Lookup {
+    fn definitions(&self) -> Vec<Value> {
+        vec![json!({"type": "function", "function": {"name": "lookup",
+            "parameters": {"type": "object", "properties": {"q": {"type": "string"}}}}})]
+    }
+
+    fn owns(&self, name: &str) -> bool {
+        name == "lookup"
+    }
+
+    fn run_calls<'a>(
+        &'a self,
+        _ctx: &'a ChatContext,
+        _tools: &'a ToolsByName<'a>,
+        calls: &'a [ToolCall],
+    ) -> Option<BoxFuture<'a, Vec<ToolResult>>> {
+        Some(Box::pin(async move {
+            calls
+                .iter()
+                .map(|call| ToolResult {
+                    content: format!("looked up {}", call.arguments["q"]),
+                    ok: true,
+                })
+                .collect()
+        }))
+    }
+
+    fn results_seen(&self, results: &[ToolResult]) {
+        let mut seen = self.seen.lock().unwrap();
+        seen.extend(results.iter().map(|r| r.content.clone()));
+    }
+
+    fn finish(&self, done: &mut Value) {
+        done["looked_up"] = Value::from(self.seen.lock().unwrap().len());
+    }
+}
+
+#[tokio::test]
+async fn a_hook_offers_a_tool_owns_its_calls_and_runs_them() {
+    let bench = Bench::start(
+        Script::new()
+            .turn(Turn::tool_call("lookup", json!({"q": "rust"})))
+            .turn(Turn::reply("Found it.")),
+    )
+    .await;
+    let hook = Lookup::default();
+    let seen = hook.seen.clone();
+    let events = bench
+        .run(
+            request("look up rust"),
+            vec![tool("echo")],
+            options(3),
+            Hooks::new(vec![Box::new(hook)]),
+        )
+        .await;
+    let chunks = chunks(&events);
+    assert_eq!(content(&chunks), "Found it.");
+    let done = the_final_chunk(&chunks);
+    assert_eq!(done["looked_up"], 1);
+    // Owned: not handed to the client, not given to the tool runner.
+    assert!(chunks
+        .iter()
+        .all(|c| c.pointer("/message/tool_calls").is_none()));
+    assert!(bench.runner.calls().is_empty());
+    assert_eq!(*seen.lock().unwrap(), [r#"looked up "rust""#]);
+    let sent = bench.fake.chat_requests();
+    // The hook's definition comes after the injected tools.
+    assert_eq!(offered(&sent[0]), ["echo", "lookup"]);
+    let tool_message = sent[1]["messages"]
+        .as_array()
+        .unwrap()
+        .last()
+        .unwrap()
+        .clone();
+    assert_eq!(tool_message["role"], "tool");
+    assert_eq!(tool_message["content"], r#"looked up "rust""#);
+    bench.fake.shutdown().await;
+}
+
+/// Upper-cases the content of every chunk and counts what it saw.
+struct Shout {
+    seen: Arc<AtomicUsize>,
+}
+
+struct ShoutFilter {
+    seen: Arc<AtomicUsize>,
+}
+
+impl Hook for Shout {
+    fn output_filter(&self) -> Option<Box<dyn OutputFilter>> {
+        Some(Box::new(ShoutFilter {
+            seen: self.seen.clone(),
+        }))
+    }
+}
+
+impl OutputFilter for ShoutFilter {
+    fn filter(&mut self, event: Event) -> Vec<Event> {
+        self.seen.fetch_add(1, Ordering::SeqCst);
+        match event {
+            Event::Chunk(mut chunk) => {
+                if let Some(text) = chunk.pointer("/message/content").and_then(Value::as_str) {
+                    chunk["message"]["content"] = Value::from(text.to_uppercase());
+                }
+                vec![Event::Chunk(chunk)]
+            }
+            error => vec![error],
+        }
+    }
+}
+
+#[tokio::test]
+async fn an_output_filter_sees_every_event_of_every_round() {
+    let bench = Bench::start(
+        Script::new()
+            .turn(
+                Turn::reply("let me check")
+                    .then(fake_ollama::Chunk::tool_call("echo", json!({"text": "x"}))),
+            )
+            .turn(Turn::reply("all quiet here")),
+    )
+    .await;
+    let seen = Arc::new(AtomicUsize::new(0));
+    let events = bench
+        .run(
+            request("check"),
+            vec![tool("echo")],
+            options(3),
+            Hooks::new(vec![Box::new(Shout { seen: seen.clone() })]),
+        )
+        .await;
+    let chunks = chunks(&events);
+    assert_eq!(seen.load(Ordering::SeqCst), chunks.len());
+    assert_eq!(content(&chunks), "LET ME CHECKALL QUIET HERE");
+    for chunk in &chunks {
+        let text = chunk["message"]["content"].as_str().unwrap_or_default();
+        assert_eq!(text, text.to_uppercase(), "{chunk}");
+    }
+    the_final_chunk(&chunks);
+    assert_eq!(bench.runner.calls().len(), 1);
+    bench.fake.shutdown().await;
+}
+
+/// Holds the first round; when the model answered without a tool, drops
+/// the answer and has `echo` called instead (what forcing does).
+#[derive(Default)]
+struct Insist {
+    held_rounds: Mutex<Vec<u32>>,
+}
+
+impl Hook for Insist {
+    fn holds_round(&self, round: &RoundStart) -> bool {
+        round.number == 1
+    }
+
+    fn after_round<'a>(
+        &'a self,
+        _ctx: &'a ChatContext,
+        _model: &'a str,
+        round: &'a mut RoundOutcome,
+    ) -> BoxFuture<'a, ()> {
+        Box::pin(async move {
+            if !round.held {
+                return;
+            }
+            self.held_rounds.lock().unwrap().push(round.number);
+            if round.ours.is_empty() && round.theirs.is_empty() {
+                round.release_held = false;
+                round.content.clear();
+                round.ours.push(ToolCall {
+                    id: None,
+                    index: 0,
+                    name: "echo".into(),
+                    arguments: json!({"text": "insisted"}).as_object().cloned().unwrap(),
+                    arguments_error: None,
+                });
+            }
+        })
+    }
+}
+
+#[tokio::test]
+async fn a_held_round_can_be_dropped_and_replaced_by_a_call() {
+    let bench = Bench::start(
+        Script::new()
+            .turn(Turn::reply("I would rather guess."))
+            .turn(Turn::reply("Now with the tool.")),
+    )
+    .await;
+    let insist = Arc::new(Insist::default());
+    struct Shared(Arc<Insist>);
+    impl Hook for Shared {
+        fn holds_round(&self, round: &RoundStart) -> bool {
+            self.0.holds_round(round)
+        }
+        fn after_round<'a>(
+            &'a self,
+            ctx: &'a ChatContext,
+            model: &'a str,
+            round: &'a mut RoundOutcome,
+        ) -> BoxFuture<'a, ()> {
+            self.0.after_round(ctx, model, round)
+        }
+    }
+    let events = bench
+        .run(
+            request("what is in the file?"),
+            vec![tool("echo")],
+            options(3),
+            Hooks::new(vec![Box::new(Shared(insist.clone()))]),
+        )
+        .await;
+    let chunks = chunks(&events);
+    // The held answer never reached the client.
+    assert_eq!(content(&chunks), "Now with the tool.");
+    assert_eq!(the_final_chunk(&chunks)["oap_round"], 2);
+    assert_eq!(*insist.held_rounds.lock().unwrap(), [1]);
+    let calls = bench.runner.calls();
+    assert_eq!(calls.len(), 1);
+    assert_eq!(calls[0].1["text"], "insisted");
+    let sent = bench.fake.chat_requests();
+    let messages = sent[1]["messages"].as_array().unwrap();
+    assert_eq!(messages[1]["content"], "");
+    assert_eq!(
+        messages[2]["content"],
+        r#"ran echo with {"text":"insisted"}"#
+    );
+    bench.fake.shutdown().await;
+}
