@@ -619,12 +619,10 @@ pub fn run(args: &[String]) -> Result<()> {
     let leak_done = parse_count(&first_row.line) + parse_count(&rest_row.line);
 
     // Summary.
-    let by = |mode: &str, c: usize| -> &Vec<Row> {
-        &rows
-            .iter()
+    let by = |mode: &str, c: usize| -> &[Row] {
+        rows.iter()
             .find(|(m, cc, _)| m == mode && *cc == c)
-            .expect("every mode and concurrency was run")
-            .2
+            .map_or(&[][..], |(_, _, rows)| rows.as_slice())
     };
     println!("\n== side by side (ms; added = proxy - direct; ratio = proxy / direct)");
     println!(

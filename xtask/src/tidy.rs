@@ -264,6 +264,10 @@ mod module_graph {
             .join("\n")
     }
 
+    #[allow(
+        clippy::string_slice,
+        reason = "every index comes from str::find, char_indices or a checked char boundary"
+    )]
     fn ident_at(s: &str) -> &str {
         let end = s
             .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
@@ -273,6 +277,10 @@ mod module_graph {
 
     /// First segments after `prefix`: `crate::a::X` → `a`, and
     /// `crate::{a::X, b, c::{D}}` → `a`, `b`, `c`.
+    #[allow(
+        clippy::string_slice,
+        reason = "every index comes from str::find, char_indices or a checked char boundary"
+    )]
     fn first_segments(code: &str, prefix: &str) -> BTreeSet<String> {
         let mut out = BTreeSet::new();
         for (at, _) in code.match_indices(prefix) {
@@ -314,6 +322,10 @@ mod module_graph {
 
     /// `pub use server::{api, http};` in the crate root: `api` and `http`
     /// are `server`.
+    #[allow(
+        clippy::string_slice,
+        reason = "every index comes from str::find, char_indices or a checked char boundary"
+    )]
     fn root_aliases(lib: &str) -> BTreeMap<String, String> {
         let mut aliases = BTreeMap::new();
         for statement in code_lines(lib).split(';') {

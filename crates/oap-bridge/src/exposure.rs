@@ -118,6 +118,10 @@ pub fn fit_definitions(definitions: &mut Vec<Value>, budget: usize) -> Fitting {
 }
 
 /// The first sentence of `text`, cut at a word boundary to `max` chars.
+#[allow(
+    clippy::string_slice,
+    reason = "every index comes from str::find, char_indices or a checked char boundary"
+)]
 pub fn first_sentence(text: &str, max: usize) -> String {
     let text = text.trim();
     let mut end = text.len();

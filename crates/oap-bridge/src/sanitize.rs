@@ -54,6 +54,10 @@ impl UrlAllowList {
     }
 
     /// Adds every URL in `text` (JSON-escaped slashes included).
+    #[allow(
+        clippy::string_slice,
+        reason = "every index comes from str::find, char_indices or a checked char boundary"
+    )]
     pub fn add_text(&mut self, text: &str) {
         let text = text.replace("\\/", "/");
         let mut rest = text.as_str();
@@ -82,6 +86,10 @@ impl UrlAllowList {
 }
 
 /// Scheme and host compare case-insensitively; a trailing slash is ignored.
+#[allow(
+    clippy::string_slice,
+    reason = "every index comes from str::find, char_indices or a checked char boundary"
+)]
 fn normalise(url: &str) -> String {
     let url = url.trim_end_matches('/');
     match url.find("://") {
@@ -105,6 +113,10 @@ fn starts_with_ignore_case(text: &str, prefix: &str) -> bool {
 }
 
 /// Byte offset of the next `http://` or `https://`.
+#[allow(
+    clippy::string_slice,
+    reason = "every index comes from str::find, char_indices or a checked char boundary"
+)]
 fn find_scheme(text: &str) -> Option<usize> {
     let bytes = text.as_bytes();
     (0..bytes.len()).find(|&i| {
@@ -193,6 +205,10 @@ impl UrlSanitizer {
         self.tail = tail;
     }
 
+    #[allow(
+        clippy::string_slice,
+        reason = "every index comes from str::find, char_indices or a checked char boundary"
+    )]
     fn process(&mut self, allow: &UrlAllowList, last: bool) -> String {
         let mut out = String::new();
         if self.policy == UrlPolicy::Off {

@@ -206,6 +206,10 @@ impl Upstream {
 }
 
 /// Reads a body up to `limit` bytes (an error past it).
+#[allow(
+    clippy::disallowed_methods,
+    reason = "the body is `Limited`: this is the capped reader"
+)]
 pub async fn read_limited(body: Incoming, limit: usize) -> Result<Bytes, BoxError> {
     let collected = http_body_util::Limited::new(body, limit).collect().await?;
     Ok(collected.to_bytes())

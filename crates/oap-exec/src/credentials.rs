@@ -195,6 +195,10 @@ impl CredentialStore {
             return Err(CredentialError::Permissions { path, mode });
         }
         let mut text = String::new();
+        #[allow(
+            clippy::disallowed_methods,
+            reason = "the reader is `take(cap)` on the file whose owner and mode were just checked"
+        )]
         file.take(MAX_CREDENTIALS_FILE_BYTES)
             .read_to_string(&mut text)
             .map_err(io)?;

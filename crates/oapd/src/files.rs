@@ -56,6 +56,10 @@ pub fn describe(ft: FileType) -> &'static str {
 
 /// Reads `path` (symbolic links followed) if it is a regular file of at
 /// most `cap` bytes.
+#[allow(
+    clippy::disallowed_methods,
+    reason = "the reader is `take(cap + 1)`: this is the capped reader"
+)]
 pub fn read_regular(path: &Path, cap: u64) -> Result<Vec<u8>, ReadError> {
     let meta = std::fs::metadata(path)?;
     if !meta.is_file() {

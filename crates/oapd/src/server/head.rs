@@ -384,6 +384,10 @@ mod tests {
     }
 
     #[tokio::test]
+    #[allow(
+        clippy::disallowed_methods,
+        reason = "a test reading 11 bytes it wrote"
+    )]
     async fn the_prefix_is_replayed_before_the_stream() {
         let (mut client, server) = tokio::io::duplex(64);
         client.write_all(b" world").await.unwrap();
