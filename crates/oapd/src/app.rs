@@ -6,7 +6,8 @@ use std::time::Duration;
 
 use anyhow::Context;
 use oap_discovery::{BuildReport, Engine, EngineConfig, Mode, Scoring, Source};
-use oap_embed::{BertEmbedder, EmbedOptions, Embedder};
+use oap_embed::Embedder;
+use oap_embed_candle::{BertEmbedder, EmbedOptions};
 use tokio::task::JoinHandle;
 
 use crate::api::ModelState;
