@@ -7,9 +7,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures_util::stream::{self, StreamExt};
-use oap_discovery::remote::{self, RemoteDocument};
-use oap_discovery::{BuildReport, Engine, Trust};
+use oap_discovery::{BuildReport, Engine};
 use oap_exec::Executor;
+use oap_store::envelope::{self, RemoteDocument};
+use oap_store::{StoreError, Trust};
 use serde::Serialize;
 
 use crate::domain::{normalize_domain, DomainError};
@@ -214,7 +215,7 @@ impl Crawler {
             });
         }
         for domain in &dropped {
-            match remote::remove_envelope(&self.settings.remote_dir, domain) {
+            match envelope::remove_envelope(&self.settings.remote_dir, domain) {
                 Ok(_) => {
                     tracing::info!(%domain, "seed removed from the config; its manifest is gone")
                 }
@@ -256,7 +257,7 @@ impl Crawler {
     }
 
     /// Saves the schedule (atomically).
-    pub fn save(&self) -> std::io::Result<()> {
+    pub fn save(&self) -> Result<(), StoreError> {
         let snapshot = self.lock().clone();
         snapshot.save(&self.settings.state_path)
     }
@@ -366,7 +367,7 @@ impl Crawler {
         };
         // Validators only while the stored copy exists: a 304 must never
         // stand in for a manifest that is gone.
-        let stored = remote::read_envelope(&self.settings.remote_dir, &state.domain);
+        let stored = envelope::read_envelope(&self.settings.remote_dir, &state.domain);
         let validators = if stored.is_some() {
             state.validators.clone()
         } else {
@@ -476,7 +477,7 @@ impl Crawler {
                 state.last_result = Some("not modified".into());
                 if let Some(doc) = rewrite {
                     state.health = Some(health_text(&doc));
-                    match remote::write_envelope(dir, &doc) {
+                    match envelope::write_envelope(dir, &doc) {
                         Ok(_) => changed = true,
                         Err(err) => {
                             tracing::error!(%domain, error = %err, "cannot store the health verdict")
@@ -493,13 +494,13 @@ impl Crawler {
                 let hash = oap_manifest::content_hash(doc.body.as_bytes());
                 state.health = Some(health_text(&doc));
                 let same = state.content_hash.as_deref() == Some(hash.as_str())
-                    && remote::read_envelope(dir, domain)
+                    && envelope::read_envelope(dir, domain)
                         .is_some_and(|d| d.body == doc.body && d.unhealthy == doc.unhealthy);
                 if same {
                     report.unchanged += 1;
                     state.last_result = Some("unchanged".into());
                 } else {
-                    match remote::write_envelope(dir, &doc) {
+                    match envelope::write_envelope(dir, &doc) {
                         Ok(_) => {
                             changed = true;
                             report.updated += 1;
@@ -542,7 +543,7 @@ impl Crawler {
                 if state.consecutive_failures >= settings.max_failures
                     && state.removed_reason.is_none()
                 {
-                    match remote::remove_envelope(dir, domain) {
+                    match envelope::remove_envelope(dir, domain) {
                         Ok(existed) => {
                             changed = existed;
                             report.removed += usize::from(existed);

@@ -9,7 +9,7 @@
 
 use std::time::Duration;
 
-use oap_discovery::Trust;
+use oap_store::Trust;
 use oap_exec::{Executor, FetchError, FetchRequest};
 use oap_manifest::{InvokeKind, MAX_MANIFEST_BYTES};
 use serde::{Deserialize, Serialize};

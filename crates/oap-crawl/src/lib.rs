@@ -13,7 +13,7 @@
 //!   after N failures), persisted atomically.
 //! - [`crawler`]: ties them to the discovery engine: fetched manifests are
 //!   written as envelopes into the remote directory
-//!   ([`oap_discovery::remote`]) and the engine rebuilds incrementally.
+//!   ([`oap_store::envelope`]) and the engine rebuilds incrementally.
 //! - [`txt`]: the optional `_oap.<domain> TXT "v=oap1"` hint, through a
 //!   resolver trait.
 //! - [`mdns`]: LAN discovery's pure part: a resolved `_oap._tcp.local.`

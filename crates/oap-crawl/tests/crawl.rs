@@ -426,7 +426,7 @@ async fn indexed_manifests_survive_restart_and_damaged_state() {
 
     // A hand-planted envelope claiming local trust, or carrying a stdio
     // manifest, is refused at load.
-    let evil = oap_discovery::remote::RemoteDocument {
+    let evil = oap_store::RemoteDocument {
         host: "evil.test".into(),
         url: "https://evil.test/.well-known/oap.json".into(),
         trust: Trust::Lan,
@@ -436,7 +436,7 @@ async fn indexed_manifests_survive_restart_and_damaged_state() {
         .to_string(),
         unhealthy: None,
     };
-    oap_discovery::remote::write_envelope(&settings.remote_dir, &evil).unwrap();
+    oap_store::write_envelope(&settings.remote_dir, &evil).unwrap();
     let (engine, report) = Engine::open(
         EngineConfig::new(f.dir.path().join("data")),
         vec![Source::Remote(settings.remote_dir.clone())],
