@@ -7,7 +7,6 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures_util::stream::{self, StreamExt};
-use oap_discovery::{BuildReport, Engine};
 use oap_exec::Executor;
 use oap_store::envelope::{self, RemoteDocument};
 use oap_store::{StoreError, Trust};
@@ -17,6 +16,7 @@ use crate::domain::{normalize_domain, DomainError};
 use crate::fetch::{fetch_manifest, manifest_url, FetchLimits, FetchOutcome, Validators};
 use crate::now_ms;
 use crate::schedule::{backoff, jittered, AddedBy, DomainState, Schedule, ScheduleSettings};
+use crate::sink::CatalogSink;
 use crate::txt::{self, TxtResolver};
 
 /// Bytes of a health response read at most.
@@ -96,9 +96,10 @@ pub struct CrawlReport {
     pub deferred: usize,
     /// `(domain, error)` of every failure.
     pub errors: Vec<(String, String)>,
-    /// The engine rebuild, when the index changed.
+    /// The index rebuild's report ([`CatalogSink::rebuild`]), when the
+    /// index changed.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub rebuild: Option<BuildReport>,
+    pub rebuild: Option<serde_json::Value>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub rebuild_error: Option<String>,
 }
@@ -263,11 +264,11 @@ impl Crawler {
     }
 
     /// Crawls every due domain (or exactly `only`, due or not), stores what
-    /// was accepted, rebuilds `engine` if anything changed, saves the state.
+    /// was accepted, rebuilds `catalog` if anything changed, saves the state.
     pub async fn crawl_pass(
         &self,
         only: Option<&[String]>,
-        engine: Option<&Arc<Engine>>,
+        catalog: Option<&Arc<dyn CatalogSink>>,
     ) -> CrawlReport {
         let _pass = self.pass.lock().await;
         let now = now_ms();
@@ -295,7 +296,7 @@ impl Crawler {
         // vectors in memory.
         let mut rest: &[DomainState] = &targets;
         while !rest.is_empty() {
-            let indexed = engine.map_or(0, |engine| engine.stats().docs);
+            let indexed = catalog.map_or(0, |catalog| catalog.indexed());
             let (slice, tail) =
                 rest.split_at(slice_len(self.settings.rebuild_every, indexed).min(rest.len()));
             rest = tail;
@@ -326,17 +327,17 @@ impl Crawler {
                 tracing::error!(error = %err, "cannot save the crawl state");
             }
             if changed {
-                if let Some(engine) = engine {
-                    let engine = Arc::clone(engine);
+                if let Some(catalog) = catalog {
+                    let catalog = Arc::clone(catalog);
                     // Embedding is CPU work: off the async workers, at
-                    // background priority (Engine::rebuild). Readers keep the
-                    // old snapshot until the new one is swapped in.
-                    match tokio::task::spawn_blocking(move || engine.rebuild(false)).await {
+                    // background priority (CatalogSink::rebuild). Readers keep
+                    // the old snapshot until the new one is swapped in.
+                    match tokio::task::spawn_blocking(move || catalog.rebuild()).await {
                         Ok(Ok(build)) => {
                             report.rebuild = Some(build);
                             report.rebuild_error = None;
                         }
-                        Ok(Err(err)) => report.rebuild_error = Some(err.to_string()),
+                        Ok(Err(err)) => report.rebuild_error = Some(err),
                         Err(err) => report.rebuild_error = Some(err.to_string()),
                     }
                     if let Some(err) = &report.rebuild_error {
@@ -582,7 +583,7 @@ impl Crawler {
     /// `poll` bounds how long a newly registered domain waits.
     pub async fn run(
         self: Arc<Self>,
-        engine: Arc<Engine>,
+        catalog: Arc<dyn CatalogSink>,
         poll: Duration,
         shutdown: impl std::future::Future<Output = ()>,
     ) {
@@ -599,7 +600,7 @@ impl Crawler {
                 _ = tokio::time::sleep(wait) => {}
             }
             if self.next_due_ms().is_some_and(|d| d <= now_ms()) {
-                self.crawl_pass(None, Some(&engine)).await;
+                self.crawl_pass(None, Some(&catalog)).await;
             }
         }
     }

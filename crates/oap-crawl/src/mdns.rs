@@ -28,9 +28,9 @@
 use std::collections::VecDeque;
 use std::net::IpAddr;
 
+use oap_exec::AddressClass;
 use oap_store::envelope;
 use oap_store::Trust;
-use oap_exec::AddressClass;
 use serde::Serialize;
 
 use crate::crawler::{AddError, Crawler};

@@ -188,7 +188,13 @@ mod tests {
         fs::write(path.join("keep"), b"x").unwrap();
         let err = write_atomic(&path, b"new").unwrap_err();
         assert!(
-            matches!(err, StoreError::Io { op: "renaming temp file over", .. }),
+            matches!(
+                err,
+                StoreError::Io {
+                    op: "renaming temp file over",
+                    ..
+                }
+            ),
             "{err:?}"
         );
         assert_eq!(names(dir.path()), ["target"]);

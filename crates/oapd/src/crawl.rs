@@ -383,7 +383,7 @@ pub async fn register(
     tracing::info!(%domain, "domain registered");
     let task = {
         let crawler = crawler.clone();
-        let engine = api.engine.clone();
+        let engine = crate::catalog_sink::sink(&api.engine);
         let domain = domain.clone();
         tokio::spawn(async move {
             crawler.crawl_pass(Some(&[domain]), Some(&engine)).await;
@@ -452,13 +452,18 @@ pub fn cli(config: &Config, once: bool, domains: &[String]) -> anyhow::Result<()
                 "crawling on schedule until interrupted"
             );
             crawler
-                .run(engine, Duration::from_secs(1), async {
-                    let _ = tokio::signal::ctrl_c().await;
-                })
+                .run(
+                    crate::catalog_sink::sink(&engine),
+                    Duration::from_secs(1),
+                    async {
+                        let _ = tokio::signal::ctrl_c().await;
+                    },
+                )
                 .await;
             return Ok(());
         }
-        let report = crawler.crawl_pass(Some(&names), Some(&engine)).await;
+        let sink = crate::catalog_sink::sink(&engine);
+        let report = crawler.crawl_pass(Some(&names), Some(&sink)).await;
         for state in crawler.status() {
             if !names.contains(&state.domain) {
                 continue;

@@ -11,6 +11,7 @@ pub mod api;
 pub mod app;
 pub mod bridge;
 pub mod bundled;
+pub mod catalog_sink;
 pub mod chat;
 pub mod config;
 pub mod crawl;
