@@ -9,6 +9,10 @@ use oap_store::{envelope_paths, read_envelope_at, StoreError};
 
 use crate::catalog::{read_problem, Catalog, Origin, Trust};
 
+// oap-store cannot see oap-manifest's cap; this keeps the two in step: an
+// envelope must be able to hold any manifest under the cap.
+const _: () = assert!(oap_store::MAX_ENVELOPE_BYTES >= 8 * oap_manifest::MAX_MANIFEST_BYTES);
+
 /// Adds every envelope in `dir` to `catalog` (files in byte order).
 pub(crate) fn load_into(catalog: &mut Catalog, dir: &Path) {
     let files = match envelope_paths(dir, crate::catalog::MAX_FILES_PER_DIR) {
@@ -59,14 +63,5 @@ pub(crate) fn load_into(catalog: &mut Catalog, dir: &Path) {
                 entry.unhealthy = doc.unhealthy.clone();
             }
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn an_envelope_can_hold_any_manifest_under_the_cap() {
-        // oap-store cannot see oap-manifest's cap; this keeps them in step.
-        assert!(oap_store::MAX_ENVELOPE_BYTES >= 8 * oap_manifest::MAX_MANIFEST_BYTES);
     }
 }
