@@ -447,7 +447,7 @@ pub fn run(args: &[String]) -> Result<()> {
         "build",
         "--release",
         "--package",
-        "oap-embed",
+        "oap-embed-candle",
         "--example",
         "embed_bench",
     ]))?;

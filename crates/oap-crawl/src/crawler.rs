@@ -7,15 +7,16 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures_util::stream::{self, StreamExt};
-use oap_discovery::remote::{self, RemoteDocument};
-use oap_discovery::{BuildReport, Engine, Trust};
 use oap_exec::Executor;
+use oap_store::envelope::{self, RemoteDocument};
+use oap_store::{StoreError, Trust};
 use serde::Serialize;
 
 use crate::domain::{normalize_domain, DomainError};
 use crate::fetch::{fetch_manifest, manifest_url, FetchLimits, FetchOutcome, Validators};
 use crate::now_ms;
 use crate::schedule::{backoff, jittered, AddedBy, DomainState, Schedule, ScheduleSettings};
+use crate::sink::CatalogSink;
 use crate::txt::{self, TxtResolver};
 
 /// Bytes of a health response read at most.
@@ -105,10 +106,11 @@ pub struct CrawlReport {
     pub deferred: usize,
     /// `(domain, error)` of every failure.
     pub errors: Vec<(String, String)>,
-    /// The engine rebuild, when the index changed.
+    /// The index rebuild's report ([`CatalogSink::rebuild`]), when the
+    /// index changed.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub rebuild: Option<BuildReport>,
-    /// Why the engine rebuild failed, when it did; the old index keeps serving.
+    pub rebuild: Option<serde_json::Value>,
+    /// Why the index rebuild failed, when it did; the old index keeps serving.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub rebuild_error: Option<String>,
 }
@@ -231,7 +233,7 @@ impl Crawler {
             });
         }
         for domain in &dropped {
-            match remote::remove_envelope(&self.settings.remote_dir, domain) {
+            match envelope::remove_envelope(&self.settings.remote_dir, domain) {
                 Ok(_) => {
                     tracing::info!(%domain, "seed removed from the config; its manifest is gone")
                 }
@@ -273,17 +275,17 @@ impl Crawler {
     }
 
     /// Saves the schedule (atomically).
-    pub fn save(&self) -> std::io::Result<()> {
+    pub fn save(&self) -> Result<(), StoreError> {
         let snapshot = self.lock().clone();
         snapshot.save(&self.settings.state_path)
     }
 
     /// Crawls every due domain (or exactly `only`, due or not), stores what
-    /// was accepted, rebuilds `engine` if anything changed, saves the state.
+    /// was accepted, rebuilds `catalog` if anything changed, saves the state.
     pub async fn crawl_pass(
         &self,
         only: Option<&[String]>,
-        engine: Option<&Arc<Engine>>,
+        catalog: Option<&Arc<dyn CatalogSink>>,
     ) -> CrawlReport {
         let _pass = self.pass.lock().await;
         let now = now_ms();
@@ -311,7 +313,7 @@ impl Crawler {
         // vectors in memory.
         let mut rest: &[DomainState] = &targets;
         while !rest.is_empty() {
-            let indexed = engine.map_or(0, |engine| engine.stats().docs);
+            let indexed = catalog.map_or(0, |catalog| catalog.indexed());
             let (slice, tail) =
                 rest.split_at(slice_len(self.settings.rebuild_every, indexed).min(rest.len()));
             rest = tail;
@@ -342,17 +344,17 @@ impl Crawler {
                 tracing::error!(error = %err, "cannot save the crawl state");
             }
             if changed {
-                if let Some(engine) = engine {
-                    let engine = Arc::clone(engine);
+                if let Some(catalog) = catalog {
+                    let catalog = Arc::clone(catalog);
                     // Embedding is CPU work: off the async workers, at
-                    // background priority (Engine::rebuild). Readers keep the
-                    // old snapshot until the new one is swapped in.
-                    match tokio::task::spawn_blocking(move || engine.rebuild(false)).await {
+                    // background priority (CatalogSink::rebuild). Readers keep
+                    // the old snapshot until the new one is swapped in.
+                    match tokio::task::spawn_blocking(move || catalog.rebuild()).await {
                         Ok(Ok(build)) => {
                             report.rebuild = Some(build);
                             report.rebuild_error = None;
                         }
-                        Ok(Err(err)) => report.rebuild_error = Some(err.to_string()),
+                        Ok(Err(err)) => report.rebuild_error = Some(err),
                         Err(err) => report.rebuild_error = Some(err.to_string()),
                     }
                     if let Some(err) = &report.rebuild_error {
@@ -383,7 +385,7 @@ impl Crawler {
         };
         // Validators only while the stored copy exists: a 304 must never
         // stand in for a manifest that is gone.
-        let stored = remote::read_envelope(&self.settings.remote_dir, &state.domain);
+        let stored = envelope::read_envelope(&self.settings.remote_dir, &state.domain);
         let validators = if stored.is_some() {
             state.validators.clone()
         } else {
@@ -493,7 +495,7 @@ impl Crawler {
                 state.last_result = Some("not modified".into());
                 if let Some(doc) = rewrite {
                     state.health = Some(health_text(&doc));
-                    match remote::write_envelope(dir, &doc) {
+                    match envelope::write_envelope(dir, &doc) {
                         Ok(_) => changed = true,
                         Err(err) => {
                             tracing::error!(%domain, error = %err, "cannot store the health verdict")
@@ -510,13 +512,13 @@ impl Crawler {
                 let hash = oap_manifest::content_hash(doc.body.as_bytes());
                 state.health = Some(health_text(&doc));
                 let same = state.content_hash.as_deref() == Some(hash.as_str())
-                    && remote::read_envelope(dir, domain)
+                    && envelope::read_envelope(dir, domain)
                         .is_some_and(|d| d.body == doc.body && d.unhealthy == doc.unhealthy);
                 if same {
                     report.unchanged += 1;
                     state.last_result = Some("unchanged".into());
                 } else {
-                    match remote::write_envelope(dir, &doc) {
+                    match envelope::write_envelope(dir, &doc) {
                         Ok(_) => {
                             changed = true;
                             report.updated += 1;
@@ -559,7 +561,7 @@ impl Crawler {
                 if state.consecutive_failures >= settings.max_failures
                     && state.removed_reason.is_none()
                 {
-                    match remote::remove_envelope(dir, domain) {
+                    match envelope::remove_envelope(dir, domain) {
                         Ok(existed) => {
                             changed = existed;
                             report.removed += usize::from(existed);
@@ -598,7 +600,7 @@ impl Crawler {
     /// `poll` bounds how long a newly registered domain waits.
     pub async fn run(
         self: Arc<Self>,
-        engine: Arc<Engine>,
+        catalog: Arc<dyn CatalogSink>,
         poll: Duration,
         shutdown: impl std::future::Future<Output = ()>,
     ) {
@@ -615,7 +617,7 @@ impl Crawler {
                 _ = tokio::time::sleep(wait) => {}
             }
             if self.next_due_ms().is_some_and(|d| d <= now_ms()) {
-                self.crawl_pass(None, Some(&engine)).await;
+                self.crawl_pass(None, Some(&catalog)).await;
             }
         }
     }

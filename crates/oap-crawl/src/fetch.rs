@@ -9,9 +9,9 @@
 
 use std::time::Duration;
 
-use oap_discovery::Trust;
 use oap_exec::{Executor, FetchError, FetchRequest};
 use oap_manifest::{InvokeKind, MAX_MANIFEST_BYTES};
+use oap_store::Trust;
 use serde::{Deserialize, Serialize};
 
 use crate::WELL_KNOWN_PATH;

@@ -13,7 +13,10 @@
 //!   after N failures), persisted atomically.
 //! - [`crawler`]: ties them to the discovery engine: fetched manifests are
 //!   written as envelopes into the remote directory
-//!   ([`oap_discovery::remote`]) and the engine rebuilds incrementally.
+//!   ([`oap_store::envelope`]) and the engine rebuilds incrementally.
+//! - [`sink`]: what the crawler needs from that engine ([`CatalogSink`]),
+//!   so this crate depends on the store only, not on the engine (nor on the
+//!   embedding model the engine runs); the daemon adapts its engine.
 //! - [`txt`]: the optional `_oap.<domain> TXT "v=oap1"` hint, through a
 //!   resolver trait.
 //! - [`mdns`]: LAN discovery's pure part: a resolved `_oap._tcp.local.`
@@ -31,12 +34,14 @@ pub mod domain;
 pub mod fetch;
 pub mod mdns;
 pub mod schedule;
+pub mod sink;
 pub mod txt;
 
 pub use crawler::{CrawlReport, Crawler, CrawlerSettings};
 pub use domain::{normalize_domain, DomainError};
 pub use fetch::{FetchLimits, FetchOutcome, ManifestFetchError, Validators};
 pub use schedule::{AddedBy, DomainState, Schedule, ScheduleSettings};
+pub use sink::CatalogSink;
 pub use txt::{TxtHint, TxtResolver};
 
 /// Path of the manifest on a domain (spec, "Discovery").

@@ -28,9 +28,9 @@
 use std::collections::VecDeque;
 use std::net::IpAddr;
 
-use oap_discovery::remote;
-use oap_discovery::Trust;
 use oap_exec::AddressClass;
+use oap_store::envelope;
+use oap_store::Trust;
 use serde::Serialize;
 
 use crate::crawler::{AddError, Crawler};
@@ -361,7 +361,7 @@ pub fn purge_lan(schedule: &mut Schedule, remote_dir: &std::path::Path) -> usize
     }
     let mut removed = 0;
     for key in keys {
-        match remote::remove_envelope(remote_dir, &key) {
+        match envelope::remove_envelope(remote_dir, &key) {
             Ok(existed) => removed += usize::from(existed),
             Err(err) => tracing::error!(%key, error = %err, "cannot remove a LAN manifest"),
         }
@@ -432,7 +432,7 @@ impl Crawler {
             .domain
             .clone();
         schedule.domains.remove(&key);
-        let existed = match remote::remove_envelope(&self.settings.remote_dir, &key) {
+        let existed = match envelope::remove_envelope(&self.settings.remote_dir, &key) {
             Ok(existed) => existed,
             Err(err) => {
                 tracing::error!(%key, error = %err, "cannot remove a LAN manifest");

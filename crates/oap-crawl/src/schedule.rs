@@ -15,7 +15,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;
 
-use oap_discovery::Trust;
+use oap_store::{StoreError, Trust};
 use serde::{Deserialize, Serialize};
 
 use crate::fetch::Validators;
@@ -170,38 +170,44 @@ impl Schedule {
     /// one is reported and replaced by an empty schedule (every domain is
     /// then simply due — the stored manifests stay indexed).
     pub fn load(path: &Path) -> (Schedule, Option<String>) {
-        let meta = match std::fs::metadata(path) {
-            Ok(meta) => meta,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                return (Schedule::default(), None)
+        let bytes = match oap_store::read_capped(path, MAX_STATE_BYTES) {
+            Ok(bytes) => bytes,
+            Err(e) if e.is_not_found() => return (Schedule::default(), None),
+            Err(StoreError::TooLarge { size, .. }) => {
+                return (
+                    Schedule::default(),
+                    Some(format!("{size} bytes is larger than the state limit")),
+                )
             }
-            Err(e) => return (Schedule::default(), Some(format!("cannot stat: {e}"))),
+            Err(StoreError::Io {
+                op: "inspecting",
+                source,
+                ..
+            }) => return (Schedule::default(), Some(format!("cannot stat: {source}"))),
+            Err(e) => return (Schedule::default(), Some(e.to_string())),
         };
-        if meta.len() > MAX_STATE_BYTES {
-            return (
-                Schedule::default(),
-                Some(format!(
-                    "{} bytes is larger than the state limit",
-                    meta.len()
-                )),
-            );
-        }
-        match std::fs::read(path)
-            .map_err(|e| e.to_string())
-            .and_then(|b| serde_json::from_slice::<Schedule>(&b).map_err(|e| e.to_string()))
-        {
+        match serde_json::from_slice::<Schedule>(&bytes) {
             Ok(schedule) => (schedule, None),
-            Err(e) => (Schedule::default(), Some(e)),
+            Err(e) => (Schedule::default(), Some(e.to_string())),
         }
     }
 
-    /// Writes the state file atomically.
-    pub fn save(&self, path: &Path) -> std::io::Result<()> {
-        let bytes = serde_json::to_vec_pretty(self).map_err(std::io::Error::other)?;
+    /// Writes the state file atomically (its directory is created if
+    /// missing).
+    pub fn save(&self, path: &Path) -> Result<(), StoreError> {
+        let bytes = serde_json::to_vec_pretty(self).map_err(|e| StoreError::Invalid {
+            path: path.to_path_buf(),
+            message: e.to_string(),
+        })?;
         if let Some(dir) = path.parent() {
-            std::fs::create_dir_all(dir)?;
+            std::fs::create_dir_all(dir).map_err(|source| StoreError::Io {
+                op: "creating",
+                path: dir.to_path_buf(),
+                source,
+            })?;
         }
-        oap_discovery::remote::write_atomic(path, &bytes)
+        oap_store::write_atomic(path, &bytes)?;
+        Ok(())
     }
 
     /// Domains due at `now_ms`, soonest first.

@@ -19,6 +19,7 @@ struct Fixture {
     server: Server,
     crawler: Arc<Crawler>,
     engine: Arc<Engine>,
+    sink: Arc<dyn oap_crawl::CatalogSink>,
     dir: tempfile::TempDir,
     connects: Arc<std::sync::Mutex<Vec<std::net::SocketAddr>>>,
     resolver: Arc<StubResolver>,
@@ -69,6 +70,7 @@ async fn fixture_with(
     Fixture {
         server,
         crawler,
+        sink: sink(&engine),
         engine,
         dir,
         connects,
@@ -89,7 +91,7 @@ impl Fixture {
 
     async fn crawl(&self, domains: &[String]) -> oap_crawl::CrawlReport {
         self.crawler
-            .crawl_pass(Some(domains), Some(&self.engine))
+            .crawl_pass(Some(domains), Some(&self.sink))
             .await
     }
 
@@ -347,10 +349,10 @@ async fn due_domains_only_and_a_changed_manifest_replaces_the_old() {
     let f = fixture().await;
     let domain = f.add("changing.test");
     let other = f.add("second.test");
-    let report = f.crawler.crawl_pass(None, Some(&f.engine)).await;
+    let report = f.crawler.crawl_pass(None, Some(&f.sink)).await;
     assert_eq!(report.updated, 2);
     // Nothing is due now: a scheduled pass fetches nothing.
-    let report = f.crawler.crawl_pass(None, Some(&f.engine)).await;
+    let report = f.crawler.crawl_pass(None, Some(&f.sink)).await;
     assert_eq!(report.attempted, 0);
     assert_eq!(f.server.hits("second.test"), 1);
 
@@ -426,7 +428,7 @@ async fn indexed_manifests_survive_restart_and_damaged_state() {
 
     // A hand-planted envelope claiming local trust, or carrying a stdio
     // manifest, is refused at load.
-    let evil = oap_discovery::remote::RemoteDocument {
+    let evil = oap_store::RemoteDocument {
         host: "evil.test".into(),
         url: "https://evil.test/.well-known/oap.json".into(),
         trust: Trust::Lan,
@@ -436,7 +438,7 @@ async fn indexed_manifests_survive_restart_and_damaged_state() {
         .to_string(),
         unhealthy: None,
     };
-    oap_discovery::remote::write_envelope(&settings.remote_dir, &evil).unwrap();
+    oap_store::write_envelope(&settings.remote_dir, &evil).unwrap();
     let (engine, report) = Engine::open(
         EngineConfig::new(f.dir.path().join("data")),
         vec![Source::Remote(settings.remote_dir.clone())],

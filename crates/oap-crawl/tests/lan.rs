@@ -9,7 +9,7 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{executor, manifest, StubResolver};
+use common::{executor, manifest, sink, StubResolver};
 use oap_crawl::crawler::AddError;
 use oap_crawl::mdns::{lan_target, AdvertisedService, LanTarget, LanUpdate, MAX_LAN_SERVICES};
 use oap_crawl::{AddedBy, Crawler, CrawlerSettings};
@@ -55,6 +55,7 @@ async fn plain_http() -> SocketAddr {
 struct Lan {
     crawler: Arc<Crawler>,
     engine: Arc<Engine>,
+    sink: Arc<dyn oap_crawl::CatalogSink>,
     addr: SocketAddr,
     connects: Arc<std::sync::Mutex<Vec<SocketAddr>>>,
     _dir: tempfile::TempDir,
@@ -81,9 +82,11 @@ async fn lan(allow: &[&str]) -> Lan {
     )
     .unwrap()
     .0;
+    let engine = Arc::new(engine);
     Lan {
         crawler: Arc::new(Crawler::new(settings, executor, None)),
-        engine: Arc::new(engine),
+        sink: sink(&engine),
+        engine,
         addr,
         connects,
         _dir: dir,
@@ -121,7 +124,7 @@ async fn lan_target_is_fetched_over_plain_http_with_lan_trust() {
         LanUpdate::New("kitchen-hub.local".into())
     );
     // Due at once: the schedule's own pass picks it up.
-    let report = f.crawler.crawl_pass(None, Some(&f.engine)).await;
+    let report = f.crawler.crawl_pass(None, Some(&f.sink)).await;
     assert_eq!(report.updated, 1, "{report:?}");
     assert_eq!(ids(&f.engine), vec!["kitchen-hub.local/device-hub"]);
     let record = f.engine.get("kitchen-hub.local/device-hub").unwrap();
@@ -147,7 +150,7 @@ async fn lan_target_is_fetched_over_plain_http_with_lan_trust() {
         f.crawler.add_lan_target(&moved).unwrap(),
         LanUpdate::Changed("kitchen-hub.local".into())
     );
-    f.crawler.crawl_pass(None, Some(&f.engine)).await;
+    f.crawler.crawl_pass(None, Some(&f.sink)).await;
     assert_eq!(ids(&f.engine), vec!["kitchen-hub.local/device-hub2"]);
 
     // Goodbye: the manifest and the entry go.
@@ -173,7 +176,7 @@ async fn lan_targets_are_still_checked_by_the_executor_and_the_manifest_rules() 
     f.crawler
         .add_lan_target(&target("Sneaky", f.addr, "/a.json"))
         .unwrap();
-    let report = f.crawler.crawl_pass(None, Some(&f.engine)).await;
+    let report = f.crawler.crawl_pass(None, Some(&f.sink)).await;
     assert_eq!(report.failed, 1, "{report:?}");
     assert!(report.errors[0].1.contains("loopback"), "{report:?}");
     assert!(f.connects.lock().unwrap().is_empty());
@@ -183,7 +186,7 @@ async fn lan_targets_are_still_checked_by_the_executor_and_the_manifest_rules() 
     f.crawler
         .add_lan_target(&target("Shell", f.addr, "/stdio.json"))
         .unwrap();
-    let report = f.crawler.crawl_pass(None, Some(&f.engine)).await;
+    let report = f.crawler.crawl_pass(None, Some(&f.sink)).await;
     assert_eq!(report.failed, 1, "{report:?}");
     assert!(
         report.errors[0].1.contains("declares invoke.method stdio"),
@@ -195,7 +198,7 @@ async fn lan_targets_are_still_checked_by_the_executor_and_the_manifest_rules() 
     // After max_failures (2) a LAN target is dropped, so a dead or hostile
     // device does not hold a capped slot; the reason stays visible.
     f.crawler
-        .crawl_pass(Some(&["shell.local".to_string()]), Some(&f.engine))
+        .crawl_pass(Some(&["shell.local".to_string()]), Some(&f.sink))
         .await;
     assert!(f.crawler.status().is_empty());
     let refusals = f.crawler.lan_refusals();
@@ -228,7 +231,7 @@ async fn clashing_names_get_their_own_keys_and_the_cap_holds() {
         second.key().starts_with("hub-") && second.key().ends_with(".local"),
         "{second:?}"
     );
-    f.crawler.crawl_pass(None, Some(&f.engine)).await;
+    f.crawler.crawl_pass(None, Some(&f.sink)).await;
     let mut found = ids(&f.engine);
     found.sort();
     assert_eq!(
@@ -267,7 +270,7 @@ async fn the_schedule_crawls_each_kind_only_when_it_is_on_and_purge_removes_lan(
         .add_lan_target(&target("Lamp", f.addr, "/lamp.json"))
         .unwrap();
     f.crawler.add_domain("example.org", AddedBy::Cli).unwrap();
-    f.crawler.crawl_pass(None, Some(&f.engine)).await;
+    f.crawler.crawl_pass(None, Some(&f.sink)).await;
     assert_eq!(ids(&f.engine), vec!["lamp.local/device-lamp"]);
     f.crawler.save().unwrap();
     let settings = f.crawler.settings().clone();
@@ -294,7 +297,7 @@ async fn the_schedule_crawls_each_kind_only_when_it_is_on_and_purge_removes_lan(
     let due = lan_only.next_due_ms().unwrap();
     // Only the LAN target counts (the internet one is due now, retried).
     assert!(due > oap_crawl::now_ms(), "{due}");
-    let report = lan_only.crawl_pass(None, Some(&f.engine)).await;
+    let report = lan_only.crawl_pass(None, Some(&f.sink)).await;
     assert_eq!(report.attempted, 0, "{report:?}");
     assert!(connects.lock().unwrap().is_empty());
 

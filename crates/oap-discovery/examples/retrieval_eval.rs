@@ -48,7 +48,8 @@ use oap_discovery::document::row_key;
 use oap_discovery::query::{self, QueryOptions};
 use oap_discovery::scoring::{self, Scoring};
 use oap_discovery::{Engine, EngineConfig, Mode, Source, StoredRecord};
-use oap_embed::{BertEmbedder, EmbedError, EmbedOptions, Embedder};
+use oap_embed::{EmbedError, Embedder};
+use oap_embed_candle::{BertEmbedder, EmbedOptions};
 use oap_index::Index;
 
 struct Task {
@@ -251,7 +252,7 @@ impl Embedder for Cached {
 }
 
 fn poisoned() -> EmbedError {
-    EmbedError::Candle("embedding cache poisoned".into())
+    EmbedError::Inference("embedding cache poisoned".into())
 }
 
 /// The abstention score of a task's best candidate, and what it was.

@@ -15,29 +15,19 @@
 
 use std::collections::HashMap;
 use std::fs;
-use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use oap_manifest::{Diagnostic, Manifest, MAX_MANIFEST_BYTES};
+use oap_store::StoreError;
 use serde::{Deserialize, Serialize};
 
 /// Upper bound on files read from one directory; protects start-up time and
 /// memory against a directory that is not what the operator thinks it is.
 pub const MAX_FILES_PER_DIR: usize = 100_000;
 
-/// How far a manifest is trusted. Stored with every indexed manifest and
-/// shown in discovery results; execution policy (stdio is allowed only for
-/// local manifests) keys off it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Trust {
-    /// Installed on this machine by the operator or shipped with the daemon.
-    Local,
-    /// Advertised on the local network (mDNS).
-    Lan,
-    /// Fetched from a domain on the internet.
-    Internet,
-}
+/// How far a manifest is trusted (defined in the store, which records it in
+/// every crawled envelope).
+pub use oap_store::Trust;
 
 /// Where one manifest came from.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -56,7 +46,7 @@ pub enum Source {
     /// A directory of `*.json` manifests owned by the operator.
     Dir(PathBuf),
     /// The crawler's store: envelopes of manifests fetched from the internet
-    /// or the LAN (see [`crate::remote`]). A missing directory is empty.
+    /// or the LAN (see [`oap_store::envelope`]). A missing directory is empty.
     Remote(PathBuf),
 }
 
@@ -252,32 +242,26 @@ impl Catalog {
 /// Reads a regular file, refusing anything over the manifest size cap without
 /// reading it all (a 10 GB file in the directory must not exhaust memory).
 fn read_capped(path: &Path) -> Result<Vec<u8>, String> {
-    read_capped_to(path, MAX_MANIFEST_BYTES)
+    oap_store::read_capped(path, MAX_MANIFEST_BYTES as u64)
+        .map_err(|err| read_problem(err, MAX_MANIFEST_BYTES))
 }
 
-/// [`read_capped`] with an explicit cap.
-pub(crate) fn read_capped_to(path: &Path, cap: usize) -> Result<Vec<u8>, String> {
-    let meta = fs::metadata(path).map_err(|err| format!("cannot stat: {err}"))?;
-    if !meta.is_file() {
-        return Err("not a regular file".into());
+/// Why a file could not be read, for a [`LoadProblem`] (which names the
+/// file already).
+pub(crate) fn read_problem(err: StoreError, cap: usize) -> String {
+    match err {
+        StoreError::Io { op, source, .. } => match op {
+            "opening" => format!("cannot open: {source}"),
+            "reading" => format!("cannot read: {source}"),
+            _ => format!("cannot stat: {source}"),
+        },
+        StoreError::NotAFile { .. } => "not a regular file".into(),
+        StoreError::TooLarge { size, .. } => {
+            format!("file is {size} bytes, larger than the {cap} byte manifest limit")
+        }
+        StoreError::GrewPastLimit { .. } => {
+            format!("file grew past the {cap} byte manifest limit while reading")
+        }
+        other => other.to_string(),
     }
-    let cap = cap as u64;
-    if meta.len() > cap {
-        return Err(format!(
-            "file is {} bytes, larger than the {} byte manifest limit",
-            meta.len(),
-            cap
-        ));
-    }
-    let file = fs::File::open(path).map_err(|err| format!("cannot open: {err}"))?;
-    let mut bytes = Vec::with_capacity(meta.len() as usize);
-    file.take(cap + 1)
-        .read_to_end(&mut bytes)
-        .map_err(|err| format!("cannot read: {err}"))?;
-    if bytes.len() as u64 > cap {
-        return Err(format!(
-            "file grew past the {cap} byte manifest limit while reading"
-        ));
-    }
-    Ok(bytes)
 }

@@ -16,7 +16,7 @@ pub mod catalog;
 pub mod document;
 pub mod engine;
 pub mod query;
-pub mod remote;
+mod remote;
 pub mod scoring;
 
 pub use catalog::{Catalog, CatalogEntry, Collision, LoadProblem, Origin, Source, Trust};

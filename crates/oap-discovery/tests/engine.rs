@@ -11,7 +11,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use oap_discovery::{Engine, EngineConfig, Mode, Source, Trust};
-use oap_embed::{BertEmbedder, EmbedError, EmbedOptions, Embedder};
+use oap_embed::{EmbedError, Embedder};
+use oap_embed_candle::{BertEmbedder, EmbedOptions};
 
 fn model_dir() -> PathBuf {
     match std::env::var_os("OAPD_MODEL_DIR") {

@@ -1,4 +1,5 @@
-//! Error type for the embedding crate.
+//! Error type shared by every embedder (no tensor library's types in it:
+//! an implementation turns its own errors into these variants).
 //!
 //! Every variant that concerns a file names that file, because the most common
 //! operational failure is "the model directory is incomplete or was fetched from
@@ -42,17 +43,12 @@ pub enum EmbedError {
     #[error("tokenizer: {0}")]
     Tokenizer(String),
 
-    /// A tensor operation failed at inference time.
-    #[error("candle: {0}")]
-    Candle(String),
+    /// The model failed at inference time (a tensor operation, for the
+    /// candle embedder), with the implementation's message.
+    #[error("inference: {0}")]
+    Inference(String),
 
     /// `EmbedOptions` has a value the model cannot honour.
     #[error("invalid embed options: {0}")]
     InvalidOptions(String),
-}
-
-impl From<candle_core::Error> for EmbedError {
-    fn from(e: candle_core::Error) -> Self {
-        EmbedError::Candle(e.to_string())
-    }
 }

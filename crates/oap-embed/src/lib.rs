@@ -1,13 +1,16 @@
-//! Sentence embeddings for OAP manifest discovery.
+//! Sentence embeddings for OAP manifest discovery: the interface.
 //!
 //! The daemon ranks manifests by cosine similarity between a task description
-//! and each manifest's text. This crate turns text into L2-normalised vectors
-//! with a local sentence-transformers BERT model (all-MiniLM-L6-v2 by default)
-//! running on candle's CPU backend, so that no network and no Python are needed
-//! on the edge board.
+//! and each manifest's text. This crate holds what the rest of the workspace
+//! needs to talk about an embedding model without compiling one: the
+//! [`Embedder`] trait, [`cosine`], the [`EmbedError`] type, and the helpers
+//! that let background embedding yield to queries
+//! ([`lower_current_thread_priority`], [`return_freed_memory`]).
 //!
-//! Other crates depend only on the [`Embedder`] trait, so tests can use a fake
-//! embedder and the model can be swapped without touching the index code.
+//! The real model (a sentence-transformers BERT on candle) lives in
+//! `oap-embed-candle`; this crate depends on no tensor library, so the engine
+//! and its tests can use a fake embedder and the model can be swapped without
+//! touching the index code.
 
 // Product code never panics on what it is given: errors are values.
 #![cfg_attr(
@@ -15,11 +18,9 @@
     deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
 )]
 
-mod bert;
 mod error;
 mod priority;
 
-pub use bert::{BertEmbedder, EmbedOptions};
 pub use error::EmbedError;
 pub use priority::{lower_current_thread_priority, return_freed_memory};
 
@@ -50,7 +51,7 @@ pub trait Embedder: Send + Sync {
     fn embed_one(&self, text: &str) -> Result<Vec<f32>, EmbedError> {
         self.embed(&[text])?
             .pop()
-            .ok_or_else(|| EmbedError::Candle("model returned no embedding".into()))
+            .ok_or_else(|| EmbedError::Inference("model returned no embedding".into()))
     }
 }
 

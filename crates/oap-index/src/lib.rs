@@ -7,8 +7,8 @@
 //!
 //! * [`IndexWriter`] collects documents in memory (one copy of the matrix, already in
 //!   its on-disk dtype) and [`IndexWriter::write_atomic`] writes `<path>.tmp`, fsyncs,
-//!   renames over `<path>` and fsyncs the directory, so readers see either the old or
-//!   the new file and a mapped old file stays valid.
+//!   renames over `<path>` and fsyncs the directory (`oap-store`'s atomic write), so
+//!   readers see either the old or the new file and a mapped old file stays valid.
 //! * [`Index::open`] maps the file and validates every byte of it (header crc, section
 //!   crcs, offsets, counts, sort orders) before any query runs, so queries can rely on
 //!   the invariants and a torn or hostile file becomes [`IndexError::Corrupt`].

@@ -1,9 +1,11 @@
 //! Building an index in memory and writing it atomically.
 
 use std::collections::{HashMap, HashSet};
-use std::fs::{self, File, OpenOptions};
+use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
+
+use oap_store::{StoreError, TempName};
 use std::time::{Duration, Instant};
 
 use crate::format::{
@@ -322,21 +324,16 @@ impl IndexWriter {
         Ok(())
     }
 
-    /// Writes the index to `path` atomically: `<path>.tmp` in the same directory,
-    /// fsync, rename over `<path>`, fsync the directory. Readers that mapped the old
-    /// file keep a valid mapping (its inode lives until unmapped). On failure before
-    /// the rename the old file is untouched and the temp file is removed.
+    /// Writes the index to `path` atomically with [`oap_store::write_atomic_with`]:
+    /// `<path>.tmp` in the same directory, fsync, rename over `<path>`, fsync the
+    /// directory. Readers that mapped the old file keep a valid mapping (its inode
+    /// lives until unmapped). On failure before the rename the old file is untouched
+    /// and the temp file is removed.
     ///
     /// One writer per path at a time: two concurrent writers would share `<path>.tmp`.
     pub fn write_atomic(&self, path: impl AsRef<Path>) -> Result<WriteStats, IndexError> {
         let started = Instant::now();
         let path = path.as_ref();
-        let file_name = path
-            .file_name()
-            .ok_or_else(|| IndexError::invalid(format!("{} has no file name", path.display())))?;
-        let mut tmp_name = file_name.to_os_string();
-        tmp_name.push(".tmp");
-        let tmp = path.with_file_name(tmp_name);
 
         // Build the derived sections.
         let n_docs = self.doc_lens.len();
@@ -402,25 +399,17 @@ impl IndexWriter {
         }
         .encode();
 
-        let file = OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .open(&tmp)
-            .map_err(|e| IndexError::io("creating", &tmp, e))?;
-        let written = write_sections(&file, &header, &entries, &secs)
-            .and_then(|()| file.sync_all())
-            .map_err(|e| IndexError::io("writing", &tmp, e));
-        drop(file);
-        if let Err(e) = written {
-            let _ = fs::remove_file(&tmp);
-            return Err(e);
+        let written = oap_store::write_atomic_with(path, TempName::Fixed, |file| {
+            write_sections(file, &header, &entries, &secs)
+        })
+        .map_err(|err| match err {
+            StoreError::Io { op, path, source } => IndexError::Io { op, path, source },
+            other => IndexError::invalid(other.to_string()),
+        })?;
+        let dir_synced = written.dir_synced;
+        if !dir_synced {
+            tracing::warn!(path = %path.display(), "fsync of index directory failed; rename may not be durable");
         }
-        if let Err(e) = fs::rename(&tmp, path) {
-            let _ = fs::remove_file(&tmp);
-            return Err(IndexError::io("renaming temp file over", path, e));
-        }
-        let dir_synced = sync_parent_dir(path);
 
         let stats = WriteStats {
             path: path.to_path_buf(),
@@ -473,19 +462,4 @@ fn write_sections(
         pos = e.offset + e.len;
     }
     w.flush()
-}
-
-/// fsyncs the directory holding `path` so the rename itself is durable.
-fn sync_parent_dir(path: &Path) -> bool {
-    let dir = match path.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p,
-        _ => Path::new("."),
-    };
-    match File::open(dir).and_then(|d| d.sync_all()) {
-        Ok(()) => true,
-        Err(e) => {
-            tracing::warn!(dir = %dir.display(), error = %e, "fsync of index directory failed; rename may not be durable");
-            false
-        }
-    }
 }

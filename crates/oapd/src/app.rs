@@ -6,7 +6,8 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use oap_discovery::{BuildReport, Engine, EngineConfig, Mode, Scoring, Source};
-use oap_embed::{BertEmbedder, EmbedOptions, Embedder};
+use oap_embed::Embedder;
+use oap_embed_candle::{BertEmbedder, EmbedOptions};
 use serde::Serialize;
 
 use crate::config::{Config, DiscoveryMode, VectorDtypeConfig};

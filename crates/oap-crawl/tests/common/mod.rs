@@ -17,6 +17,11 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 
+mod sink;
+// oapd's crawl test shares this module and has no use for the sink.
+#[allow(unused_imports)]
+pub use sink::sink;
+
 /// Every fake domain the server has a certificate for.
 pub const HOSTS: &[&str] = &[
     "good.test",

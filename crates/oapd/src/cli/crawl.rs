@@ -48,13 +48,18 @@ pub fn run(config: &Config, once: bool, domains: &[String]) -> anyhow::Result<()
                 "crawling on schedule until interrupted"
             );
             crawler
-                .run(engine, Duration::from_secs(1), async {
-                    let _ = tokio::signal::ctrl_c().await;
-                })
+                .run(
+                    crate::crawl::sink::sink(&engine),
+                    Duration::from_secs(1),
+                    async {
+                        let _ = tokio::signal::ctrl_c().await;
+                    },
+                )
                 .await;
             return Ok(());
         }
-        let report = crawler.crawl_pass(Some(&names), Some(&engine)).await;
+        let sink = crate::crawl::sink::sink(&engine);
+        let report = crawler.crawl_pass(Some(&names), Some(&sink)).await;
         for state in crawler.status() {
             if !names.contains(&state.domain) {
                 continue;

@@ -107,7 +107,7 @@ pub async fn register(
     tracing::info!(%domain, "domain registered");
     let task = {
         let crawler = crawler.clone();
-        let engine = api.engine.clone();
+        let engine = crate::crawl::sink::sink(&api.engine);
         let domain = domain.clone();
         tokio::spawn(async move {
             crawler.crawl_pass(Some(&[domain]), Some(&engine)).await;

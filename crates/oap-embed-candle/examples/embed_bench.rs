@@ -1,7 +1,7 @@
 //! Rough latency / throughput figures for the embedder, to compare boards.
 //!
 //! ```text
-//! cargo run --release -p oap-embed --example embed_bench -- [MODEL_DIR] [--threads N] [--runs N] [--batch N]
+//! cargo run --release -p oap-embed-candle --example embed_bench -- [MODEL_DIR] [--threads N] [--runs N] [--batch N]
 //! ```
 //! MODEL_DIR defaults to `$OAPD_MODEL_DIR` or `<repo>/models/all-MiniLM-L6-v2`.
 //! Plain `Instant` timing instead of criterion: we want p50/p99 of a cold-ish
@@ -11,7 +11,8 @@
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use oap_embed::{BertEmbedder, EmbedOptions, Embedder};
+use oap_embed::Embedder;
+use oap_embed_candle::{BertEmbedder, EmbedOptions};
 use sha2::{Digest, Sha256};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {

@@ -11,7 +11,8 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
-use oap_embed::{cosine, BertEmbedder, EmbedError, EmbedOptions, Embedder};
+use oap_embed::{cosine, EmbedError, Embedder};
+use oap_embed_candle::{BertEmbedder, EmbedOptions};
 use sha2::{Digest, Sha256};
 
 fn model_dir() -> PathBuf {

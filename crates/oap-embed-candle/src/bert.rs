@@ -15,7 +15,7 @@ use candle_transformers::models::bert::{BertModel, Config};
 use sha2::{Digest, Sha256};
 use tokenizers::{Encoding, Tokenizer, TruncationParams};
 
-use crate::{EmbedError, Embedder};
+use oap_embed::{EmbedError, Embedder};
 
 /// File names of a sentence-transformers model directory, in the order they are
 /// hashed into the model id.
@@ -295,7 +295,8 @@ impl BertEmbedder {
         let mut out = vec![Vec::new(); encodings.len()];
         for chunk in order.chunks(batch_size.max(1)) {
             let batch: Vec<&Encoding> = chunk.iter().map(|&i| &encodings[i]).collect();
-            for (&i, v) in chunk.iter().zip(self.forward(&batch)?) {
+            let vectors = self.forward(&batch).map_err(inference_error)?;
+            for (&i, v) in chunk.iter().zip(vectors) {
                 out[i] = v;
             }
         }
@@ -303,7 +304,7 @@ impl BertEmbedder {
     }
 
     /// One forward pass over a batch, padded to its longest member.
-    fn forward(&self, batch: &[&Encoding]) -> Result<Vec<Vec<f32>>, EmbedError> {
+    fn forward(&self, batch: &[&Encoding]) -> candle_core::Result<Vec<Vec<f32>>> {
         let rows = batch.len();
         let cols = batch.iter().map(|e| e.len()).max().unwrap_or(0);
         if cols == 0 {
@@ -389,7 +390,7 @@ impl BertEmbedder {
                 .num_threads(threads)
                 .thread_name(|i| format!("oap-embed-bg-{i}"))
                 .start_handler(|_| {
-                    crate::priority::lower_current_thread_priority();
+                    oap_embed::lower_current_thread_priority();
                 })
                 .build()
                 .map_err(|e| format!("cannot start {threads} background threads: {e}"))
@@ -397,6 +398,11 @@ impl BertEmbedder {
         pool.as_ref()
             .map_err(|reason| EmbedError::InvalidOptions(reason.clone()))
     }
+}
+
+/// A candle failure at inference time, as the trait's error.
+fn inference_error(e: candle_core::Error) -> EmbedError {
+    EmbedError::Inference(e.to_string())
 }
 
 fn read_file(path: &Path) -> Result<Vec<u8>, EmbedError> {
