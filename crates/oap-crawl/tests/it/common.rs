@@ -1,21 +1,24 @@
-//! Test harness: an HTTPS server on loopback with a test CA that serves
-//! good and hostile manifests chosen by the Host header, a stub resolver
-//! that maps many fake domains to loopback, and a connect observer.
+//! Test harness: an HTTPS server on loopback with a test CA (the kit's)
+//! that serves good and hostile manifests chosen by the Host header, the
+//! kit's stub resolver mapping many fake domains to loopback, and a connect
+//! observer.
 #![allow(dead_code)]
 
 use std::collections::HashMap;
 use std::io;
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use oap_crawl::TxtResolver;
-use oap_exec::{BoxFuture, ExecPolicy, Executor, Resolver};
-use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use oap_exec::{BoxFuture, ExecPolicy, Executor};
+use oap_testkit::server::{serve_tls_raw, write_response};
+use tokio::io::AsyncWriteExt;
 use tokio::net::TcpListener;
+
+pub use oap_testkit::pki::{Pki, ServerConfig};
+pub use oap_testkit::resolver::StubResolver;
 
 /// Every fake domain the server has a certificate for.
 pub const HOSTS: &[&str] = &[
@@ -51,38 +54,11 @@ pub fn manifest(name: &str, description: &str) -> String {
     .to_string()
 }
 
-pub struct Pki {
-    pub ca_pem: String,
-    pub server: Arc<rustls::ServerConfig>,
-}
-
+/// A test CA and a certificate for every host in [`HOSTS`] and 127.0.0.1.
 pub fn pki() -> Pki {
-    let ca_key = KeyPair::generate().unwrap();
-    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
-    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    let ca = ca_params.self_signed(&ca_key).unwrap();
-    let issuer = Issuer::from_params(&ca_params, &ca_key);
-    let leaf_key = KeyPair::generate().unwrap();
-    let mut names: Vec<String> = HOSTS.iter().map(|h| h.to_string()).collect();
-    names.push("127.0.0.1".into());
-    let leaf = CertificateParams::new(names)
-        .unwrap()
-        .signed_by(&leaf_key, &issuer)
-        .unwrap();
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let config = rustls::ServerConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .with_no_client_auth()
-        .with_single_cert(
-            vec![CertificateDer::from(leaf.der().to_vec())],
-            PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(leaf_key.serialize_der())),
-        )
-        .unwrap();
-    Pki {
-        ca_pem: ca.pem(),
-        server: Arc::new(config),
-    }
+    let mut names: Vec<&str> = HOSTS.to_vec();
+    names.push("127.0.0.1");
+    Pki::new(&names)
 }
 
 /// `(host, path, if-none-match)` of one request.
@@ -114,86 +90,30 @@ impl Server {
     }
 }
 
-pub async fn serve(config: Arc<rustls::ServerConfig>) -> Server {
+pub async fn serve(config: Arc<ServerConfig>) -> Server {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let port = listener.local_addr().unwrap().port();
     let requests = Arc::new(Mutex::new(Vec::new()));
     let flap_up = Arc::new(AtomicBool::new(true));
     let version = Arc::new(AtomicUsize::new(1));
-    let acceptor = tokio_rustls::TlsAcceptor::from(config);
     let (r, f, v) = (requests.clone(), flap_up.clone(), version.clone());
-    tokio::spawn(async move {
-        loop {
-            let Ok((tcp, _)) = listener.accept().await else {
-                return;
-            };
-            let acceptor = acceptor.clone();
-            let (r, f, v) = (r.clone(), f.clone(), v.clone());
-            tokio::spawn(async move {
-                let Ok(mut tls) = acceptor.accept(tcp).await else {
-                    return;
-                };
-                let mut buf = Vec::new();
-                let mut chunk = [0u8; 4096];
-                while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
-                    match tls.read(&mut chunk).await {
-                        Ok(0) | Err(_) => return,
-                        Ok(n) => buf.extend_from_slice(&chunk[..n]),
-                    }
-                    if buf.len() > 65536 {
-                        return;
-                    }
-                }
-                let text = String::from_utf8_lossy(&buf).to_string();
-                let mut lines = text.split("\r\n");
-                let path = lines
-                    .next()
-                    .and_then(|l| l.split(' ').nth(1))
-                    .unwrap_or("/")
-                    .to_string();
-                let mut host = String::new();
-                let mut inm = None;
-                for line in lines {
-                    if let Some((k, val)) = line.split_once(':') {
-                        match k.trim().to_ascii_lowercase().as_str() {
-                            "host" => host = val.trim().split(':').next().unwrap_or("").to_string(),
-                            "if-none-match" => inm = Some(val.trim().to_string()),
-                            _ => {}
-                        }
-                    }
-                }
-                r.lock()
-                    .unwrap()
-                    .push((host.clone(), path.clone(), inm.clone()));
-                respond(&mut tls, &host, &path, inm, port, &f, &v).await;
-                let _ = tls.shutdown().await;
-            });
+    tokio::spawn(serve_tls_raw(listener, config, move |mut tls, head| {
+        let (r, f, v) = (r.clone(), f.clone(), v.clone());
+        async move {
+            let inm = head.header("if-none-match").map(str::to_string);
+            r.lock()
+                .unwrap()
+                .push((head.host.clone(), head.path.clone(), inm.clone()));
+            respond(&mut tls, &head.host, &head.path, inm, port, &f, &v).await;
+            let _ = tls.shutdown().await;
         }
-    });
+    }));
     Server {
         port,
         requests,
         flap_up,
         version,
     }
-}
-
-async fn write_response<W: tokio::io::AsyncWrite + Unpin>(
-    w: &mut W,
-    status: &str,
-    headers: &[(&str, String)],
-    body: &[u8],
-) {
-    let mut head = format!(
-        "HTTP/1.1 {status}\r\nconnection: close\r\ncontent-length: {}\r\n",
-        body.len()
-    );
-    for (k, v) in headers {
-        head.push_str(&format!("{k}: {v}\r\n"));
-    }
-    head.push_str("\r\n");
-    let _ = w.write_all(head.as_bytes()).await;
-    let _ = w.write_all(body).await;
 }
 
 const JSON: &str = "application/json";
@@ -357,48 +277,9 @@ async fn respond<W: tokio::io::AsyncWrite + Unpin>(
     }
 }
 
-/// Maps names to fixed addresses; records every query.
-pub struct StubResolver {
-    pub table: HashMap<String, Vec<IpAddr>>,
-    pub queries: Mutex<Vec<String>>,
-}
-
-impl StubResolver {
-    pub fn new(entries: &[(&str, &str)]) -> Arc<Self> {
-        Arc::new(Self {
-            table: entries
-                .iter()
-                .map(|(h, ip)| (h.to_string(), vec![ip.parse().unwrap()]))
-                .collect(),
-            queries: Mutex::new(Vec::new()),
-        })
-    }
-
-    /// Every test host on loopback.
-    pub fn loopback() -> Arc<Self> {
-        let entries: Vec<(&str, &str)> = HOSTS.iter().map(|h| (*h, "127.0.0.1")).collect();
-        Self::new(&entries)
-    }
-}
-
-impl Resolver for StubResolver {
-    fn resolve<'a>(
-        &'a self,
-        host: &'a str,
-        port: u16,
-    ) -> BoxFuture<'a, io::Result<Vec<SocketAddr>>> {
-        self.queries.lock().unwrap().push(host.to_string());
-        let found = self.table.get(host).cloned();
-        Box::pin(async move {
-            found
-                .map(|ips| {
-                    ips.into_iter()
-                        .map(|ip| SocketAddr::new(ip, port))
-                        .collect()
-                })
-                .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, "no such host"))
-        })
-    }
+/// Every test host on loopback.
+pub fn loopback_resolver() -> Arc<StubResolver> {
+    StubResolver::loopback(HOSTS)
 }
 
 /// TXT records by name.

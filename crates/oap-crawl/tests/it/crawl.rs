@@ -4,7 +4,7 @@
 //! answers private, metadata and CGNAT addresses and asserts that nothing
 //! was connected to.
 
-mod common;
+use crate::common;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -51,7 +51,7 @@ fn open_engine(dir: &std::path::Path, settings: &CrawlerSettings) -> Engine {
 }
 
 async fn fixture() -> Fixture {
-    fixture_with(StubResolver::loopback(), &["127.0.0.0/8"], None).await
+    fixture_with(loopback_resolver(), &["127.0.0.0/8"], None).await
 }
 
 async fn fixture_with(
@@ -256,14 +256,14 @@ async fn a_same_host_redirect_is_followed_and_recorded() {
 #[tokio::test]
 async fn ssrf_refuses_internal_answers_without_connecting() {
     let resolver = StubResolver::new(&[
-        ("private.test", "10.0.0.7"),
-        ("home.test", "192.168.1.1"),
-        ("metadata.test", "169.254.169.254"),
-        ("cgnat.test", "100.64.0.1"),
-        ("loopback.test", "127.0.0.1"),
-        ("ula.test", "fd00::1"),
-        ("mapped.test", "::ffff:10.0.0.1"),
-        ("multicast.test", "224.0.0.251"),
+        ("private.test", &["10.0.0.7"]),
+        ("home.test", &["192.168.1.1"]),
+        ("metadata.test", &["169.254.169.254"]),
+        ("cgnat.test", &["100.64.0.1"]),
+        ("loopback.test", &["127.0.0.1"]),
+        ("ula.test", &["fd00::1"]),
+        ("mapped.test", &["::ffff:10.0.0.1"]),
+        ("multicast.test", &["224.0.0.251"]),
     ]);
     let f = fixture_with(resolver, &[], None).await;
     let before = ids(&f.engine);
@@ -377,7 +377,7 @@ async fn the_txt_hint_is_checked_and_recorded() {
         vec!["v=spf1 -all".to_string()],
     );
     let txt: Arc<dyn oap_crawl::TxtResolver> = Arc::new(StubTxt(records));
-    let f = fixture_with(StubResolver::loopback(), &["127.0.0.0/8"], Some(txt)).await;
+    let f = fixture_with(loopback_resolver(), &["127.0.0.0/8"], Some(txt)).await;
     let a = f.add("good.test");
     let b = f.add("second.test");
     let c = f.add("flap.test");
@@ -457,7 +457,7 @@ async fn indexed_manifests_survive_restart_and_damaged_state() {
 impl Fixture {
     fn crawler_executor(&self) -> Arc<oap_exec::Executor> {
         let pki = pki();
-        executor(StubResolver::loopback(), &pki.ca_pem, &["127.0.0.0/8"]).0
+        executor(loopback_resolver(), &pki.ca_pem, &["127.0.0.0/8"]).0
     }
 }
 

@@ -3,7 +3,7 @@
 //! device's private address would be allowed by `lan` trust). Keys, the
 //! cap, removal, the purge, and which targets the schedule crawls.
 
-mod common;
+use crate::common;
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::Arc;

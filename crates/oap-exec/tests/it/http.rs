@@ -2,7 +2,7 @@
 //! stub resolver; every connection attempt is logged and anything but
 //! loopback is refused by the test guard, so no traffic leaves the machine.
 
-mod common;
+use crate::common;
 
 use std::io::Write;
 use std::os::unix::fs::PermissionsExt;
@@ -782,31 +782,11 @@ async fn execute_all_bounds_concurrency_and_keeps_order() {
 
 mod tls {
     use super::*;
-    use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
-    use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
 
+    /// A test CA and a certificate for a.test.
     fn pki() -> (String, Arc<rustls::ServerConfig>) {
-        let ca_key = KeyPair::generate().unwrap();
-        let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
-        ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        let ca = ca_params.self_signed(&ca_key).unwrap();
-        let issuer = Issuer::from_params(&ca_params, &ca_key);
-        let leaf_key = KeyPair::generate().unwrap();
-        let leaf = CertificateParams::new(vec!["a.test".to_string()])
-            .unwrap()
-            .signed_by(&leaf_key, &issuer)
-            .unwrap();
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let config = rustls::ServerConfig::builder_with_provider(provider)
-            .with_safe_default_protocol_versions()
-            .unwrap()
-            .with_no_client_auth()
-            .with_single_cert(
-                vec![CertificateDer::from(leaf.der().to_vec())],
-                PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(leaf_key.serialize_der())),
-            )
-            .unwrap();
-        (ca.pem(), Arc::new(config))
+        let pki = Pki::new(&["a.test"]);
+        (pki.ca_pem, pki.server)
     }
 
     #[tokio::test]

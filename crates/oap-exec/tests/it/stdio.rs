@@ -1,6 +1,6 @@
 //! stdio execution with real commands.
 
-mod common;
+use crate::common;
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};

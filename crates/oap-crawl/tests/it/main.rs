@@ -1,0 +1,8 @@
+//! oap-crawl's integration tests, one binary: one module per area.
+
+#![allow(dead_code)]
+
+mod common;
+
+mod crawl;
+mod lan;
