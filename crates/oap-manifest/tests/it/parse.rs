@@ -4,18 +4,8 @@ use oap_manifest::{
     content_hash, lint_text, parse, slug, AuthIn, AuthKind, InvokeKind, ManifestError, Severity,
     MAX_JSON_DEPTH, MAX_MANIFEST_BYTES,
 };
+use crate::common::grep_stdio as minimal;
 use serde_json::{json, Value};
-
-fn minimal() -> Value {
-    json!({
-        "oap": "1.0",
-        "name": "grep",
-        "description": "Searches text for lines matching a pattern.",
-        "input": {"format": "text/plain", "description": "Text on stdin."},
-        "output": {"format": "text/plain", "description": "Matching lines."},
-        "invoke": {"method": "stdio", "url": "grep"}
-    })
-}
 
 fn bytes(v: &Value) -> Vec<u8> {
     serde_json::to_vec_pretty(v).expect("serialize")

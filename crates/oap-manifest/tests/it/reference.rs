@@ -3,51 +3,10 @@
 //! expected warnings, and must round-trip losslessly.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
 
+use crate::common::{reference_dir, reference_files};
 use oap_manifest::{parse, ManifestError, Severity};
 use serde_json::Value;
-
-/// `<repo>/tests/fixtures/reference-manifests`, where `<repo>` is two levels above
-/// this crate. Panics (fails the test) if it is missing: no silent skip.
-fn reference_dir() -> PathBuf {
-    let dir =
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/reference-manifests");
-    assert!(
-        dir.is_dir(),
-        "reference manifests not found at {} (expected <repo>/tests/fixtures/reference-manifests); \
-         these tests need the shared spec directory",
-        dir.display()
-    );
-    dir
-}
-
-fn collect(dir: &Path, root: &Path, out: &mut Vec<(String, Vec<u8>)>) {
-    let mut entries: Vec<_> = std::fs::read_dir(dir)
-        .unwrap_or_else(|e| panic!("read_dir {}: {e}", dir.display()))
-        .map(|e| e.expect("dir entry").path())
-        .collect();
-    entries.sort();
-    for p in entries {
-        if p.is_dir() {
-            collect(&p, root, out);
-        } else if p.extension().is_some_and(|e| e == "json") {
-            let rel = p
-                .strip_prefix(root)
-                .expect("under root")
-                .to_string_lossy()
-                .replace('\\', "/");
-            out.push((rel, std::fs::read(&p).expect("read manifest")));
-        }
-    }
-}
-
-fn reference_files() -> Vec<(String, Vec<u8>)> {
-    let root = reference_dir();
-    let mut out = Vec::new();
-    collect(&root, &root, &mut out);
-    out
-}
 
 fn read_reference(rel: &str) -> Vec<u8> {
     let p = reference_dir().join(rel);

@@ -1,5 +1,6 @@
 //! One test per validation rule: exact path plus a message substring.
 
+use crate::common::grep_stdio as stdio;
 use oap_manifest::{validate, Report, Severity};
 use serde_json::{json, Value};
 
@@ -18,18 +19,6 @@ fn http() -> Value {
             "auth_name": "X-Api-Key",
             "auth_url": "https://summarize.example.com/developers"
         }
-    })
-}
-
-/// A clean stdio manifest: zero diagnostics (no stdio warning by design).
-fn stdio() -> Value {
-    json!({
-        "oap": "1.0",
-        "name": "grep",
-        "description": "Searches text for lines matching a pattern.",
-        "input": {"format": "text/plain", "description": "Text on stdin."},
-        "output": {"format": "text/plain", "description": "Matching lines."},
-        "invoke": {"method": "stdio", "url": "grep"}
     })
 }
 

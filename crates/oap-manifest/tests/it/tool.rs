@@ -2,8 +2,7 @@
 //! registry shape. Real manifests come from tests/fixtures/reference-manifests.
 
 use std::collections::HashSet;
-use std::path::{Path, PathBuf};
-
+use crate::common::{reference_dir, reference_files};
 use oap_manifest::tool::TOOL_NAME_PREFIX;
 use oap_manifest::{
     assign_tool_names, check_arguments, inspect_arguments, parameter_source, parse, registry_entry,
@@ -16,52 +15,16 @@ use serde_json::{json, Map, Value};
 // helpers
 // ---------------------------------------------------------------------------
 
-/// `<repo>/tests/fixtures/reference-manifests`; fails (no silent skip) if missing.
-fn reference_dir() -> PathBuf {
-    let dir =
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/reference-manifests");
-    assert!(
-        dir.is_dir(),
-        "reference manifests not found at {} (expected <repo>/tests/fixtures/reference-manifests); \
-         these tests need the shared spec directory",
-        dir.display()
-    );
-    dir
-}
-
-fn collect(dir: &Path, root: &Path, out: &mut Vec<(String, Value)>) {
-    let mut entries: Vec<_> = std::fs::read_dir(dir)
-        .unwrap_or_else(|e| panic!("read_dir {}: {e}", dir.display()))
-        .map(|e| e.expect("dir entry").path())
-        .collect();
-    entries.sort();
-    for p in entries {
-        if p.is_dir() {
-            collect(&p, root, out);
-        } else if p.extension().is_some_and(|e| e == "json") {
-            let rel = p
-                .strip_prefix(root)
-                .expect("under root")
-                .to_string_lossy()
-                .replace('\\', "/");
-            let bytes = std::fs::read(&p).expect("read manifest");
-            let v: Value =
-                serde_json::from_slice(&bytes).unwrap_or_else(|e| panic!("{rel}: not JSON: {e}"));
-            out.push((rel, v));
-        }
-    }
-}
-
 /// Every reference manifest as `(relative path, Manifest)`. Validated via
 /// `parse` where possible; kagi-search (refused for its non-spec `auth:
 /// "bot"`) is deserialised directly, since conversion must not panic on
 /// unvalidated manifests either.
 fn reference_manifests() -> Vec<(String, Manifest)> {
-    let root = reference_dir();
-    let mut raw = Vec::new();
-    collect(&root, &root, &mut raw);
-    raw.into_iter()
-        .map(|(rel, v)| {
+    reference_files()
+        .into_iter()
+        .map(|(rel, bytes)| {
+            let v: Value =
+                serde_json::from_slice(&bytes).unwrap_or_else(|e| panic!("{rel}: not JSON: {e}"));
             let m = match parse(&serde_json::to_vec(&v).expect("serialise")) {
                 Ok(p) => p.manifest,
                 Err(_) => serde_json::from_value(v)
