@@ -3,13 +3,13 @@
 //! Ollama's exact wire format and records what oapd forwarded. Tools are
 //! the bundled manifests, executed for real (coreutils `wc`).
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 
 use fake_ollama::{Chunk, Echo, ModelSpec, Script, Turn};
 use serde_json::{json, Value};
-use support::{fake, Daemon, DaemonBuilder, Upstream};
+use crate::support::{fake, Daemon, DaemonBuilder, Upstream};
 
 fn models() -> Script {
     Script::new()
@@ -19,7 +19,7 @@ fn models() -> Script {
 }
 
 fn daemon_for(upstream: &Upstream) -> Daemon {
-    DaemonBuilder::new()
+    support::daemon()
         .yaml(&format!("ollama:\n  base_url: {:?}\n", upstream.fake.url()))
         .start()
 }
@@ -308,7 +308,7 @@ fn upstream_errors_reach_the_client_in_ollamas_shape() {
 #[test]
 fn ollama_down_is_a_clear_502() {
     let port = support::free_port();
-    let daemon = DaemonBuilder::new()
+    let daemon = support::daemon()
         .yaml(&format!(
             "ollama:\n  base_url: \"http://127.0.0.1:{port}\"\n"
         ))
@@ -361,7 +361,7 @@ fn bad_chat_requests_are_refused_before_anything_is_sent() {
 #[test]
 fn pass_through_routes_stream_with_the_host_rewritten() {
     let upstream = fake(models());
-    let daemon = DaemonBuilder::new()
+    let daemon = support::daemon()
         .yaml(&format!("ollama:\n  base_url: {:?}\n", upstream.fake.url()))
         .env("OAP_SERVER_ALLOWED_HOSTS", "pi.example.org")
         .start();
@@ -440,7 +440,7 @@ fn a_client_that_disconnects_cancels_the_running_tool() {
     .unwrap();
     let marker = "37.25"; // an unusual duration identifies our process
     let upstream = fake(models().turn(Turn::tool_call("oap_sleeper", json!({"args": marker}))));
-    let daemon = DaemonBuilder::new()
+    let daemon = support::daemon()
         .yaml(&format!(
             "ollama:\n  base_url: {:?}\nmanifests:\n  dirs: [{:?}]\ntool_bridge:\n  stdio_timeout: 60\n",
             upstream.fake.url(),
@@ -505,7 +505,7 @@ fn unusable_arguments_become_a_tool_message_the_model_can_fix() {
 #[test]
 fn the_chat_deadline_bounds_a_hung_upstream() {
     let upstream = fake(models().turn(Turn::hang()));
-    let daemon = DaemonBuilder::new()
+    let daemon = support::daemon()
         .yaml(&format!(
             "ollama:\n  base_url: {:?}\n  chat_deadline: 2\n",
             upstream.fake.url()
@@ -604,7 +604,7 @@ fn a_client_that_disconnects_cancels_the_upstream_request() {
             });
         }
     });
-    let daemon = DaemonBuilder::new()
+    let daemon = support::daemon()
         .yaml(&format!("ollama:\n  base_url: \"http://{addr}\"\n"))
         .start();
     let body =

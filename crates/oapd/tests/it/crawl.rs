@@ -4,14 +4,14 @@
 //! reaches it through `crawler.hosts` (static name → 127.0.0.1) with
 //! `crawler.allow_private: [127.0.0.0/8]`. No traffic leaves loopback.
 
-mod support;
-#[path = "../../oap-crawl/tests/common/mod.rs"]
+use crate::support;
+#[path = "../../../oap-crawl/tests/it/common.rs"]
 mod web;
 
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use support::{oapd, DaemonBuilder};
+use crate::support::{oapd, DaemonBuilder};
 
 struct Web {
     _runtime: tokio::runtime::Runtime,
@@ -66,7 +66,7 @@ fn wait_for(what: &str, mut check: impl FnMut() -> bool) {
 /// A daemon crawling the test server, with an operator token (needed to
 /// register domains).
 fn operator_daemon(web: &Web) -> support::Daemon {
-    DaemonBuilder::new()
+    support::daemon()
         .env("OAP_SERVER_AUTH_TOKEN", TOKEN)
         .yaml(&crawler_yaml(web, true, &[]))
         .start_with_auth(TOKEN)
@@ -188,7 +188,7 @@ fn register_fetches_indexes_and_reports_status() {
 #[test]
 fn registration_is_refused_without_an_operator_token() {
     let web = web();
-    let daemon = DaemonBuilder::new()
+    let daemon = support::daemon()
         .without_model()
         .yaml(&crawler_yaml(&web, true, &[]))
         .start();
@@ -197,7 +197,7 @@ fn registration_is_refused_without_an_operator_token() {
     assert!(response.error().contains("server.auth_token"));
     assert_eq!(web.server.requests.lock().unwrap().len(), 0);
     // Crawler off: the status says so.
-    let off = DaemonBuilder::new().without_model().start();
+    let off = support::daemon().without_model().start();
     assert_eq!(off.get("/v1/crawl/status").json()["enabled"], false);
 }
 
@@ -276,7 +276,7 @@ fn crawl_once_from_the_command_line() {
 #[test]
 fn kill_9_during_a_crawl_loses_nothing_already_indexed() {
     let web = web();
-    let mut daemon = DaemonBuilder::new()
+    let mut daemon = support::daemon()
         .without_model()
         .yaml(&crawler_yaml(&web, true, &["good.test", "second.test"]))
         .start();
@@ -297,7 +297,7 @@ fn kill_9_during_a_crawl_loses_nothing_already_indexed() {
     let dir = std::mem::replace(&mut daemon.dir, tempfile::tempdir().unwrap());
     drop(daemon);
 
-    let mut daemon = DaemonBuilder::new()
+    let mut daemon = support::daemon()
         .without_model()
         .yaml(&crawler_yaml(
             &web,
@@ -323,7 +323,7 @@ fn kill_9_during_a_crawl_loses_nothing_already_indexed() {
     let dir = std::mem::replace(&mut daemon.dir, tempfile::tempdir().unwrap());
     drop(daemon);
 
-    let daemon = DaemonBuilder::new()
+    let daemon = support::daemon()
         .without_model()
         .yaml(&crawler_yaml(&web, false, &[]))
         .in_dir(dir)
@@ -345,7 +345,7 @@ fn the_directory_watch_picks_up_added_changed_and_removed_manifests() {
     let dir = tempfile::tempdir().unwrap();
     let manifests = dir.path().join("manifests");
     std::fs::create_dir_all(&manifests).unwrap();
-    let daemon = DaemonBuilder::new()
+    let daemon = support::daemon()
         .without_model()
         .yaml(&format!(
             "manifests:\n  bundled: false\n  dirs: [{manifests:?}]\ncrawler:\n  watch_interval: 1\n"

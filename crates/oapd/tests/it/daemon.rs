@@ -1,17 +1,17 @@
 //! End-to-end tests of the `oapd` binary: real process, real model, real
 //! index file, real HTTP over loopback sockets.
 
-mod support;
+use crate::support;
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
-use support::{send_raw, Daemon, DaemonBuilder};
+use crate::support::{send_raw, Daemon, DaemonBuilder};
 
 #[test]
 fn serves_discovery_from_the_bundled_manifests() {
-    let daemon = Daemon::start();
+    let daemon = support::daemon().start();
 
     let health = daemon.get("/health");
     assert_eq!(health.status, 200);
@@ -61,7 +61,7 @@ fn serves_discovery_from_the_bundled_manifests() {
 
 #[test]
 fn manifests_are_listed_and_fetched_by_id() {
-    let daemon = Daemon::start();
+    let daemon = support::daemon().start();
     let list = daemon.get("/v1/manifests").json();
     let ids: Vec<&str> = list
         .as_array()
@@ -89,7 +89,7 @@ fn manifests_are_listed_and_fetched_by_id() {
 
 #[test]
 fn bad_requests_get_clear_json_errors_and_the_daemon_keeps_serving() {
-    let daemon = DaemonBuilder::new()
+    let daemon = support::daemon()
         .env("OAP_SERVER_MAX_BODY_BYTES", "65536")
         .start();
     let before = daemon.get("/v1/manifests").body;
@@ -186,7 +186,7 @@ fn bad_requests_get_clear_json_errors_and_the_daemon_keeps_serving() {
 #[test]
 fn a_bearer_token_guards_every_endpoint() {
     let token = "s3cret-token-for-tests-0123456789";
-    let daemon = DaemonBuilder::new()
+    let daemon = support::daemon()
         .env("OAP_SERVER_AUTH_TOKEN", token)
         .start_with_auth(token);
     for (headers, status) in [
@@ -217,7 +217,7 @@ fn a_bearer_token_guards_every_endpoint() {
 
 #[test]
 fn without_the_model_the_daemon_serves_lexical_results_and_says_so() {
-    let daemon = DaemonBuilder::new().without_model().start();
+    let daemon = support::daemon().without_model().start();
     let health = daemon.get("/health").json();
     assert_eq!(health["status"], "degraded");
     assert!(
@@ -260,7 +260,7 @@ fn operator_manifests_override_bundled_ones_and_bad_files_are_skipped() {
     )
     .unwrap();
     std::fs::write(manifests.path().join("bad.json"), b"{ this is not json").unwrap();
-    let daemon = DaemonBuilder::new()
+    let daemon = support::daemon()
         .yaml(&format!("manifests:\n  dirs: [{:?}]\n", manifests.path()))
         .start();
     let health = daemon.get("/health").json();
@@ -289,7 +289,7 @@ fn operator_manifests_override_bundled_ones_and_bad_files_are_skipped() {
 #[test]
 fn environment_overrides_the_config_file() {
     let port = support::free_port();
-    let daemon = DaemonBuilder::new()
+    let daemon = support::daemon()
         .env("OAP_SERVER_LISTEN", &format!("127.0.0.1:{port}"))
         .env("OAP_DISCOVERY_DEFAULT_TOP_K", "2")
         .start_on(port);
@@ -326,7 +326,7 @@ fn a_bad_config_stops_start_up_with_the_key_named() {
 
 #[test]
 fn a_restart_reuses_the_index_file() {
-    let daemon = Daemon::start();
+    let daemon = support::daemon().start();
     let first = daemon.get("/v1/manifests").body;
     let mut daemon = daemon;
     let status = daemon.terminate();
@@ -335,7 +335,7 @@ fn a_restart_reuses_the_index_file() {
     let dir = std::mem::replace(&mut daemon.dir, tempfile::tempdir().unwrap());
     drop(daemon);
 
-    let daemon = DaemonBuilder::new().in_dir(dir).start();
+    let daemon = support::daemon().in_dir(dir).start();
     assert_eq!(daemon.get("/v1/manifests").body, first);
     assert!(
         daemon.log_text().contains("reused_index=true"),
@@ -346,7 +346,7 @@ fn a_restart_reuses_the_index_file() {
 
 #[test]
 fn slow_clients_do_not_hold_the_server() {
-    let daemon = Daemon::start();
+    let daemon = support::daemon().start();
     // A client that sends half a header and stalls (slowloris).
     let mut slow = TcpStream::connect(daemon.addr).unwrap();
     slow.write_all(b"POST /v1/discover HTTP/1.1\r\nHost: x\r\n")
@@ -370,7 +370,7 @@ fn slow_clients_do_not_hold_the_server() {
 
 #[test]
 fn concurrent_requests_are_all_answered() {
-    let daemon = Daemon::start();
+    let daemon = support::daemon().start();
     let addr = daemon.addr;
     let tasks = [
         "count the words",
@@ -406,12 +406,7 @@ fn manifest_lint_reports_located_errors_and_fails() {
     )
     .unwrap();
     let good = support::reference_manifest("grep");
-    let output = support::oapd()
-        .args(["manifest", "lint"])
-        .arg(&good)
-        .arg(&bad)
-        .output()
-        .unwrap();
+    let output = lint(&[&good, &bad]);
     assert!(!output.status.success());
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert!(
@@ -423,12 +418,17 @@ fn manifest_lint_reports_located_errors_and_fails() {
     );
     assert!(stdout.contains("grep.json: ok"), "{stdout}");
 
-    let output = support::oapd()
-        .args(["manifest", "lint"])
-        .arg(&good)
-        .output()
-        .unwrap();
+    let output = lint(&[&good]);
     assert!(output.status.success());
+}
+
+/// `oapd manifest lint PATHS...`.
+fn lint(paths: &[&std::path::Path]) -> std::process::Output {
+    support::oapd()
+        .args(["manifest", "lint"])
+        .args(paths)
+        .output()
+        .unwrap()
 }
 
 /// A local manifest whose fields are `(key, JSON value)` over a clean base.
@@ -470,12 +470,7 @@ fn manifest_lint_refuses_control_characters_and_passwords_in_urls() {
         ),
     )
     .unwrap();
-    let output = support::oapd()
-        .args(["manifest", "lint"])
-        .arg(&control)
-        .arg(&userinfo)
-        .output()
-        .unwrap();
+    let output = lint(&[&control, &userinfo]);
     assert!(!output.status.success());
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert!(
@@ -525,7 +520,7 @@ fn bad_manifests_in_a_directory_are_skipped_without_forging_logs_or_showing_pass
             &[("health", "https://api:s3cr3tpw@api.example.com/up".into())],
         ),
     );
-    let daemon = DaemonBuilder::new()
+    let daemon = support::daemon()
         .yaml(&format!("manifests:\n  dirs: [{:?}]\n", manifests.path()))
         .start();
 
@@ -685,7 +680,7 @@ fn discover_on_the_command_line() {
 #[test]
 fn cors_allows_only_configured_origins_and_preflights_need_no_token() {
     let token = "cors-test-token-0123456789abcdef";
-    let daemon = DaemonBuilder::new()
+    let daemon = support::daemon()
         .env("OAP_SERVER_CORS_ORIGINS", "http://webui.local:3000")
         .env("OAP_SERVER_AUTH_TOKEN", token)
         .start_with_auth(token);

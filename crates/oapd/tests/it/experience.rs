@@ -2,13 +2,13 @@
 //! the scripted fake Ollama calling the bundled `wc` tool (run for real),
 //! and the `/v1/experience` endpoints.
 
-mod support;
+use crate::support;
 
 use std::time::{Duration, Instant};
 
 use fake_ollama::{Echo, ModelSpec, Script, Turn};
 use serde_json::{json, Value};
-use support::{fake, Daemon, DaemonBuilder, Upstream};
+use crate::support::{fake, Daemon, DaemonBuilder, Upstream};
 
 const TASK: &str = "count the words in this text: one two three four";
 const PARAPHRASE: &str = "Count the words in this text: one two three four five six";
@@ -100,7 +100,7 @@ fn a_success_is_remembered_reused_degraded_recovered_persisted_and_purged() {
             // 5: served from the cache again.
             .turn(Turn::echo(Echo::ToolNames)),
     );
-    let daemon = DaemonBuilder::new().yaml(&config(&upstream)).start();
+    let daemon = support::daemon().yaml(&config(&upstream)).start();
 
     let answer = chat(&daemon, TASK);
     assert_eq!(answer["message"]["content"].as_str().unwrap().trim(), "4");
@@ -172,7 +172,7 @@ fn a_success_is_remembered_reused_degraded_recovered_persisted_and_purged() {
     assert!(daemon.terminate().success());
     let dir = std::mem::replace(&mut daemon.dir, tempfile::tempdir().unwrap());
     drop(daemon);
-    let daemon = DaemonBuilder::new()
+    let daemon = support::daemon()
         .in_dir(dir)
         .yaml(&config(&upstream))
         .start();
@@ -203,7 +203,7 @@ fn an_entry_whose_manifest_changed_or_vanished_is_dropped_not_used() {
             .turn(Turn::echo(Echo::LastTool))
             .default_turn(Turn::reply("no tool needed")),
     );
-    let daemon = DaemonBuilder::new().yaml(&config(&upstream)).start();
+    let daemon = support::daemon().yaml(&config(&upstream)).start();
     chat(&daemon, TASK);
     let mut file = wait_for_file(&daemon, 1);
     let mut daemon = daemon;
@@ -225,7 +225,7 @@ fn an_entry_whose_manifest_changed_or_vanished_is_dropped_not_used() {
     )
     .unwrap();
 
-    let daemon = DaemonBuilder::new()
+    let daemon = support::daemon()
         .in_dir(dir)
         .yaml(&config(&upstream))
         .start();
@@ -246,7 +246,7 @@ fn a_corrupt_cache_file_starts_empty_and_a_disabled_cache_says_so() {
     std::fs::create_dir_all(dir.path().join("data")).unwrap();
     std::fs::write(dir.path().join("data/experience.json"), b"{\"entries\": [").unwrap();
     let upstream = fake(Script::new().model(ModelSpec::new("m")));
-    let daemon = DaemonBuilder::new()
+    let daemon = support::daemon()
         .in_dir(dir)
         .yaml(&config(&upstream))
         .start();
@@ -256,7 +256,7 @@ fn a_corrupt_cache_file_starts_empty_and_a_disabled_cache_says_so() {
         .is_empty());
     drop(daemon);
 
-    let daemon = DaemonBuilder::new()
+    let daemon = support::daemon()
         .yaml(&format!("ollama:\n  base_url: {:?}\n", upstream.fake.url()))
         .start();
     let response = daemon.get("/v1/experience");
@@ -268,7 +268,7 @@ fn a_corrupt_cache_file_starts_empty_and_a_disabled_cache_says_so() {
 fn purging_needs_the_token_when_one_is_configured() {
     let upstream = fake(Script::new().model(ModelSpec::new("m")));
     let token = "a-long-operator-token-0123456789";
-    let daemon = DaemonBuilder::new()
+    let daemon = support::daemon()
         .yaml(&config(&upstream))
         .env("OAP_SERVER_AUTH_TOKEN", token)
         .start_with_auth(token);

@@ -2,15 +2,15 @@
 //! token budget, meta-tool mode and URL hygiene, with the real `oapd`
 //! binary between a raw loopback client and the scripted fake Ollama.
 
-mod support;
+use crate::support;
 
 use fake_ollama::{Chunk, Echo, Turn};
 use oapd::tokens;
 use serde_json::{json, Value};
-use support::exposure::{
+use crate::support::exposure::{
     daemon_with, discover_then_invoke, models, names, FORCED_TASK, FORCE_YAML, MODEL, WC_TASK,
 };
-use support::{fake, Daemon};
+use crate::support::{fake, Daemon};
 
 fn lines(body: &[u8]) -> Vec<Value> {
     body.split(|b| *b == b'\n')

@@ -5,15 +5,15 @@
 //! for real. Last, the experience purge from a LAN client, inside a
 //! network namespace the test builds.
 
-mod support;
+use crate::support;
 
 use fake_ollama::{Echo, Script, Turn};
 use serde_json::{json, Value};
-use support::exposure::{
+use crate::support::exposure::{
     daemon_with, discover_then_invoke, models, names, FORCED_TASK, FORCE_YAML, MODEL, WC_TASK,
 };
-use support::netns::{self, run};
-use support::{fake, Daemon, Upstream};
+use oap_testkit::netns::Netns;
+use crate::support::{fake, Daemon, Upstream};
 
 fn ok(response: support::Response) -> support::Response {
     assert_eq!(
@@ -408,131 +408,56 @@ fn a_forced_tool_runs_in_meta_mode_too() {
 
 // --- operator routes from a LAN client --------------------------------------------
 
-/// A network namespace of this test's own, with a veth pair inside it: a
-/// client there connecting to the address of one end is not a loopback
-/// client, and no packet leaves the namespace. Dropping it kills the daemon
-/// and deletes the namespace.
+/// The daemon in a network namespace of this test's own, with a veth pair
+/// inside it: a client there connecting to the address of one end is not a
+/// loopback client, and no packet leaves the namespace. The daemon listens
+/// on that LAN address and on loopback, with the experience cache on and
+/// no operator token. Dropping it stops the daemon, then deletes the
+/// namespace.
 struct LanLab {
-    name: String,
-    daemon: Option<std::process::Child>,
-    dir: tempfile::TempDir,
+    daemon: Daemon,
+    _ns: Netns,
 }
 
 const LAN_IP: &str = "10.78.0.1";
 const LAN_PORT: u16 = 18311;
 
-impl Drop for LanLab {
-    fn drop(&mut self) {
-        if let Some(daemon) = &mut self.daemon {
-            let _ = daemon.kill();
-            let _ = daemon.wait();
-        }
-        let _ = run(&["ip", "netns", "del", &self.name]);
-    }
-}
-
 impl LanLab {
     /// The lab, or why it cannot be built here (then the test is skipped).
     fn new() -> Result<LanLab, String> {
-        netns::available()?;
-        let name = format!("oapd-fit-{}", std::process::id());
-        run(&["ip", "netns", "add", &name])?;
-        let lab = LanLab {
-            name: name.clone(),
-            daemon: None,
-            dir: tempfile::tempdir().map_err(|e| e.to_string())?,
-        };
-        let address = format!("{LAN_IP}/32");
-        for step in [
-            &["ip", "-n", &name, "link", "set", "lo", "up"][..],
-            &[
-                "ip", "-n", &name, "link", "add", "va", "type", "veth", "peer", "name", "vb",
-            ],
-            &["ip", "-n", &name, "addr", "add", &address, "dev", "va"],
-            &["ip", "-n", &name, "link", "set", "va", "up"],
-            &["ip", "-n", &name, "link", "set", "vb", "up"],
-        ] {
-            run(step)?;
-        }
-        Ok(lab)
+        let ns = Netns::with_lan_address("oapd-fit", LAN_IP)?;
+        let daemon = support::daemon()
+            .in_netns(ns.name())
+            .listen(&[
+                &format!("{LAN_IP}:{LAN_PORT}"),
+                &format!("127.0.0.1:{LAN_PORT}"),
+            ])
+            .yaml("ollama:\n  base_url: \"http://127.0.0.1:9\"\nexperience:\n  enabled: true\n")
+            .start();
+        Ok(LanLab { daemon, _ns: ns })
     }
 
-    fn request(
-        &self,
-        ip: &'static str,
-        method: &'static str,
-        path: &'static str,
-    ) -> support::Response {
-        netns::inside(&self.name, move || {
-            let raw = format!("{method} {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\nContent-Length: 0\r\n\r\n");
-            let addr = format!("{ip}:{LAN_PORT}").parse().unwrap();
-            support::send_raw(addr, raw.as_bytes()).expect("request")
-        })
-    }
-
-    /// The daemon in the namespace, listening on the LAN address and on
-    /// loopback, with the experience cache on and no operator token.
-    fn start_daemon(&mut self) {
-        let data = self.dir.path().join("data");
-        let config = format!(
-            "server:\n  listen: [\"{LAN_IP}:{LAN_PORT}\", \"127.0.0.1:{LAN_PORT}\"]\n\
-             index:\n  data_dir: {data:?}\n\
-             embedding:\n  model_dir: {model:?}\n\
-             ollama:\n  base_url: \"http://127.0.0.1:9\"\n\
-             experience:\n  enabled: true\n",
-            model = support::require_model(),
-        );
-        let path = self.dir.path().join("config.yaml");
-        std::fs::write(&path, config).expect("config");
-        let log = std::fs::File::create(self.dir.path().join("oapd.log")).expect("log");
-        let child = netns::oapd_in(&self.name)
-            .arg("--config")
-            .arg(&path)
-            .arg("serve")
-            .stdout(std::process::Stdio::null())
-            .stderr(log)
-            .spawn()
-            .expect("spawn oapd");
-        self.daemon = Some(child);
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
-        loop {
-            if let Some(Ok(Some(status))) = self.daemon.as_mut().map(|d| d.try_wait()) {
-                panic!("oapd exited early ({status}):\n{}", self.log());
-            }
-            let ready = netns::inside(&self.name, || {
-                let raw = b"GET /health HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n";
-                let addr = format!("{LAN_IP}:{LAN_PORT}").parse().unwrap();
-                support::send_raw(addr, raw)
-                    .map(|r| r.status == 200)
-                    .unwrap_or(false)
-            });
-            if ready {
-                return;
-            }
-            assert!(
-                std::time::Instant::now() < deadline,
-                "oapd not ready:\n{}",
-                self.log()
-            );
-            std::thread::sleep(std::time::Duration::from_millis(100));
-        }
+    fn request(&self, ip: &str, method: &str, path: &str) -> support::Response {
+        let addr = format!("{ip}:{LAN_PORT}").parse().unwrap();
+        self.daemon
+            .try_request_to(addr, method, path, &[("Host", "localhost")], b"")
+            .expect("request")
     }
 
     fn log(&self) -> String {
-        std::fs::read_to_string(self.dir.path().join("oapd.log")).unwrap_or_default()
+        self.daemon.log_text()
     }
 }
 
 #[test]
 fn deleting_experience_from_a_lan_client_without_a_token_is_refused() {
-    let mut lab = match LanLab::new() {
+    let lab = match LanLab::new() {
         Ok(lab) => lab,
         Err(why) => {
             eprintln!("skipped: cannot build a network namespace here ({why})");
             return;
         }
     };
-    lab.start_daemon();
     // Reading is open to the LAN; deleting is not, without a token.
     assert_eq!(lab.request(LAN_IP, "GET", "/v1/experience").status, 200);
     for path in ["/v1/experience", "/v1/experience/exp_0123456789abcdef"] {

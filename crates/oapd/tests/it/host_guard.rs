@@ -5,13 +5,13 @@
 //! route family is tried against the real daemon in front of the scripted
 //! fake Ollama; a refused request must leave the fake untouched.
 
-mod support;
+use crate::support;
 
 use std::net::SocketAddr;
 
 use fake_ollama::{Echo, ModelSpec, Script, Turn};
 use serde_json::json;
-use support::{fake, send_raw, Daemon, DaemonBuilder, Response, Upstream};
+use crate::support::{fake, send_raw, Daemon, DaemonBuilder, Response, Upstream};
 
 const CHAT: &str = r#"{"model": "qwen3:4b", "stream": false, "messages": [{"role": "user", "content": "count the words in this text: one two three four"}]}"#;
 
@@ -51,7 +51,7 @@ fn tool_calling_model() -> Script {
 }
 
 fn daemon_for(upstream: &Upstream, extra_yaml: &str) -> DaemonBuilder {
-    DaemonBuilder::new().yaml(&format!(
+    support::daemon().yaml(&format!(
         "ollama:\n  base_url: {:?}\nexperience:\n  enabled: true\n{extra_yaml}",
         upstream.fake.url()
     ))
@@ -316,7 +316,7 @@ fn ollama_gets_its_own_host_whatever_the_client_sent() {
 
 #[test]
 fn a_missing_or_repeated_host_is_a_bad_request() {
-    let daemon = DaemonBuilder::new().without_model().start();
+    let daemon = support::daemon().without_model().start();
     let missing = raw_request(daemon.addr, "GET", "/health", &[], "");
     assert_eq!(missing.status, 400);
     assert!(missing.error().contains("Host"), "{}", missing.error());
@@ -357,80 +357,37 @@ fn allowed_hosts_entries_are_checked_at_start() {
 /// exists only inside a network namespace the test makes.
 #[test]
 fn the_host_rule_follows_the_address_a_connection_came_in_on() {
-    use support::netns::{self, run};
-    if let Err(why) = netns::available() {
-        eprintln!("skipped: cannot build a network namespace here ({why})");
-        return;
-    }
+    use oap_testkit::netns::Netns;
     const LAN_IP: &str = "10.78.7.1";
     const PORT: u16 = 18377;
-    struct Lab(String, Option<std::process::Child>);
-    impl Drop for Lab {
-        fn drop(&mut self) {
-            if let Some(child) = &mut self.1 {
-                let _ = child.kill();
-                let _ = child.wait();
-            }
-            let _ = run(&["ip", "netns", "del", &self.0]);
+    const TOKEN: &str = "a-long-enough-test-token";
+    let ns = match Netns::with_lan_address("oapd-hostguard", LAN_IP) {
+        Ok(ns) => ns,
+        Err(why) => {
+            eprintln!("skipped: cannot build a network namespace here ({why})");
+            return;
         }
-    }
-    let name = format!("oapd-hostguard-{}", std::process::id());
-    run(&["ip", "netns", "add", &name]).unwrap();
-    let mut lab = Lab(name.clone(), None);
-    let address = format!("{LAN_IP}/32");
-    for step in [
-        &["ip", "-n", &name, "link", "set", "lo", "up"][..],
-        &[
-            "ip", "-n", &name, "link", "add", "va", "type", "veth", "peer", "name", "vb",
-        ],
-        &["ip", "-n", &name, "addr", "add", &address, "dev", "va"],
-        &["ip", "-n", &name, "link", "set", "va", "up"],
-        &["ip", "-n", &name, "link", "set", "vb", "up"],
-    ] {
-        run(step).unwrap();
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let config = dir.path().join("config.yaml");
-    std::fs::write(
-        &config,
-        format!(
-            "server:\n  listen: [\"{LAN_IP}:{PORT}\", \"127.0.0.1:{PORT}\"]\n  \
-             auth_token: \"a-long-enough-test-token\"\n\
-             index:\n  data_dir: {:?}\n\
-             embedding:\n  enabled: false\n",
-            dir.path().join("data")
-        ),
-    )
-    .unwrap();
-    let log = std::fs::File::create(dir.path().join("oapd.log")).unwrap();
-    lab.1 = Some(
-        netns::oapd_in(&name)
-            .arg("--config")
-            .arg(&config)
-            .arg("serve")
-            .stdout(std::process::Stdio::null())
-            .stderr(log)
-            .spawn()
-            .unwrap(),
-    );
-    let get = move |ip: &'static str, host: &'static str| {
-        netns::inside(&name, move || {
-            let raw = format!(
-                "GET /health HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer a-long-enough-test-token\r\nConnection: close\r\n\r\n"
-            );
-            let addr: SocketAddr = format!("{ip}:{PORT}").parse().unwrap();
-            send_raw(addr, raw.as_bytes()).map(|r| r.status).ok()
-        })
     };
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    while get(LAN_IP, "localhost") != Some(200) {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "not ready: {}",
-            std::fs::read_to_string(dir.path().join("oapd.log")).unwrap_or_default()
-        );
-        std::thread::sleep(std::time::Duration::from_millis(100));
-    }
+    let daemon = support::daemon()
+        .embedding_disabled()
+        .in_netns(ns.name())
+        .listen(&[&format!("{LAN_IP}:{PORT}"), &format!("127.0.0.1:{PORT}")])
+        .server("auth_token", &format!("{TOKEN:?}"))
+        .start_with_auth(TOKEN);
+    let bearer = format!("Bearer {TOKEN}");
+    let get = |ip: &str, host: &str| {
+        let addr: SocketAddr = format!("{ip}:{PORT}").parse().unwrap();
+        daemon
+            .try_request_to(
+                addr,
+                "GET",
+                "/health",
+                &[("Host", host), ("Authorization", &bearer)],
+                b"",
+            )
+            .map(|r| r.status)
+            .ok()
+    };
     assert_eq!(get(LAN_IP, "pi.example.org"), Some(200));
     assert_eq!(get("127.0.0.1", "pi.example.org"), Some(403));
     assert_eq!(get("127.0.0.1", "localhost"), Some(200));
@@ -439,7 +396,7 @@ fn the_host_rule_follows_the_address_a_connection_came_in_on() {
 #[test]
 fn the_bearer_scheme_is_case_insensitive() {
     const TOKEN: &str = "a-long-enough-test-token";
-    let daemon = DaemonBuilder::new()
+    let daemon = support::daemon()
         .without_model()
         .env("OAP_SERVER_AUTH_TOKEN", TOKEN)
         .start_with_auth(TOKEN);

@@ -3,16 +3,16 @@
 //! over the limit, a head over the buffer, a body that stopped arriving),
 //! and the connection closed; the daemon keeps serving.
 
-mod support;
+use crate::support;
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::Duration;
 
-use support::{send_raw, Daemon, DaemonBuilder};
+use crate::support::{send_raw, Daemon, DaemonBuilder};
 
 fn daemon() -> Daemon {
-    DaemonBuilder::new().without_model().start()
+    support::daemon().without_model().start()
 }
 
 /// The error of a JSON error response, after checking its status.

@@ -8,7 +8,7 @@
 //! about the process lifecycle, not about retrieval, and stay cheap under
 //! qemu-user where candle inference is unusable.
 
-mod support;
+use crate::support;
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -18,7 +18,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use fake_ollama::{FakeOllama, Script, Turn};
-use support::{free_port, oapd, oapd_argv, send_raw};
+use crate::support::{free_port, oapd_argv, send_raw, Daemon, DaemonBuilder};
 
 /// A NOTIFY_SOCKET the test reads, as systemd would.
 struct NotifySocket {
@@ -66,57 +66,25 @@ impl NotifySocket {
     }
 }
 
-struct Spawned {
-    child: Child,
-    addr: SocketAddr,
-    log: std::path::PathBuf,
+/// The daemon without the model (lexical mode), its state in `dir`.
+fn daemon_in(dir: tempfile::TempDir) -> DaemonBuilder {
+    support::daemon().embedding_disabled().in_dir(dir)
 }
 
-impl Spawned {
-    fn log_text(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-
-    fn signal(&self, name: &str) {
-        let status = Command::new("kill")
-            .args([&format!("-{name}"), &self.child.id().to_string()])
-            .status()
-            .expect("kill");
-        assert!(status.success());
-    }
-
-    fn wait_exit(&mut self, within: Duration) -> (std::process::ExitStatus, Duration) {
-        let start = Instant::now();
-        loop {
-            if let Some(status) = self.child.try_wait().expect("try_wait") {
-                return (status, start.elapsed());
-            }
-            assert!(
-                start.elapsed() < within,
-                "oapd still running after {within:?}:\n{}",
-                self.log_text()
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-
-    fn get(&self, path: &str) -> support::Response {
-        let raw = format!(
-            "GET {path} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n\r\n",
-            self.addr
-        );
-        send_raw(self.addr, raw.as_bytes())
-            .unwrap_or_else(|err| panic!("GET {path}: {err}\n{}", self.log_text()))
-    }
+/// The daemon's config file and its text without `section` (the end the
+/// test appended), for a test that rewrites it before a reload.
+fn config_and_base(daemon: &Daemon, section: &str) -> (std::path::PathBuf, String) {
+    let config = daemon.dir.path().join("config.yaml");
+    let text = std::fs::read_to_string(&config).unwrap();
+    let base = text
+        .strip_suffix(section)
+        .unwrap_or_else(|| panic!("the config does not end with {section:?}: {text}"))
+        .to_string();
+    (config, base)
 }
 
-impl Drop for Spawned {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
+/// A config for the daemon started by another program (socket
+/// activation, a wrapper): listening on `port`, lexical mode.
 fn write_config(dir: &Path, port: u16, extra: &str) -> std::path::PathBuf {
     let config = format!(
         "server:\n  listen: [\"127.0.0.1:{port}\"]\n  header_read_timeout: 2\n{extra}\
@@ -129,48 +97,17 @@ fn write_config(dir: &Path, port: u16, extra: &str) -> std::path::PathBuf {
     path
 }
 
-fn spawn(dir: &Path, config: &Path, port: u16, env: &[(&str, &str)]) -> Spawned {
-    let log = dir.join("oapd.log");
-    let mut command = oapd();
-    command
-        .arg("--config")
-        .arg(config)
-        .arg("serve")
-        .env("RUST_LOG", "info")
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&log).expect("log"));
-    for (key, value) in env {
-        command.env(key, value);
-    }
-    let child = command.spawn().expect("spawn oapd");
-    Spawned {
-        child,
-        addr: SocketAddr::from(([127, 0, 0, 1], port)),
-        log,
-    }
-}
-
 #[test]
 fn notifies_ready_status_watchdog_and_stopping() {
     let dir = tempfile::tempdir().unwrap();
     let mut notify = NotifySocket::new(dir.path());
-    let port = free_port();
-    let config = write_config(
-        dir.path(),
-        port,
-        "ollama:\n  base_url: http://127.0.0.1:9\n",
-    );
     let notify_path = notify.path.to_string_lossy().into_owned();
-    let mut daemon = spawn(
-        dir.path(),
-        &config,
-        port,
-        &[
-            ("NOTIFY_SOCKET", notify_path.as_str()),
-            // 400 ms: pings every 200 ms.
-            ("WATCHDOG_USEC", "400000"),
-        ],
-    );
+    let mut daemon = daemon_in(dir)
+        .yaml("ollama:\n  base_url: http://127.0.0.1:9\n")
+        .env("NOTIFY_SOCKET", &notify_path)
+        // 400 ms: pings every 200 ms.
+        .env("WATCHDOG_USEC", "400000")
+        .spawn();
     let ready = notify.wait_for("READY=1", Duration::from_secs(60));
     assert!(
         ready.contains("STATUS=13 manifests indexed, no model (lexical only)"),
@@ -194,11 +131,9 @@ fn notifies_ready_status_watchdog_and_stopping() {
 #[test]
 fn without_notify_socket_nothing_is_sent_and_the_daemon_serves() {
     let dir = tempfile::tempdir().unwrap();
-    let port = free_port();
-    let config = write_config(dir.path(), port, "");
     // A watchdog without a socket must not crash or spin.
-    let mut daemon = spawn(dir.path(), &config, port, &[("WATCHDOG_USEC", "100000")]);
-    wait_healthy(&daemon);
+    let mut daemon = daemon_in(dir).env("WATCHDOG_USEC", "100000").spawn();
+    daemon.wait_ready(None);
     std::thread::sleep(Duration::from_millis(300));
     assert_eq!(daemon.get("/health").status, 200);
     daemon.signal("INT");
@@ -209,21 +144,6 @@ fn without_notify_socket_nothing_is_sent_and_the_daemon_serves() {
         "{}",
         daemon.log_text()
     );
-}
-
-fn wait_healthy(daemon: &Spawned) {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        if TcpStream::connect(daemon.addr).is_ok() && daemon.get("/health").status == 200 {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "not ready:\n{}",
-            daemon.log_text()
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
 }
 
 /// Starts a streamed pass-through request and returns the open stream after
@@ -264,17 +184,14 @@ fn sigterm_lets_an_in_flight_stream_finish_and_refuses_new_connections() {
         )))
         .unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let port = free_port();
-    let config = write_config(
-        dir.path(),
-        port,
-        &format!(
-            "  shutdown_grace: 20\nollama:\n  base_url: {}\ntool_bridge:\n  enabled: false\n",
+    let mut daemon = daemon_in(dir)
+        .server("shutdown_grace", "20")
+        .yaml(&format!(
+            "ollama:\n  base_url: {}\ntool_bridge:\n  enabled: false\n",
             fake.url()
-        ),
-    );
-    let mut daemon = spawn(dir.path(), &config, port, &[]);
-    wait_healthy(&daemon);
+        ))
+        .spawn();
+    daemon.wait_ready(None);
     let mut stream = start_streaming(daemon.addr);
 
     daemon.signal("TERM");
@@ -315,17 +232,14 @@ fn sigterm_cuts_a_hung_request_at_the_shutdown_grace() {
         ))
         .unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let port = free_port();
-    let config = write_config(
-        dir.path(),
-        port,
-        &format!(
-            "  shutdown_grace: 1\nollama:\n  base_url: {}\ntool_bridge:\n  enabled: false\n",
+    let mut daemon = daemon_in(dir)
+        .server("shutdown_grace", "1")
+        .yaml(&format!(
+            "ollama:\n  base_url: {}\ntool_bridge:\n  enabled: false\n",
             fake.url()
-        ),
-    );
-    let mut daemon = spawn(dir.path(), &config, port, &[]);
-    wait_healthy(&daemon);
+        ))
+        .spawn();
+    daemon.wait_ready(None);
     let mut stream = start_streaming(daemon.addr);
 
     daemon.signal("TERM");
@@ -359,20 +273,14 @@ fn sighup_reloads_manifest_dirs_and_keeps_the_old_config_when_the_new_one_is_bad
     .unwrap();
     let mut notify = NotifySocket::new(dir.path());
     let notify_path = notify.path.to_string_lossy().into_owned();
-    let port = free_port();
     let section = |d: &Path| format!("manifests:\n  bundled: false\n  dirs: [{d:?}]\n");
-    let config = write_config(dir.path(), port, "");
-    let base = std::fs::read_to_string(&config).unwrap();
-    std::fs::write(&config, format!("{base}{}", section(&first))).unwrap();
-
-    let mut daemon = spawn(
-        dir.path(),
-        &config,
-        port,
-        &[("NOTIFY_SOCKET", notify_path.as_str())],
-    );
+    let mut daemon = daemon_in(dir)
+        .yaml(&section(&first))
+        .env("NOTIFY_SOCKET", &notify_path)
+        .spawn();
+    let (config, base) = config_and_base(&daemon, &section(&first));
     notify.wait_for("READY=1", Duration::from_secs(60));
-    let ids = |d: &Spawned| d.get("/v1/manifests").json().to_string();
+    let ids = |d: &Daemon| d.get("/v1/manifests").json().to_string();
     assert!(ids(&daemon).contains("alpha-tool"));
     assert!(!ids(&daemon).contains("beta-tool"));
 
@@ -429,22 +337,17 @@ fn after_sighup_the_directory_watch_follows_the_new_dirs() {
     .unwrap();
     let mut notify = NotifySocket::new(dir.path());
     let notify_path = notify.path.to_string_lossy().into_owned();
-    let port = free_port();
     let section = |d: &Path| {
         format!("manifests:\n  bundled: false\n  dirs: [{d:?}]\ncrawler:\n  watch_interval: 1\n")
     };
-    let config = write_config(dir.path(), port, "");
-    let base = std::fs::read_to_string(&config).unwrap();
-    std::fs::write(&config, format!("{base}{}", section(&first))).unwrap();
-    let daemon = spawn(
-        dir.path(),
-        &config,
-        port,
-        &[("NOTIFY_SOCKET", notify_path.as_str())],
-    );
+    let daemon = daemon_in(dir)
+        .yaml(&section(&first))
+        .env("NOTIFY_SOCKET", &notify_path)
+        .spawn();
+    let (config, base) = config_and_base(&daemon, &section(&first));
     notify.wait_for("READY=1", Duration::from_secs(60));
-    let ids = |d: &Spawned| d.get("/v1/manifests").json().to_string();
-    let wait_until = |d: &Spawned, want: &dyn Fn(&str) -> bool| {
+    let ids = |d: &Daemon| d.get("/v1/manifests").json().to_string();
+    let wait_until = |d: &Daemon, want: &dyn Fn(&str) -> bool| {
         let deadline = std::time::Instant::now() + Duration::from_secs(30);
         loop {
             let now = ids(d);
@@ -517,12 +420,17 @@ fn socket_activation_serves_on_the_inherited_socket() {
         .stderr(std::fs::File::create(&log).unwrap())
         .spawn()
         .expect("systemd-socket-activate");
-    let mut daemon = Spawned {
+    let addr = SocketAddr::from(([127, 0, 0, 1], activated));
+    let mut daemon = Daemon {
         child,
-        addr: SocketAddr::from(([127, 0, 0, 1], activated)),
+        addr,
+        addrs: vec![addr],
+        dir,
         log,
+        netns: None,
+        ready_within: Duration::from_secs(60),
     };
-    wait_healthy(&daemon);
+    daemon.wait_ready(None);
     assert!(daemon.log_text().contains("socket activation"));
     // server.listen is ignored: the configured port stays free.
     assert!(TcpStream::connect(("127.0.0.1", configured)).is_err());
@@ -557,16 +465,14 @@ fn hostile_listen_fds_is_a_clear_start_error() {
 #[test]
 fn journald_format_without_a_journal_falls_back_to_stderr_and_serves() {
     let dir = tempfile::tempdir().unwrap();
-    let port = free_port();
-    let config = write_config(dir.path(), port, "log:\n  format: journald\n");
     // journald's socket is at a fixed path; on a machine without it the
     // daemon must say so and keep logging to stderr.
     if Path::new("/run/systemd/journal/socket").exists() {
         eprintln!("journald is running here: the fallback path is not reachable");
         return;
     }
-    let mut daemon = spawn(dir.path(), &config, port, &[]);
-    wait_healthy(&daemon);
+    let mut daemon = daemon_in(dir).yaml("log:\n  format: journald\n").spawn();
+    daemon.wait_ready(None);
     daemon.signal("TERM");
     let (status, _) = daemon.wait_exit(Duration::from_secs(10));
     assert!(status.success());
@@ -578,11 +484,9 @@ fn journald_format_without_a_journal_falls_back_to_stderr_and_serves() {
 #[test]
 fn a_journal_stream_that_is_not_our_stderr_keeps_text_logs() {
     let dir = tempfile::tempdir().unwrap();
-    let port = free_port();
-    let config = write_config(dir.path(), port, "");
     // Inherited from a parent whose stderr was the journal, but ours is a file.
-    let mut daemon = spawn(dir.path(), &config, port, &[("JOURNAL_STREAM", "8:12345")]);
-    wait_healthy(&daemon);
+    let mut daemon = daemon_in(dir).env("JOURNAL_STREAM", "8:12345").spawn();
+    daemon.wait_ready(None);
     daemon.signal("TERM");
     let (status, _) = daemon.wait_exit(Duration::from_secs(10));
     assert!(status.success());

@@ -12,17 +12,16 @@
 #[allow(dead_code)]
 #[path = "../examples/mdns_responder.rs"]
 mod responder;
-mod support;
+use crate::support;
 
 use std::io::{BufRead, BufReader, Write};
-use std::net::SocketAddr;
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use fake_ollama::{Chunk, Echo, FakeOllama, ModelSpec, Script, Turn};
-use support::netns::{self, run};
-use support::{require_model, send_raw, Response};
+use crate::support::{Daemon, Response};
+use oap_testkit::netns::{run, Netns};
 
 /// Set in the environment of the responder child (this test binary re-run).
 const RESPONDER_ENV: &str = "OAPD_TEST_MDNS_RESPONDER";
@@ -42,12 +41,12 @@ fn zz_responder_child_entry() {
 }
 
 /// Two namespaces joined by a veth pair, and the processes run in them.
-/// Dropping it kills the processes and deletes the namespaces.
+/// Dropping it kills the processes, then deletes the namespaces.
 struct Lab {
-    a: String,
-    b: String,
     children: Vec<Child>,
-    dir: tempfile::TempDir,
+    daemon: Option<Daemon>,
+    a: Netns,
+    b: Netns,
 }
 
 impl Drop for Lab {
@@ -56,43 +55,37 @@ impl Drop for Lab {
             let _ = child.kill();
             let _ = child.wait();
         }
-        // Deleting a namespace deletes the veth end inside it (and its peer).
-        let _ = run(&["ip", "netns", "del", &self.a]);
-        let _ = run(&["ip", "netns", "del", &self.b]);
+        self.daemon = None;
+        // The namespaces go with the fields: deleting a namespace deletes
+        // the veth end inside it (and its peer).
     }
 }
 
 impl Lab {
     /// The lab, or why it cannot be built here (then the test is skipped).
     fn new() -> Result<Lab, String> {
-        netns::available()?;
-        let pid = std::process::id();
-        let a = format!("oapd-mdns-a-{pid}");
-        let b = format!("oapd-mdns-b-{pid}");
-        run(&["ip", "netns", "add", &a])?;
-        // From here on the Drop guard cleans up whatever was created.
-        let mut lab = Lab {
-            a: a.clone(),
-            b: String::new(),
+        // From here on the namespaces' Drop guards clean up whatever was created.
+        let lab = Lab {
             children: Vec::new(),
-            dir: tempfile::tempdir().map_err(|e| e.to_string())?,
+            daemon: None,
+            a: Netns::new("oapd-mdns-a")?,
+            b: Netns::new("oapd-mdns-b")?,
         };
-        run(&["ip", "netns", "add", &b])?;
-        lab.b = b.clone();
+        let (a, b) = (lab.a.name(), lab.b.name());
         // The pair is created inside the namespaces: never on the host.
         let steps: &[&[&str]] = &[
             &[
-                "ip", "link", "add", "va", "netns", &a, "type", "veth", "peer", "name", "vb",
-                "netns", &b,
+                "ip", "link", "add", "va", "netns", a, "type", "veth", "peer", "name", "vb",
+                "netns", b,
             ],
-            &["ip", "-n", &a, "addr", "add", "10.77.0.1/24", "dev", "va"],
-            &["ip", "-n", &b, "addr", "add", "10.77.0.2/24", "dev", "vb"],
-            &["ip", "-n", &a, "link", "set", "lo", "up"],
-            &["ip", "-n", &b, "link", "set", "lo", "up"],
-            &["ip", "-n", &a, "link", "set", "va", "up"],
-            &["ip", "-n", &b, "link", "set", "vb", "up"],
-            &["ip", "-n", &a, "route", "add", "224.0.0.0/4", "dev", "va"],
-            &["ip", "-n", &b, "route", "add", "224.0.0.0/4", "dev", "vb"],
+            &["ip", "-n", a, "addr", "add", "10.77.0.1/24", "dev", "va"],
+            &["ip", "-n", b, "addr", "add", "10.77.0.2/24", "dev", "vb"],
+            &["ip", "-n", a, "link", "set", "lo", "up"],
+            &["ip", "-n", b, "link", "set", "lo", "up"],
+            &["ip", "-n", a, "link", "set", "va", "up"],
+            &["ip", "-n", b, "link", "set", "vb", "up"],
+            &["ip", "-n", a, "route", "add", "224.0.0.0/4", "dev", "va"],
+            &["ip", "-n", b, "route", "add", "224.0.0.0/4", "dev", "vb"],
         ];
         for step in steps {
             run(step)?;
@@ -105,9 +98,9 @@ impl Lab {
     fn start_responder(&mut self) -> (ChildStdin, mpsc::Receiver<String>) {
         let exe = std::env::current_exe().expect("test binary");
         let mut child = Command::new("ip")
-            .args(["netns", "exec", &self.a])
+            .args(["netns", "exec", self.a.name()])
             .arg(exe)
-            .args(["--exact", "zz_responder_child_entry", "--nocapture"])
+            .args(["--exact", "mdns::zz_responder_child_entry", "--nocapture"])
             .env(RESPONDER_ENV, "10.77.0.1")
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -129,67 +122,40 @@ impl Lab {
         (stdin, rx)
     }
 
-    /// Starts the daemon in B with `crawler.mdns: true` and `ollama_url`;
-    /// returns its index in `children`.
-    fn start_daemon(&mut self, ollama_url: &str) -> usize {
-        let data = self.dir.path().join("data");
-        let config = format!(
-            "server:\n  listen: [\"127.0.0.1:{DAEMON_PORT}\"]\n  auth_token: {TOKEN:?}\n\
-             index:\n  data_dir: {data:?}\n\
-             embedding:\n  model_dir: {model:?}\n\
-             ollama:\n  base_url: {ollama_url:?}\n\
-             crawler:\n  mdns: true\n  fetch_timeout: 3\n  retry_base: 1\n  max_failures: 2\n  watch_interval: 1\n",
-            model = require_model(),
-        );
-        let path = self.dir.path().join("config.yaml");
-        std::fs::write(&path, config).expect("config");
-        let log = std::fs::File::create(self.log_path()).expect("log");
-        let child = netns::oapd_in(&self.b)
-            .env("RUST_LOG", "info")
-            .arg("--config")
-            .arg(&path)
-            .arg("serve")
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .expect("spawn oapd");
-        self.children.push(child);
-        let index = self.children.len() - 1;
-        let deadline = Instant::now() + Duration::from_secs(120);
-        loop {
-            if let Ok(Some(status)) = self.children[index].try_wait() {
-                panic!("oapd exited early ({status}):\n{}", self.log());
-            }
-            if let Ok(response) = self.try_request("GET", "/health", b"") {
-                if response.status == 200 {
-                    return index;
-                }
-            }
-            assert!(Instant::now() < deadline, "oapd not ready:\n{}", self.log());
-            std::thread::sleep(Duration::from_millis(100));
-        }
+    /// Starts the daemon in B with `crawler.mdns: true` and `ollama_url`.
+    fn start_daemon(&mut self, ollama_url: &str) {
+        let daemon = support::daemon()
+            .in_netns(self.b.name())
+            .listen(&[&format!("127.0.0.1:{DAEMON_PORT}")])
+            .server("auth_token", &format!("{TOKEN:?}"))
+            .yaml(&format!(
+                "ollama:\n  base_url: {ollama_url:?}\n\
+                 crawler:\n  mdns: true\n  fetch_timeout: 3\n  retry_base: 1\n  max_failures: 2\n  watch_interval: 1\n"
+            ))
+            .start_with_auth(TOKEN);
+        self.daemon = Some(daemon);
     }
 
-    fn log_path(&self) -> std::path::PathBuf {
-        self.dir.path().join("oapd.log")
+    fn daemon(&self) -> &Daemon {
+        self.daemon.as_ref().expect("the daemon is started")
     }
 
     fn log(&self) -> String {
-        std::fs::read_to_string(self.log_path()).unwrap_or_default()
+        self.daemon().log_text()
     }
 
     /// One request to the daemon, from a thread inside namespace B.
     fn try_request(&self, method: &str, path: &str, body: &[u8]) -> std::io::Result<Response> {
-        let head = format!(
-            "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\
-             Authorization: Bearer {TOKEN}\r\nContent-Type: application/json\r\n\
-             Content-Length: {}\r\n\r\n",
-            body.len()
-        );
-        let mut raw = head.into_bytes();
-        raw.extend_from_slice(body);
-        let addr: SocketAddr = ([127, 0, 0, 1], DAEMON_PORT).into();
-        netns::inside(&self.b, move || send_raw(addr, &raw))
+        let bearer = format!("Bearer {TOKEN}");
+        self.daemon().try_request(
+            method,
+            path,
+            &[
+                ("Authorization", &bearer),
+                ("Content-Type", "application/json"),
+            ],
+            body,
+        )
     }
 
     fn request(&self, method: &str, path: &str, body: &[u8]) -> Response {
@@ -222,8 +188,8 @@ impl Lab {
     }
 
     /// Threads of the daemon named like the mDNS browser's.
-    fn mdns_threads(&self, daemon: usize) -> usize {
-        let pid = self.children[daemon].id();
+    fn mdns_threads(&self) -> usize {
+        let pid = self.daemon().pid();
         std::fs::read_dir(format!("/proc/{pid}/task"))
             .map(|tasks| {
                 tasks
@@ -290,14 +256,14 @@ fn lan_manifests_come_and_go_inside_network_namespaces() {
             serde_json::json!({"zone": "north"}),
         )]))
         .turn(Turn::echo(Echo::LastTool));
-    let ollama = netns::inside(&lab.b, move || {
+    let ollama = lab.b.inside(move || {
         handle
             .block_on(FakeOllama::start(script))
             .expect("fake ollama")
     });
-    let daemon = lab.start_daemon(&ollama.url());
+    lab.start_daemon(&ollama.url());
     lab.wait_for("one mDNS browser thread", |lab| {
-        lab.mdns_threads(daemon) == 1
+        lab.mdns_threads() == 1
     });
     let (mut responder, lines) = lab.start_responder();
 
@@ -429,11 +395,11 @@ fn lan_manifests_come_and_go_inside_network_namespaces() {
 
     // A reload replaces the browser: still exactly one mDNS thread, and
     // the LAN manifest stays indexed.
-    let pid = lab.children[daemon].id().to_string();
+    let pid = lab.daemon().pid().to_string();
     run(&["kill", "-HUP", &pid]).unwrap();
     lab.wait_for("the reload", |lab| lab.log().contains("reload done"));
     lab.wait_for("the old mDNS browser gone", |lab| {
-        lab.mdns_threads(daemon) == 1
+        lab.mdns_threads() == 1
     });
     assert!(manifest(&lab.get_json("/v1/manifests"), GOOD_ID).is_some());
 
@@ -544,7 +510,7 @@ fn mdns_off_removes_lan_manifests_left_from_before() {
     }}});
     std::fs::write(dir.path().join("data/crawl-state.json"), state.to_string()).unwrap();
 
-    let daemon = support::DaemonBuilder::new()
+    let daemon = support::support::daemon()
         .without_model()
         .in_dir(dir)
         .yaml("crawler:\n  watch_interval: 1\n")

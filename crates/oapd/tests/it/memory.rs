@@ -4,7 +4,7 @@
 //! burst of large image chats cannot push the daemon past a memory limit
 //! it would be killed at.
 
-mod support;
+use crate::support;
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use fake_ollama::{ModelSpec, Script, Turn};
 use serde_json::Value;
-use support::{fake, DaemonBuilder, Upstream};
+use crate::support::{fake, DaemonBuilder, Upstream};
 
 const MODEL: &str = "llava:7b";
 
@@ -115,7 +115,7 @@ fn a_body_over_the_remaining_budget_gets_503_with_retry_after_until_the_first_ch
     // The first chat's model takes 3 s; its body holds 1.5 of the 3 MiB
     // budget all that time.
     let upstream = fake(models().turn(Turn::reply("a slow picture").response_delay_ms(3_000)));
-    let daemon = DaemonBuilder::new()
+    let daemon = support::daemon()
         .without_model()
         .yaml(&format!("ollama:\n  base_url: {:?}\n", upstream.fake.url()))
         .env("OAP_SERVER_MAX_INFLIGHT_BODY_BYTES", "3145728")
@@ -313,7 +313,7 @@ fn sixteen_concurrent_30_mb_image_chats_in_a_512_mib_cgroup_leave_the_daemon_ser
     let upstream = fake(models().default_turn(Turn::reply("a picture").response_delay_ms(3_000)));
     let procs = cgroup.procs();
     // The built-in defaults, model included: what a board runs.
-    let mut daemon = DaemonBuilder::new()
+    let mut daemon = support::daemon()
         .yaml(&format!("ollama:\n  base_url: {:?}\n", upstream.fake.url()))
         .on_spawn(move |pid| {
             std::fs::write(&procs, pid.to_string())

@@ -4,11 +4,11 @@
 //! started and ended. Overlap of the two intervals, not their order, is
 //! what is asserted.
 
-mod support;
+use crate::support;
 
 use fake_ollama::{Echo, ModelSpec, Script, Turn};
 use serde_json::json;
-use support::{fake, DaemonBuilder};
+use crate::support::{fake, DaemonBuilder};
 
 /// Prints its start time, sleeps 700 ms, prints its end time (seconds).
 const TIMED_SLEEP: &str =
@@ -27,7 +27,7 @@ fn intervals(yaml: &str) -> Vec<(f64, f64)> {
             .turn(Turn::echo(Echo::LastTool)),
     );
     let dir = support::perl_manifest_dir();
-    let daemon = DaemonBuilder::new()
+    let daemon = support::daemon()
         .yaml(&format!(
             "ollama:\n  base_url: {:?}\nmanifests:\n  dirs: [{:?}]\n{yaml}",
             upstream.fake.url(),

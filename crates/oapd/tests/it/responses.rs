@@ -1,15 +1,15 @@
 //! `POST /v1/responses` end to end: the real daemon between a raw HTTP
 //! client and the scripted fake Ollama; the bundled `wc` tool runs for real.
 
-mod support;
+use crate::support;
 
 use fake_ollama::{Chunk, Echo, ModelSpec, Script, Turn};
 use oapd::tokens;
 use serde_json::{json, Value};
-use support::{fake, Daemon, DaemonBuilder, Upstream};
+use crate::support::{fake, Daemon, DaemonBuilder, Upstream};
 
 fn daemon_for(upstream: &Upstream) -> Daemon {
-    DaemonBuilder::new()
+    support::daemon()
         .yaml(&format!(
             "ollama:\n  base_url: {:?}\n  max_request_bytes: 65536\n",
             upstream.fake.url()

@@ -6,7 +6,7 @@
 //! A check that needs a kernel feature the machine lacks prints why and
 //! passes without asserting (README, "Security").
 
-mod support;
+use crate::support;
 
 use std::net::TcpListener;
 use std::os::unix::fs::PermissionsExt;
@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use fake_ollama::{Chunk, Echo, ModelSpec, Script, Turn};
 use serde_json::{json, Value};
-use support::{fake, Daemon, DaemonBuilder, Upstream};
+use crate::support::{fake, Daemon, DaemonBuilder, Upstream};
 
 fn support_has(feature: &str) -> bool {
     let s = oap_sandbox::Support::probe();
@@ -47,7 +47,7 @@ fn script(calls: &[(&str, Value)]) -> Script {
 }
 
 fn daemon(upstream: &Upstream, extra_yaml: &str) -> Daemon {
-    DaemonBuilder::new()
+    support::daemon()
         .yaml(&format!(
             "ollama:\n  base_url: {:?}\n{extra_yaml}",
             upstream.fake.url()

@@ -8,14 +8,14 @@
 //! Any 127/8 address is loopback: the attack comes from 127.0.0.1, the
 //! honest client binds 127.0.0.2 before connecting.
 
-mod support;
+use crate::support;
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use support::{Daemon, DaemonBuilder};
+use crate::support::{Daemon, DaemonBuilder};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// Sockets in the attack (more than the 256 of `server.max_connections`).
@@ -132,7 +132,7 @@ fn latencies(daemon: &Daemon, calls: usize) -> Vec<Duration> {
 }
 
 fn attacked_daemon(per_client: Option<&str>) -> Daemon {
-    let mut builder = DaemonBuilder::new().without_model();
+    let mut builder = support::daemon().without_model();
     if let Some(cap) = per_client {
         builder = builder.env("OAP_SERVER_MAX_CONNECTIONS_PER_CLIENT", cap);
     }
@@ -239,7 +239,7 @@ fn the_per_client_cap_is_checked_at_start() {
 /// The figures in docs/BENCHMARKS.md ("Slow clients"): /health latency from
 /// 127.0.0.2 during the attack, with the default cap and with the cap
 /// lifted (65536). Run with
-/// `cargo test --release -p oapd --test slow_clients -- --ignored --nocapture`.
+/// `cargo test --release -p oapd --test it -- --ignored --nocapture slow_clients::`.
 #[test]
 #[ignore]
 fn bench_health_latency_during_the_attack() {

@@ -5,12 +5,12 @@
 //! `ollama.chat_deadline` and pass-through by `ollama.timeout` instead, and a
 //! streamed answer keeps the connection alive meanwhile.
 
-mod support;
+use crate::support;
 
 use fake_ollama::{Echo, ModelSpec, Script, Turn};
 use serde_json::{json, Value};
 use sha2::Digest;
-use support::{fake, Daemon, DaemonBuilder, Upstream};
+use crate::support::{fake, Daemon, DaemonBuilder, Upstream};
 
 /// Longer than `server.request_timeout` and two keep-alive intervals.
 const SLOW_MS: u64 = 2_600;
@@ -22,7 +22,7 @@ fn models() -> Script {
 }
 
 fn daemon(upstream: &Upstream, extra: &str) -> Daemon {
-    DaemonBuilder::new()
+    support::daemon()
         .yaml(&format!(
             "ollama:\n  base_url: {:?}\n{extra}",
             upstream.fake.url()

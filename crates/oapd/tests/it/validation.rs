@@ -2,13 +2,13 @@
 //! fake Ollama playing good and bad models, the store it writes, and the
 //! daemon's `only_validated_models` gate and `/v1/validation` endpoints.
 
-mod support;
+use crate::support;
 
 use std::process::Output;
 
 use fake_ollama::{Chunk, Echo, ModelSpec, Script, Turn};
 use serde_json::{json, Value};
-use support::{fake, DaemonBuilder};
+use crate::support::{fake, DaemonBuilder};
 
 fn weather(city: &str, unit: &str) -> Turn {
     Turn::tool_call("get_weather", json!({"city": city, "unit": unit}))
@@ -119,7 +119,7 @@ fn a_good_model_passes_is_recorded_and_then_gets_tools_while_others_pass_through
     assert_eq!(record["oapd_version"], env!("CARGO_PKG_VERSION"));
 
     // The daemon, on the same state directory, with the gate on.
-    let daemon = DaemonBuilder::new()
+    let daemon = support::daemon()
         .in_dir(dir)
         .yaml(&format!(
             "ollama:\n  base_url: {:?}\ntool_bridge:\n  only_validated_models: true\n",
@@ -179,7 +179,7 @@ fn without_the_gate_every_model_gets_tools() {
         &["other"],
         vec![Turn::echo(Echo::ToolNames).for_model("other")],
     ));
-    let daemon = DaemonBuilder::new()
+    let daemon = support::daemon()
         .yaml(&format!("ollama:\n  base_url: {:?}\n", upstream.fake.url()))
         .start();
     let response = daemon.post_json(
@@ -378,7 +378,7 @@ fn a_stored_failed_verdict_keeps_tools_away_under_the_gate() {
     assert_eq!(output.status.code(), Some(1), "{}", text(&output));
     assert_eq!(store(&data)["records"][0]["passed"], false);
 
-    let daemon = DaemonBuilder::new()
+    let daemon = support::daemon()
         .in_dir(dir)
         .yaml(&format!(
             "ollama:\n  base_url: {:?}\ntool_bridge:\n  only_validated_models: true\n",

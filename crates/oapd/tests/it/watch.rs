@@ -3,14 +3,14 @@
 //! `/health` says the index is behind meanwhile, and queries keep being
 //! answered from the old index.
 
-mod support;
+use crate::support;
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use support::{Daemon, DaemonBuilder};
+use crate::support::{Daemon, DaemonBuilder};
 
 fn wait_for(what: &str, limit: Duration, mut check: impl FnMut() -> bool) {
     let deadline = Instant::now() + limit;
@@ -139,7 +139,7 @@ fn a_rebuild_that_fails_on_a_full_disk_is_retried_once_there_is_room() {
     .unwrap();
     let data = disk.mount.join("data");
     disk.daemon = Some(
-        DaemonBuilder::new()
+        support::daemon()
             .env("OAP_INDEX_DATA_DIR", data.to_str().unwrap())
             .yaml(&format!(
                 "manifests:\n  bundled: false\n  dirs: [{manifests:?}]\ncrawler:\n  watch_interval: 1\n"
@@ -242,7 +242,7 @@ fn touching_one_bad_file_among_many_logs_that_file_only() {
     for i in 0..2000 {
         std::fs::write(bad(i), format!("{{ \"oap\": \"1.0\", broken {i}")).unwrap();
     }
-    let daemon = DaemonBuilder::new()
+    let daemon = support::daemon()
         .without_model()
         .yaml(&format!(
             "manifests:\n  bundled: false\n  dirs: [{manifests:?}]\ncrawler:\n  watch_interval: 1\n"
@@ -291,7 +291,7 @@ fn a_new_manifest_is_discoverable_before_the_poll_interval() {
     let sources = tempfile::tempdir().unwrap();
     let manifests = sources.path().join("manifests");
     std::fs::create_dir(&manifests).unwrap();
-    let daemon = DaemonBuilder::new()
+    let daemon = support::daemon()
         .without_model()
         .yaml(&format!(
             "manifests:\n  bundled: false\n  dirs: [{manifests:?}]\ncrawler:\n  watch_interval: 30\n"
@@ -377,7 +377,7 @@ fn env_or<T: std::str::FromStr>(key: &str, default: T) -> T {
 /// older one, for the comparison; nothing is asserted then);
 /// `OAPD_BENCH_FILES` and `OAPD_BENCH_IDLE_SECS` change the sizes.
 ///
-/// `cargo test --release -p oapd --test watch -- --ignored --nocapture idle_cost`
+/// `cargo test --release -p oapd --test it -- --ignored --nocapture idle_cost`
 #[test]
 #[ignore = "benchmark: about two minutes"]
 fn idle_cost_with_50000_bad_files() {
@@ -391,7 +391,7 @@ fn idle_cost_with_50000_bad_files() {
     for i in 0..files {
         std::fs::write(bad(i), format!("{{ \"oap\": \"1.0\", broken {i}")).unwrap();
     }
-    let mut builder = DaemonBuilder::new().without_model().yaml(&format!(
+    let mut builder = support::daemon().without_model().yaml(&format!(
         "manifests:\n  bundled: false\n  dirs: [{manifests:?}]\ncrawler:\n  watch_interval: 2\n"
     ));
     if let Some(binary) = &other {

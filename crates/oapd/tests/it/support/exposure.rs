@@ -5,7 +5,7 @@
 use fake_ollama::{Echo, ModelSpec, Script, Turn};
 use serde_json::{json, Value};
 
-use super::{Daemon, DaemonBuilder, Upstream};
+use super::{daemon, Daemon, Upstream};
 
 /// The model name the scripts answer to.
 pub const MODEL: &str = "qwen3:4b";
@@ -41,7 +41,7 @@ pub fn discover_then_invoke(task: &str, tool: &str, arguments: Value) -> Script 
 
 /// The daemon in front of `upstream`, with `yaml` appended to its config.
 pub fn daemon_with(upstream: &Upstream, yaml: &str) -> Daemon {
-    DaemonBuilder::new()
+    daemon()
         .yaml(&format!(
             "ollama:\n  base_url: {:?}\n{yaml}",
             upstream.fake.url()
