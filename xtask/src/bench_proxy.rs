@@ -25,8 +25,8 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 
 use crate::net::free_port;
-use oap_testkit::{Daemon, DaemonBuilder};
 use crate::repo_root;
+use oap_testkit::{Daemon, DaemonBuilder};
 
 const USAGE: &str = "usage: cargo xtask bench-proxy [--quick] [--no-peer] [--leak N]\n  \
     --quick    fewer requests per run (300 instead of 2000) and a 20k leak run\n  \

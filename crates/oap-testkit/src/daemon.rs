@@ -367,7 +367,10 @@ impl Daemon {
         let deadline = Instant::now() + self.ready_within;
         loop {
             if let Ok(Some(status)) = self.child.try_wait() {
-                return Err(format!("oapd exited early ({status}):\n{}", self.log_text()));
+                return Err(format!(
+                    "oapd exited early ({status}):\n{}",
+                    self.log_text()
+                ));
             }
             let addrs = listening_addresses(&self.log_text());
             if addrs.len() >= count {
@@ -388,7 +391,8 @@ impl Daemon {
     /// Waits until `/health` answers 200 (sending `auth` as the bearer
     /// token); fails when the daemon exits or takes too long.
     pub fn wait_ready(&mut self, auth: Option<&str>) {
-        self.try_wait_ready(auth).unwrap_or_else(|err| panic!("{err}"))
+        self.try_wait_ready(auth)
+            .unwrap_or_else(|err| panic!("{err}"))
     }
 
     /// [`Self::wait_ready`], with what went wrong as an error.
@@ -401,7 +405,10 @@ impl Daemon {
         let deadline = Instant::now() + self.ready_within;
         loop {
             if let Ok(Some(status)) = self.child.try_wait() {
-                return Err(format!("oapd exited early ({status}):\n{}", self.log_text()));
+                return Err(format!(
+                    "oapd exited early ({status}):\n{}",
+                    self.log_text()
+                ));
             }
             // Listening happens before the index is ready; wait for /health.
             if let Ok(response) = self.try_request("GET", "/health", &headers, b"") {

@@ -4,8 +4,8 @@
 use std::sync::Arc;
 
 use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
-pub use rustls::ServerConfig;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
+pub use rustls::ServerConfig;
 
 pub type Error = Box<dyn std::error::Error + Send + Sync>;
 

@@ -34,10 +34,8 @@ impl StubResolver {
 
     /// Every name in `hosts` on 127.0.0.1.
     pub fn loopback(hosts: &[&str]) -> Arc<Self> {
-        let entries: Vec<(&str, &[&str])> = hosts
-            .iter()
-            .map(|h| (*h, &["127.0.0.1"][..]))
-            .collect();
+        let entries: Vec<(&str, &[&str])> =
+            hosts.iter().map(|h| (*h, &["127.0.0.1"][..])).collect();
         Self::new(&entries)
     }
 

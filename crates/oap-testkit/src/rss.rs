@@ -42,9 +42,8 @@ impl ProcStatus {
 
     /// [`Self::mb`], or an error naming the field and the process.
     pub fn mb_or_err(&self, key: &str) -> std::io::Result<f64> {
-        self.mb(key).ok_or_else(|| {
-            std::io::Error::other(format!("no {key}: in /proc/{}/status", self.pid))
-        })
+        self.mb(key)
+            .ok_or_else(|| std::io::Error::other(format!("no {key}: in /proc/{}/status", self.pid)))
     }
 }
 

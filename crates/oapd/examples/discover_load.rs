@@ -286,7 +286,6 @@ fn pct(sorted: &[f64], p: f64) -> f64 {
     oap_testkit::stats::rounded_index(sorted, p).unwrap_or(f64::NAN)
 }
 
-
 #[tokio::main(flavor = "current_thread")]
 async fn main() {
     let args = match parse_args() {

@@ -15,8 +15,8 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::{bail, Context};
-use oapd::config::Config;
 use oap_testkit::stats::mean;
+use oapd::config::Config;
 use oapd::experience::{Experience, Hit};
 use serde_json::{Map, Value};
 

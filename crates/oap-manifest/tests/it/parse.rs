@@ -1,10 +1,10 @@
 //! parse(): limits, JSON errors, error rendering, typed access, helpers.
 
+use crate::common::grep_stdio as minimal;
 use oap_manifest::{
     content_hash, lint_text, parse, slug, AuthIn, AuthKind, InvokeKind, ManifestError, Severity,
     MAX_JSON_DEPTH, MAX_MANIFEST_BYTES,
 };
-use crate::common::grep_stdio as minimal;
 use serde_json::{json, Value};
 
 fn bytes(v: &Value) -> Vec<u8> {

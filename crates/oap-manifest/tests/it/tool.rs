@@ -1,8 +1,7 @@
 //! Manifest -> tool conversion, naming, collisions, argument checks and the
 //! registry shape. Real manifests come from tests/fixtures/reference-manifests.
 
-use std::collections::HashSet;
-use crate::common::{reference_dir, reference_files};
+use crate::common::reference_files;
 use oap_manifest::tool::TOOL_NAME_PREFIX;
 use oap_manifest::{
     assign_tool_names, check_arguments, inspect_arguments, parameter_source, parse, registry_entry,
@@ -10,6 +9,7 @@ use oap_manifest::{
     MAX_TOOL_DESCRIPTION_CHARS, MAX_TOOL_NAME_CHARS,
 };
 use serde_json::{json, Map, Value};
+use std::collections::HashSet;
 
 // ---------------------------------------------------------------------------
 // helpers

@@ -7,9 +7,9 @@ use crate::support;
 
 use std::time::Duration;
 
+use crate::support::{fake, Daemon, Upstream};
 use fake_ollama::{Chunk, Echo, ModelSpec, Script, Turn};
 use serde_json::{json, Value};
-use crate::support::{fake, Daemon, DaemonBuilder, Upstream};
 
 fn models() -> Script {
     Script::new()

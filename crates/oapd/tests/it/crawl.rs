@@ -11,7 +11,7 @@ mod web;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use crate::support::{oapd, DaemonBuilder};
+use crate::support::oapd;
 
 struct Web {
     _runtime: tokio::runtime::Runtime,

@@ -7,7 +7,7 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
-use crate::support::{send_raw, Daemon, DaemonBuilder};
+use crate::support::send_raw;
 
 #[test]
 fn serves_discovery_from_the_bundled_manifests() {

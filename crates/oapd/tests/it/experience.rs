@@ -6,9 +6,9 @@ use crate::support;
 
 use std::time::{Duration, Instant};
 
+use crate::support::{fake, Daemon, Upstream};
 use fake_ollama::{Echo, ModelSpec, Script, Turn};
 use serde_json::{json, Value};
-use crate::support::{fake, Daemon, DaemonBuilder, Upstream};
 
 const TASK: &str = "count the words in this text: one two three four";
 const PARAPHRASE: &str = "Count the words in this text: one two three four five six";

@@ -4,13 +4,13 @@
 
 use crate::support;
 
-use fake_ollama::{Chunk, Echo, Turn};
-use oapd::tokens;
-use serde_json::{json, Value};
 use crate::support::exposure::{
     daemon_with, discover_then_invoke, models, names, FORCED_TASK, FORCE_YAML, MODEL, WC_TASK,
 };
 use crate::support::{fake, Daemon};
+use fake_ollama::{Chunk, Echo, Turn};
+use oapd::tokens;
+use serde_json::{json, Value};
 
 fn lines(body: &[u8]) -> Vec<Value> {
     body.split(|b| *b == b'\n')

@@ -7,13 +7,13 @@
 
 use crate::support;
 
-use fake_ollama::{Echo, Script, Turn};
-use serde_json::{json, Value};
 use crate::support::exposure::{
     daemon_with, discover_then_invoke, models, names, FORCED_TASK, FORCE_YAML, MODEL, WC_TASK,
 };
-use oap_testkit::netns::Netns;
 use crate::support::{fake, Daemon, Upstream};
+use fake_ollama::{Echo, Script, Turn};
+use oap_testkit::netns::Netns;
+use serde_json::{json, Value};
 
 fn ok(response: support::Response) -> support::Response {
     assert_eq!(

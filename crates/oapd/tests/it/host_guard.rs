@@ -9,9 +9,9 @@ use crate::support;
 
 use std::net::SocketAddr;
 
+use crate::support::{fake, send_raw, Daemon, DaemonBuilder, Response, Upstream};
 use fake_ollama::{Echo, ModelSpec, Script, Turn};
 use serde_json::json;
-use crate::support::{fake, send_raw, Daemon, DaemonBuilder, Response, Upstream};
 
 const CHAT: &str = r#"{"model": "qwen3:4b", "stream": false, "messages": [{"role": "user", "content": "count the words in this text: one two three four"}]}"#;
 

@@ -9,7 +9,7 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::Duration;
 
-use crate::support::{send_raw, Daemon, DaemonBuilder};
+use crate::support::{send_raw, Daemon};
 
 fn daemon() -> Daemon {
     support::daemon().without_model().start()

@@ -14,11 +14,11 @@ use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::os::unix::net::UnixDatagram;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use crate::support::{free_port, oapd_argv, Daemon, DaemonBuilder};
 use fake_ollama::{FakeOllama, Script, Turn};
-use crate::support::{free_port, oapd_argv, send_raw, Daemon, DaemonBuilder};
 
 /// A NOTIFY_SOCKET the test reads, as systemd would.
 struct NotifySocket {

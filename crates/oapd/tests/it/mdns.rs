@@ -10,7 +10,7 @@
 //! Needs root and `ip` (iproute2); otherwise it prints SKIP and returns.
 
 #[allow(dead_code)]
-#[path = "../examples/mdns_responder.rs"]
+#[path = "../../examples/mdns_responder.rs"]
 mod responder;
 use crate::support;
 
@@ -19,8 +19,8 @@ use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use fake_ollama::{Chunk, Echo, FakeOllama, ModelSpec, Script, Turn};
 use crate::support::{Daemon, Response};
+use fake_ollama::{Chunk, Echo, FakeOllama, ModelSpec, Script, Turn};
 use oap_testkit::netns::{run, Netns};
 
 /// Set in the environment of the responder child (this test binary re-run).
@@ -262,9 +262,7 @@ fn lan_manifests_come_and_go_inside_network_namespaces() {
             .expect("fake ollama")
     });
     lab.start_daemon(&ollama.url());
-    lab.wait_for("one mDNS browser thread", |lab| {
-        lab.mdns_threads() == 1
-    });
+    lab.wait_for("one mDNS browser thread", |lab| lab.mdns_threads() == 1);
     let (mut responder, lines) = lab.start_responder();
 
     // The good device: indexed with lan trust under <instance>.local.
@@ -398,9 +396,7 @@ fn lan_manifests_come_and_go_inside_network_namespaces() {
     let pid = lab.daemon().pid().to_string();
     run(&["kill", "-HUP", &pid]).unwrap();
     lab.wait_for("the reload", |lab| lab.log().contains("reload done"));
-    lab.wait_for("the old mDNS browser gone", |lab| {
-        lab.mdns_threads() == 1
-    });
+    lab.wait_for("the old mDNS browser gone", |lab| lab.mdns_threads() == 1);
     assert!(manifest(&lab.get_json("/v1/manifests"), GOOD_ID).is_some());
 
     // The device says goodbye: its manifest leaves the index.
@@ -510,7 +506,7 @@ fn mdns_off_removes_lan_manifests_left_from_before() {
     }}});
     std::fs::write(dir.path().join("data/crawl-state.json"), state.to_string()).unwrap();
 
-    let daemon = support::support::daemon()
+    let daemon = support::daemon()
         .without_model()
         .in_dir(dir)
         .yaml("crawler:\n  watch_interval: 1\n")

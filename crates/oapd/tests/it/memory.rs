@@ -12,9 +12,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::support::{fake, Upstream};
 use fake_ollama::{ModelSpec, Script, Turn};
 use serde_json::Value;
-use crate::support::{fake, DaemonBuilder, Upstream};
 
 const MODEL: &str = "llava:7b";
 

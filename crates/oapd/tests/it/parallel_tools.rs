@@ -6,9 +6,9 @@
 
 use crate::support;
 
+use crate::support::fake;
 use fake_ollama::{Echo, ModelSpec, Script, Turn};
 use serde_json::json;
-use crate::support::{fake, DaemonBuilder};
 
 /// Prints its start time, sleeps 700 ms, prints its end time (seconds).
 const TIMED_SLEEP: &str =

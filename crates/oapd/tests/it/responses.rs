@@ -3,10 +3,10 @@
 
 use crate::support;
 
+use crate::support::{fake, Daemon, Upstream};
 use fake_ollama::{Chunk, Echo, ModelSpec, Script, Turn};
 use oapd::tokens;
 use serde_json::{json, Value};
-use crate::support::{fake, Daemon, DaemonBuilder, Upstream};
 
 fn daemon_for(upstream: &Upstream) -> Daemon {
     support::daemon()

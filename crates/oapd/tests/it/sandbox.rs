@@ -12,9 +12,9 @@ use std::net::TcpListener;
 use std::os::unix::fs::PermissionsExt;
 use std::time::{Duration, Instant};
 
+use crate::support::{fake, Daemon, Upstream};
 use fake_ollama::{Chunk, Echo, ModelSpec, Script, Turn};
 use serde_json::{json, Value};
-use crate::support::{fake, Daemon, DaemonBuilder, Upstream};
 
 fn support_has(feature: &str) -> bool {
     let s = oap_sandbox::Support::probe();

@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::support::{Daemon, DaemonBuilder};
+use crate::support::Daemon;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// Sockets in the attack (more than the 256 of `server.max_connections`).

@@ -7,10 +7,10 @@
 
 use crate::support;
 
+use crate::support::{fake, Daemon, Upstream};
 use fake_ollama::{Echo, ModelSpec, Script, Turn};
 use serde_json::{json, Value};
 use sha2::Digest;
-use crate::support::{fake, Daemon, DaemonBuilder, Upstream};
 
 /// Longer than `server.request_timeout` and two keep-alive intervals.
 const SLOW_MS: u64 = 2_600;

@@ -6,9 +6,9 @@ use crate::support;
 
 use std::process::Output;
 
+use crate::support::fake;
 use fake_ollama::{Chunk, Echo, ModelSpec, Script, Turn};
 use serde_json::{json, Value};
-use crate::support::{fake, DaemonBuilder};
 
 fn weather(city: &str, unit: &str) -> Turn {
     Turn::tool_call("get_weather", json!({"city": city, "unit": unit}))

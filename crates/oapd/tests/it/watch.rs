@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use crate::support::{Daemon, DaemonBuilder};
+use crate::support::Daemon;
 
 fn wait_for(what: &str, limit: Duration, mut check: impl FnMut() -> bool) {
     let deadline = Instant::now() + limit;
@@ -391,12 +391,14 @@ fn idle_cost_with_50000_bad_files() {
     for i in 0..files {
         std::fs::write(bad(i), format!("{{ \"oap\": \"1.0\", broken {i}")).unwrap();
     }
-    let mut builder = support::daemon().without_model().yaml(&format!(
-        "manifests:\n  bundled: false\n  dirs: [{manifests:?}]\ncrawler:\n  watch_interval: 2\n"
-    ));
-    if let Some(binary) = &other {
-        builder = builder.binary(binary);
-    }
+    let binary = other
+        .clone()
+        .map_or_else(|| support::OAPD.into(), std::path::PathBuf::from);
+    let builder = support::DaemonBuilder::new(binary)
+        .without_model()
+        .yaml(&format!(
+            "manifests:\n  bundled: false\n  dirs: [{manifests:?}]\ncrawler:\n  watch_interval: 2\n"
+        ));
     let started = Instant::now();
     let daemon = builder.start();
     let ready = started.elapsed();

@@ -5,9 +5,8 @@ pub mod exposure;
 
 use std::process::Command;
 
-pub use oap_testkit::daemon::{free_port, scrub_config_env};
+pub use oap_testkit::daemon::free_port;
 pub use oap_testkit::model::{reference_manifest, require_model};
-pub use oap_testkit::netns;
 pub use oap_testkit::upstream::{fake, Upstream};
 pub use oap_testkit::{send_raw, Daemon, DaemonBuilder, Response};
 
