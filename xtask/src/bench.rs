@@ -247,22 +247,13 @@ impl std::fmt::Display for Rss {
 }
 
 fn rss_of(pid: u32) -> Result<Rss> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
+    let status = oap_testkit::rss::ProcStatus::of(pid)
         .with_context(|| format!("read /proc/{pid}/status"))?;
-    let field = |key: &str| -> Result<f64> {
-        let kb: f64 = status
-            .lines()
-            .find_map(|l| l.strip_prefix(key))
-            .and_then(|v| v.split_whitespace().next())
-            .and_then(|v| v.parse().ok())
-            .with_context(|| format!("no {key} in /proc/{pid}/status"))?;
-        Ok(kb * 1024.0 / 1e6)
-    };
     Ok(Rss {
-        rss: field("VmRSS:")?,
-        hwm: field("VmHWM:")?,
-        anon: field("RssAnon:")?,
-        file: field("RssFile:")?,
+        rss: status.mb_or_err("VmRSS")?,
+        hwm: status.mb_or_err("VmHWM")?,
+        anon: status.mb_or_err("RssAnon")?,
+        file: status.mb_or_err("RssFile")?,
     })
 }
 

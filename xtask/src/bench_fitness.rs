@@ -114,11 +114,7 @@ fn post_ok(addr: SocketAddr, path: &str, body: &str) -> Result<Sample> {
 }
 
 fn percentile(sorted: &[f64], p: f64) -> f64 {
-    if sorted.is_empty() {
-        return f64::NAN;
-    }
-    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
-    sorted[rank.clamp(1, sorted.len()) - 1]
+    oap_testkit::stats::nearest_rank(sorted, p).unwrap_or(f64::NAN)
 }
 
 /// p50 and p95 of the first-byte and total times.
@@ -286,13 +282,11 @@ pub fn run(args: &[String]) -> Result<()> {
     println!("fake Ollama on {}", fake.addr);
     let mut oapds = Vec::new();
     for policy in ["off", "flag", "remove"] {
-        let dir = tmp.0.join(policy);
-        std::fs::create_dir_all(&dir)?;
         let mut yaml = format!("tool_bridge:\n  url_policy: \"{policy}\"\n");
         if policy == "off" {
             yaml.push_str(FORCE_YAML);
         }
-        let oapd = start_oapd_with(&bin.join("oapd"), &dir, fake.addr, &model_dir, &yaml)
+        let oapd = start_oapd_with(&bin.join("oapd"), fake.addr, &model_dir, &yaml)
             .with_context(|| format!("oapd with url_policy {policy}"))?;
         println!("oapd (url_policy {policy}) on {}", oapd.addr);
         oapds.push((policy, oapd));

@@ -183,7 +183,7 @@ pub fn run(args: &[String]) -> Result<()> {
         &tmp.0,
         &fake_script(options.delay_ms),
     )?;
-    let oapd = start_oapd_with(&oapd_bin, &tmp.0, fake.addr, &model_dir, "")?;
+    let oapd = start_oapd_with(&oapd_bin, fake.addr, &model_dir, "")?;
     let pid = oapd.child.id();
     println!("oapd {} on {} (pid {pid})", oapd_bin.display(), oapd.addr);
 

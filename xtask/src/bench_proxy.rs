@@ -26,6 +26,7 @@ use anyhow::{bail, Context, Result};
 
 use crate::net::free_port;
 use crate::repo_root;
+use oap_testkit::{Daemon, DaemonBuilder};
 
 const USAGE: &str = "usage: cargo xtask bench-proxy [--quick] [--no-peer] [--leak N]\n  \
     --quick    fewer requests per run (300 instead of 2000) and a 20k leak run\n  \
@@ -127,18 +128,7 @@ fn http(addr: SocketAddr, method: &str, path: &str) -> std::io::Result<(u16, Str
 
 /// `VmRSS` and `VmHWM` of a process, in MB (10^6 bytes).
 pub(crate) fn rss_of(pid: u32) -> Result<(f64, f64)> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .with_context(|| format!("read /proc/{pid}/status"))?;
-    let field = |key: &str| -> Result<f64> {
-        let kb: f64 = status
-            .lines()
-            .find_map(|l| l.strip_prefix(key))
-            .and_then(|v| v.split_whitespace().next())
-            .and_then(|v| v.parse().ok())
-            .with_context(|| format!("no {key} in /proc/{pid}/status"))?;
-        Ok(kb * 1024.0 / 1e6)
-    };
-    Ok((field("VmRSS:")?, field("VmHWM:")?))
+    oap_testkit::rss::rss_hwm_mb(pid).with_context(|| format!("read /proc/{pid}/status"))
 }
 
 pub(crate) fn cargo() -> Command {
@@ -274,58 +264,40 @@ pub(crate) fn start_fake_with(bin: &Path, tmp: &Path, script_json: &str) -> Resu
     Ok(fake)
 }
 
-fn start_oapd(bin: &Path, tmp: &Path, upstream: SocketAddr, model_dir: &Path) -> Result<Proc> {
-    start_oapd_with(bin, tmp, upstream, model_dir, "")
+fn start_oapd(bin: &Path, upstream: SocketAddr, model_dir: &Path) -> Result<Daemon> {
+    start_oapd_with(bin, upstream, model_dir, "")
 }
 
-/// `oapd serve` in front of `upstream`, its config and data in `tmp`, with
-/// `extra_yaml` (whole top-level sections) appended to the config.
+/// `oapd serve` in front of `upstream` (the kit's launcher: its config,
+/// data and log in a fresh directory), with `extra_yaml` (whole top-level
+/// sections) appended to the config. It logs at warn, so it does not
+/// report a port: one is picked.
 pub(crate) fn start_oapd_with(
     bin: &Path,
-    tmp: &Path,
     upstream: SocketAddr,
     model_dir: &Path,
     extra_yaml: &str,
-) -> Result<Proc> {
+) -> Result<Daemon> {
     let port = free_port()?;
-    let config = tmp.join("oapd.yaml");
-    let yaml = format!(
-        "server:\n  listen: [\"127.0.0.1:{port}\"]\n\
-         index:\n  data_dir: {:?}\n\
-         embedding:\n  model_dir: {model_dir:?}\n\
-         ollama:\n  base_url: \"http://{upstream}\"\n\
-         log:\n  level: warn\n{extra_yaml}",
-        tmp.join("data")
+    println!(
+        "$ RUST_LOG=warn {} --config <state dir>/config.yaml serve (127.0.0.1:{port})",
+        bin.display()
     );
-    std::fs::write(&config, yaml)?;
-    let log = tmp.join("oapd.log");
-    let mut command = Command::new(bin);
-    for (key, _) in std::env::vars_os() {
-        if key.to_string_lossy().starts_with("OAP_") {
-            command.env_remove(key);
-        }
-    }
-    command
-        .env_remove("OAPD_CONFIG")
+    let daemon = DaemonBuilder::new(bin)
+        .model_dir(model_dir)
+        .listen(&[&format!("127.0.0.1:{port}")])
+        .default_header_read_timeout()
+        .yaml(&format!(
+            "ollama:\n  base_url: \"http://{upstream}\"\nlog:\n  level: warn\n{extra_yaml}"
+        ))
         .env_remove("RAYON_NUM_THREADS")
         .env_remove("CANDLE_NUM_THREADS")
         .env("RUST_LOG", "warn")
-        .arg("--config")
-        .arg(&config)
-        .arg("serve")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&log)?);
-    println!("$ RUST_LOG=warn {}", shown(&command));
-    let child = command.spawn().context("cannot start oapd")?;
-    let mut oapd = Proc {
-        child,
-        addr: SocketAddr::from(([127, 0, 0, 1], port)),
-        log,
-    };
-    oapd.wait_ready("/health", Duration::from_secs(300))
-        .context("oapd")?;
-    Ok(oapd)
+        .ready_within(Duration::from_secs(300))
+        .try_start()
+        .map_err(|err| anyhow::anyhow!("oapd: {err}"))?;
+    println!("oapd log: {}", daemon.log.display());
+    Ok(daemon)
 }
 
 /// `ollama-mcp-bridge` from `target/peer-venv`, in front of `upstream`,
@@ -523,7 +495,7 @@ pub fn run(args: &[String]) -> Result<()> {
 
     let fake = start_fake(&bin.join("fake-ollama"), &tmp.0)?;
     println!("fake Ollama on {}", fake.addr);
-    let oapd = start_oapd(&bin.join("oapd"), &tmp.0, fake.addr, &model_dir)?;
+    let oapd = start_oapd(&bin.join("oapd"), fake.addr, &model_dir)?;
     let oapd_pid = oapd.child.id();
     let rss_start = rss_of(oapd_pid)?;
     println!("oapd on {} (pid {oapd_pid})", oapd.addr);

@@ -186,19 +186,18 @@ fn ms(t: Instant) -> f64 {
 }
 
 fn pct(sorted: &[f64], p: f64) -> f64 {
-    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted[i.min(sorted.len() - 1)]
+    oap_testkit::stats::rounded_index(sorted, p).unwrap_or(f64::NAN)
 }
 
 /// Current and peak resident set size from /proc (Linux only).
 fn rss() -> String {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let status = oap_testkit::rss::ProcStatus::own().ok();
     let field = |k: &str| {
         status
-            .lines()
-            .find(|l| l.starts_with(k))
-            .map(|l| l[k.len()..].trim().to_owned())
-            .unwrap_or_else(|| "?".into())
+            .as_ref()
+            .and_then(|s| s.raw(k))
+            .unwrap_or("?")
+            .to_owned()
     };
-    format!("VmRSS {} (peak VmHWM {})", field("VmRSS:"), field("VmHWM:"))
+    format!("VmRSS {} (peak VmHWM {})", field("VmRSS"), field("VmHWM"))
 }

@@ -45,8 +45,7 @@ impl Rng {
 }
 
 fn pct(sorted: &[Duration], p: f64) -> Duration {
-    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted.get(i).copied().unwrap_or_default()
+    oap_testkit::stats::rounded_index(sorted, p).unwrap_or_default()
 }
 
 fn ms(d: Duration) -> String {

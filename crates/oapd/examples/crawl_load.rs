@@ -26,17 +26,19 @@
 //! Prints progress, then one line `RESULT {json}`. No traffic leaves
 //! loopback.
 
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener as StdListener, TcpStream};
+use std::net::{SocketAddr, TcpListener as StdListener};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use oap_testkit::http::exchange;
+use oap_testkit::pki::{Pki, ServerConfig};
+use oap_testkit::rss::ProcStatus;
+use oap_testkit::server::{serve_tls_raw, write_response};
+use oap_testkit::stats::{nearest_rank, sorted};
+use oap_testkit::{Daemon, DaemonBuilder};
+use tokio::io::AsyncWriteExt;
 
 type Result<T> = std::result::Result<T, Box<dyn std::error::Error + Send + Sync>>;
 
@@ -92,171 +94,56 @@ fn domain(i: usize) -> String {
     format!("m{i:05}.{ZONE}")
 }
 
-/// A test CA and a `*.crawl.bench` server certificate.
-fn pki() -> Result<(String, Arc<rustls::ServerConfig>)> {
-    let ca_key = KeyPair::generate()?;
-    let mut ca_params = CertificateParams::new(Vec::<String>::new())?;
-    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    let ca = ca_params.self_signed(&ca_key)?;
-    let issuer = Issuer::from_params(&ca_params, &ca_key);
-    let leaf_key = KeyPair::generate()?;
-    let leaf = CertificateParams::new(vec![format!("*.{ZONE}")])?.signed_by(&leaf_key, &issuer)?;
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let config = rustls::ServerConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()?
-        .with_no_client_auth()
-        .with_single_cert(
-            vec![CertificateDer::from(leaf.der().to_vec())],
-            PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(leaf_key.serialize_der())),
-        )?;
-    Ok((ca.pem(), Arc::new(config)))
-}
-
 /// Serves manifest `i` for `m<i>.crawl.bench`; 404 otherwise.
 async fn serve(
     listener: tokio::net::TcpListener,
-    config: Arc<rustls::ServerConfig>,
+    config: Arc<ServerConfig>,
     bodies: Arc<Vec<Vec<u8>>>,
     served: Arc<AtomicUsize>,
 ) {
-    let acceptor = tokio_rustls::TlsAcceptor::from(config);
-    loop {
-        let Ok((tcp, _)) = listener.accept().await else {
-            return;
-        };
-        let (acceptor, bodies, served) = (acceptor.clone(), bodies.clone(), served.clone());
-        tokio::spawn(async move {
-            let Ok(mut tls) = acceptor.accept(tcp).await else {
-                return;
-            };
-            let mut buf = Vec::new();
-            let mut chunk = [0u8; 4096];
-            while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
-                match tls.read(&mut chunk).await {
-                    Ok(0) | Err(_) => return,
-                    Ok(n) => buf.extend_from_slice(&chunk[..n]),
-                }
-                if buf.len() > 65536 {
-                    return;
-                }
-            }
-            let text = String::from_utf8_lossy(&buf);
-            let index = text
-                .lines()
-                .find_map(|l| {
-                    let (k, v) = l.split_once(':')?;
-                    k.eq_ignore_ascii_case("host").then(|| v.trim().to_string())
-                })
-                .and_then(|host| {
-                    let name = host.split(':').next()?.strip_suffix(&format!(".{ZONE}"))?;
-                    name.strip_prefix('m')?.parse::<usize>().ok()
-                })
+    serve_tls_raw(listener, config, move |mut tls, head| {
+        let (bodies, served) = (bodies.clone(), served.clone());
+        async move {
+            let index = head
+                .host
+                .strip_suffix(&format!(".{ZONE}"))
+                .and_then(|name| name.strip_prefix('m')?.parse::<usize>().ok())
                 .filter(|i| *i < bodies.len());
-            let response = match index {
+            match index {
                 Some(i) => {
                     served.fetch_add(1, Ordering::Relaxed);
-                    let body = &bodies[i];
-                    let mut r = format!(
-                        "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\nconnection: close\r\ncontent-length: {}\r\n\r\n",
-                        body.len()
-                    )
-                    .into_bytes();
-                    r.extend_from_slice(body);
-                    r
+                    let headers = [("content-type", "application/json".to_string())];
+                    write_response(&mut tls, "200 OK", &headers, &bodies[i]).await;
                 }
-                None => b"HTTP/1.1 404 Not Found\r\nconnection: close\r\ncontent-length: 0\r\n\r\n"
-                    .to_vec(),
-            };
-            let _ = tls.write_all(&response).await;
+                None => write_response(&mut tls, "404 Not Found", &[], b"").await,
+            }
             let _ = tls.shutdown().await;
-        });
-    }
+        }
+    })
+    .await
 }
 
 /// Plain HTTP/1.1 over a fresh loopback connection: status and body.
 fn http(addr: SocketAddr, method: &str, path: &str, body: &str) -> std::io::Result<(u16, String)> {
-    let mut stream = TcpStream::connect_timeout(&addr, Duration::from_secs(5))?;
-    stream.set_read_timeout(Some(Duration::from_secs(60)))?;
-    write!(
-        stream,
-        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
-    )?;
-    let mut raw = Vec::new();
-    stream.read_to_end(&mut raw)?;
-    let text = String::from_utf8_lossy(&raw);
-    let status = text
-        .split_whitespace()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .ok_or_else(|| std::io::Error::other("no HTTP status line"))?;
-    let body = text
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_string())
-        .unwrap_or_default();
-    Ok((status, body))
+    exchange(addr, method, path, body, Duration::from_secs(60))
 }
 
-struct Daemon {
-    child: Child,
-    addr: SocketAddr,
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn start(oapd: &Path, config: &Path, log: &Path) -> Result<Daemon> {
-    let yaml = std::fs::read_to_string(config)?;
-    let port: u16 = yaml
-        .split("127.0.0.1:")
-        .nth(1)
-        .and_then(|s| s.split('"').next())
-        .and_then(|p| p.parse().ok())
-        .ok_or("no listen port in the config")?;
-    let mut command = Command::new(oapd);
-    for (key, _) in std::env::vars_os() {
-        if key.to_string_lossy().starts_with("OAP_") {
-            command.env_remove(key);
-        }
-    }
-    let child = command
-        .env_remove("OAPD_CONFIG")
+/// `oapd serve` with `yaml` (beyond the listen address, state directory
+/// and model the kit writes) in `dir`, on a port picked here (the daemon
+/// logs at warn, so it does not report one), ready within 300 s.
+fn start(oapd: &Path, model: &Path, dir: tempfile::TempDir, yaml: &str) -> Result<Daemon> {
+    let port = StdListener::bind("127.0.0.1:0")?.local_addr()?.port();
+    Ok(DaemonBuilder::new(oapd)
+        .model_dir(model)
+        .in_dir(dir)
+        .listen(&[&format!("127.0.0.1:{port}")])
+        .yaml(yaml)
         .env("RUST_LOG", "warn")
         // As systemd/oapd.service sets it: without a cap every thread that
         // embeds keeps a glibc arena of its own, and RSS measures those.
         .env("MALLOC_ARENA_MAX", "2")
-        .arg("--config")
-        .arg(config)
-        .arg("serve")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(log)?)
-        .spawn()?;
-    let mut daemon = Daemon {
-        child,
-        addr: SocketAddr::from(([127, 0, 0, 1], port)),
-    };
-    let deadline = Instant::now() + Duration::from_secs(300);
-    loop {
-        if let Some(status) = daemon.child.try_wait()? {
-            return Err(format!(
-                "oapd exited early ({status}):\n{}",
-                std::fs::read_to_string(log).unwrap_or_default()
-            )
-            .into());
-        }
-        if let Ok((200, _)) = http(daemon.addr, "GET", "/health", "") {
-            return Ok(daemon);
-        }
-        if Instant::now() > deadline {
-            return Err("oapd not ready after 300 s".into());
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
+        .ready_within(Duration::from_secs(300))
+        .try_start()?)
 }
 
 fn indexed(addr: SocketAddr) -> Option<u64> {
@@ -278,15 +165,11 @@ struct RssPeak {
     anon: f64,
 }
 
+/// A `kB` field of `/proc/<pid>/status`; 0 once the process is gone.
 fn vm_kb(pid: u32, field: &str) -> f64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
+    ProcStatus::of(pid)
         .ok()
-        .and_then(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix(field))
-                .and_then(|v| v.split_whitespace().next())
-                .and_then(|v| v.parse::<f64>().ok())
-        })
+        .and_then(|status| status.kb(field))
         .unwrap_or(0.0)
 }
 
@@ -319,14 +202,9 @@ fn discover_loop(addr: SocketAddr, stop: &AtomicBool, limit: usize, rate: f64) -
     out
 }
 
+/// Nearest-rank percentile of unsorted samples; NaN for none.
 fn percentile(samples: &[f64], p: f64) -> f64 {
-    if samples.is_empty() {
-        return f64::NAN;
-    }
-    let mut sorted = samples.to_vec();
-    sorted.sort_by(f64::total_cmp);
-    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
-    sorted[rank.clamp(1, sorted.len()) - 1]
+    nearest_rank(&sorted(samples.to_vec()), p).unwrap_or(f64::NAN)
 }
 
 fn corpus_bodies(dir: &Path, count: usize) -> Result<Vec<Vec<u8>>> {
@@ -372,7 +250,8 @@ fn run() -> Result<()> {
     let rate = options.rate;
     let bodies = Arc::new(corpus_bodies(&options.corpus, count)?);
     let tmp = tempfile::tempdir()?;
-    let (ca_pem, server_config) = pki()?;
+    let pki = Pki::try_new(&[format!("*.{ZONE}")])?;
+    let (ca_pem, server_config) = (pki.ca_pem, pki.server);
     let ca_file = tmp.path().join("ca.pem");
     std::fs::write(&ca_file, ca_pem)?;
 
@@ -398,33 +277,27 @@ fn run() -> Result<()> {
     let hosts: Vec<String> = (0..count)
         .map(|i| format!("\"{}=127.0.0.1\"", domain(i)))
         .collect();
-    let port = StdListener::bind("127.0.0.1:0")?.local_addr()?.port();
     let config = |enabled: bool| {
         format!(
-            "server:\n  listen: [\"127.0.0.1:{port}\"]\n\
-             index:\n  data_dir: {:?}\n\
-             embedding:\n  model_dir: {:?}\n\
-             log:\n  level: warn\n\
+            "log:\n  level: warn\n\
              crawler:\n  enabled: {enabled}\n  seeds_file: {seeds_file:?}\n  ca_file: {ca_file:?}\n  \
              allow_private: [\"127.0.0.0/8\"]\n  max_domains: {}\n  round_timeout: 3600\n  \
              watch_interval: 0\n  hosts: [{}]\n",
-            tmp.path().join("data"),
-            options.model,
             count.max(1),
             hosts.join(", ")
         )
     };
-    let config_path = tmp.path().join("oapd.yaml");
-    let log = tmp.path().join("oapd.log");
+    // The daemon's state directory, kept from the first start to the second.
+    let state = tempfile::tempdir()?;
 
     // 1. Idle: crawler off, bundled manifests only.
-    std::fs::write(&config_path, config(false))?;
-    let (idle_before, bundled) = {
-        let daemon = start(&options.oapd, &config_path, &log)?;
+    let (idle_before, bundled, state) = {
+        let mut daemon = start(&options.oapd, &options.model, state, &config(false))?;
         let bundled = indexed(daemon.addr).ok_or("no /health index count")?;
         discover_loop(daemon.addr, &AtomicBool::new(false), 20, 0.0); // warm-up
         let samples = discover_loop(daemon.addr, &AtomicBool::new(false), 400, rate);
-        (samples, bundled)
+        let state = std::mem::replace(&mut daemon.dir, tempfile::tempdir()?);
+        (samples, bundled, state)
     };
     println!(
         "idle (crawler off, {bundled} manifests): p50 {:.1} ms, p99 {:.1} ms over {} requests",
@@ -434,10 +307,9 @@ fn run() -> Result<()> {
     );
 
     // 2. The crawl, with discovery traffic and RSS sampling alongside.
-    std::fs::write(&config_path, config(true))?;
     let target = bundled + count as u64;
     let started = Instant::now();
-    let daemon = start(&options.oapd, &config_path, &log)?;
+    let daemon = start(&options.oapd, &options.model, state, &config(true))?;
     let ready_ms = started.elapsed().as_secs_f64() * 1000.0;
     let crawl_started = Instant::now();
     let pid = daemon.child.id();
@@ -450,9 +322,9 @@ fn run() -> Result<()> {
         let (stop, peak) = (stop.clone(), peak_rss.clone());
         std::thread::spawn(move || {
             while !stop.load(Ordering::Relaxed) {
-                let rss = vm_kb(pid, "VmRSS:");
-                let anon = vm_kb(pid, "RssAnon:");
-                let file = vm_kb(pid, "RssFile:");
+                let rss = vm_kb(pid, "VmRSS");
+                let anon = vm_kb(pid, "RssAnon");
+                let file = vm_kb(pid, "RssFile");
                 if let Ok(mut p) = peak.lock() {
                     if rss > p.rss {
                         *p = RssPeak {
@@ -503,12 +375,12 @@ fn run() -> Result<()> {
     if !done {
         return Err(format!(
             "crawl not finished after an hour; log:\n{}",
-            std::fs::read_to_string(&log).unwrap_or_default()
+            daemon.log_text()
         )
         .into());
     }
-    let end_rss = vm_kb(pid, "VmRSS:");
-    let hwm = vm_kb(pid, "VmHWM:");
+    let end_rss = vm_kb(pid, "VmRSS");
+    let hwm = vm_kb(pid, "VmHWM");
     let peak = peak_rss.lock().map(|p| *p).unwrap_or_default();
     let index_bytes = http(daemon.addr, "GET", "/health", "")
         .ok()

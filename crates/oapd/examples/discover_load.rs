@@ -31,6 +31,7 @@ use http_body_util::{BodyExt, Full};
 use hyper::client::conn::http1;
 use hyper::{Method, Request, StatusCode};
 use hyper_util::rt::TokioIo;
+use oap_testkit::stats::sorted;
 use tokio::net::TcpStream;
 
 /// Hard upper bound on a run, whatever the arguments say.
@@ -282,16 +283,7 @@ async fn worker(
 }
 
 fn pct(sorted: &[f64], p: f64) -> f64 {
-    if sorted.is_empty() {
-        return f64::NAN;
-    }
-    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted[i.min(sorted.len() - 1)]
-}
-
-fn sorted(mut v: Vec<f64>) -> Vec<f64> {
-    v.sort_by(f64::total_cmp);
-    v
+    oap_testkit::stats::rounded_index(sorted, p).unwrap_or(f64::NAN)
 }
 
 #[tokio::main(flavor = "current_thread")]

@@ -15,6 +15,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::{bail, Context};
+use oap_testkit::stats::mean;
 use oapd::config::Config;
 use oapd::server::experience::{Experience, Hit};
 use serde_json::{Map, Value};
@@ -41,18 +42,7 @@ fn shuffle<T>(items: &mut [T], mut seed: u64) {
 }
 
 fn percentile(sorted: &[f64], p: f64) -> f64 {
-    if sorted.is_empty() {
-        return 0.0;
-    }
-    sorted[((sorted.len() - 1) as f64 * p).round() as usize]
-}
-
-fn mean(values: &[f64]) -> f64 {
-    if values.is_empty() {
-        0.0
-    } else {
-        values.iter().sum::<f64>() / values.len() as f64
-    }
+    oap_testkit::stats::rounded_index(sorted, p).unwrap_or(0.0)
 }
 
 fn name_of(engine: &oap_discovery::Engine, id: &str) -> Option<String> {

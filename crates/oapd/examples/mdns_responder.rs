@@ -1,4 +1,4 @@
-//! A LAN device for the mDNS test (`crates/oapd/tests/mdns.rs`): serves OAP
+//! A LAN device for the mDNS test (`crates/oapd/tests/it/mdns.rs`): serves OAP
 //! manifests over plain HTTP and advertises them as `_oap._tcp.local.`.
 //!
 //! Run it only inside a network namespace (it sends multicast on every
@@ -268,7 +268,7 @@ fn main() {
 }
 
 /// The device: HTTP, mDNS registrations, hostile announcer, stdin commands.
-/// (`crates/oapd/tests/mdns.rs` includes this file and runs this in a
+/// (`crates/oapd/tests/it/mdns.rs` includes this file and runs this in a
 /// child process, so the test needs no separately built example.)
 pub fn run(address: Ipv4Addr, port: u16) {
     let listener = TcpListener::bind((address, port)).unwrap_or_else(|err| {

@@ -288,17 +288,11 @@ async fn worker(
 }
 
 fn pct(sorted: &[f64], p: f64) -> f64 {
-    if sorted.is_empty() {
-        return f64::NAN;
-    }
-    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted[i.min(sorted.len() - 1)]
+    oap_testkit::stats::rounded_index(sorted, p).unwrap_or(f64::NAN)
 }
 
 fn sorted_ms(values: impl Iterator<Item = Duration>) -> Vec<f64> {
-    let mut v: Vec<f64> = values.map(|d| d.as_secs_f64() * 1e3).collect();
-    v.sort_by(f64::total_cmp);
-    v
+    oap_testkit::stats::sorted(values.map(|d| d.as_secs_f64() * 1e3).collect())
 }
 
 fn fail(message: String) -> ! {

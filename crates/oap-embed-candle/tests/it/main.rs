@@ -1,0 +1,3 @@
+//! oap-embed-candle's integration tests, one binary: one module per area.
+
+mod model;

@@ -1,0 +1,3 @@
+//! oap-sandbox's integration tests, one binary: one module per area.
+
+mod confine;
