@@ -3,7 +3,6 @@
 //! or a power cut mid-write leaves either the old file or the new one,
 //! never a torn one, and read with a size cap.
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
 #[derive(Debug, thiserror::Error)]
@@ -33,10 +32,10 @@ fn io<'a>(action: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -
     }
 }
 
-/// Writes `value` as JSON to `<path>.<pid>.tmp`, fsyncs it, renames it
-/// over `path` and fsyncs the directory. The temporary name carries the
-/// process id so the daemon and a concurrent `oapd validate-model` never
-/// write the same temporary file.
+/// Writes `value` as JSON through `oap_store::write_atomic` (a temporary
+/// file named after the process id, fsync, rename, directory fsync), so the
+/// daemon and a concurrent `oapd validate-model` never write the same
+/// temporary file and a crash leaves the old file or the new one.
 pub fn write_json_atomic<T: serde::Serialize>(path: &Path, value: &T) -> Result<(), StateError> {
     let bytes = serde_json::to_vec(value).map_err(|err| StateError::Invalid {
         path: path.to_path_buf(),
@@ -47,50 +46,22 @@ pub fn write_json_atomic<T: serde::Serialize>(path: &Path, value: &T) -> Result<
         _ => PathBuf::from("."),
     };
     std::fs::create_dir_all(&dir).map_err(io("creating", &dir))?;
-    let file_name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_else(|| "state".into());
-    let tmp = dir.join(format!(".{file_name}.{}.tmp", std::process::id()));
-    let result = (|| {
-        let mut file = std::fs::File::create(&tmp).map_err(io("creating", &tmp))?;
-        file.write_all(&bytes).map_err(io("writing", &tmp))?;
-        file.sync_all().map_err(io("fsyncing", &tmp))?;
-        std::fs::rename(&tmp, path).map_err(io("renaming", &tmp))?;
-        if let Ok(dir_handle) = std::fs::File::open(&dir) {
-            // Makes the rename itself durable; not all filesystems allow it.
-            let _ = dir_handle.sync_all();
-        }
-        Ok(())
-    })();
-    if result.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
-    result
+    oap_store::write_atomic(path, &bytes)
+        .map(|_| ())
+        .map_err(|err| from_store(path, err))
 }
 
 /// Reads and parses a JSON state file of at most `limit` bytes; `Ok(None)`
-/// when it does not exist.
+/// when it does not exist. Read through `oap_store::read_capped`: never
+/// more than `limit` bytes in memory, never blocked by a FIFO.
 pub fn read_json<T: serde::de::DeserializeOwned>(
     path: &Path,
     limit: u64,
 ) -> Result<Option<T>, StateError> {
-    let metadata = match std::fs::metadata(path) {
-        Ok(metadata) => metadata,
-        Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(err) => return Err(io("reading", path)(err)),
-    };
-    if metadata.len() > limit {
-        return Err(StateError::TooLarge {
-            path: path.to_path_buf(),
-            size: metadata.len(),
-            limit,
-        });
-    }
-    let bytes = match std::fs::read(path) {
+    let bytes = match oap_store::read_capped(path, limit) {
         Ok(bytes) => bytes,
-        Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(err) => return Err(io("reading", path)(err)),
+        Err(err) if err.is_not_found() => return Ok(None),
+        Err(err) => return Err(from_store(path, err)),
     };
     serde_json::from_slice(&bytes)
         .map(Some)
@@ -98,6 +69,24 @@ pub fn read_json<T: serde::de::DeserializeOwned>(
             path: path.to_path_buf(),
             message: err.to_string(),
         })
+}
+
+/// The store's error in this module's terms (the messages name the file).
+fn from_store(path: &Path, err: oap_store::StoreError) -> StateError {
+    match err {
+        oap_store::StoreError::Io { op, path, source } => StateError::Io {
+            action: op,
+            path,
+            source,
+        },
+        oap_store::StoreError::TooLarge { path, size, limit } => {
+            StateError::TooLarge { path, size, limit }
+        }
+        other => StateError::Invalid {
+            path: path.to_path_buf(),
+            message: other.to_string(),
+        },
+    }
 }
 
 /// Modification time of `path`, to notice another process's writes.

@@ -38,6 +38,15 @@
 //! engine's index so that query-side options can be compared in one run; the
 //! latency column and a consistency check use `Engine::discover_with`.
 
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::string_slice,
+    clippy::disallowed_methods,
+    reason = "a benchmark or demo program run by developers, not the daemon: it stops on the first surprise"
+)]
+
 use std::collections::HashMap;
 use std::io::Write;
 use std::path::PathBuf;

@@ -8,6 +8,15 @@
 //! single query, as the daemon sees it, and a binary that is easy to copy to a
 //! board.
 
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::string_slice,
+    clippy::disallowed_methods,
+    reason = "a benchmark or demo program run by developers, not the daemon: it stops on the first surprise"
+)]
+
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 

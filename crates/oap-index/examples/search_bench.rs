@@ -10,6 +10,15 @@
 //! `dense_search(k = 10)` (default threads and 1 thread) and `lexical_search(k = 10)`.
 //! Files are deleted afterwards.
 
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::string_slice,
+    clippy::disallowed_methods,
+    reason = "a benchmark or demo program run by developers, not the daemon: it stops on the first surprise"
+)]
+
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 

@@ -123,6 +123,10 @@ pub(crate) fn sync_dir(dir: &Path) -> bool {
 }
 
 #[cfg(test)]
+#[allow(
+    clippy::disallowed_methods,
+    reason = "tests read back the small files they wrote"
+)]
 mod tests {
     use super::*;
 

@@ -2,6 +2,7 @@
 
 use std::fs;
 use std::io::Read;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 
 use crate::StoreError;
@@ -26,8 +27,26 @@ pub fn read_capped(path: &Path, limit: u64) -> Result<Vec<u8>, StoreError> {
             limit,
         });
     }
-    let file = fs::File::open(path).map_err(StoreError::io("opening", path))?;
+    // Without waiting for a FIFO's writer, should one replace the file
+    // between the check above and this open; checked again on the handle.
+    let file = fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
+        .open(path)
+        .map_err(StoreError::io("opening", path))?;
+    let meta = file
+        .metadata()
+        .map_err(StoreError::io("inspecting", path))?;
+    if !meta.is_file() {
+        return Err(StoreError::NotAFile {
+            path: path.to_path_buf(),
+        });
+    }
     let mut bytes = Vec::with_capacity(usize::try_from(meta.len()).unwrap_or(0));
+    #[allow(
+        clippy::disallowed_methods,
+        reason = "the reader is `take(limit + 1)`: this is the capped reader"
+    )]
     file.take(limit.saturating_add(1))
         .read_to_end(&mut bytes)
         .map_err(StoreError::io("reading", path))?;

@@ -14,6 +14,15 @@
 //! - [`resolver`]: a stub name resolver for oap-exec's executor;
 //! - [`stats`] and [`rss`]: percentiles and resident memory, for benchmarks.
 
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::string_slice,
+    clippy::disallowed_methods,
+    reason = "test support: a helper that cannot do its job fails the test that called it, loudly"
+)]
+
 pub mod daemon;
 pub mod http;
 pub mod model;

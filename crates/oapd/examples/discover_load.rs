@@ -20,6 +20,15 @@
 //! spent inside the engine, so the rest is HTTP, JSON and scheduling).
 //! Loopback addresses only: this is a benchmark, not a load-testing tool.
 
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::string_slice,
+    clippy::disallowed_methods,
+    reason = "a benchmark or demo program run by developers, not the daemon: it stops on the first surprise"
+)]
+
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};

@@ -22,6 +22,15 @@
 //! are removed. Every manifest is checked with the same parser as `oapd
 //! manifest lint`; the run fails on any error.
 
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::string_slice,
+    clippy::disallowed_methods,
+    reason = "a benchmark or demo program run by developers, not the daemon: it stops on the first surprise"
+)]
+
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 

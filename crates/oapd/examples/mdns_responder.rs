@@ -25,6 +25,15 @@
 //! end of input shuts down. Prints `READY`
 //! once everything is up.
 
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::string_slice,
+    clippy::disallowed_methods,
+    reason = "a benchmark or demo program run by developers, not the daemon: it stops on the first surprise"
+)]
+
 use std::io::{BufRead, Read, Write};
 use std::net::{Ipv4Addr, TcpListener, TcpStream, UdpSocket};
 use std::sync::atomic::{AtomicBool, Ordering};

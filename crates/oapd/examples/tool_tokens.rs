@@ -8,6 +8,15 @@
 //!             [--model-dir DIR] [--data-dir DIR]
 //! ```
 
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::string_slice,
+    clippy::disallowed_methods,
+    reason = "a benchmark or demo program run by developers, not the daemon: it stops on the first surprise"
+)]
+
 use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::sync::Arc;

@@ -1,6 +1,16 @@
 //! The tool loop in-process against the real fake-ollama server on a
 //! loopback port, with a small recording tool runner and test hooks.
 
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::string_slice,
+    clippy::disallowed_methods,
+    missing_docs,
+    reason = "test code: a failed assumption is a failed test, and tests read their own fixtures whole"
+)]
+
 mod errors;
 mod hooks;
 mod rounds;

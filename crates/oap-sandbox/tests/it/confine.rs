@@ -29,6 +29,10 @@ fn run(policy: &Policy, scratch: &Path, may_spawn: bool, argv: &[&str]) -> Outpu
         .env("TMPDIR", scratch)
         .stdin(Stdio::null());
     // SAFETY: `enter` makes only async-signal-safe system calls.
+    #[allow(
+        unsafe_code,
+        reason = "pre_exec is how the sandbox is entered, as in oap-exec"
+    )]
     unsafe {
         cmd.pre_exec(move || confinement.enter());
     }

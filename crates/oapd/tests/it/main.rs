@@ -3,6 +3,15 @@
 //! others takes a lock (none needs one today: every test makes its own
 //! state directory, port, namespace and cgroup).
 
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::string_slice,
+    clippy::disallowed_methods,
+    missing_docs,
+    reason = "test code: a failed assumption is a failed test, and tests read their own fixtures whole"
+)]
 #![allow(dead_code)]
 
 mod support;
