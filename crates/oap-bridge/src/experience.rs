@@ -51,32 +51,45 @@ const FLUSH_DELAY: Duration = Duration::from_millis(200);
 /// `experience:` settings.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Settings {
+    /// Lowest cosine similarity at which another task's entry is reused.
     pub min_similarity: f32,
+    /// Seconds an entry lives after its last success; each success renews it.
     pub ttl_secs: u64,
+    /// Most entries kept; beyond it the least recently used are evicted.
     pub max_entries: usize,
 }
 
 /// One remembered success.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Entry {
+    /// Derived from the normalised task and the manifest (see [`entry_id`]),
+    /// so the same pair always updates the same entry.
     pub id: String,
     /// The task that first succeeded (clipped), for operators.
     pub task: String,
     /// Lower-cased, whitespace-collapsed task: repeats match without embedding.
     pub normalized: String,
+    /// The manifest whose tool succeeded.
     pub manifest_id: String,
     /// Content hash of the manifest when it succeeded; a change drops the entry.
     pub content_hash: String,
     /// Argument names and their JSON types, e.g. `{"args": "string"}`.
     pub argument_shape: BTreeMap<String, String>,
+    /// 0..=1; below [`MIN_CONFIDENCE`] the entry is kept but not served.
     pub confidence: f32,
+    /// Successful executions recorded for this entry.
     pub successes: u32,
+    /// Failed executions recorded for this entry; they lower the confidence.
     pub failures: u32,
     /// Times the entry was served instead of discovery.
     pub hits: u32,
+    /// Unix seconds of the first success.
     pub created_at: u64,
+    /// Unix seconds of the last success, failure or hit (eviction order).
     pub last_used: u64,
+    /// Unix seconds after which the entry is neither served nor loaded.
     pub expires_at: u64,
+    /// The task's embedding, compared by cosine for similar hits.
     pub embedding: Vec<f32>,
 }
 
@@ -116,6 +129,7 @@ pub enum Hit {
 }
 
 impl Hit {
+    /// The entry that answered, whichever way it matched.
     pub fn entry(&self) -> &Entry {
         match self {
             Hit::Exact(entry) | Hit::Similar(entry, _) => entry,
@@ -172,11 +186,13 @@ fn clip(text: &str) -> String {
 /// The cache's entries and rules.
 #[derive(Debug, Clone)]
 pub struct Cache {
+    /// The rules the cache applies; read on every lookup and record.
     pub settings: Settings,
     entries: Vec<Entry>,
 }
 
 impl Cache {
+    /// An empty cache.
     pub fn new(settings: Settings) -> Cache {
         Cache {
             settings,
@@ -200,28 +216,34 @@ impl Cache {
         cache
     }
 
+    /// All entries, usable or not, in storage order.
     pub fn entries(&self) -> &[Entry] {
         &self.entries
     }
 
+    /// Number of entries, usable or not.
     pub fn len(&self) -> usize {
         self.entries.len()
     }
 
+    /// True when the cache holds no entry.
     pub fn is_empty(&self) -> bool {
         self.entries.is_empty()
     }
 
+    /// The entry with this id (see [`entry_id`]).
     pub fn get(&self, id: &str) -> Option<&Entry> {
         self.entries.iter().find(|e| e.id == id)
     }
 
+    /// Drops the entry with this id; false when there was none.
     pub fn remove(&mut self, id: &str) -> bool {
         let before = self.entries.len();
         self.entries.retain(|e| e.id != id);
         self.entries.len() != before
     }
 
+    /// Drops every entry; returns how many there were.
     pub fn clear(&mut self) -> usize {
         let n = self.entries.len();
         self.entries.clear();
@@ -353,8 +375,12 @@ impl Cache {
 /// What is known about the task of one request, for recording outcomes.
 #[derive(Debug, Clone)]
 pub struct Observed {
+    /// The task as the request gave it.
     pub text: String,
+    /// The task lower-cased and whitespace-collapsed: the exact-match key.
     pub normalized: String,
+    /// The task's embedding; `None` when the exact match made it unnecessary
+    /// or embedding failed (then no similar match is recorded).
     pub vector: Option<Arc<Vec<f32>>>,
     /// The entry that was served, on a hit.
     pub hit: Option<String>,
@@ -371,9 +397,13 @@ struct StoreFile {
 /// Lookup counters since start.
 #[derive(Debug, Default, Clone, Copy, Serialize)]
 pub struct Counters {
+    /// Lookups asked for, hit or miss.
     pub lookups: u64,
+    /// Lookups answered by an entry of the same task text.
     pub exact_hits: u64,
+    /// Lookups answered by a similar task's entry.
     pub similar_hits: u64,
+    /// Entries dropped at lookup because their manifest was gone or changed.
     pub stale_dropped: u64,
 }
 
@@ -393,7 +423,9 @@ pub struct Experience {
 
 /// The result of asking the cache for a task's tools.
 pub struct Lookup {
+    /// The entry to serve instead of discovery; `None` on a miss.
     pub hit: Option<Hit>,
+    /// The task, kept to record the outcome of the tools it leads to.
     pub observed: Observed,
 }
 
@@ -470,6 +502,7 @@ impl Experience {
         Some(experience)
     }
 
+    /// The cache file in the data directory (for logs and the API).
     pub fn path(&self) -> &Path {
         &self.path
     }

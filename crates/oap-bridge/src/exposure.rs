@@ -36,13 +36,18 @@ pub const PARAM_DESCRIPTION_CHARS: usize = 60;
 pub struct ExposureSettings {
     /// 0 = unlimited.
     pub tool_token_budget: usize,
+    /// Which tools the model sees: the discovered ones, or the meta-tools.
     pub exposure: ToolExposure,
+    /// What happens to URLs in answers that no message or tool result gave.
     pub url_policy: UrlPolicy,
+    /// Per-tool URL policies by manifest id; the strictest offered one wins.
     pub url_policy_tools: HashMap<String, UrlPolicy>,
+    /// Task patterns that force a tool.
     pub force: crate::forcing::ForceSettings,
 }
 
 impl ExposureSettings {
+    /// Copies the relevant `tool_bridge` keys of a validated config.
     pub fn from_config(config: &ToolBridgeConfig) -> Self {
         ExposureSettings {
             tool_token_budget: config.tool_token_budget,
@@ -71,10 +76,17 @@ impl ExposureSettings {
 /// What budget fitting did, for logs and tests.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Fitting {
+    /// Estimated tokens of the tool definitions as discovered.
     pub tokens_before: usize,
+    /// Estimated tokens after fitting: within the budget (dropping every
+    /// tool if need be) unless the budget is 0, i.e. unlimited.
     pub tokens_after: usize,
+    /// Whether descriptions were cut to [`TOOL_DESCRIPTION_CHARS`] and
+    /// [`PARAM_DESCRIPTION_CHARS`].
     pub descriptions_trimmed: bool,
+    /// Optional parameters removed from definitions to fit.
     pub optional_parameters_dropped: usize,
+    /// Whole tools dropped (lowest-ranked first) to fit.
     pub tools_dropped: usize,
 }
 
@@ -317,6 +329,7 @@ pub struct TokenReport {
 }
 
 impl TokenReport {
+    /// Starts reporting `tokens`.
     pub fn new(tokens: usize) -> TokenReport {
         TokenReport {
             tokens: AtomicUsize::new(tokens),

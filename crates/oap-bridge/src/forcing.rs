@@ -85,8 +85,12 @@ impl ForceSettings {
 /// The tool a request must use.
 #[derive(Debug, Clone)]
 pub struct Forced {
+    /// Name of the injected tool the model must call.
     pub name: String,
+    /// The tool's JSON Schema parameters; the `format` when the bridge asks
+    /// the model for the arguments alone.
     pub parameters: Value,
+    /// The task that matched the forcing pattern.
     pub task: String,
     /// The system instruction added to the messages.
     pub instruction: String,
@@ -247,6 +251,7 @@ pub struct ForceHook {
 }
 
 impl ForceHook {
+    /// A hook forcing `forced` on the request's rounds.
     pub fn new(forced: Forced) -> ForceHook {
         ForceHook {
             forced,

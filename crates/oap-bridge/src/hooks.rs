@@ -129,18 +129,22 @@ pub trait Hook: Send + Sync {
 pub struct Hooks(Vec<Box<dyn Hook>>);
 
 impl Hooks {
+    /// The hooks in the order they will run.
     pub fn new(hooks: Vec<Box<dyn Hook>>) -> Hooks {
         Hooks(hooks)
     }
 
+    /// Appends a hook; it runs after the ones already present.
     pub fn push(&mut self, hook: Box<dyn Hook>) {
         self.0.push(hook);
     }
 
+    /// Number of hooks.
     pub fn len(&self) -> usize {
         self.0.len()
     }
 
+    /// True when no hook is installed (the loop then runs unchanged).
     pub fn is_empty(&self) -> bool {
         self.0.is_empty()
     }

@@ -24,12 +24,15 @@ use crate::hooks::{Hook, ToolsByName};
 use crate::tool_loop::{ChatContext, InjectedTool, ToolResult};
 use crate::tools::ToolSource;
 
+/// Name of the meta-tool that searches oapd's tools for a task.
 pub const DISCOVER: &str = "oap_discover";
+/// Name of the meta-tool that runs a tool `oap_discover` returned.
 pub const INVOKE: &str = "oap_invoke";
 
 /// Longest task `oap_discover` accepts (characters).
 const MAX_TASK_CHARS: usize = 2000;
 
+/// True for the two meta-tool names, which client tools may not take.
 pub fn is_meta_tool(name: &str) -> bool {
     name == DISCOVER || name == INVOKE
 }
@@ -64,6 +67,8 @@ pub struct MetaSession {
 }
 
 impl MetaSession {
+    /// A session discovering up to `top_k` tools per `oap_discover` call;
+    /// `client_tools` are names discovery must not hand out.
     pub fn new(source: Arc<dyn ToolSource>, top_k: usize, client_tools: Vec<String>) -> Self {
         let mut reserved = client_tools;
         reserved.extend([DISCOVER.to_string(), INVOKE.to_string()]);

@@ -34,6 +34,7 @@ pub struct Hold {
 }
 
 impl Hold {
+    /// Wraps anything the request must keep alive (a body-budget permit).
     pub fn new(held: impl Send + Sync + 'static) -> Hold {
         Hold {
             _held: Box::new(held),
@@ -58,10 +59,12 @@ pub struct Images {
 }
 
 impl Images {
+    /// Number of images in the request.
     pub fn len(&self) -> usize {
         self.literals.len()
     }
 
+    /// True when the request carried no image.
     pub fn is_empty(&self) -> bool {
         self.literals.is_empty()
     }
@@ -82,15 +85,19 @@ impl Images {
 /// and its share of the body budget. Dropped when the loop ends.
 #[derive(Debug, Default)]
 pub struct Held {
+    /// The image literals the parsed body's placeholders stand for.
     pub images: Images,
+    /// The request's share of the daemon's body budget, released on drop.
     pub permit: Option<Hold>,
 }
 
 /// Why a chat body was refused.
 #[derive(Debug, thiserror::Error)]
 pub enum ParseError {
+    /// The body is valid JSON but not an object; the client gets a 400.
     #[error("request body must be a JSON object")]
     NotObject,
+    /// The body is not valid JSON; the client gets a 400 naming the error.
     #[error("invalid JSON: {0}")]
     Invalid(serde_json::Error),
 }
@@ -300,6 +307,7 @@ impl<'de> Visitor<'de> for ImageSeed {
 
 /// One field of an object being encoded.
 pub enum Field<'v> {
+    /// A field encoded as serde_json would.
     Value(&'v Value),
     /// An array given as a slice (the loop's messages or tools).
     Array(&'v [Value]),
@@ -420,6 +428,7 @@ pub struct PartsBody {
 }
 
 impl PartsBody {
+    /// A body sending `parts` in order, keeping `held` alive until dropped.
     pub fn new(parts: Vec<Bytes>, held: Option<Hold>) -> PartsBody {
         let remaining = parts.iter().map(|p| p.len() as u64).sum();
         PartsBody {

@@ -23,7 +23,9 @@ pub const MAX_URL_BYTES: usize = 4096;
 /// Most URLs remembered per request (tool results can be large).
 const MAX_ALLOWED: usize = 10_000;
 
+/// Appended after an unlisted URL under the `flag` policy.
 pub const FLAG: &str = " (unverified link)";
+/// Replaces an unlisted URL under the `remove` policy.
 pub const REMOVED: &str = "[link removed]";
 
 /// URLs an answer may contain.
@@ -72,14 +74,17 @@ impl UrlAllowList {
         }
     }
 
+    /// True when `url` (normalised) came from the user or a tool result.
     pub fn allows(&self, url: &str) -> bool {
         self.urls.contains(&normalise(url))
     }
 
+    /// Number of distinct URLs remembered (at most 10 000).
     pub fn len(&self) -> usize {
         self.urls.len()
     }
 
+    /// True when no URL was seen.
     pub fn is_empty(&self) -> bool {
         self.urls.is_empty()
     }
@@ -177,6 +182,7 @@ pub struct UrlSanitizer {
 }
 
 impl UrlSanitizer {
+    /// A sanitizer applying `policy` to URLs not on the allow-list.
     pub fn new(policy: UrlPolicy) -> Self {
         UrlSanitizer {
             policy,

@@ -5,23 +5,39 @@
 
 use std::path::{Path, PathBuf};
 
+/// Why a state file could not be read or written. Callers log it; a
+/// file that cannot be read counts as empty, so the daemon keeps serving.
 #[derive(Debug, thiserror::Error)]
 pub enum StateError {
+    /// The file system refused an operation.
     #[error("{action} {path}: {source}")]
     Io {
+        /// What was being done ("reading", "writing", "renaming", ...).
         action: &'static str,
+        /// The file or directory concerned.
         path: PathBuf,
+        /// The underlying error.
         #[source]
         source: std::io::Error,
     },
+    /// The file is larger than the reader's cap (it is not read).
     #[error("{path} is {size} bytes, over the {limit} byte limit")]
     TooLarge {
+        /// The file concerned.
         path: PathBuf,
+        /// Its size, bytes.
         size: u64,
+        /// The cap, bytes.
         limit: u64,
     },
+    /// The file is not the JSON document expected.
     #[error("{path} is not valid: {message}")]
-    Invalid { path: PathBuf, message: String },
+    Invalid {
+        /// The file concerned.
+        path: PathBuf,
+        /// What the parser objected to.
+        message: String,
+    },
 }
 
 fn io<'a>(action: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> StateError + 'a {

@@ -39,18 +39,26 @@ const CAPABILITY_TTL: Duration = Duration::from_secs(300);
 /// Bridge settings from the config.
 #[derive(Debug, Clone)]
 pub struct BridgeSettings {
+    /// `tool_bridge.enabled`: off, chat requests pass through untouched.
     pub enabled: bool,
+    /// Tools injected per request unless the request sets `oap_top_k`.
     pub default_top_k: usize,
+    /// Model rounds per request unless the request sets `oap_max_rounds`.
     pub max_rounds: u32,
 }
 
 /// The per-request `oap_*` extension fields, validated.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ChatOptions {
+    /// `oap_discover`: whether to inject oapd's tools at all.
     pub discover: bool,
+    /// `oap_top_k`: most tools injected.
     pub top_k: usize,
+    /// `oap_auto_execute`: whether oapd runs its tools' calls itself.
     pub auto_execute: bool,
+    /// `oap_max_rounds`: most model rounds before the loop stops.
     pub max_rounds: u32,
+    /// `stream`: NDJSON chunks when true, one JSON answer when false.
     pub stream: bool,
 }
 
@@ -202,6 +210,8 @@ impl Capabilities {
             .map(|(supports, _)| *supports)
     }
 
+    /// Records whether `model` accepts tools, trusted for `CAPABILITY_TTL`;
+    /// the loop calls it when Ollama says "does not support tools".
     pub fn remember(&self, model: &str, supports: bool) {
         if let Ok(mut cache) = self.cache.lock() {
             cache.insert(model.to_string(), (supports, Instant::now()));
@@ -212,13 +222,17 @@ impl Capabilities {
 /// The outcome of running one of oapd's tools.
 #[derive(Debug, Clone)]
 pub struct ToolResult {
+    /// The text the model sees as the tool message.
     pub content: String,
+    /// False on a failed execution (non-zero exit, timeout, refused call).
     pub ok: bool,
 }
 
 /// Runs oapd's tools (the daemon plugs in the real executor; the trait
 /// keeps the loop testable and the executor swappable).
 pub trait ToolRunner: Send + Sync + 'static {
+    /// Runs `manifest`'s tool with `arguments` under `trust`; never fails:
+    /// an error becomes a [`ToolResult`] with `ok: false`.
     fn run(
         &self,
         manifest: Arc<Manifest>,
@@ -229,8 +243,11 @@ pub trait ToolRunner: Send + Sync + 'static {
 
 /// One injected tool.
 pub struct InjectedTool {
+    /// The function name the model calls (unique within the request).
     pub name: String,
+    /// The OpenAI-style tool definition sent to the model.
     pub definition: Value,
+    /// The index record the tool was discovered from.
     pub record: Arc<StoredRecord>,
     /// The record's manifest, decoded once when the tool is injected.
     pub manifest: Arc<Manifest>,
@@ -244,27 +261,35 @@ pub type ResultHook = Arc<dyn Fn(&Map<String, Value>, bool) + Send + Sync>;
 
 /// Everything one chat request needs.
 pub struct ChatContext {
+    /// The Ollama the rounds are sent to.
     pub upstream: Upstream,
+    /// Executes tool calls.
     pub runner: Arc<dyn ToolRunner>,
+    /// Which models accept tools, cached per model.
     pub capabilities: Arc<Capabilities>,
     /// Wall-clock bound of a whole chat request (all rounds and tools).
     pub deadline: Duration,
+    /// Most tool calls of one round run at once (0 counts as 1).
     pub max_parallel_tools: usize,
 }
 
 /// What the loop sends the client: chunks, or one error that ends it.
 #[derive(Debug, Clone)]
 pub enum Event {
+    /// One Ollama-format chunk (the whole answer when not streaming).
     Chunk(Value),
     /// Before the first chunk this becomes the HTTP status of the response;
     /// after it, an `{"error": ...}` line, as Ollama does mid-stream.
     Error {
+        /// The status a client sees if nothing was sent yet.
         status: StatusCode,
+        /// The text of the `error` field.
         message: String,
     },
 }
 
 impl Event {
+    /// An [`Event::Error`] with `status` and `message`.
     pub fn error(status: StatusCode, message: impl Into<String>) -> Event {
         Event::Error {
             status,
@@ -276,7 +301,9 @@ impl Event {
 /// What the loop reports next to the chunks.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct LoopStats {
+    /// Tools oapd added to the request (0 when it passed through).
     pub tools_injected: usize,
+    /// Model rounds sent upstream.
     pub rounds: u32,
 }
 

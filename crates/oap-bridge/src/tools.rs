@@ -13,6 +13,8 @@ use crate::tool_loop::InjectedTool;
 /// Finds the tools for a task (the daemon: the experience cache, else
 /// discovery). `reserved` are names the tools must not take.
 pub trait ToolSource: Send + Sync {
+    /// Up to `top_k` tools for `task`, none named in `reserved`, best first;
+    /// empty when nothing fits.
     fn tools_for_task(
         &self,
         task: String,

@@ -44,18 +44,27 @@ const HOP_BY_HOP: &[&str] = &[
     "upgrade",
 ];
 
+/// Why a request to Ollama failed; [`UpstreamError::status`] is the
+/// HTTP status the client gets, with the message as `{"error": ...}`.
 #[derive(Debug, thiserror::Error)]
 pub enum UpstreamError {
+    /// `ollama.base_url` is not `http://host[:port]`; config validation
+    /// rejects it at start.
     #[error("ollama.base_url {0:?} is not an http URL with a host")]
     BadBaseUrl(String),
+    /// Connecting or sending failed (Ollama down); 502.
     #[error("cannot reach Ollama at {base}: {source}")]
     Unreachable {
+        /// The base URL that was tried.
         base: String,
+        /// The transport error.
         #[source]
         source: BoxError,
     },
+    /// No response head within the head timeout; 504.
     #[error("Ollama did not answer within {0:?}")]
     Timeout(Duration),
+    /// The request could not be built (bad path, unserialisable body); 400.
     #[error("cannot build the upstream request: {0}")]
     Request(String),
 }
@@ -84,6 +93,8 @@ pub struct Upstream {
 }
 
 impl Upstream {
+    /// A client for the Ollama at `base_url`, waiting `head_timeout` for
+    /// each response head (bodies stream without a bound here).
     pub fn new(base_url: &str, head_timeout: Duration) -> Result<Upstream, UpstreamError> {
         let uri: Uri = base_url
             .parse()
@@ -114,6 +125,7 @@ impl Upstream {
         })
     }
 
+    /// The base URL, for messages and logs.
     pub fn base_url(&self) -> &str {
         &self.base
     }

@@ -36,7 +36,9 @@ const MAX_DETAIL_CHARS: usize = 400;
 /// The outcome of one check.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CheckResult {
+    /// The check's name, as `oapd validate` prints it.
     pub name: String,
+    /// Whether the model's answer satisfied the check.
     pub passed: bool,
     /// Wall-clock time of the check, milliseconds.
     pub ms: u64,
@@ -51,14 +53,19 @@ pub struct ValidationRecord {
     pub model: String,
     /// The model's digest from `/api/tags`, when Ollama gave one.
     pub digest: Option<String>,
+    /// True when every check passed.
     pub passed: bool,
+    /// False when only the quick checks ran.
     pub full_suite: bool,
+    /// Every check in the order run.
     pub checks: Vec<CheckResult>,
     /// Total time of the run, milliseconds.
     pub total_ms: u64,
     /// Unix seconds and RFC 3339 of the run.
     pub validated_at: u64,
+    /// The run time as RFC 3339, for people.
     pub validated_at_rfc3339: String,
+    /// The oapd version that ran the checks (the suite may change).
     pub oapd_version: String,
 }
 
@@ -87,6 +94,7 @@ pub struct ValidationStore {
 }
 
 impl ValidationStore {
+    /// The store in `data_dir`; nothing is read until asked.
     pub fn in_dir(data_dir: &Path) -> ValidationStore {
         ValidationStore {
             path: data_dir.join(STORE_FILE),
@@ -94,6 +102,7 @@ impl ValidationStore {
         }
     }
 
+    /// The store file.
     pub fn path(&self) -> &Path {
         &self.path
     }
@@ -123,6 +132,7 @@ impl ValidationStore {
         records
     }
 
+    /// The latest record of `model` (`name` means `name:latest`).
     pub fn get(&self, model: &str) -> Option<ValidationRecord> {
         let wanted = canonical_model(model);
         self.records().into_iter().find(|r| r.model == wanted)
@@ -166,14 +176,33 @@ impl ValidationStore {
 /// Ollama says nothing about the model).
 #[derive(Debug, thiserror::Error)]
 pub enum ValidateError {
+    /// Ollama could not be asked.
     #[error(transparent)]
     Upstream(#[from] UpstreamError),
+    /// Ollama does not list the model.
     #[error("model {model:?} is not installed in Ollama at {base} (try `ollama pull {model}`)")]
-    UnknownModel { model: String, base: String },
+    UnknownModel {
+        /// The model asked for.
+        model: String,
+        /// The Ollama asked.
+        base: String,
+    },
+    /// `/api/tags` answered with an error status.
     #[error("Ollama at {base} answered /api/tags with {status}")]
-    Tags { base: String, status: u16 },
+    Tags {
+        /// The Ollama asked.
+        base: String,
+        /// The HTTP status it answered with.
+        status: u16,
+    },
+    /// `/api/tags` did not answer in time.
     #[error("Ollama at {base} did not list its models within {timeout:?}")]
-    TagsTimeout { base: String, timeout: Duration },
+    TagsTimeout {
+        /// The Ollama asked.
+        base: String,
+        /// How long oapd waited.
+        timeout: Duration,
+    },
 }
 
 /// One check: a request, and a judge of the answer.
@@ -188,7 +217,9 @@ struct Check {
 /// What the model answered.
 #[derive(Debug, Default)]
 pub struct Answer {
+    /// The answer's text.
     pub content: String,
+    /// The tool calls the model made.
     pub calls: Vec<ToolCall>,
 }
 
@@ -638,7 +669,10 @@ pub fn render(record: &ValidationRecord) -> String {
 
 /// The bridge's view of the store: whether a model may get oapd's tools.
 pub struct ValidationGate {
+    /// The verdicts consulted.
     pub store: ValidationStore,
+    /// `tool_bridge.only_validated_models`: inject tools only into models
+    /// with a passing record.
     pub only_validated_models: bool,
 }
 

@@ -15,9 +15,13 @@ use crate::config::{Config, DiscoveryMode, VectorDtypeConfig};
 /// State of the embedding model, as `/health` reports it.
 #[derive(Debug, Clone, Serialize)]
 pub struct ModelState {
+    /// True once the model is ready; false means discovery is lexical only
+    /// (BM25).
     pub loaded: bool,
+    /// The model's identifier, when it loaded.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub id: Option<String>,
+    /// Why the model did not load, shown so operators can fix it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
 }
@@ -92,6 +96,9 @@ pub fn sources(config: &Config) -> Vec<Source> {
     sources
 }
 
+/// The discovery engine's settings from `index:` and `discovery:`
+/// (data directory, vector type, ranking); shared by `serve`, `index`,
+/// `discover` and reloads so they open the same index the same way.
 pub fn engine_config(config: &Config) -> EngineConfig {
     let mut engine = EngineConfig::new(&config.index.data_dir);
     engine.dtype = match config.index.vector_dtype {
@@ -133,6 +140,8 @@ pub fn open_engine(
     Ok((engine, report))
 }
 
+/// Logs a build's outcome: one warning per skipped manifest, then a
+/// summary line.
 pub fn log_report(report: &BuildReport) {
     for problem in &report.problems {
         tracing::warn!(location = %problem.location, problem = %problem.message, "manifest skipped");

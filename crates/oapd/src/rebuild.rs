@@ -47,6 +47,7 @@ pub enum WatchState {
 }
 
 impl WatchState {
+    /// The mode as `/health` and the logs name it.
     pub fn name(self) -> &'static str {
         match self {
             WatchState::Off => "off",
@@ -78,6 +79,7 @@ impl Rebuilder {
         }
     }
 
+    /// The engine this generation's rebuilds replace the index of.
     pub fn engine(&self) -> &Arc<Engine> {
         &self.engine
     }
@@ -183,12 +185,15 @@ impl Rebuilder {
             .unwrap_or_default()
     }
 
+    /// Records how manifest directories are watched (set once the watcher
+    /// starts).
     pub fn set_watch(&self, state: WatchState) {
         if let Ok(mut watch) = self.watch.lock() {
             *watch = state;
         }
     }
 
+    /// How manifest directories are watched, for `/health`.
     pub fn watch(&self) -> WatchState {
         self.watch.lock().map(|w| *w).unwrap_or(WatchState::Off)
     }
@@ -197,7 +202,9 @@ impl Rebuilder {
 /// What one rebuild changed, for its summary line.
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct ProblemChanges {
+    /// Manifests indexed by this build.
     pub docs: usize,
+    /// Manifests embedded by this build (unchanged ones reuse their vectors).
     pub embedded: usize,
     /// Problems in this build.
     pub problems: usize,
@@ -205,6 +212,7 @@ pub struct ProblemChanges {
     pub new: usize,
     /// Problems of the last build that are gone.
     pub fixed: usize,
+    /// Manifest ids claimed by more than one file in this build.
     pub collisions: usize,
 }
 

@@ -15,8 +15,12 @@ use serde_json::{Map, Value};
 use crate::config::Config;
 use oap_bridge::{ToolResult, ToolRunner};
 
+/// Runs manifests' tools for the chat loop through `oap_exec`'s
+/// executor, with the `tools:` policy (private networks, credentials,
+/// sandbox).
 pub struct ExecRunner {
     executor: Arc<Executor>,
+    /// What the stdio sandbox enforces, for logs and `/health`.
     pub sandbox: SandboxReport,
 }
 
@@ -24,11 +28,14 @@ pub struct ExecRunner {
 /// and `/health`.
 #[derive(Debug, Clone)]
 pub struct SandboxReport {
+    /// `tools.sandbox`: what to do when a protection is missing.
     pub mode: oap_sandbox::Mode,
+    /// The protections this kernel offers (Landlock ABI, seccomp).
     pub support: oap_sandbox::Support,
 }
 
 impl SandboxReport {
+    /// The report as `/health` shows it.
     pub fn json(&self) -> Value {
         serde_json::json!({
             "mode": self.mode.as_str(),
@@ -72,6 +79,8 @@ impl SandboxReport {
 }
 
 impl ExecRunner {
+    /// The executor `config.tools` describes; fails naming the key at fault
+    /// (a bad `tools.allow_private` range, an unreadable credentials file).
     pub fn new(config: &Config) -> anyhow::Result<ExecRunner> {
         let tools = &config.tools;
         let allow_private = tools

@@ -40,6 +40,7 @@ pub struct Recorder {
 }
 
 impl Recorder {
+    /// Every call so far: manifest name and arguments, in order.
     pub fn calls(&self) -> Vec<(String, Map<String, Value>)> {
         self.calls.lock().unwrap().clone()
     }
@@ -101,6 +102,8 @@ pub fn tool(name: &str) -> InjectedTool {
     }
 }
 
+/// Options of a streamed, auto-executing request discovering 3 tools and
+/// allowing `max_rounds` rounds.
 pub fn options(max_rounds: u32) -> ChatOptions {
     ChatOptions {
         discover: true,
@@ -121,18 +124,23 @@ pub fn request(task: &str) -> Map<String, Value> {
 
 /// The fake on loopback and a loop context pointed at it.
 pub struct Bench {
+    /// The fake Ollama the loop talks to.
     pub fake: FakeOllama,
+    /// Records the tool calls the loop executes.
     pub runner: Arc<Recorder>,
+    /// The context every request of the test shares.
     pub ctx: Arc<ChatContext>,
 }
 
 impl Bench {
+    /// Starts the fake with `script` and points a 5 s head timeout at it.
     pub async fn start(script: Script) -> Bench {
         let fake = FakeOllama::start(script).await.unwrap();
         let upstream = Upstream::new(&fake.url(), Duration::from_secs(5)).unwrap();
         Bench::with_upstream(fake, upstream)
     }
 
+    /// A bench over an upstream the test built itself (e.g. another timeout).
     pub fn with_upstream(fake: FakeOllama, upstream: Upstream) -> Bench {
         let runner = Arc::new(Recorder::default());
         let ctx = Arc::new(ChatContext {

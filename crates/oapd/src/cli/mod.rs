@@ -24,6 +24,7 @@ index and answers \"which capability fits this task?\" with local embeddings and
 without asking an LLM.\n\nConfiguration: built-in defaults, then --config FILE (YAML), then \
 OAP_<SECTION>_<KEY> environment variables (e.g. OAP_SERVER_LISTEN=0.0.0.0:8300)."
 )]
+/// The command line: global options and one subcommand.
 pub struct Cli {
     /// YAML configuration file (defaults are built in; see docs/config.example.yaml).
     #[arg(long, short, global = true, env = "OAPD_CONFIG", value_name = "FILE")]
@@ -33,6 +34,7 @@ pub struct Cli {
     command: Command,
 }
 
+/// What oapd does this run.
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Run the daemon: index the configured manifests and serve the HTTP API.
@@ -56,6 +58,7 @@ pub enum Command {
     },
     /// Work with manifest files.
     Manifest {
+        /// What to do with the manifests.
         #[command(subcommand)]
         command: ManifestCommand,
     },
@@ -87,6 +90,7 @@ pub enum Command {
     },
 }
 
+/// `oapd manifest` subcommands.
 #[derive(Debug, Subcommand)]
 pub enum ManifestCommand {
     /// Validate manifest files; exits non-zero if any has errors.

@@ -34,6 +34,8 @@ pub struct DnsTxtResolver {
 }
 
 impl DnsTxtResolver {
+    /// A resolver that never looks up `local_names` (the `crawler.hosts`
+    /// names; they are lower-cased by the caller).
     pub fn new(local_names: impl IntoIterator<Item = String>) -> Self {
         Self {
             resolver: OnceCell::new(),

@@ -17,11 +17,18 @@ use crate::server::chat::ChatService;
 /// Settings the handlers need, taken from the config at start.
 #[derive(Debug, Clone)]
 pub struct ApiSettings {
+    /// `server.max_body_bytes`: largest API request body; larger ones get 413.
     pub max_body_bytes: usize,
+    /// `server.max_task_bytes`: a task of this many bytes or more gets 400.
     pub max_task_bytes: usize,
+    /// `discovery.default_top_k`: candidates returned when `top_k` is absent.
     pub default_top_k: usize,
+    /// `discovery.max_top_k`: largest `top_k` a request may ask for.
     pub max_top_k: usize,
+    /// `server.auth_token`: bearer token every request must carry (else
+    /// 401); `None`: no authentication.
     pub auth_token: Option<String>,
+    /// `server.cors_origins`: origins allowed to call the API from a browser.
     pub cors_origins: Vec<String>,
     /// `server.allowed_hosts`: extra Host names a loopback listener accepts.
     pub allowed_hosts: Vec<String>,
@@ -30,9 +37,14 @@ pub struct ApiSettings {
 /// Whether the embedding model loaded (it is set up with the engine).
 pub use crate::app::ModelState;
 
+/// The HTTP API of one handler generation: a reload builds a new one and
+/// swaps it in ([`LiveApi`](crate::server::lifecycle::LiveApi)).
 pub struct Api {
+    /// The index discovery answers from.
     pub engine: Arc<Engine>,
+    /// Limits and access settings from the config.
     pub settings: ApiSettings,
+    /// Whether the embedding model loaded, for `/health`.
     pub model: ModelState,
     /// Background rebuilds of `engine`: load problems, a failed rebuild
     /// and its retry, the directory watch.

@@ -28,9 +28,14 @@ use crate::http::{self, Body, BoxError};
 /// it slows the loop (and so Ollama) instead of growing memory.
 const CHANNEL_DEPTH: usize = 64;
 
+/// Serves `/api/chat` and `/v1/chat/completions` through the tool loop,
+/// and passes the rest of Ollama's API through.
 pub struct ChatService {
+    /// The index tools are discovered from.
     pub engine: Arc<Engine>,
+    /// The upstream, tool runner and limits every chat request shares.
     pub ctx: Arc<ChatContext>,
+    /// `tool_bridge` defaults the request's `oap_*` fields override.
     pub settings: BridgeSettings,
     /// Cap on chat request bodies (images make them large).
     pub max_request_bytes: usize,

@@ -15,6 +15,8 @@ use super::http::{self, Body};
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RegisterRequest {
+    /// The domain to add, e.g. `"example.com"`; any JSON so a non-string
+    /// gets a 400 naming the field rather than a parse error.
     pub domain: serde_json::Value,
 }
 

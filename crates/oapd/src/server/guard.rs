@@ -38,6 +38,7 @@ pub enum Refusal {
 }
 
 impl Refusal {
+    /// 400 for a missing or repeated Host, 403 for a refused Host or Origin.
     pub fn status(&self) -> StatusCode {
         match self {
             Refusal::MissingHost | Refusal::ManyHosts => StatusCode::BAD_REQUEST,
@@ -45,6 +46,8 @@ impl Refusal {
         }
     }
 
+    /// The `error` text the client gets, naming the config key that would
+    /// allow the request.
     pub fn message(&self) -> String {
         match self {
             Refusal::MissingHost => "the request has no Host header (required by HTTP/1.1)".into(),
@@ -66,8 +69,11 @@ impl Refusal {
 /// What the checks look at in a request.
 #[derive(Debug, Clone, Copy)]
 pub struct Inbound<'a> {
+    /// The request's HTTP version (HTTP/1.0 may omit Host).
     pub version: Version,
+    /// The request target; an absolute-form URI carries the authority.
     pub uri: &'a Uri,
+    /// The request's headers (Host, Origin).
     pub headers: &'a HeaderMap,
     /// The local address the connection was accepted on (`None`: treated
     /// as loopback, the stricter case).

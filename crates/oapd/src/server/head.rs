@@ -36,7 +36,9 @@ const MAX_LEADING_EMPTY_LINES: usize = 8;
 /// Why a head was refused: the status and the message of its JSON error.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Refused {
+    /// The status the client gets (400, 414, 431, ...).
     pub status: StatusCode,
+    /// The text of the JSON `error` field.
     pub message: String,
 }
 
@@ -263,6 +265,7 @@ pub struct Prefixed<S> {
 }
 
 impl<S> Prefixed<S> {
+    /// Yields `prefix` (bytes already read from `inner`) before `inner`.
     pub fn new(prefix: Bytes, inner: S) -> Self {
         Prefixed { prefix, inner }
     }

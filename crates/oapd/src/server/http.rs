@@ -32,6 +32,7 @@ use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 
 use super::head::{self, Head};
 
+/// The error type of response bodies and of the server's plumbing.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 /// Response bodies are boxed so handlers can return buffered or streamed bodies.
 pub type Body = BoxBody<Bytes, BoxError>;
@@ -48,16 +49,25 @@ pub struct LocalAddr(pub SocketAddr);
 /// Limits that apply to every connection and request.
 #[derive(Debug, Clone)]
 pub struct Limits {
+    /// `server.max_connections`: connections served at once; further ones
+    /// wait for a free slot.
     pub max_connections: usize,
     /// Connections at once from one client IP address.
     pub max_connections_per_client: usize,
+    /// `server.max_body_bytes`: largest request body, bytes.
     pub max_body_bytes: usize,
+    /// `server.header_read_timeout`: how long a request head, or a pause in
+    /// a body, may take.
     pub header_read_timeout: Duration,
+    /// `server.request_timeout`: wall-clock bound of a whole request, unless
+    /// the handler opts out.
     pub request_timeout: Duration,
 }
 
 /// Something that answers requests.
 pub trait Handler: Send + Sync + 'static {
+    /// Answers one request; errors are responses (a JSON `error` body), so
+    /// the connection keeps serving.
     fn handle(
         self: Arc<Self>,
         request: Request<Incoming>,
@@ -118,17 +128,23 @@ fn with_type(status: StatusCode, bytes: Vec<u8>, content_type: &'static str) -> 
 /// Why a request body could not be read.
 #[derive(Debug)]
 pub enum BodyError {
+    /// The body exceeds the route's cap; 413.
     TooLarge {
+        /// The cap, bytes.
         limit: usize,
     },
+    /// The connection failed while the body was read; 400.
     Read(String),
     /// The bodies already in memory leave no room for this one
     /// (`server.max_inflight_body_bytes`); the client should try again later.
     Busy {
+        /// `server.max_inflight_body_bytes`; the response is 503 with
+        /// `Retry-After`.
         budget: usize,
     },
     /// Larger than the whole in-flight budget: it could never be admitted.
     OverBudget {
+        /// `server.max_inflight_body_bytes`; the response is 413.
         budget: usize,
     },
     /// The client stopped sending the body it announced.
@@ -165,14 +181,17 @@ impl BodyError {
         }
     }
 
+    /// The HTTP status the client gets.
     pub fn status(&self) -> StatusCode {
         self.parts().0
     }
 
+    /// The text of the JSON `error` field.
     pub fn message(&self) -> String {
         self.parts().1
     }
 
+    /// The error as a JSON `{"error": ...}` response.
     pub fn into_response(self) -> Response<Body> {
         self.into_response_with(|status, message| error(status, message))
     }
@@ -232,6 +251,7 @@ pub fn body_budget() -> &'static Arc<BodyBudget> {
 }
 
 impl BodyBudget {
+    /// A budget of `capacity` bytes for all request bodies in memory at once.
     pub fn new(capacity: usize) -> BodyBudget {
         BodyBudget {
             capacity: AtomicUsize::new(capacity),
@@ -242,10 +262,13 @@ impl BodyBudget {
         }
     }
 
+    /// Sets `server.max_inflight_body_bytes` (a reload changes it); bodies
+    /// already admitted keep their share.
     pub fn set_capacity(&self, bytes: usize) {
         self.capacity.store(bytes, Ordering::Relaxed);
     }
 
+    /// The current capacity, bytes.
     pub fn capacity(&self) -> usize {
         self.capacity.load(Ordering::Relaxed)
     }
@@ -324,6 +347,7 @@ pub struct BodyPermit {
 }
 
 impl BodyPermit {
+    /// Bytes of the budget this permit holds.
     pub fn bytes(&self) -> usize {
         self.bytes
     }
@@ -354,6 +378,7 @@ pub struct BodyBytes {
 }
 
 impl BodyBytes {
+    /// The body and its permit, for a handler whose parsed body outlives it.
     pub fn into_parts(self) -> (Bytes, BodyPermit) {
         (self.bytes, self.permit)
     }

@@ -45,16 +45,20 @@ pub struct LiveApi {
 }
 
 impl LiveApi {
+    /// Serves `api` until the first reload.
     pub fn new(api: Api) -> Self {
         LiveApi {
             current: ArcSwap::from_pointee(api),
         }
     }
 
+    /// The handler generation serving now; a request keeps the one it got
+    /// until it ends, even across a reload.
     pub fn current(&self) -> Arc<Api> {
         self.current.load_full()
     }
 
+    /// Swaps in a reloaded handler generation for new requests.
     pub fn replace(&self, api: Api) {
         self.current.store(Arc::new(api));
     }

@@ -30,10 +30,13 @@ use oap_bridge::Event;
 pub trait WireEncoder: Send + Sync + 'static {
     /// `Content-Type` of the streamed response.
     const CONTENT_TYPE: &'static str;
+    /// Encodes one chunk of the loop as a frame of this format.
     fn chunk(&mut self, chunk: &Value) -> Bytes;
+    /// Encodes a mid-stream error (the status line was already sent).
     fn error(&mut self, message: &str) -> Bytes;
     /// The end of the loop's events; what closes the stream.
     fn finish(&mut self) -> Bytes;
+    /// True once `finish` closed the stream; nothing follows.
     fn is_finished(&self) -> bool;
     /// A frame clients accept and ignore.
     fn keepalive(&self) -> Bytes;
@@ -102,6 +105,7 @@ pub struct Ndjson {
 }
 
 impl Ndjson {
+    /// An encoder for a stream of `model`'s answer.
     pub fn new(model: &str) -> Self {
         Ndjson {
             model: model.to_string(),
