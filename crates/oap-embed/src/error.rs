@@ -16,16 +16,24 @@ pub enum EmbedError {
         "model directory {} does not exist or is not a directory (run `cargo xtask fetch-model`)",
         path.display()
     )]
-    ModelDirNotFound { path: PathBuf },
+    ModelDirNotFound {
+        /// The directory `embedding.model_dir` names.
+        path: PathBuf,
+    },
 
     /// A required file (config.json, tokenizer.json, model.safetensors) is absent.
     #[error("model file {} is missing (run `cargo xtask fetch-model`)", path.display())]
-    MissingFile { path: PathBuf },
+    MissingFile {
+        /// The file that should be there.
+        path: PathBuf,
+    },
 
     /// The file exists but could not be read.
     #[error("cannot read {}: {source}", path.display())]
     Io {
+        /// The file that could not be read.
         path: PathBuf,
+        /// Why, as the operating system said.
         #[source]
         source: std::io::Error,
     },
@@ -33,11 +41,21 @@ pub enum EmbedError {
     /// config.json is not valid JSON, is not a BERT config, or is inconsistent
     /// with the tokenizer.
     #[error("bad model config {}: {reason}", path.display())]
-    BadConfig { path: PathBuf, reason: String },
+    BadConfig {
+        /// The config file.
+        path: PathBuf,
+        /// What is wrong with it.
+        reason: String,
+    },
 
     /// model.safetensors is truncated, corrupt, or lacks tensors the config asks for.
     #[error("bad model weights {}: {reason}", path.display())]
-    BadWeights { path: PathBuf, reason: String },
+    BadWeights {
+        /// The weights file.
+        path: PathBuf,
+        /// What is wrong with it.
+        reason: String,
+    },
 
     /// tokenizer.json could not be loaded, or encoding a text failed.
     #[error("tokenizer: {0}")]

@@ -12,12 +12,6 @@
 //! and its tests can use a fake embedder and the model can be swapped without
 //! touching the index code.
 
-// Product code never panics on what it is given: errors are values.
-#![cfg_attr(
-    not(test),
-    deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
-)]
-
 mod error;
 mod priority;
 

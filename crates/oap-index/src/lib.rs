@@ -16,11 +16,6 @@
 //!   above [`SearchConfig::parallel_min_rows`]; [`Index::lexical_search`] is BM25 over
 //!   the mapped dictionary. See `format.rs` for the byte layout.
 
-// Product code never panics on what it is given: errors are values.
-#![cfg_attr(
-    not(test),
-    deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
-)]
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 

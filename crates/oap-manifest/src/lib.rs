@@ -33,11 +33,6 @@
 //! # Ok::<(), oap_manifest::ManifestError>(())
 //! ```
 
-// Product code never panics on what it is given: errors are values.
-#![cfg_attr(
-    not(test),
-    deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
-)]
 #![warn(missing_docs)]
 
 mod diag;

@@ -90,12 +90,15 @@ pub fn listening_addresses(log: &str) -> Vec<SocketAddr> {
 
 /// A running daemon; killed when dropped.
 pub struct Daemon {
+    /// The daemon process (killed on drop).
     pub child: Child,
     /// The first address it listens on (where requests go).
     pub addr: SocketAddr,
     /// Every address it listens on.
     pub addrs: Vec<SocketAddr>,
+    /// Its scratch directory: config, index, state and log.
     pub dir: tempfile::TempDir,
+    /// Where its stderr goes; read with `log_text`.
     pub log: PathBuf,
     /// The network namespace it runs in (requests are sent from inside).
     pub netns: Option<String>,
@@ -118,6 +121,7 @@ enum Model {
     Disabled,
 }
 
+/// How to start a daemon: binary, config, environment; `start` runs it.
 pub struct DaemonBuilder {
     binary: PathBuf,
     yaml: String,
@@ -212,6 +216,7 @@ impl DaemonBuilder {
         self
     }
 
+    /// Sets an environment variable for the daemon.
     pub fn env(mut self, key: &str, value: &str) -> Self {
         self.env.push((key.into(), value.into()));
         self
@@ -423,18 +428,22 @@ impl Daemon {
         }
     }
 
+    /// The daemon's process id.
     pub fn pid(&self) -> u32 {
         self.child.id()
     }
 
+    /// Everything the daemon has logged so far.
     pub fn log_text(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
+    /// `GET path` over a fresh connection.
     pub fn get(&self, path: &str) -> Response {
         self.request("GET", path, &[], b"")
     }
 
+    /// `POST path` with a JSON body over a fresh connection.
     pub fn post_json(&self, path: &str, body: &str) -> Response {
         self.request(
             "POST",
@@ -444,6 +453,7 @@ impl Daemon {
         )
     }
 
+    /// Any request over a fresh connection, with extra headers.
     pub fn request(
         &self,
         method: &str,

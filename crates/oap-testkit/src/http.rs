@@ -8,12 +8,16 @@ use std::time::Duration;
 /// A parsed response (a chunked body is decoded).
 #[derive(Debug)]
 pub struct Response {
+    /// Status code.
     pub status: u16,
+    /// Header fields, in order, names as sent.
     pub headers: Vec<(String, String)>,
+    /// The body, de-chunked.
     pub body: Vec<u8>,
 }
 
 impl Response {
+    /// The body as JSON (a test failure when it is not).
     pub fn json(&self) -> serde_json::Value {
         serde_json::from_slice(&self.body).unwrap_or_else(|err| {
             panic!(
@@ -23,6 +27,7 @@ impl Response {
         })
     }
 
+    /// The first header with this name (case-insensitive).
     pub fn header(&self, name: &str) -> Option<&str> {
         self.headers
             .iter()

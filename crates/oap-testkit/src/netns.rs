@@ -95,6 +95,7 @@ impl Netns {
         Ok(ns)
     }
 
+    /// The namespace's name, for `ip netns exec`.
     pub fn name(&self) -> &str {
         &self.name
     }

@@ -7,12 +7,15 @@ use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
 pub use rustls::ServerConfig;
 
+/// Any error of the PKI setup.
 pub type Error = Box<dyn std::error::Error + Send + Sync>;
 
 /// The CA (PEM, for a client's extra roots) and a server configuration
 /// presenting a certificate for the names given.
 pub struct Pki {
+    /// The CA certificate, PEM, for clients to trust.
     pub ca_pem: String,
+    /// A server config with a certificate for every test host.
     pub server: Arc<ServerConfig>,
 }
 

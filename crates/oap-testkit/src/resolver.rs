@@ -8,9 +8,13 @@ use std::sync::{Arc, Mutex};
 
 use oap_exec::{BoxFuture, Resolver};
 
+/// A name resolver that answers from a table and records every query, so
+/// an SSRF test can prove a refusal happened before any connect.
 #[derive(Default)]
 pub struct StubResolver {
+    /// Host name → the addresses it resolves to.
     pub table: HashMap<String, Vec<IpAddr>>,
+    /// Every name looked up, in order.
     pub queries: Mutex<Vec<String>>,
 }
 

@@ -7,6 +7,7 @@ pub struct ProcStatus {
 }
 
 impl ProcStatus {
+    /// The status of process `pid`.
     pub fn of(pid: u32) -> std::io::Result<ProcStatus> {
         Self::read(pid.to_string())
     }

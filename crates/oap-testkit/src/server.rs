@@ -18,25 +18,34 @@ use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
+/// What a test handler answers.
 pub type HttpResponse = hyper::Response<Full<Bytes>>;
 
 /// A request as the test server saw it.
 #[derive(Debug, Clone)]
 pub struct Recorded {
+    /// Request method.
     pub method: String,
+    /// Request target as sent.
     pub target: String,
+    /// Path part of the target.
     pub path: String,
+    /// Query part of the target, if any.
     pub query: Option<String>,
+    /// Header fields.
     pub headers: HeaderMap,
+    /// The whole body.
     pub body: Bytes,
 }
 
 impl Recorded {
+    /// The query's `key=value` pairs, percent-decoded.
     pub fn query_pairs(&self) -> Vec<(String, String)> {
         url::form_urlencoded::parse(self.query.as_deref().unwrap_or("").as_bytes())
             .into_owned()
             .collect()
     }
+    /// A header's value, if present and UTF-8.
     pub fn header(&self, name: &str) -> Option<String> {
         self.headers
             .get(name)
@@ -44,22 +53,29 @@ impl Recorded {
     }
 }
 
+/// Answers one recorded request.
 pub type Handler = Arc<dyn Fn(&Recorded) -> HttpResponse + Send + Sync>;
 
+/// A loopback HTTP(S) server that records what it receives.
 pub struct TestServer {
+    /// Where it listens.
     pub addr: SocketAddr,
+    /// Every request so far, in arrival order.
     pub requests: Arc<Mutex<Vec<Recorded>>>,
 }
 
 impl TestServer {
+    /// The port it listens on.
     pub fn port(&self) -> u16 {
         self.addr.port()
     }
+    /// A copy of the requests so far.
     pub fn requests(&self) -> Vec<Recorded> {
         self.requests.lock().unwrap().clone()
     }
 }
 
+/// A response with this status and body.
 pub fn response(status: u16, body: impl Into<Bytes>) -> HttpResponse {
     hyper::Response::builder()
         .status(StatusCode::from_u16(status).unwrap())
@@ -67,6 +83,7 @@ pub fn response(status: u16, body: impl Into<Bytes>) -> HttpResponse {
         .unwrap()
 }
 
+/// A redirect with this status to `location`.
 pub fn redirect(status: u16, location: &str) -> HttpResponse {
     hyper::Response::builder()
         .status(StatusCode::from_u16(status).unwrap())
@@ -204,6 +221,7 @@ pub async fn serve_flood(total: usize) -> (SocketAddr, Arc<Mutex<usize>>) {
 /// The head of a request the raw TLS server read.
 #[derive(Debug, Clone)]
 pub struct RequestHead {
+    /// Request path.
     pub path: String,
     /// The Host header without its port.
     pub host: String,
@@ -212,6 +230,7 @@ pub struct RequestHead {
 }
 
 impl RequestHead {
+    /// A header's value (case-insensitive name).
     pub fn header(&self, name: &str) -> Option<&str> {
         self.headers
             .iter()
@@ -220,6 +239,7 @@ impl RequestHead {
     }
 }
 
+/// A server-side TLS connection.
 pub type TlsStream = tokio_rustls::server::TlsStream<TcpStream>;
 
 /// Accepts TLS connections on `listener` until it fails, reads each

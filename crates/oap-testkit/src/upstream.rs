@@ -3,10 +3,12 @@
 
 /// A running fake Ollama and the runtime it runs on.
 pub struct Upstream {
+    /// The fake Ollama serving the script.
     pub fake: fake_ollama::FakeOllama,
     _runtime: tokio::runtime::Runtime,
 }
 
+/// Starts a fake Ollama with `script` on a runtime of its own.
 pub fn fake(script: fake_ollama::Script) -> Upstream {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

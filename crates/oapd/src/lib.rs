@@ -6,12 +6,6 @@
 //! [`logging`], [`rebuild`], [`bundled`]), never one that uses it back:
 //! xtask's tidy test `oapd_modules_form_no_cycle` checks it.
 
-// Product code never panics on what it is given: errors are values.
-#![cfg_attr(
-    not(test),
-    deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
-)]
-
 pub mod app;
 pub mod bundled;
 pub mod cli;
