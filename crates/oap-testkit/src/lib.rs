@@ -12,6 +12,8 @@
 //! - [`netns`]: network namespaces for tests that need non-loopback
 //!   addresses;
 //! - [`resolver`]: a stub name resolver for oap-exec's executor;
+//! - [`manifest_web`]: fake manifest publishers for crawler tests;
+//! - [`mdns_device`]: a LAN device advertising manifests over mDNS;
 //! - [`stats`] and [`rss`]: percentiles and resident memory, for benchmarks.
 
 #![allow(
@@ -25,6 +27,10 @@
 
 pub mod daemon;
 pub mod http;
+#[cfg(all(feature = "tls", feature = "exec"))]
+pub mod manifest_web;
+#[cfg(feature = "mdns")]
+pub mod mdns_device;
 pub mod model;
 #[cfg(feature = "netns")]
 pub mod netns;

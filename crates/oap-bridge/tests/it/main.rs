@@ -213,14 +213,5 @@ pub fn the_final_chunk(chunks: &[Value]) -> &Value {
 
 /// Names of the tools a recorded upstream request offered.
 pub fn offered(sent: &Value) -> Vec<String> {
-    sent.get("tools")
-        .and_then(Value::as_array)
-        .map(|tools| {
-            tools
-                .iter()
-                .filter_map(|t| t.pointer("/function/name").and_then(Value::as_str))
-                .map(str::to_string)
-                .collect()
-        })
-        .unwrap_or_default()
+    oap_bridge::tool_loop::client_tool_names(sent.as_object().unwrap())
 }

@@ -113,25 +113,13 @@ impl ChatService {
     /// OpenAI's wire format (SSE chunks when streaming).
     pub async fn openai_chat(self: &Arc<Self>, request: Request<Incoming>) -> Response<Body> {
         use oap_wire::openai;
-        let body = match http::read_body(request.into_body(), self.max_request_bytes).await {
-            Ok(body) => body,
-            Err(err) => return err.into_response_with(openai_error),
-        };
-        let (bytes, permit) = body.into_parts();
-        let parsed = serde_json::from_slice(&bytes);
-        drop(bytes);
-        let original: Value = match parsed {
-            Ok(value @ Value::Object(_)) => value,
-            Ok(_) => {
-                return openai_error(
-                    StatusCode::BAD_REQUEST,
-                    "request body must be a JSON object",
-                )
-            }
-            Err(err) => {
-                return openai_error(StatusCode::BAD_REQUEST, &format!("invalid JSON: {err}"))
-            }
-        };
+        let (original, permit) =
+            match http::read_json_object(request.into_body(), self.max_request_bytes, openai_error)
+                .await
+            {
+                Ok(read) => read,
+                Err(answer) => return answer,
+            };
         let mut chat = match openai::chat_request_to_ollama(&original) {
             Ok(Value::Object(chat)) => chat,
             Ok(_) => {

@@ -27,6 +27,7 @@ use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::{GracefulShutdown, Watcher};
 use serde::Serialize;
+use serde_json::Value;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 
@@ -336,6 +337,36 @@ impl BodyBudget {
             }
             Err(_) => oap_embed::return_freed_memory(),
         }
+    }
+}
+
+/// Reads a request body that must be one JSON object, under `limit` and
+/// the in-flight budget. The parsed bytes are dropped at once; the permit
+/// (the body's share of the budget) comes back to be held for as long as
+/// what was parsed from it lives. Any failure is the answer to send, built
+/// by `make` in the surface's own error shape.
+pub async fn read_json_object(
+    body: Incoming,
+    limit: usize,
+    make: impl Fn(StatusCode, &str) -> Response<Body>,
+) -> Result<(Value, BodyPermit), Response<Body>> {
+    let body = match read_body(body, limit).await {
+        Ok(body) => body,
+        Err(err) => return Err(err.into_response_with(make)),
+    };
+    let (bytes, permit) = body.into_parts();
+    let parsed = serde_json::from_slice(&bytes);
+    drop(bytes);
+    match parsed {
+        Ok(value @ Value::Object(_)) => Ok((value, permit)),
+        Ok(_) => Err(make(
+            StatusCode::BAD_REQUEST,
+            "request body must be a JSON object",
+        )),
+        Err(err) => Err(make(
+            StatusCode::BAD_REQUEST,
+            &format!("invalid JSON: {err}"),
+        )),
     }
 }
 

@@ -41,23 +41,11 @@ fn refuse_stored_state(request: &Value) -> Option<Response<Body>> {
 
 /// Handles one `/v1/responses` request.
 pub async fn handle(chat: &Arc<ChatService>, request: Request<Incoming>) -> Response<Body> {
-    let body = match http::read_body(request.into_body(), chat.max_request_bytes).await {
-        Ok(body) => body,
-        Err(err) => return err.into_response_with(error),
-    };
-    let (bytes, permit) = body.into_parts();
-    let parsed = serde_json::from_slice(&bytes);
-    drop(bytes);
-    let original: Value = match parsed {
-        Ok(value @ Value::Object(_)) => value,
-        Ok(_) => {
-            return error(
-                StatusCode::BAD_REQUEST,
-                "request body must be a JSON object",
-            )
-        }
-        Err(err) => return error(StatusCode::BAD_REQUEST, &format!("invalid JSON: {err}")),
-    };
+    let (original, permit) =
+        match http::read_json_object(request.into_body(), chat.max_request_bytes, error).await {
+            Ok(read) => read,
+            Err(answer) => return answer,
+        };
     if let Some(refused) = refuse_stored_state(&original) {
         return refused;
     }

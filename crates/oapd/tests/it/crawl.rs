@@ -5,8 +5,7 @@
 //! `crawler.allow_private: [127.0.0.0/8]`. No traffic leaves loopback.
 
 use crate::support;
-#[path = "../../../oap-crawl/tests/it/common.rs"]
-mod web;
+use oap_testkit::manifest_web as web;
 
 use std::path::Path;
 use std::time::{Duration, Instant};

@@ -39,16 +39,7 @@ fn experience(daemon: &Daemon) -> Value {
 
 fn offered(upstream: &Upstream) -> Vec<String> {
     let sent = upstream.fake.chat_requests();
-    sent.last().unwrap()["tools"]
-        .as_array()
-        .map(|tools| {
-            tools
-                .iter()
-                .filter_map(|t| t.pointer("/function/name").and_then(Value::as_str))
-                .map(str::to_string)
-                .collect()
-        })
-        .unwrap_or_default()
+    oap_bridge::tool_loop::client_tool_names(sent.last().unwrap().as_object().unwrap())
 }
 
 fn good_call() -> Turn {

@@ -9,10 +9,8 @@
 //!
 //! Needs root and `ip` (iproute2); otherwise it prints SKIP and returns.
 
-#[allow(dead_code)]
-#[path = "../../examples/mdns_responder.rs"]
-mod responder;
 use crate::support;
+use oap_testkit::mdns_device as responder;
 
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, ChildStdin, Command, Stdio};
