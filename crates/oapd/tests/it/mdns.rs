@@ -1,7 +1,7 @@
 //! LAN discovery (`crawler.mdns`) end to end, only inside network
-//! namespaces this test creates: namespace A holds a LAN device (the
-//! `mdns_responder` example, run as a child of this test binary) that serves
-//! manifests over plain HTTP on 10.77.0.1 and advertises them over mDNS,
+//! namespaces this test creates: namespace A holds a LAN device
+//! (`oap_testkit::mdns_device`, run in a child of this test binary) that
+//! serves manifests over plain HTTP on 10.77.0.1 and advertises them over mDNS,
 //! good and hostile; namespace B holds the daemon, listening on 127.0.0.1
 //! inside B. A veth pair joins them, created directly inside the two
 //! namespaces: no interface in the host namespace, no multicast on the host's
