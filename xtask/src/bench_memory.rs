@@ -15,8 +15,7 @@
 //!
 //! Every process is killed when this task ends, also on error.
 
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -115,32 +114,11 @@ pub(crate) enum Outcome {
 
 /// POSTs `body` to `path` on a fresh connection and reads the answer.
 pub(crate) fn post(addr: SocketAddr, path: &str, body: &[u8]) -> Outcome {
-    let attempt = || -> std::io::Result<(u16, bool)> {
-        let mut stream = TcpStream::connect(addr)?;
-        stream.set_read_timeout(Some(Duration::from_secs(120)))?;
-        write!(
-            stream,
-            "POST {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\n\
-             Content-Length: {}\r\nConnection: close\r\n\r\n",
-            body.len()
-        )?;
-        stream.write_all(body)?;
-        let mut raw = Vec::new();
-        stream.read_to_end(&mut raw)?;
-        let text = String::from_utf8_lossy(&raw);
-        let (head, _) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
-        let code = head
-            .split_whitespace()
-            .nth(1)
-            .and_then(|s| s.parse().ok())
-            .ok_or_else(|| std::io::Error::other("no status line"))?;
-        let retry_after = head
-            .lines()
-            .any(|l| l.to_ascii_lowercase().starts_with("retry-after:"));
-        Ok((code, retry_after))
-    };
-    match attempt() {
-        Ok((code, retry_after)) => Outcome::Status { code, retry_after },
+    match oap_testkit::http::post_json_within(addr, path, body, Duration::from_secs(120)) {
+        Ok(answer) => Outcome::Status {
+            code: answer.status,
+            retry_after: answer.header("retry-after").is_some(),
+        },
         Err(err) => Outcome::Broken(err.to_string()),
     }
 }

@@ -76,12 +76,40 @@ pub fn request_bytes(
 /// Writes raw bytes, reads the response to EOF and parses it (chunked
 /// bodies are decoded).
 pub fn send_raw(addr: SocketAddr, raw: &[u8]) -> std::io::Result<Response> {
+    send_raw_within(addr, raw, Duration::from_secs(60))
+}
+
+/// [`send_raw`] with a read timeout of the caller's choosing.
+pub fn send_raw_within(
+    addr: SocketAddr,
+    raw: &[u8],
+    read_timeout: Duration,
+) -> std::io::Result<Response> {
     let mut stream = TcpStream::connect(addr)?;
-    stream.set_read_timeout(Some(Duration::from_secs(60)))?;
+    stream.set_read_timeout(Some(read_timeout))?;
     stream.write_all(raw)?;
     let mut buf = Vec::new();
     stream.read_to_end(&mut buf)?;
     parse_response(&buf)
+}
+
+/// POSTs a JSON `body` on a fresh connection, writing it all before
+/// reading, as simple clients do (a server that answers early and closes
+/// breaks the write or the read): the parsed response.
+pub fn post_json_within(
+    addr: SocketAddr,
+    path: &str,
+    body: &[u8],
+    read_timeout: Duration,
+) -> std::io::Result<Response> {
+    let raw = request_bytes(
+        "POST",
+        path,
+        &addr.to_string(),
+        &[("Content-Type", "application/json")],
+        body,
+    );
+    send_raw_within(addr, &raw, read_timeout)
 }
 
 /// `METHOD path` with a JSON `body` (none when empty) over a fresh

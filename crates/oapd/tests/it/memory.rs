@@ -6,14 +6,14 @@
 
 use crate::support;
 
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::support::{fake, Upstream};
 use fake_ollama::{ModelSpec, Script, Turn};
+use oap_testkit::Response;
 use serde_json::Value;
 
 const MODEL: &str = "llava:7b";
@@ -57,49 +57,9 @@ fn image_chat(path: &str, bytes: usize) -> Vec<u8> {
 }
 
 /// One answer, or how the connection broke.
-#[derive(Debug)]
-struct Answer {
-    status: u16,
-    retry_after: Option<String>,
-    body: Vec<u8>,
-}
-
-/// POSTs `body` on a fresh connection, writing it all before reading, as
-/// simple clients do: a server that answers early and closes would break
-/// the write or the read.
-fn post(addr: SocketAddr, path: &str, body: &[u8]) -> std::io::Result<Answer> {
-    let mut stream = TcpStream::connect(addr)?;
-    stream.set_read_timeout(Some(Duration::from_secs(120)))?;
-    write!(
-        stream,
-        "POST {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\n\
-         Content-Length: {}\r\nConnection: close\r\n\r\n",
-        body.len()
-    )?;
-    stream.write_all(body)?;
-    let mut raw = Vec::new();
-    stream.read_to_end(&mut raw)?;
-    let split = raw
-        .windows(4)
-        .position(|w| w == b"\r\n\r\n")
-        .ok_or_else(|| std::io::Error::other("no header end"))?;
-    let head = String::from_utf8_lossy(&raw[..split]).into_owned();
-    let status = head
-        .split_whitespace()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .ok_or_else(|| std::io::Error::other("no status line"))?;
-    let retry_after = head.lines().find_map(|line| {
-        let (name, value) = line.split_once(':')?;
-        name.trim()
-            .eq_ignore_ascii_case("retry-after")
-            .then(|| value.trim().to_string())
-    });
-    Ok(Answer {
-        status,
-        retry_after,
-        body: raw[split + 4..].to_vec(),
-    })
+/// POSTs `body` on a fresh connection, writing it all before reading.
+fn post(addr: SocketAddr, path: &str, body: &[u8]) -> std::io::Result<Response> {
+    oap_testkit::http::post_json_within(addr, path, body, Duration::from_secs(120))
 }
 
 fn wait_for_chats(upstream: &Upstream, count: usize) {
@@ -138,7 +98,7 @@ fn a_body_over_the_remaining_budget_gets_503_with_retry_after_until_the_first_ch
             "{path}: {}",
             String::from_utf8_lossy(&busy.body)
         );
-        assert_eq!(busy.retry_after.as_deref(), Some("5"), "{path}");
+        assert_eq!(busy.header("retry-after"), Some("5"), "{path}");
         let error: Value = serde_json::from_slice(&busy.body).expect("JSON error");
         let message = error["error"]
             .as_str()
@@ -343,7 +303,7 @@ fn sixteen_concurrent_30_mb_image_chats_in_a_512_mib_cgroup_leave_the_daemon_ser
         let answer = answer
             .as_ref()
             .unwrap_or_else(|err| panic!("a connection broke instead of an answer: {err}"));
-        match (answer.status, answer.retry_after.as_deref()) {
+        match (answer.status, answer.header("retry-after")) {
             (200, _) => ok += 1,
             (503, Some(_)) => busy += 1,
             (status, _) => panic!(
