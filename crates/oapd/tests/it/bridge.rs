@@ -359,6 +359,26 @@ fn bad_chat_requests_are_refused_before_anything_is_sent() {
 }
 
 #[test]
+fn bad_openai_bodies_get_openais_error_shape_and_nothing_is_sent() {
+    let upstream = fake(models());
+    let daemon = daemon_for(&upstream);
+    for (body, needle) in [
+        ("{not json", "invalid JSON"),
+        ("[1]", "must be a JSON object"),
+        ("\"text\"", "must be a JSON object"),
+    ] {
+        let response = daemon.post_json("/v1/chat/completions", body);
+        assert_eq!(response.status, 400, "{body}");
+        let error = &response.json()["error"];
+        assert_eq!(error["type"], "invalid_request_error", "{body}: {error}");
+        let message = error["message"].as_str().unwrap_or_default();
+        assert!(message.contains(needle), "{body}: {message}");
+    }
+    assert!(upstream.fake.chat_requests().is_empty());
+    assert_eq!(daemon.get("/health").status, 200);
+}
+
+#[test]
 fn pass_through_routes_stream_with_the_host_rewritten() {
     let upstream = fake(models());
     let daemon = support::daemon()
