@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use http_body_util::BodyExt;
 use hyper::StatusCode;
-use oap_discovery::{StoredRecord, Trust};
+use oap_discovery::StoredRecord;
 use oap_manifest::Manifest;
 use oap_wire::{LineDecoder, ToolCall, ToolCallAccumulator};
 use serde_json::{json, Map, Value};
@@ -231,12 +231,14 @@ pub struct ToolResult {
 /// Runs oapd's tools (the daemon plugs in the real executor; the trait
 /// keeps the loop testable and the executor swappable).
 pub trait ToolRunner: Send + Sync + 'static {
-    /// Runs `manifest`'s tool with `arguments` under `trust`; never fails:
-    /// an error becomes a [`ToolResult`] with `ok: false`.
+    /// Runs the capability `record` describes (`manifest` is its manifest,
+    /// decoded) with `arguments`, under the record's trust, or on its MCP
+    /// server when it is one's tool; never fails: an error becomes a
+    /// [`ToolResult`] with `ok: false`.
     fn run(
         &self,
+        record: Arc<StoredRecord>,
         manifest: Arc<Manifest>,
-        trust: Trust,
         arguments: Map<String, Value>,
     ) -> std::pin::Pin<Box<dyn std::future::Future<Output = ToolResult> + Send>>;
 }
@@ -549,13 +551,13 @@ pub async fn run_calls(
     let mut jobs: Vec<Job> = Vec::with_capacity(calls.len());
     for call in calls {
         let injected = by_name.get(call.name.as_str());
-        let tool = injected.map(|t| (t.manifest.clone(), t.record.trust));
+        let tool = injected.map(|t| (t.record.clone(), t.manifest.clone()));
         let schema = injected.and_then(|t| t.definition.pointer("/function/parameters").cloned());
         let runner = ctx.runner.clone();
         let call = call.clone();
         let on_result = injected.and_then(|t| t.on_result.clone());
         jobs.push(Box::pin(async move {
-            let Some((manifest, trust)) = tool else {
+            let Some((record, manifest)) = tool else {
                 return ToolResult {
                     content: format!("Error: unknown tool '{}'", call.name),
                     ok: false,
@@ -583,7 +585,7 @@ pub async fn run_calls(
                 },
                 None => call.arguments.clone(),
             };
-            let result = runner.run(manifest, trust, arguments.clone()).await;
+            let result = runner.run(record, manifest, arguments.clone()).await;
             if let Some(hook) = on_result {
                 hook(&arguments, result.ok);
             }

@@ -34,6 +34,23 @@ fn decode(record: &StoredRecord) -> Option<Manifest> {
     }
 }
 
+/// The tool definition the model is offered for `record`: an MCP server's
+/// tool keeps its own `inputSchema`, untouched; a manifest's is built from
+/// the manifest.
+pub fn definition(record: &StoredRecord, manifest: &Manifest, name: &str) -> serde_json::Value {
+    match &record.mcp {
+        Some(binding) => serde_json::json!({
+            "type": "function",
+            "function": {
+                "name": name,
+                "description": manifest.description,
+                "parameters": binding.input_schema,
+            }
+        }),
+        None => oap_manifest::tool::to_tool(manifest, name),
+    }
+}
+
 /// One stored record as a tool, named so as not to clash with `reserved`.
 pub fn from_record(record: StoredRecord, reserved: &[String]) -> Option<InjectedTool> {
     let manifest = decode(&record)?;
@@ -41,7 +58,7 @@ pub fn from_record(record: StoredRecord, reserved: &[String]) -> Option<Injected
     let name = oap_manifest::tool::assign_tool_names(&[(record.id.as_str(), &manifest)], &reserved)
         .pop()?;
     Some(InjectedTool {
-        definition: oap_manifest::tool::to_tool(&manifest, &name),
+        definition: definition(&record, &manifest, &name),
         name,
         record: Arc::new(record),
         manifest: Arc::new(manifest),
@@ -80,7 +97,7 @@ pub fn from_discovery(
         .into_iter()
         .zip(names)
         .map(|((record, manifest), name)| InjectedTool {
-            definition: oap_manifest::tool::to_tool(&manifest, &name),
+            definition: definition(&record, &manifest, &name),
             name,
             record,
             manifest: Arc::new(manifest),

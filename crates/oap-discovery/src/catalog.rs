@@ -16,6 +16,7 @@
 use std::collections::HashMap;
 use std::fs;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use oap_manifest::{Diagnostic, Manifest, MAX_MANIFEST_BYTES};
 use oap_store::StoreError;
@@ -48,6 +49,65 @@ pub enum Source {
     /// The crawler's store: envelopes of manifests fetched from the internet
     /// or the LAN (see [`oap_store::envelope`]). A missing directory is empty.
     Remote(PathBuf),
+    /// The tools of the MCP servers the operator configured, asked afresh
+    /// at every load (the daemon rebuilds when a server's tool list changes).
+    Mcp(Arc<dyn McpTools>),
+}
+
+/// Whatever holds the MCP servers' current tool lists (the daemon's MCP
+/// hub); discovery knows nothing about MCP transports.
+pub trait McpTools: Send + Sync + std::fmt::Debug {
+    /// Every tool of every connected server, as listed last.
+    fn mcp_tools(&self) -> Vec<McpToolDoc>;
+}
+
+/// One tool an MCP server listed (`tools/list`), ready to index.
+#[derive(Debug, Clone, PartialEq)]
+pub struct McpToolDoc {
+    /// The server's key in the operator's `mcpServers` map.
+    pub server: String,
+    /// The tool's name on that server (what `tools/call` takes).
+    pub name: String,
+    /// The tool's human title, when it has one.
+    pub title: Option<String>,
+    /// The tool's description (the main search document).
+    pub description: String,
+    /// The tool's `inputSchema`, verbatim: offered to the model untouched.
+    pub input_schema: serde_json::Value,
+    /// The tool's `annotations` (read-only, destructive, ...), verbatim.
+    pub annotations: Option<serde_json::Value>,
+    /// SHA-256 of the tool as listed; an unchanged tool is not re-embedded.
+    pub content_hash: String,
+    /// How far the server is trusted (a remote server's URL decides it).
+    pub trust: Trust,
+    /// Where the server is: its command or URL, for listings and logs.
+    pub location: String,
+}
+
+/// Longest MCP tool description indexed and offered, in characters.
+pub const MAX_MCP_DESCRIPTION_CHARS: usize = 4_000;
+/// Largest MCP `inputSchema` accepted, serialised, in bytes; a larger one
+/// would crowd a small model's context out anyway.
+pub const MAX_MCP_SCHEMA_BYTES: usize = 64 * 1024;
+
+/// How a stored capability that came from an MCP server is called; absent
+/// for OAP manifests.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct McpBinding {
+    /// The server's key in the operator's `mcpServers` map.
+    pub server: String,
+    /// The tool's name on that server.
+    pub tool: String,
+    /// The tool's `inputSchema`, verbatim.
+    pub input_schema: serde_json::Value,
+    /// The tool's `annotations`, verbatim.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub annotations: Option<serde_json::Value>,
+}
+
+/// The catalog id of an MCP server's tool: `mcp/<server>/<tool>`.
+pub fn mcp_id(server: &str, tool: &str) -> String {
+    format!("mcp/{server}/{tool}")
 }
 
 /// One valid manifest ready to index.
@@ -68,6 +128,9 @@ pub struct CatalogEntry {
     /// Why the manifest's `health` URL says it is down (remote manifests,
     /// from the crawler's probe); such a manifest is left out of discovery.
     pub unhealthy: Option<String>,
+    /// Set for a tool of an MCP server: the manifest is then a description
+    /// made for search and listings, and the call goes to the server.
+    pub mcp: Option<McpBinding>,
 }
 
 /// A file that could not be loaded, and why.
@@ -126,6 +189,11 @@ impl Catalog {
                 }
                 Source::Dir(dir) => catalog.load_dir(dir),
                 Source::Remote(dir) => crate::remote::load_into(&mut catalog, dir),
+                Source::Mcp(tools) => {
+                    for tool in tools.mcp_tools() {
+                        catalog.add_mcp_tool(tool);
+                    }
+                }
             }
         }
         catalog
@@ -231,6 +299,61 @@ impl Catalog {
             trust,
             warnings: parsed.warnings.diagnostics,
             unhealthy: None,
+            mcp: None,
+        });
+    }
+
+    /// Adds one MCP server's tool as `mcp/<server>/<tool>`. Its manifest is
+    /// built here, not parsed: it names the tool, carries its description
+    /// and its top-level parameters for search, and says `invoke.method:
+    /// mcp`, which no parsed manifest may declare, so a document from
+    /// anywhere cannot pass itself off as one of the operator's servers.
+    pub fn add_mcp_tool(&mut self, tool: McpToolDoc) {
+        let id = mcp_id(&tool.server, &tool.name);
+        let location = format!("mcp:{}/{} ({})", tool.server, tool.name, tool.location);
+        let schema_bytes = serde_json::to_vec(&tool.input_schema).map_or(usize::MAX, |b| b.len());
+        if schema_bytes > MAX_MCP_SCHEMA_BYTES {
+            self.problem(
+                location,
+                format!(
+                    "inputSchema is {schema_bytes} bytes, over the {MAX_MCP_SCHEMA_BYTES}-byte cap"
+                ),
+            );
+            return;
+        }
+        let manifest = match mcp_manifest(&tool) {
+            Ok(manifest) => manifest,
+            Err(message) => {
+                self.problem(location, message);
+                return;
+            }
+        };
+        if let Some(&existing) = self.by_id.get(&id) {
+            self.collisions.push(Collision {
+                kept: self.entries[existing].origin.location.clone(),
+                id,
+                skipped: location,
+            });
+            return;
+        }
+        self.by_id.insert(id.clone(), self.entries.len());
+        self.entries.push(CatalogEntry {
+            id,
+            content_hash: tool.content_hash.clone(),
+            manifest,
+            origin: Origin {
+                kind: "mcp".into(),
+                location,
+            },
+            trust: tool.trust,
+            warnings: Vec::new(),
+            unhealthy: None,
+            mcp: Some(McpBinding {
+                server: tool.server,
+                tool: tool.name,
+                input_schema: tool.input_schema,
+                annotations: tool.annotations,
+            }),
         });
     }
 
@@ -264,4 +387,59 @@ pub(crate) fn read_problem(err: StoreError, cap: usize) -> String {
         }
         other => other.to_string(),
     }
+}
+
+/// The manifest an MCP tool is searched and listed as.
+fn mcp_manifest(tool: &McpToolDoc) -> Result<Manifest, String> {
+    let mut description: String = tool
+        .description
+        .trim()
+        .chars()
+        .take(MAX_MCP_DESCRIPTION_CHARS)
+        .collect();
+    if description.is_empty() {
+        description = tool.title.clone().unwrap_or_else(|| tool.name.clone());
+    }
+    // Top-level properties become the manifest's parameters: their names
+    // and descriptions are search text, and listings show them.
+    let mut parameters = serde_json::Map::new();
+    if let Some(properties) = tool
+        .input_schema
+        .get("properties")
+        .and_then(serde_json::Value::as_object)
+    {
+        let required: Vec<&str> = tool
+            .input_schema
+            .get("required")
+            .and_then(serde_json::Value::as_array)
+            .map(|names| names.iter().filter_map(serde_json::Value::as_str).collect())
+            .unwrap_or_default();
+        for (name, property) in properties.iter().take(64) {
+            let mut parameter = serde_json::Map::new();
+            if let Some(kind) = property.get("type").and_then(serde_json::Value::as_str) {
+                parameter.insert("type".into(), kind.into());
+            }
+            if let Some(text) = property
+                .get("description")
+                .and_then(serde_json::Value::as_str)
+            {
+                let text: String = text.chars().take(500).collect();
+                parameter.insert("description".into(), text.into());
+            }
+            parameter.insert("required".into(), required.contains(&name.as_str()).into());
+            parameters.insert(name.clone(), parameter.into());
+        }
+    }
+    let mut document = serde_json::json!({
+        "oap": "1.0",
+        "name": tool.name,
+        "description": description,
+        "invoke": {"method": "mcp", "url": format!("mcp://{}/{}", tool.server, tool.name)},
+        "input": {"format": "application/json", "parameters": parameters},
+    });
+    if let Some(title) = tool.title.as_deref().filter(|t| !t.trim().is_empty()) {
+        document["title"] = title.chars().take(200).collect::<String>().into();
+    }
+    serde_json::from_value(document)
+        .map_err(|err| format!("tool does not describe as a manifest: {err}"))
 }

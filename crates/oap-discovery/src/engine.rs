@@ -124,6 +124,9 @@ pub struct StoredRecord {
     /// out of discovery results but stay listed with this reason.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub unhealthy: Option<String>,
+    /// Set when the capability is an MCP server's tool: how to call it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mcp: Option<crate::catalog::McpBinding>,
 }
 
 /// Index-level metadata, stored as the index's meta blob.
@@ -840,6 +843,7 @@ fn build_index(
             manifest: serde_json::to_value(&entry.manifest).unwrap_or(serde_json::Value::Null),
             warnings: entry.warnings.iter().map(|w| w.to_string()).collect(),
             unhealthy: entry.unhealthy.clone(),
+            mcp: entry.mcp.clone(),
         };
         let record = match serde_json::to_vec(&record) {
             Ok(bytes) => bytes,

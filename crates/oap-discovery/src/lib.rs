@@ -13,7 +13,10 @@ pub mod query;
 mod remote;
 pub mod scoring;
 
-pub use catalog::{Catalog, CatalogEntry, Collision, LoadProblem, Origin, Source, Trust};
+pub use catalog::{
+    mcp_id, Catalog, CatalogEntry, Collision, LoadProblem, McpBinding, McpToolDoc, McpTools,
+    Origin, Source, Trust,
+};
 pub use engine::{
     BuildReport, Candidate, DiscoverError, Discovery, Engine, EngineConfig, EngineError,
     EngineStats, ManifestSummary, Priority, RebuildFailure, StoredRecord,

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
-use oap_discovery::Trust;
+use oap_discovery::{StoredRecord, Trust};
 use oap_exec::{Cidr, CredentialStore, ExecPolicy, Executor};
 use oap_manifest::Manifest;
 use serde_json::{Map, Value};
@@ -136,11 +136,12 @@ fn exec_trust(trust: Trust) -> oap_exec::Trust {
 impl ToolRunner for ExecRunner {
     fn run(
         &self,
+        record: Arc<StoredRecord>,
         manifest: Arc<Manifest>,
-        trust: Trust,
         arguments: Map<String, Value>,
     ) -> Pin<Box<dyn Future<Output = ToolResult> + Send>> {
         let executor = self.executor.clone();
+        let trust = record.trust;
         Box::pin(async move {
             let outcome = executor
                 .execute(&manifest, exec_trust(trust), &arguments)

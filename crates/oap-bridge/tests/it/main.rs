@@ -49,8 +49,8 @@ impl Recorder {
 impl ToolRunner for Recorder {
     fn run(
         &self,
+        _record: Arc<StoredRecord>,
         manifest: Arc<Manifest>,
-        _trust: Trust,
         arguments: Map<String, Value>,
     ) -> Pin<Box<dyn Future<Output = ToolResult> + Send>> {
         let content = format!(
@@ -96,6 +96,7 @@ pub fn tool(name: &str) -> InjectedTool {
             manifest: document,
             warnings: Vec::new(),
             unhealthy: None,
+            mcp: None,
         }),
         manifest: Arc::new(manifest),
         on_result: None,

@@ -38,14 +38,14 @@ fn real_model() -> Arc<BertEmbedder> {
 
 /// The real model, counting how many texts it embeds, optionally under
 /// another identity (to simulate a model change).
-struct Counting {
+pub(crate) struct Counting {
     inner: Arc<BertEmbedder>,
     id: String,
     texts: AtomicUsize,
 }
 
 impl Counting {
-    fn new() -> Arc<Counting> {
+    pub(crate) fn new() -> Arc<Counting> {
         let inner = real_model();
         let id = inner.model_id().to_string();
         Arc::new(Counting {
@@ -63,7 +63,7 @@ impl Counting {
         })
     }
 
-    fn embedded(&self) -> usize {
+    pub(crate) fn embedded(&self) -> usize {
         self.texts.load(Ordering::SeqCst)
     }
 }
@@ -93,7 +93,7 @@ fn reference_dir() -> PathBuf {
 }
 
 /// A directory holding copies of some reference manifests.
-fn manifest_dir(names: &[&str]) -> tempfile::TempDir {
+pub(crate) fn manifest_dir(names: &[&str]) -> tempfile::TempDir {
     let dir = tempfile::tempdir().expect("tempdir");
     for name in names {
         fs::copy(
@@ -105,7 +105,7 @@ fn manifest_dir(names: &[&str]) -> tempfile::TempDir {
     dir
 }
 
-const CLI: &[&str] = &["grep", "wc", "jq", "date", "bc", "sed", "awk"];
+pub(crate) const CLI: &[&str] = &["grep", "wc", "jq", "date", "bc", "sed", "awk"];
 
 fn open(
     data: &Path,

@@ -11,3 +11,4 @@
 )]
 
 mod engine;
+mod mcp;
