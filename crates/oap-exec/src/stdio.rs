@@ -255,6 +255,26 @@ impl From<&StdioLimits> for ChildLimits {
     }
 }
 
+/// Prepare `cmd` for a long-lived local process that is not a tool call
+/// (an MCP server the operator configured): its own process group, the
+/// stdio tools' resource limits from `limits` (core dumps off, CPU, address
+/// space, processes, open files, file size) and SIGKILL when the daemon
+/// dies. No kernel confinement: the caller decides that separately.
+pub fn limit_command(cmd: &mut tokio::process::Command, limits: &StdioLimits) {
+    let child_limits = ChildLimits::from(limits);
+    cmd.process_group(0);
+    // SAFETY: the closure runs in the child between fork and exec. It only
+    // calls getrlimit, setrlimit and prctl (async-signal-safe system calls)
+    // on a copied plain struct, and neither allocates nor takes locks.
+    #[allow(
+        unsafe_code,
+        reason = "pre_exec is how a child gets its limits before exec"
+    )]
+    unsafe {
+        cmd.pre_exec(move || child_setup(&child_limits));
+    }
+}
+
 /// SIGKILLs the process group when dropped (unless disarmed), so an
 /// abandoned call leaves nothing running.
 struct GroupKiller {

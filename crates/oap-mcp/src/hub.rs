@@ -1,0 +1,870 @@
+//! The hub: one supervisor task per configured server, connecting in the
+//! background, listing tools, reconnecting with backoff, calling under
+//! deadlines.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use oap_exec::{CredentialStore, ExecPolicy, Resolver, StdioLimits};
+use rmcp::model::{CallToolRequestParams, ClientRequest, CustomRequest, ServerResult};
+use rmcp::service::{NotificationContext, Peer, RunningService};
+use rmcp::{ClientHandler, RoleClient};
+use serde::Serialize;
+use serde_json::{json, Map, Value};
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinHandle;
+use tracing::{info, warn};
+
+use crate::content::{cap_chars, content_hash, result_text};
+use crate::process::ServerProcess;
+use crate::servers_file::{ServerSpec, Start, Transport};
+
+/// Limits and timings of the hub. `Default` gives the documented values.
+#[derive(Debug, Clone)]
+pub struct HubSettings {
+    /// Deadline for connecting and the `initialize` handshake (10 s).
+    pub init_timeout: Duration,
+    /// Call deadline when neither the call nor the server sets one (60 s).
+    pub call_timeout: Duration,
+    /// Result text is cut to this many characters (16,000).
+    pub max_result_chars: usize,
+    /// Tools kept per server (1,000); the rest are dropped with a note.
+    pub max_tools_per_server: usize,
+    /// Bytes of tool definitions kept per server (4 MiB).
+    pub max_tools_bytes: usize,
+    /// `tools/list` pages read per listing (100).
+    pub max_list_pages: usize,
+    /// Longest JSON-RPC message accepted from a server: a stdio line, an
+    /// HTTP body or an SSE event (8 MiB). Longer stdio lines are dropped.
+    pub max_message_bytes: usize,
+    /// First reconnect delay (1 s), doubled per failure up to
+    /// [`Self::backoff_max`] (60 s).
+    pub backoff_min: Duration,
+    /// Longest reconnect delay.
+    pub backoff_max: Duration,
+    /// After SIGTERM, how long a stdio server has to exit before its
+    /// process group is SIGKILLed (2 s).
+    pub stop_grace: Duration,
+}
+
+impl Default for HubSettings {
+    fn default() -> Self {
+        Self {
+            init_timeout: Duration::from_secs(10),
+            call_timeout: Duration::from_secs(60),
+            max_result_chars: 16_000,
+            max_tools_per_server: 1_000,
+            max_tools_bytes: 4 << 20,
+            max_list_pages: 100,
+            max_message_bytes: 8 << 20,
+            backoff_min: Duration::from_secs(1),
+            backoff_max: Duration::from_secs(60),
+            stop_grace: Duration::from_secs(2),
+        }
+    }
+}
+
+/// What the hub needs from the daemon.
+#[derive(Clone)]
+pub struct HubContext {
+    /// Name resolution for URL servers (resolved once, checked, connected).
+    pub resolver: Arc<dyn Resolver>,
+    /// The address rule (`check_address`, `allow_private`) and user agent.
+    pub policy: ExecPolicy,
+    /// Bearer tokens by host, sent to URL servers without an
+    /// `Authorization` header of their own.
+    pub credentials: Option<CredentialStore>,
+    /// Resource limits of stdio servers. Long-lived servers need more than
+    /// a one-shot tool: see [`HubContext::server_limits`].
+    pub stdio_limits: StdioLimits,
+}
+
+impl HubContext {
+    /// Limits fit for a long-lived server such as a Node.js program: no CPU
+    /// time limit, 16 GiB of address space (V8 reserves much it never
+    /// uses), 1,024 open files, the rest as for stdio tools.
+    pub fn server_limits() -> StdioLimits {
+        StdioLimits {
+            cpu_secs: u64::MAX,
+            memory_bytes: 16 << 30,
+            max_open_files: 1_024,
+            max_processes: 4_096,
+            ..StdioLimits::default()
+        }
+    }
+}
+
+/// One tool of a ready server.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct McpTool {
+    /// The server's name.
+    pub server: String,
+    /// The tool's name.
+    pub name: String,
+    /// Its display title, if any.
+    pub title: Option<String>,
+    /// Its description (empty when the server gave none).
+    pub description: String,
+    /// Its `inputSchema`, verbatim (`$ref`s are never expanded); a
+    /// non-object schema is replaced by `{"type": "object"}`.
+    pub input_schema: Value,
+    /// Its `annotations`, verbatim.
+    pub annotations: Option<Value>,
+    /// sha256 hex of the tool's canonical JSON: unchanged tools keep their
+    /// hash, so their embeddings can be reused.
+    pub content_hash: String,
+}
+
+impl McpTool {
+    /// `mcp/<server>/<tool>`.
+    pub fn id(&self) -> String {
+        format!("mcp/{}/{}", self.server, self.name)
+    }
+}
+
+/// What a call produced. Failures are outcomes too, with a clear text.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct CallOutcome {
+    /// Text for the model, capped.
+    pub text: String,
+    /// Whether the call failed (the server said `isError`, or it could not
+    /// be made).
+    pub is_error: bool,
+}
+
+impl CallOutcome {
+    fn error(text: impl Into<String>) -> Self {
+        Self {
+            text: text.into(),
+            is_error: true,
+        }
+    }
+}
+
+/// Where a server is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum State {
+    /// Connecting or initializing (or, when lazy, not yet wanted).
+    Starting,
+    /// Initialized, tools listed.
+    Ready,
+    /// Waiting to reconnect after a failure.
+    Backoff,
+    /// Will not be retried (a configuration the hub cannot serve).
+    Failed,
+    /// Removed or shut down.
+    Stopped,
+}
+
+/// A server's state, for `/health`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ServerStatus {
+    /// The server's name.
+    pub name: String,
+    /// `stdio`, `http` or `sse`.
+    pub transport: &'static str,
+    /// Where it is.
+    pub state: State,
+    /// Tools offered (after allow/deny lists).
+    pub tools: usize,
+    /// The last failure, if any.
+    pub last_error: Option<String>,
+    /// How many times it was (re)started after the first attempt.
+    pub restarts: u64,
+    /// Listing notes (truncation, replaced schemas).
+    pub notes: Vec<String>,
+    /// The process id of a running stdio server.
+    pub pid: Option<i32>,
+}
+
+struct Live {
+    state: State,
+    tools: Vec<McpTool>,
+    peer: Option<Peer<RoleClient>>,
+    last_error: Option<String>,
+    restarts: u64,
+    notes: Vec<String>,
+    pid: Option<i32>,
+}
+
+struct Shared {
+    spec: ServerSpec,
+    live: Mutex<Live>,
+    /// Set to true by the first call to a lazy server.
+    wanted: watch::Sender<bool>,
+}
+
+impl Shared {
+    fn live(&self) -> MutexGuard<'_, Live> {
+        self.live.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+struct Entry {
+    shared: Arc<Shared>,
+    stop: watch::Sender<bool>,
+    task: JoinHandle<()>,
+}
+
+struct Inner {
+    settings: HubSettings,
+    ctx: HubContext,
+    servers: Mutex<BTreeMap<String, Entry>>,
+    changes: watch::Sender<u64>,
+}
+
+/// The set of MCP servers, kept running. Cheap to clone.
+#[derive(Clone)]
+pub struct Hub {
+    inner: Arc<Inner>,
+}
+
+impl Hub {
+    /// A hub with no servers; add them with [`Hub::apply`].
+    pub fn new(settings: HubSettings, ctx: HubContext) -> Self {
+        Self {
+            inner: Arc::new(Inner {
+                settings,
+                ctx,
+                servers: Mutex::new(BTreeMap::new()),
+                changes: watch::channel(0).0,
+            }),
+        }
+    }
+
+    fn servers(&self) -> MutexGuard<'_, BTreeMap<String, Entry>> {
+        self.inner.servers.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Make the running set match `specs`: new servers start, changed ones
+    /// restart, missing ones stop (their process group killed). Returns at
+    /// once; connecting happens in background tasks. Needs a Tokio runtime.
+    pub fn apply(&self, specs: Vec<ServerSpec>) {
+        let mut servers = self.servers();
+        let wanted: BTreeMap<String, ServerSpec> =
+            specs.into_iter().map(|s| (s.name.clone(), s)).collect();
+        let gone: Vec<String> = servers
+            .iter()
+            .filter(|(name, e)| wanted.get(*name) != Some(&e.shared.spec))
+            .map(|(name, _)| name.clone())
+            .collect();
+        for name in gone {
+            if let Some(entry) = servers.remove(&name) {
+                info!(server = %name, "MCP server stopping (removed or changed)");
+                let _ = entry.stop.send(true);
+            }
+        }
+        for (name, spec) in wanted {
+            if servers.contains_key(&name) {
+                continue;
+            }
+            let shared = Arc::new(Shared {
+                live: Mutex::new(Live {
+                    state: State::Starting,
+                    tools: Vec::new(),
+                    peer: None,
+                    last_error: None,
+                    restarts: 0,
+                    notes: Vec::new(),
+                    pid: None,
+                }),
+                wanted: watch::channel(spec.start == Start::Eager).0,
+                spec,
+            });
+            let (stop, stop_rx) = watch::channel(false);
+            let task = tokio::spawn(supervise(
+                self.inner.settings.clone(),
+                self.inner.ctx.clone(),
+                shared.clone(),
+                stop_rx,
+                self.inner.changes.clone(),
+            ));
+            servers.insert(name, Entry { shared, stop, task });
+        }
+        drop(servers);
+        bump(&self.inner.changes);
+    }
+
+    /// Tools of every ready server, filtered by its allow/deny lists.
+    pub fn tools(&self) -> Vec<McpTool> {
+        let servers = self.servers();
+        servers
+            .values()
+            .flat_map(|e| {
+                let live = e.shared.live();
+                if live.state == State::Ready {
+                    live.tools.clone()
+                } else {
+                    Vec::new()
+                }
+            })
+            .collect()
+    }
+
+    /// Bumps whenever the tool set may have changed.
+    pub fn changes(&self) -> watch::Receiver<u64> {
+        self.inner.changes.subscribe()
+    }
+
+    /// Every server's state.
+    pub fn status(&self) -> Vec<ServerStatus> {
+        self.servers()
+            .values()
+            .map(|e| {
+                let live = e.shared.live();
+                ServerStatus {
+                    name: e.shared.spec.name.clone(),
+                    transport: e.shared.spec.transport.kind(),
+                    state: live.state,
+                    tools: live.tools.len(),
+                    last_error: live.last_error.clone(),
+                    restarts: live.restarts,
+                    notes: live.notes.clone(),
+                    pid: live.pid,
+                }
+            })
+            .collect()
+    }
+
+    /// Call `tool` on `server`. `timeout` overrides the server's and the
+    /// hub's default deadline. Never fails: problems are error outcomes.
+    /// Dropping the future sends `notifications/cancelled` to the server.
+    pub async fn call(
+        &self,
+        server: &str,
+        tool: &str,
+        arguments: Map<String, Value>,
+        timeout: Option<Duration>,
+    ) -> CallOutcome {
+        let settings = &self.inner.settings;
+        let Some(shared) = self.servers().get(server).map(|e| e.shared.clone()) else {
+            return CallOutcome::error(format!("Error: there is no MCP server named {server:?}."));
+        };
+        if !shared.spec.offers(tool) {
+            return CallOutcome::error(format!(
+                "Error: tool {tool:?} of MCP server {server:?} is disabled by configuration."
+            ));
+        }
+        let timeout = timeout
+            .or(shared.spec.timeout)
+            .unwrap_or(settings.call_timeout);
+        // A lazy server starts on its first call.
+        if !*shared.wanted.borrow() {
+            let _ = shared.wanted.send(true);
+            let deadline = Instant::now() + settings.init_timeout;
+            while shared.live().state == State::Starting && Instant::now() < deadline {
+                tokio::time::sleep(Duration::from_millis(25)).await;
+            }
+        }
+        let peer = {
+            let live = shared.live();
+            match (&live.peer, live.state) {
+                (Some(peer), State::Ready) => {
+                    if !live.tools.iter().any(|t| t.name == tool) {
+                        return CallOutcome::error(format!(
+                            "Error: MCP server {server:?} has no tool {tool:?}."
+                        ));
+                    }
+                    peer.clone()
+                }
+                (_, state) => {
+                    return CallOutcome::error(format!(
+                        "Error: MCP server {server:?} is not ready ({}){}.",
+                        serde_json::to_value(state)
+                            .ok()
+                            .and_then(|v| v.as_str().map(str::to_string))
+                            .unwrap_or_default(),
+                        live.last_error
+                            .as_deref()
+                            .map(|e| format!("; last error: {e}"))
+                            .unwrap_or_default()
+                    ))
+                }
+            }
+        };
+        let mut params = CallToolRequestParams::new(tool.to_string());
+        params.arguments = Some(arguments);
+        // call_tool_once sends notifications/cancelled when dropped, which
+        // the timeout below and a dropped caller both do.
+        match tokio::time::timeout(timeout, peer.call_tool_once(params)).await {
+            Err(_) => CallOutcome::error(format!(
+                "Error: MCP tool {server}/{tool} timed out after {}; the request was cancelled.",
+                secs(timeout)
+            )),
+            Ok(Err(e)) => CallOutcome::error(format!(
+                "Error: MCP tool {server}/{tool} failed: {}",
+                describe_service_error(&e)
+            )),
+            Ok(Ok(rmcp::model::CallToolResponse::Complete(result))) => {
+                let value = serde_json::to_value(&result).unwrap_or(Value::Null);
+                CallOutcome {
+                    text: result_text(&value, settings.max_result_chars),
+                    is_error: result.is_error.unwrap_or(false),
+                }
+            }
+            Ok(Ok(_)) => CallOutcome::error(format!(
+                "Error: MCP tool {server}/{tool} asked for input or started a task, \
+                 which oapd does not support."
+            )),
+        }
+    }
+
+    /// Stop every server (process groups killed) and wait for them.
+    pub async fn shutdown(&self) {
+        let entries: Vec<Entry> = {
+            let mut servers = self.servers();
+            std::mem::take(&mut *servers).into_values().collect()
+        };
+        for e in &entries {
+            let _ = e.stop.send(true);
+        }
+        let grace = self.inner.settings.stop_grace + Duration::from_secs(6);
+        for e in entries {
+            let _ = tokio::time::timeout(grace, e.task).await;
+            e.shared.live().state = State::Stopped;
+        }
+        bump(&self.inner.changes);
+    }
+}
+
+fn secs(d: Duration) -> String {
+    let s = d.as_secs_f64();
+    if s.fract() == 0.0 {
+        format!("{} s", d.as_secs())
+    } else {
+        format!("{s:.1} s")
+    }
+}
+
+fn describe_service_error(e: &rmcp::ServiceError) -> String {
+    match e {
+        rmcp::ServiceError::McpError(data) => {
+            format!("the server answered with an error: {}", data.message)
+        }
+        rmcp::ServiceError::TransportClosed | rmcp::ServiceError::TransportSend(_) => {
+            "the connection to the server was lost during the call; it is being restarted".into()
+        }
+        other => other.to_string(),
+    }
+}
+
+fn bump(changes: &watch::Sender<u64>) {
+    changes.send_modify(|v| *v = v.wrapping_add(1));
+}
+
+/// Receives `notifications/tools/list_changed`.
+struct Handler {
+    relist: mpsc::Sender<()>,
+}
+
+impl ClientHandler for Handler {
+    async fn on_tool_list_changed(&self, _context: NotificationContext<RoleClient>) {
+        let _ = self.relist.try_send(());
+    }
+}
+
+/// A live connection.
+pub(crate) struct Connection {
+    service: RunningService<RoleClient, Handler>,
+    process: Option<ServerProcess>,
+}
+
+/// Why connecting failed, and whether to retry.
+pub(crate) struct ConnectError {
+    pub(crate) message: String,
+    pub(crate) retry: bool,
+}
+
+impl ConnectError {
+    pub(crate) fn retry(message: impl Into<String>) -> Self {
+        Self {
+            message: message.into(),
+            retry: true,
+        }
+    }
+    pub(crate) fn fatal(message: impl Into<String>) -> Self {
+        Self {
+            message: message.into(),
+            retry: false,
+        }
+    }
+}
+
+async fn connect(
+    settings: &HubSettings,
+    ctx: &HubContext,
+    spec: &ServerSpec,
+    handler: Handler,
+) -> Result<Connection, ConnectError> {
+    match &spec.transport {
+        Transport::Stdio {
+            command,
+            args,
+            env,
+            cwd,
+            sandbox,
+        } => {
+            if sandbox.is_some() {
+                return Err(ConnectError::fatal(
+                    "a sandbox for MCP servers is not supported yet; remove `sandbox` to run this server unconfined",
+                ));
+            }
+            let (process, pipes) = ServerProcess::spawn(
+                &spec.name,
+                command,
+                args,
+                env,
+                cwd.as_deref(),
+                &ctx.stdio_limits,
+            )
+            .map_err(ConnectError::retry)?;
+            let transport =
+                rmcp::transport::async_rw::AsyncRwTransport::new_client(pipes.stdout, pipes.stdin)
+                    .with_max_line_length(settings.max_message_bytes);
+            let started = tokio::time::timeout(
+                settings.init_timeout,
+                rmcp::serve_client(handler, transport),
+            )
+            .await;
+            match started {
+                Ok(Ok(service)) => Ok(Connection {
+                    service,
+                    process: Some(process),
+                }),
+                Ok(Err(e)) => {
+                    process.stop(settings.stop_grace).await;
+                    Err(ConnectError::retry(format!("initialize failed: {e}")))
+                }
+                Err(_) => {
+                    process.stop(settings.stop_grace).await;
+                    Err(ConnectError::retry(format!(
+                        "no answer to initialize within {}",
+                        secs(settings.init_timeout)
+                    )))
+                }
+            }
+        }
+        Transport::Http {
+            legacy_sse: true, ..
+        } => Err(ConnectError::fatal(
+            "legacy SSE transport not supported yet; use the server's streamable HTTP endpoint",
+        )),
+        Transport::Http {
+            url,
+            headers,
+            trust,
+            ..
+        } => {
+            let client =
+                crate::http::Client::new(ctx, url, headers, *trust, settings.max_message_bytes)
+                    .map_err(ConnectError::fatal)?;
+            let config = rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig::with_uri(
+                url.as_str().to_string(),
+            );
+            let transport =
+                rmcp::transport::StreamableHttpClientTransport::with_client(client.clone(), config);
+            let started = tokio::time::timeout(
+                settings.init_timeout,
+                rmcp::serve_client(handler, transport),
+            )
+            .await;
+            match started {
+                Ok(Ok(service)) => Ok(Connection {
+                    service,
+                    process: None,
+                }),
+                Ok(Err(e)) => Err(match client.refusal() {
+                    Some(refusal) => ConnectError::fatal(refusal),
+                    None => ConnectError::retry(format!("initialize failed: {e}")),
+                }),
+                Err(_) => Err(ConnectError::retry(format!(
+                    "no answer to initialize within {}",
+                    secs(settings.init_timeout)
+                ))),
+            }
+        }
+    }
+}
+
+/// List the server's tools page by page, within the caps. Returns the
+/// tools and notes about anything dropped or replaced.
+async fn list_tools(
+    settings: &HubSettings,
+    spec: &ServerSpec,
+    peer: &Peer<RoleClient>,
+) -> Result<(Vec<McpTool>, Vec<String>), String> {
+    let mut tools = Vec::new();
+    let mut notes = Vec::new();
+    let mut bytes = 0usize;
+    let mut cursor: Option<String> = None;
+    let mut seen = 0usize;
+    for page in 0.. {
+        if page >= settings.max_list_pages {
+            notes.push(format!(
+                "tools/list stopped after {} pages",
+                settings.max_list_pages
+            ));
+            break;
+        }
+        let params = cursor.as_ref().map(|c| json!({ "cursor": c }));
+        let request = ClientRequest::CustomRequest(CustomRequest::new("tools/list", params));
+        let answer = tokio::time::timeout(settings.init_timeout, peer.send_request(request))
+            .await
+            .map_err(|_| {
+                format!(
+                    "tools/list not answered within {}",
+                    secs(settings.init_timeout)
+                )
+            })?
+            .map_err(|e| format!("tools/list failed: {}", describe_service_error(&e)))?;
+        let value = match answer {
+            ServerResult::CustomResult(c) => c.0,
+            other => serde_json::to_value(&other).map_err(|e| e.to_string())?,
+        };
+        let Some(list) = value.get("tools").and_then(Value::as_array) else {
+            return Err("tools/list answer has no `tools` array".into());
+        };
+        let mut full = false;
+        for raw in list {
+            seen += 1;
+            if tools.len() >= settings.max_tools_per_server {
+                full = true;
+                break;
+            }
+            let size = serde_json::to_string(raw).map(|s| s.len()).unwrap_or(0);
+            if bytes + size > settings.max_tools_bytes {
+                full = true;
+                break;
+            }
+            bytes += size;
+            match tool_from(&spec.name, raw, &mut notes) {
+                Some(t) if spec.offers(&t.name) => tools.push(t),
+                _ => {}
+            }
+        }
+        if full {
+            notes.push(format!(
+                "tool list truncated: kept {} tools ({} bytes); the limits are {} tools and {} bytes per server",
+                tools.len(),
+                bytes,
+                settings.max_tools_per_server,
+                settings.max_tools_bytes
+            ));
+            break;
+        }
+        cursor = value
+            .get("nextCursor")
+            .and_then(Value::as_str)
+            .filter(|c| !c.is_empty())
+            .map(str::to_string);
+        if cursor.is_none() {
+            break;
+        }
+    }
+    for n in &notes {
+        warn!(server = %spec.name, seen, "{n}");
+    }
+    Ok((tools, notes))
+}
+
+fn tool_from(server: &str, raw: &Value, notes: &mut Vec<String>) -> Option<McpTool> {
+    let name = raw.get("name").and_then(Value::as_str)?;
+    if name.is_empty() || name.chars().count() > 128 || name.chars().any(char::is_control) {
+        notes.push(format!(
+            "skipped a tool with an invalid name {:?}",
+            cap_chars(name.to_string(), 64)
+        ));
+        return None;
+    }
+    let input_schema = match raw.get("inputSchema") {
+        Some(s @ Value::Object(_)) => s.clone(),
+        _ => {
+            notes.push(format!(
+                "tool {name:?}: inputSchema is not an object; replaced by {{\"type\":\"object\"}}"
+            ));
+            json!({"type": "object"})
+        }
+    };
+    let text = |k: &str| raw.get(k).and_then(Value::as_str).map(str::to_string);
+    Some(McpTool {
+        server: server.to_string(),
+        name: name.to_string(),
+        title: text("title"),
+        description: text("description").unwrap_or_default(),
+        input_schema,
+        annotations: raw.get("annotations").filter(|a| !a.is_null()).cloned(),
+        content_hash: content_hash(raw),
+    })
+}
+
+/// Resolves once `stop` is true (or its sender is gone).
+async fn stopped(stop: &mut watch::Receiver<bool>) {
+    let _ = stop.wait_for(|s| *s).await;
+}
+
+/// How a connection ended.
+enum Ended {
+    Stop,
+    Lost(String),
+}
+
+async fn supervise(
+    settings: HubSettings,
+    ctx: HubContext,
+    shared: Arc<Shared>,
+    mut stop: watch::Receiver<bool>,
+    changes: watch::Sender<u64>,
+) {
+    let name = shared.spec.name.clone();
+    let mut wanted = shared.wanted.subscribe();
+    tokio::select! {
+        _ = async { let _ = wanted.wait_for(|w| *w).await; } => {}
+        _ = stopped(&mut stop) => { shared.live().state = State::Stopped; return; }
+    }
+    let mut backoff = settings.backoff_min;
+    let mut first = true;
+    loop {
+        {
+            let mut live = shared.live();
+            live.state = State::Starting;
+            if !first {
+                live.restarts += 1;
+            }
+        }
+        first = false;
+        let (relist_tx, mut relist_rx) = mpsc::channel(1);
+        let attempt = tokio::select! {
+            r = connect(&settings, &ctx, &shared.spec, Handler { relist: relist_tx }) => Some(r),
+            _ = stopped(&mut stop) => None,
+        };
+        let ended = match attempt {
+            None => Ended::Stop,
+            Some(Err(e)) => {
+                warn!(server = %name, error = %e.message, "MCP server did not start");
+                let fatal = {
+                    let mut live = shared.live();
+                    live.last_error = Some(e.message);
+                    if !e.retry {
+                        live.state = State::Failed;
+                    }
+                    !e.retry
+                };
+                if fatal {
+                    stopped(&mut stop).await;
+                    shared.live().state = State::Stopped;
+                    return;
+                }
+                Ended::Lost(String::new())
+            }
+            Some(Ok(conn)) => {
+                let up_since = Instant::now();
+                let ended = run(
+                    &settings,
+                    &shared,
+                    conn,
+                    &mut stop,
+                    &mut relist_rx,
+                    &changes,
+                )
+                .await;
+                if up_since.elapsed() >= settings.backoff_max {
+                    backoff = settings.backoff_min;
+                }
+                ended
+            }
+        };
+        match ended {
+            Ended::Stop => {
+                let mut live = shared.live();
+                live.state = State::Stopped;
+                live.peer = None;
+                live.pid = None;
+                drop(live);
+                bump(&changes);
+                return;
+            }
+            Ended::Lost(reason) => {
+                let mut live = shared.live();
+                if !reason.is_empty() {
+                    warn!(server = %name, %reason, "MCP server connection lost");
+                    live.last_error = Some(reason);
+                }
+                let was_ready = !live.tools.is_empty() || live.peer.is_some();
+                live.state = State::Backoff;
+                live.peer = None;
+                live.pid = None;
+                live.tools.clear();
+                drop(live);
+                if was_ready {
+                    bump(&changes);
+                }
+            }
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(backoff) => {}
+            _ = stopped(&mut stop) => {
+                shared.live().state = State::Stopped;
+                return;
+            }
+        }
+        backoff = (backoff * 2).min(settings.backoff_max);
+    }
+}
+
+/// Serve one connection until it ends or the server is stopped.
+async fn run(
+    settings: &HubSettings,
+    shared: &Shared,
+    conn: Connection,
+    stop: &mut watch::Receiver<bool>,
+    relist: &mut mpsc::Receiver<()>,
+    changes: &watch::Sender<u64>,
+) -> Ended {
+    let Connection { service, process } = conn;
+    let peer = service.peer().clone();
+    let cancel = service.cancellation_token();
+    let mut done = tokio::spawn(service.waiting());
+    let listed = list_tools(settings, &shared.spec, &peer).await;
+    let ended = match listed {
+        Err(e) => Ended::Lost(e),
+        Ok((tools, notes)) => {
+            {
+                let mut live = shared.live();
+                info!(server = %shared.spec.name, tools = tools.len(), "MCP server ready");
+                live.state = State::Ready;
+                live.tools = tools;
+                live.notes = notes;
+                live.peer = Some(peer.clone());
+                live.pid = process.as_ref().map(ServerProcess::pid);
+                live.last_error = None;
+            }
+            bump(changes);
+            loop {
+                tokio::select! {
+                    _ = stopped(stop) => break Ended::Stop,
+                    _ = &mut done => break Ended::Lost("the server closed the connection".into()),
+                    Some(()) = relist.recv() => {
+                        match list_tools(settings, &shared.spec, &peer).await {
+                            Ok((tools, notes)) => {
+                                let mut live = shared.live();
+                                live.tools = tools;
+                                live.notes = notes;
+                                drop(live);
+                                bump(changes);
+                            }
+                            Err(e) => warn!(server = %shared.spec.name, error = %e, "re-listing tools failed"),
+                        }
+                    }
+                }
+            }
+        }
+    };
+    cancel.cancel();
+    done.abort();
+    if let Some(p) = process {
+        p.stop(settings.stop_grace).await;
+    }
+    ended
+}

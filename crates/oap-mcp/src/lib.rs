@@ -1,0 +1,34 @@
+//! MCP servers as capability sources, client side.
+//!
+//! People already run MCP servers (stdio programs started with npx, uvx or
+//! a binary, or remote servers over streamable HTTP) and describe them in a
+//! Claude-Desktop style `mcpServers` file. This crate reads that file
+//! verbatim ([`servers_file`]), keeps the servers running ([`Hub`]), lists
+//! their tools for discovery ([`Hub::tools`], [`McpTool`]) and calls them
+//! under limits ([`Hub::call`]). The protocol itself is the official Rust
+//! SDK, `rmcp`; this crate adds the process handling, the address rule for
+//! URLs, caps, deadlines and reconnects.
+//!
+//! - stdio servers are spawned without a shell in their own process group
+//!   with rlimits (oap-exec's), stderr drained into the log line by line,
+//!   lines from the server capped; the whole group is killed (SIGTERM, a
+//!   grace period, SIGKILL) on removal, reconnect and shutdown.
+//! - URL servers go through this crate's hyper client: the host is
+//!   resolved once, each address checked against the server's `trust`, and
+//!   only an allowed address is connected to. Legacy SSE URLs are refused
+//!   with a clear status error (not supported yet).
+//! - A server that fails (no answer to `initialize`, crash, lost
+//!   connection) is retried with exponential backoff without delaying the
+//!   others; calls never fail with `Err`: problems are error outcomes with
+//!   a clear text, and a dropped call sends `notifications/cancelled`.
+
+mod content;
+mod http;
+mod hub;
+mod process;
+pub mod servers_file;
+
+pub use content::{canonical, content_hash, result_text};
+pub use http::HttpError;
+pub use hub::{CallOutcome, Hub, HubContext, HubSettings, McpTool, ServerStatus, State};
+pub use servers_file::{ServerSpec, ServersFile, SpecProblem, Start, Transport};

@@ -1,0 +1,176 @@
+//! A stdio server's child process: spawned without a shell in its own
+//! process group with resource limits, stderr drained line by line (each
+//! line capped) into the log, and the whole group killed when it goes.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use nix::sys::signal::{killpg, Signal};
+use nix::unistd::Pid;
+use oap_exec::StdioLimits;
+use tokio::io::{AsyncRead, AsyncReadExt};
+use tokio::process::{Child, ChildStdin, ChildStdout, Command};
+use tracing::{info, warn};
+
+/// Longest stderr line logged; the rest of the line is dropped.
+const STDERR_LINE_CHARS: usize = 2_000;
+
+/// A running server process. Dropping it SIGKILLs the process group.
+pub(crate) struct ServerProcess {
+    pgid: Pid,
+    child: Child,
+    killed: bool,
+}
+
+/// The pipes rmcp speaks over.
+pub(crate) struct Pipes {
+    pub(crate) stdout: ChildStdout,
+    pub(crate) stdin: ChildStdin,
+}
+
+/// Environment every server gets (the spec's `env` overrides it): the
+/// daemon's `PATH` and `HOME`, `LANG=C.UTF-8`, and `TMPDIR`/`TZ` when set.
+fn base_env() -> BTreeMap<String, String> {
+    let mut env = BTreeMap::new();
+    for key in ["PATH", "HOME", "TMPDIR", "TZ"] {
+        if let Ok(v) = std::env::var(key) {
+            env.insert(key.to_string(), v);
+        }
+    }
+    env.entry("PATH".into())
+        .or_insert_with(|| "/usr/local/bin:/usr/bin:/bin".into());
+    env.insert("LANG".into(), "C.UTF-8".into());
+    env
+}
+
+/// Find `command` in the `PATH` the child will get (or take it as a path).
+fn find_program(command: &str, path_var: Option<&str>) -> Option<PathBuf> {
+    if command.contains('/') {
+        return Some(PathBuf::from(command));
+    }
+    path_var?
+        .split(':')
+        .filter(|d| !d.is_empty())
+        .map(|d| Path::new(d).join(command))
+        .find(|p| p.is_file())
+}
+
+impl ServerProcess {
+    /// Spawn `command args` with `env` over the base environment in `cwd`.
+    pub(crate) fn spawn(
+        server: &str,
+        command: &str,
+        args: &[String],
+        env: &BTreeMap<String, String>,
+        cwd: Option<&Path>,
+        limits: &StdioLimits,
+    ) -> Result<(Self, Pipes), String> {
+        let mut full = base_env();
+        full.extend(env.iter().map(|(k, v)| (k.clone(), v.clone())));
+        let program = find_program(command, full.get("PATH").map(String::as_str))
+            .ok_or_else(|| format!("command {command:?} not found in PATH"))?;
+        let mut cmd = Command::new(&program);
+        cmd.args(args)
+            .env_clear()
+            .envs(&full)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true);
+        if let Some(dir) = cwd {
+            cmd.current_dir(dir);
+        }
+        oap_exec::limit_command(&mut cmd, limits);
+        let mut child = cmd
+            .spawn()
+            .map_err(|e| format!("cannot start {}: {e}", program.display()))?;
+        let pid = child
+            .id()
+            .and_then(|id| i32::try_from(id).ok())
+            .ok_or_else(|| "the child has no process id".to_string())?;
+        let (Some(stdout), Some(stdin), Some(stderr)) =
+            (child.stdout.take(), child.stdin.take(), child.stderr.take())
+        else {
+            return Err("the child's pipes are missing".into());
+        };
+        let name = server.to_string();
+        tokio::spawn(drain_stderr(name, stderr));
+        info!(server, pid, program = %program.display(), "MCP server started");
+        Ok((
+            Self {
+                pgid: Pid::from_raw(pid),
+                child,
+                killed: false,
+            },
+            Pipes { stdout, stdin },
+        ))
+    }
+
+    /// The process (and group) id.
+    pub(crate) fn pid(&self) -> i32 {
+        self.pgid.as_raw()
+    }
+
+    /// SIGTERM the group, wait up to `grace` for the server to exit, then
+    /// SIGKILL the group (descendants included) and reap.
+    pub(crate) async fn stop(mut self, grace: Duration) {
+        signal(self.pgid, Signal::SIGTERM);
+        let _ = tokio::time::timeout(grace, self.child.wait()).await;
+        signal(self.pgid, Signal::SIGKILL);
+        let _ = tokio::time::timeout(Duration::from_secs(5), self.child.wait()).await;
+        self.killed = true;
+    }
+}
+
+impl Drop for ServerProcess {
+    fn drop(&mut self) {
+        if !self.killed {
+            signal(self.pgid, Signal::SIGKILL);
+        }
+    }
+}
+
+fn signal(pgid: Pid, sig: Signal) {
+    match killpg(pgid, sig) {
+        Ok(()) | Err(nix::errno::Errno::ESRCH) => {}
+        Err(e) => warn!(pgid = pgid.as_raw(), error = %e, "killpg failed"),
+    }
+}
+
+/// Log the server's stderr line by line, each line cut to a bounded
+/// length, memory bounded whatever the server writes.
+async fn drain_stderr(server: String, mut pipe: impl AsyncRead + Unpin) {
+    let mut chunk = vec![0u8; 8 * 1024];
+    let mut line: Vec<u8> = Vec::new();
+    let mut dropped = 0usize;
+    let flush = |line: &mut Vec<u8>, dropped: &mut usize| {
+        let text = String::from_utf8_lossy(line);
+        if *dropped > 0 {
+            warn!(server = %server, "stderr: {} [{} more bytes]", text.trim_end(), dropped);
+        } else if !text.trim().is_empty() {
+            info!(server = %server, "stderr: {}", text.trim_end());
+        }
+        line.clear();
+        *dropped = 0;
+    };
+    loop {
+        let n = match pipe.read(&mut chunk).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => n,
+        };
+        for &b in chunk.iter().take(n) {
+            if b == b'\n' {
+                flush(&mut line, &mut dropped);
+            } else if line.len() < STDERR_LINE_CHARS {
+                line.push(b);
+            } else {
+                dropped += 1;
+            }
+        }
+    }
+    if !line.is_empty() {
+        flush(&mut line, &mut dropped);
+    }
+}
