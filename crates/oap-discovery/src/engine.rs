@@ -232,6 +232,8 @@ pub struct ManifestSummary {
     pub description: String,
     /// How far the manifest is trusted.
     pub trust: Trust,
+    /// Where it came from: `bundled`, `dir`, `crawl`, `lan` or `mcp`.
+    pub source: String,
 }
 
 /// The last rebuild failed: the index serves what it had before, behind
@@ -674,6 +676,7 @@ fn summary(record: &StoredRecord) -> ManifestSummary {
         name: string_field(&record.manifest, "name"),
         description: string_field(&record.manifest, "description"),
         trust: record.trust,
+        source: record.origin.kind.clone(),
     }
 }
 
@@ -701,6 +704,9 @@ fn candidate(index: &Index, doc: u32, scores: ScoreParts) -> Option<Candidate> {
 /// Local manifests have no domain; the reference used the id in its place.
 /// Remote ids are `<host>/<slug>`: the host is the publishing domain.
 fn domain_of(record: &StoredRecord) -> String {
+    if let Some(binding) = &record.mcp {
+        return format!("mcp/{}", binding.server);
+    }
     match record.trust {
         Trust::Local => record.id.clone(),
         Trust::Lan | Trust::Internet => record

@@ -170,7 +170,7 @@ fn main() -> Result<()> {
         bail!("embedding model not loaded: {:?}", model.error);
     }
     let (engine, report) = app::open_engine(&config, embedder)?;
-    let service = oapd::server::start::chat_service(&config, Arc::new(engine))?;
+    let service = oapd::server::start::chat_service(&config, Arc::new(engine), None)?;
     let wordpiece = tokenizers::Tokenizer::from_file(options.model_dir.join("tokenizer.json"))
         .map_err(|e| anyhow::anyhow!("tokenizer: {e}"))?;
     let mut wordpiece = wordpiece;

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use anyhow::Context;
-use oap_discovery::{BuildReport, Engine, EngineConfig, Mode, Scoring, Source};
+use oap_discovery::{BuildReport, Engine, EngineConfig, McpTools, Mode, Scoring, Source};
 use oap_embed::Embedder;
 use oap_embed_candle::{BertEmbedder, EmbedOptions};
 use serde::Serialize;
@@ -80,7 +80,7 @@ pub fn load_embedder(config: &Config) -> (Option<Arc<dyn Embedder>>, ModelState)
 
 /// The manifest sources in precedence order: operator directories first,
 /// so an operator's manifest overrides a bundled one of the same name.
-pub fn sources(config: &Config) -> Vec<Source> {
+pub fn sources(config: &Config, mcp: Option<Arc<dyn McpTools>>) -> Vec<Source> {
     let mut sources: Vec<Source> = config
         .manifests
         .dirs
@@ -93,6 +93,10 @@ pub fn sources(config: &Config) -> Vec<Source> {
     // Crawled manifests (internet or LAN trust), ids `<host>/<slug>`, so
     // they never collide with local ones.
     sources.push(Source::Remote(crate::crawl::remote_dir(config)));
+    // MCP servers' tools, ids `mcp/<server>/<tool>`.
+    if let Some(mcp) = mcp {
+        sources.push(Source::Mcp(mcp));
+    }
     sources
 }
 
@@ -129,7 +133,17 @@ pub fn open_engine(
     config: &Config,
     embedder: Option<Arc<dyn Embedder>>,
 ) -> anyhow::Result<(Engine, BuildReport)> {
-    let (engine, report) = Engine::open(engine_config(config), sources(config), embedder)
+    open_engine_with(config, embedder, None)
+}
+
+/// [`open_engine`] with the MCP servers' tools as one more source (the
+/// daemon; the one-shot commands index manifests only).
+pub fn open_engine_with(
+    config: &Config,
+    embedder: Option<Arc<dyn Embedder>>,
+    mcp: Option<Arc<dyn McpTools>>,
+) -> anyhow::Result<(Engine, BuildReport)> {
+    let (engine, report) = Engine::open(engine_config(config), sources(config, mcp), embedder)
         .with_context(|| {
             format!(
                 "cannot open the index in {}",

@@ -13,6 +13,7 @@ pub mod config;
 pub mod crawl;
 pub mod files;
 pub mod logging;
+pub mod mcp;
 pub mod rebuild;
 pub mod server;
 pub mod tools;

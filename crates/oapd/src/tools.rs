@@ -22,6 +22,8 @@ pub struct ExecRunner {
     executor: Arc<Executor>,
     /// What the stdio sandbox enforces, for logs and `/health`.
     pub sandbox: SandboxReport,
+    /// Calls the tools of MCP servers; `None` when none is configured.
+    mcp: Option<oap_mcp::Hub>,
 }
 
 /// What the stdio sandbox enforces on this machine, for the start-up log
@@ -121,7 +123,26 @@ impl ExecRunner {
         Ok(ExecRunner {
             executor: Arc::new(executor),
             sandbox,
+            mcp: None,
         })
+    }
+
+    /// Routes MCP servers' tools to `hub`.
+    pub fn with_mcp(mut self, hub: oap_mcp::Hub) -> ExecRunner {
+        self.mcp = Some(hub);
+        self
+    }
+
+    /// What the MCP hub needs from this executor: the same address rule
+    /// (`tools.allow_private`), credential store and user agent, with limits
+    /// fit for long-lived server processes.
+    pub fn hub_context(&self) -> oap_mcp::HubContext {
+        oap_mcp::HubContext {
+            resolver: Arc::new(oap_exec::SystemResolver),
+            policy: self.executor.policy().clone(),
+            credentials: self.executor.credentials().cloned(),
+            stdio_limits: oap_mcp::HubContext::server_limits(),
+        }
     }
 }
 
@@ -142,6 +163,27 @@ impl ToolRunner for ExecRunner {
     ) -> Pin<Box<dyn Future<Output = ToolResult> + Send>> {
         let executor = self.executor.clone();
         let trust = record.trust;
+        if let Some(binding) = record.mcp.clone() {
+            let hub = self.mcp.clone();
+            return Box::pin(async move {
+                let Some(hub) = hub else {
+                    return ToolResult {
+                        content: format!(
+                            "Error: {} is a tool of MCP server {:?}, which is not configured.",
+                            binding.tool, binding.server
+                        ),
+                        ok: false,
+                    };
+                };
+                let outcome = hub
+                    .call(&binding.server, &binding.tool, arguments, None)
+                    .await;
+                ToolResult {
+                    content: outcome.text,
+                    ok: !outcome.is_error,
+                }
+            });
+        }
         Box::pin(async move {
             let outcome = executor
                 .execute(&manifest, exec_trust(trust), &arguments)

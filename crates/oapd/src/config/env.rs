@@ -70,6 +70,7 @@ config_keys! {
         check_txt, mdns,
     }
     experience { enabled, min_similarity, ttl, max_entries }
+    mcp { servers_file, servers, init_timeout, call_timeout }
 }
 
 /// Environment variable name for a key: `("tool_bridge", "max_rounds")` →
@@ -238,6 +239,23 @@ impl<T: EnvValue> EnvValue for BTreeMap<String, T> {
             map.insert(key.trim().to_string(), T::parse_env(value.trim())?);
         }
         Ok(map)
+    }
+}
+
+/// A JSON object of servers, as in a servers file's `mcpServers`
+/// (`OAP_MCP_SERVERS='{"time": {"command": "uvx", "args": ["mcp-server-time"]}}'`).
+impl EnvValue for super::McpServers {
+    fn parse_env(raw: &str) -> Result<Self, String> {
+        if raw.trim().is_empty() {
+            return Ok(Self::default());
+        }
+        match serde_json::from_str::<serde_json::Value>(raw) {
+            Ok(serde_json::Value::Object(map)) => Ok(Self(map)),
+            Ok(_) => Err("expected a JSON object of servers keyed by name".into()),
+            Err(err) => Err(format!(
+                "expected a JSON object of servers keyed by name: {err}"
+            )),
+        }
     }
 }
 

@@ -105,7 +105,47 @@ pub struct Config {
     /// The experience cache: tools that worked for similar tasks skip discovery.
     #[serde(deserialize_with = "null_as_default")]
     pub experience: ExperienceConfig,
+    /// MCP servers whose tools are indexed and called like manifests.
+    #[serde(deserialize_with = "null_as_default")]
+    pub mcp: McpConfig,
 }
+
+/// `mcp:` section: the MCP servers the operator already runs.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct McpConfig {
+    /// A Claude-Desktop style servers file (`{"mcpServers": {...}}`, as
+    /// ollama-mcp-bridge, mcpo and fastmcp read it), read verbatim; a bad
+    /// entry is reported with its path and the others load (default none).
+    pub servers_file: Option<PathBuf>,
+    /// Servers given here, keyed by name, each shaped like one
+    /// `mcpServers` entry; a name here wins over the same name in the file
+    /// (default none).
+    pub servers: McpServers,
+    /// Seconds a server has to connect and answer `initialize` before it
+    /// is retried with backoff (default 10).
+    pub init_timeout: u64,
+    /// Seconds a tool call may take when the server sets no `timeout_ms`
+    /// (default 60).
+    pub call_timeout: u64,
+}
+
+impl Default for McpConfig {
+    fn default() -> Self {
+        Self {
+            servers_file: None,
+            servers: McpServers::default(),
+            init_timeout: 10,
+            call_timeout: 60,
+        }
+    }
+}
+
+/// Inline MCP servers: name → one `mcpServers` entry, kept as JSON so the
+/// entries are read by the same parser as a servers file.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct McpServers(pub serde_json::Map<String, serde_json::Value>);
 
 /// `server:` section.
 #[derive(Clone, PartialEq, Serialize, Deserialize)]

@@ -23,6 +23,8 @@ impl Config {
         discovery(&mut c, &self.discovery, &self.embedding);
         tool_bridge(&mut c, &self.tool_bridge, &self.discovery);
         experience(&mut c, &self.experience);
+        c.range("mcp.init_timeout", self.mcp.init_timeout, 1, 600);
+        c.range("mcp.call_timeout", self.mcp.call_timeout, 1, 3_600);
         tools(&mut c, &self.tools);
         ollama(&mut c, &self.ollama, &self.server);
         log(&mut c, &self.log);

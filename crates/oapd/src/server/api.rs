@@ -55,6 +55,8 @@ pub struct Api {
     pub crawler: Option<Arc<oap_crawl::Crawler>>,
     /// `crawler.fetch_timeout`: how long registration waits for the first fetch.
     pub crawler_fetch_timeout: std::time::Duration,
+    /// The MCP servers whose tools are indexed (it outlives generations).
+    pub mcp: Arc<crate::mcp::McpServers>,
 }
 
 /// Ollama routes forwarded untouched (streamed both ways).
@@ -247,6 +249,8 @@ impl Api {
                     None => crate::server::experience::disabled(),
                 }
             }
+            ("/v1/mcp/status", &Method::GET) => http::json(StatusCode::OK, &self.mcp.status()),
+            ("/v1/mcp/status", _) => method_not_allowed("GET"),
             ("/v1/crawl/status", &Method::GET) => http::json(
                 StatusCode::OK,
                 &super::crawl::status_json(self.crawler.as_deref(), self.crawler.is_some()),
@@ -333,6 +337,7 @@ impl Api {
                 "tool_sandbox": self.chat.sandbox.json(),
                 "load_problems": load_problems,
                 "collisions": collisions,
+                "mcp": self.mcp.status(),
         });
         if !reasons.is_empty() {
             body["reason"] = serde_json::Value::String(reasons.join("; "));

@@ -21,7 +21,7 @@ use anyhow::Context;
 use arc_swap::ArcSwap;
 use hyper::body::Incoming;
 use hyper::{Request, Response};
-use oap_discovery::{BuildReport, Engine};
+use oap_discovery::{BuildReport, Engine, McpTools};
 use oap_embed::Embedder;
 use sd_notify::NotifyState;
 use tokio::net::TcpListener;
@@ -32,6 +32,7 @@ use super::http::{self, Body, Handler, Limits};
 use super::start;
 use crate::app::{self, ModelState};
 use crate::config::Config;
+use crate::mcp::McpServers;
 use crate::rebuild::Rebuilder;
 use crate::watch;
 
@@ -205,9 +206,14 @@ fn build_api(
     rebuilder: Arc<Rebuilder>,
     model: ModelState,
     crawler: Option<Arc<oap_crawl::Crawler>>,
+    mcp: Arc<McpServers>,
 ) -> anyhow::Result<Api> {
     let engine = rebuilder.engine().clone();
-    let chat = Arc::new(start::chat_service(config, engine.clone())?);
+    let chat = Arc::new(start::chat_service(
+        config,
+        engine.clone(),
+        Some(mcp.hub().clone()),
+    )?);
     // One budget for every connection and handler generation; a reload
     // changes its size, bodies in flight keep their shares.
     http::body_budget().set_capacity(config.server.max_inflight_body_bytes);
@@ -227,6 +233,7 @@ fn build_api(
         rebuilder,
         crawler,
         crawler_fetch_timeout: Duration::from_secs(config.crawler.fetch_timeout),
+        mcp,
     })
 }
 
@@ -238,10 +245,15 @@ fn start_generation(
     model: ModelState,
     report: BuildReport,
     watch_baseline: watch::DirSignature,
+    mcp: &Arc<McpServers>,
 ) -> anyhow::Result<(Api, Vec<JoinHandle<()>>)> {
     let rebuilder = Arc::new(Rebuilder::new(Arc::new(engine), &report));
-    let (crawler, tasks) = start::start_crawler(config, &rebuilder, watch_baseline)?;
-    match build_api(config, rebuilder, model, crawler) {
+    let (crawler, mut tasks) = start::start_crawler(config, &rebuilder, watch_baseline)?;
+    tasks.push(tokio::spawn(crate::mcp::rebuild_on_change(
+        mcp.clone(),
+        rebuilder.clone(),
+    )));
+    match build_api(config, rebuilder, model, crawler, mcp.clone()) {
         Ok(api) => Ok((api, tasks)),
         Err(err) => {
             tasks.iter().for_each(JoinHandle::abort);
@@ -260,6 +272,8 @@ struct Running {
     board: Arc<StatusBoard>,
     /// The crawler and directory watch of the live engine.
     crawl_tasks: Mutex<Vec<JoinHandle<()>>>,
+    /// The MCP servers: one hub for the daemon's life, re-applied on reload.
+    mcp: Arc<McpServers>,
 }
 
 /// Keys a reload cannot change: the sockets, the server shell's limits,
@@ -354,13 +368,24 @@ impl Running {
         let embedder = self.embedder.clone();
         let blocking_config = config.clone();
         let watch_baseline = watch::dir_signature(&watch::watched_dirs(&config));
-        let (engine, report) =
-            tokio::task::spawn_blocking(move || app::open_engine(&blocking_config, embedder))
-                .await
-                .context("reload task failed")??;
+        // Added servers start, changed ones restart, removed ones stop; the
+        // new engine reads the tools of those already up.
+        self.mcp.apply(&config);
+        let tools: Arc<dyn McpTools> = self.mcp.clone();
+        let (engine, report) = tokio::task::spawn_blocking(move || {
+            app::open_engine_with(&blocking_config, embedder, Some(tools))
+        })
+        .await
+        .context("reload task failed")??;
         let manifests = report.docs;
-        let (api, tasks) =
-            start_generation(&config, engine, self.model.clone(), report, watch_baseline)?;
+        let (api, tasks) = start_generation(
+            &config,
+            engine,
+            self.model.clone(),
+            report,
+            watch_baseline,
+            &self.mcp,
+        )?;
         self.live.replace(api);
         if let Ok(mut running) = self.crawl_tasks.lock() {
             for old in std::mem::replace(&mut *running, tasks) {
@@ -392,9 +417,16 @@ pub async fn serve(config: Config, config_path: Option<PathBuf>) -> anyhow::Resu
     // Taken before the engine reads the directories, so a change made while
     // it loads is still seen as a change.
     let watch_baseline = watch::dir_signature(&watch::watched_dirs(&config));
+    // MCP servers connect in the background: a slow or broken one never
+    // delays readiness; their tools join the index as they come up.
+    let hub_context = crate::tools::ExecRunner::new(&config)
+        .context("tool execution setup")?
+        .hub_context();
+    let mcp = McpServers::start(&config, hub_context);
+    let tools: Arc<dyn McpTools> = mcp.clone();
     let (engine, report, model, embedder) = tokio::task::spawn_blocking(move || {
         let (embedder, model) = app::load_embedder(&blocking_config);
-        app::open_engine(&blocking_config, embedder.clone())
+        app::open_engine_with(&blocking_config, embedder.clone(), Some(tools))
             .map(|(engine, report)| (engine, report, model, embedder))
     })
     .await
@@ -409,7 +441,7 @@ pub async fn serve(config: Config, config_path: Option<PathBuf>) -> anyhow::Resu
         }),
     });
     let (api, crawl_tasks) =
-        start_generation(&config, engine, model.clone(), report, watch_baseline)?;
+        start_generation(&config, engine, model.clone(), report, watch_baseline, &mcp)?;
     let live = Arc::new(LiveApi::new(api));
     let limits = Limits {
         max_connections: config.server.max_connections,
@@ -433,6 +465,7 @@ pub async fn serve(config: Config, config_path: Option<PathBuf>) -> anyhow::Resu
         live: live.clone(),
         board: board.clone(),
         crawl_tasks: Mutex::new(crawl_tasks),
+        mcp,
     });
 
     // The signal handlers exist before READY=1: a manager (or a test) may
@@ -474,6 +507,8 @@ pub async fn serve(config: Config, config_path: Option<PathBuf>) -> anyhow::Resu
     if let Ok(mut tasks) = running.crawl_tasks.lock() {
         tasks.drain(..).for_each(|task| task.abort());
     }
+    // MCP servers' process groups are killed, not left to systemd.
+    running.mcp.shutdown().await;
     tracing::info!("stopped");
     Ok(())
 }

@@ -102,13 +102,20 @@ pub fn start_crawler(
 }
 
 /// The chat bridge and pass-through wiring for `config`.
-pub fn chat_service(config: &Config, engine: Arc<Engine>) -> anyhow::Result<ChatService> {
+pub fn chat_service(
+    config: &Config,
+    engine: Arc<Engine>,
+    mcp: Option<oap_mcp::Hub>,
+) -> anyhow::Result<ChatService> {
     let upstream = Upstream::new(
         &config.ollama.base_url,
         Duration::from_secs(config.ollama.timeout),
     )
     .context("ollama.base_url")?;
-    let runner = crate::tools::ExecRunner::new(config).context("tool execution setup")?;
+    let mut runner = crate::tools::ExecRunner::new(config).context("tool execution setup")?;
+    if let Some(hub) = mcp {
+        runner = runner.with_mcp(hub);
+    }
     let sandbox = runner.sandbox.clone();
     sandbox.log();
     let ctx = ChatContext {
