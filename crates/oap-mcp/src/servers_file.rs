@@ -455,12 +455,14 @@ fn parse_server_with_env(
                 None => url.path().trim_end_matches('/').ends_with("/sse"),
                 Some("sse") => true,
                 Some("http" | "streamable-http" | "streamableHttp") => false,
-                Some(other) => return Err(cx.err(
-                    "type",
-                    format!(
+                Some(other) => {
+                    return Err(cx.err(
+                        "type",
+                        format!(
                         "unknown transport {other:?}: use \"http\", \"streamable-http\" or \"sse\""
                     ),
-                )),
+                    ))
+                }
             };
             let headers = cx.string_map(obj, "headers")?;
             for k in headers.keys() {

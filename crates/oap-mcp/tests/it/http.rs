@@ -1,0 +1,115 @@
+//! URL servers: the SDK's echo server over streamable HTTP on loopback, and
+//! the address rule refusing a name that resolves to loopback.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+
+use oap_mcp::{Hub, State};
+use oap_testkit::resolver::StubResolver;
+use serde_json::{json, Map};
+
+use crate::common::*;
+
+/// The SDK echo server over streamable HTTP; killed on drop.
+struct HttpServer {
+    child: Child,
+    port: u16,
+}
+
+impl HttpServer {
+    fn start(python: &str) -> Self {
+        let mut child = Command::new(python)
+            .args([script("echo_server.py"), "http".into()])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let port = line.trim().strip_prefix("PORT ").unwrap().parse().unwrap();
+        Self { child, port }
+    }
+}
+
+impl Drop for HttpServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[tokio::test]
+async fn streamable_http_on_loopback_with_local_trust() {
+    let Some(python) = sdk_python() else {
+        available("the MCP Python SDK (target/pyclients)", false);
+        return;
+    };
+    let server = HttpServer::start(&python);
+    let hub = hub();
+    hub.apply(vec![spec(
+        "web",
+        json!({"url": format!("http://127.0.0.1:{}/mcp", server.port), "trust": "local",
+               "headers": {"X-Team": "tests"}}),
+    )]);
+    let s = wait_until(&hub, "web", "ready", |s| {
+        s.state == State::Ready || s.restarts > 20
+    })
+    .await;
+    assert_eq!(s.state, State::Ready, "{s:?}");
+    assert_eq!(s.transport, "http");
+    assert!(hub.tools().iter().any(|t| t.name == "echo"));
+    let mut arguments = Map::new();
+    arguments.insert("text".into(), json!("over http"));
+    let out = hub.call("web", "echo", arguments, None).await;
+    assert_eq!(out.text, "echo: over http", "{out:?}");
+    assert!(!out.is_error);
+    hub.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_name_resolving_to_loopback_is_refused_without_connecting() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let resolver = StubResolver::loopback(&["mcp.example.test"]);
+    let hub = Hub::new(settings(), context(resolver.clone()));
+    hub.apply(vec![spec(
+        "remote",
+        json!({"url": format!("http://mcp.example.test:{port}/mcp")}),
+    )]);
+    let s = wait_until(&hub, "remote", "failed", |s| s.state == State::Failed).await;
+    let error = s.last_error.unwrap();
+    assert!(
+        error.contains("127.0.0.1") && error.contains("an internet"),
+        "{error}"
+    );
+    assert!(resolver.queries().contains(&"mcp.example.test".to_string()));
+    // Nothing ever connected.
+    assert_eq!(
+        listener.accept().unwrap_err().kind(),
+        std::io::ErrorKind::WouldBlock
+    );
+    let out = hub.call("remote", "echo", Map::new(), None).await;
+    assert!(out.is_error && out.text.contains("not ready"), "{out:?}");
+    hub.shutdown().await;
+}
+
+#[tokio::test]
+async fn legacy_sse_urls_are_refused_clearly() {
+    let resolver = StubResolver::loopback(&["old.example.test"]);
+    let hub = Hub::new(settings(), context(resolver.clone()));
+    hub.apply(vec![spec(
+        "old",
+        json!({"url": "http://old.example.test/sse"}),
+    )]);
+    let s = wait_until(&hub, "old", "failed", |s| s.state == State::Failed).await;
+    assert_eq!(s.transport, "sse");
+    assert!(s
+        .last_error
+        .unwrap()
+        .contains("legacy SSE transport not supported yet"));
+    assert!(resolver.queries().is_empty());
+    hub.shutdown().await;
+}
