@@ -1,8 +1,9 @@
 """A well-behaved MCP server built with the official Python SDK (mcp 2.x).
 
 Usage: echo_server.py stdio
-       echo_server.py http      (streamable HTTP on 127.0.0.1; prints
-                                 `PORT <n>` on stdout once it listens)
+       echo_server.py http      (streamable HTTP at 127.0.0.1:<n>/mcp)
+       echo_server.py sse       (legacy HTTP+SSE at 127.0.0.1:<n>/sse)
+The HTTP modes print `PORT <n>` on stdout before they listen.
 """
 
 import socket
@@ -49,5 +50,9 @@ if __name__ == "__main__":
         port = free_port()
         print(f"PORT {port}", flush=True)
         server.run("streamable-http", host="127.0.0.1", port=port)
+    elif mode == "sse":
+        port = free_port()
+        print(f"PORT {port}", flush=True)
+        server.run("sse", host="127.0.0.1", port=port)
     else:
         server.run("stdio")

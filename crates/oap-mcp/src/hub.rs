@@ -547,19 +547,39 @@ async fn connect(
             }
         }
         Transport::Http {
-            legacy_sse: true, ..
-        } => Err(ConnectError::fatal(
-            "legacy SSE transport not supported yet; use the server's streamable HTTP endpoint",
-        )),
-        Transport::Http {
             url,
             headers,
             trust,
-            ..
+            legacy_sse,
         } => {
             let client =
                 crate::http::Client::new(ctx, url, headers, *trust, settings.max_message_bytes)
                     .map_err(ConnectError::fatal)?;
+            if *legacy_sse {
+                let started = tokio::time::timeout(settings.init_timeout, async {
+                    let transport = crate::http::LegacySse::connect(client.clone(), url)
+                        .await
+                        .map_err(|e| match e {
+                            crate::http::HttpError::Refused(m) => ConnectError::fatal(m),
+                            crate::http::HttpError::Io(m) => ConnectError::retry(m),
+                        })?;
+                    rmcp::serve_client(handler, transport)
+                        .await
+                        .map_err(|e| ConnectError::retry(format!("initialize failed: {e}")))
+                })
+                .await;
+                return match started {
+                    Ok(Ok(service)) => Ok(Connection {
+                        service,
+                        process: None,
+                    }),
+                    Ok(Err(e)) => Err(e),
+                    Err(_) => Err(ConnectError::retry(format!(
+                        "no answer to initialize within {}",
+                        secs(settings.init_timeout)
+                    ))),
+                };
+            }
             let config = rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig::with_uri(
                 url.as_str().to_string(),
             );

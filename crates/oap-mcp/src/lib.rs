@@ -15,8 +15,10 @@
 //!   grace period, SIGKILL) on removal, reconnect and shutdown.
 //! - URL servers go through this crate's hyper client: the host is
 //!   resolved once, each address checked against the server's `trust`, and
-//!   only an allowed address is connected to. Legacy SSE URLs are refused
-//!   with a clear status error (not supported yet).
+//!   only an allowed address is connected to. Streamable HTTP uses rmcp's
+//!   transport over that client; the legacy HTTP+SSE transport (a URL
+//!   ending in `/sse`, or `"type": "sse"`) is this crate's own, with its
+//!   message endpoint held to the stream's origin.
 //! - A server that fails (no answer to `initialize`, crash, lost
 //!   connection) is retried with exponential backoff without delaying the
 //!   others; calls never fail with `Err`: problems are error outcomes with

@@ -17,9 +17,9 @@ struct HttpServer {
 }
 
 impl HttpServer {
-    fn start(python: &str) -> Self {
+    fn start(python: &str, mode: &str) -> Self {
         let mut child = Command::new(python)
-            .args([script("echo_server.py"), "http".into()])
+            .args([script("echo_server.py"), mode.into()])
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .spawn()
@@ -46,7 +46,7 @@ async fn streamable_http_on_loopback_with_local_trust() {
         available("the MCP Python SDK (target/pyclients)", false);
         return;
     };
-    let server = HttpServer::start(&python);
+    let server = HttpServer::start(&python, "http");
     let hub = hub();
     hub.apply(vec![spec(
         "web",
@@ -97,19 +97,48 @@ async fn a_name_resolving_to_loopback_is_refused_without_connecting() {
 }
 
 #[tokio::test]
-async fn legacy_sse_urls_are_refused_clearly() {
+async fn legacy_sse_on_loopback_with_local_trust() {
+    let Some(python) = sdk_python() else {
+        available("the MCP Python SDK (target/pyclients)", false);
+        return;
+    };
+    let server = HttpServer::start(&python, "sse");
+    let hub = hub();
+    hub.apply(vec![spec(
+        "old",
+        json!({"url": format!("http://127.0.0.1:{}/sse", server.port), "trust": "local"}),
+    )]);
+    let s = wait_until(&hub, "old", "ready", |s| {
+        s.state == State::Ready || s.restarts > 20
+    })
+    .await;
+    assert_eq!(s.state, State::Ready, "{s:?}");
+    assert_eq!(s.transport, "sse");
+    let mut arguments = Map::new();
+    arguments.insert("text".into(), json!("over sse"));
+    let out = hub.call("old", "echo", arguments, None).await;
+    assert_eq!(out.text, "echo: over sse", "{out:?}");
+    hub.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_legacy_sse_name_resolving_to_loopback_is_refused_without_connecting() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let port = listener.local_addr().unwrap().port();
     let resolver = StubResolver::loopback(&["old.example.test"]);
     let hub = Hub::new(settings(), context(resolver.clone()));
     hub.apply(vec![spec(
         "old",
-        json!({"url": "http://old.example.test/sse"}),
+        json!({"url": format!("http://old.example.test:{port}/sse")}),
     )]);
     let s = wait_until(&hub, "old", "failed", |s| s.state == State::Failed).await;
     assert_eq!(s.transport, "sse");
-    assert!(s
-        .last_error
-        .unwrap()
-        .contains("legacy SSE transport not supported yet"));
-    assert!(resolver.queries().is_empty());
+    assert!(s.last_error.unwrap().contains("127.0.0.1"));
+    assert_eq!(resolver.queries(), ["old.example.test"]);
+    assert_eq!(
+        listener.accept().unwrap_err().kind(),
+        std::io::ErrorKind::WouldBlock
+    );
     hub.shutdown().await;
 }
