@@ -142,3 +142,62 @@ async fn a_legacy_sse_name_resolving_to_loopback_is_refused_without_connecting()
     );
     hub.shutdown().await;
 }
+
+#[tokio::test]
+async fn spec_headers_and_the_stored_bearer_reach_the_server() {
+    use std::os::unix::fs::PermissionsExt;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    let dir = tempfile::tempdir().unwrap();
+    let creds = dir.path().join("credentials.yaml");
+    std::fs::write(
+        &creds,
+        "mcp.example.test:\n  token: \"t0ken\"\nother.example.test:\n  token: \"nope\"\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&creds, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    tokio::spawn(async move {
+        let (mut sock, _) = listener.accept().await.unwrap();
+        let mut head = Vec::new();
+        let mut buf = [0u8; 4096];
+        while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+            let n = sock.read(&mut buf).await.unwrap();
+            if n == 0 {
+                break;
+            }
+            head.extend_from_slice(&buf[..n]);
+        }
+        let _ = tx.send(String::from_utf8_lossy(&head).to_lowercase());
+        let _ = sock
+            .write_all(b"HTTP/1.1 503 Service Unavailable\r\ncontent-length: 0\r\nconnection: close\r\n\r\n")
+            .await;
+    });
+    let mut ctx = context(StubResolver::loopback(&["mcp.example.test"]));
+    ctx.credentials = Some(oap_exec::CredentialStore::load(&creds).unwrap());
+    let hub = Hub::new(settings(), ctx);
+    hub.apply(vec![spec(
+        "web",
+        json!({"url": format!("http://mcp.example.test:{port}/mcp"), "trust": "local",
+               "headers": {"X-Team": "tests"}}),
+    )]);
+    let head = tokio::time::timeout(std::time::Duration::from_secs(60), rx)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(head.starts_with("post /mcp http/1.1"), "{head}");
+    assert!(head.contains("x-team: tests"), "{head}");
+    assert!(head.contains("authorization: bearer t0ken"), "{head}");
+    assert!(
+        head.contains(&format!("host: mcp.example.test:{port}")),
+        "{head}"
+    );
+    let s = wait_until(&hub, "web", "an error", |s| s.last_error.is_some()).await;
+    assert!(
+        s.last_error.unwrap().contains("503"),
+        "the status names the HTTP failure"
+    );
+    hub.shutdown().await;
+}
