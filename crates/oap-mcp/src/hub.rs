@@ -215,6 +215,17 @@ struct Inner {
     changes: watch::Sender<u64>,
 }
 
+impl Drop for Inner {
+    /// The last clone gone without [`Hub::shutdown`]: the supervisors still
+    /// stop their servers (process groups killed) in the background.
+    fn drop(&mut self) {
+        let servers = self.servers.get_mut().unwrap_or_else(|p| p.into_inner());
+        for entry in servers.values() {
+            let _ = entry.stop.send(true);
+        }
+    }
+}
+
 /// The set of MCP servers, kept running. Cheap to clone.
 #[derive(Clone)]
 pub struct Hub {
@@ -462,6 +473,12 @@ struct Handler {
 impl ClientHandler for Handler {
     async fn on_tool_list_changed(&self, _context: NotificationContext<RoleClient>) {
         let _ = self.relist.try_send(());
+    }
+
+    fn get_info(&self) -> rmcp::model::ClientConfig {
+        let mut info = rmcp::model::ClientConfig::default();
+        info.client_info = rmcp::model::Implementation::new("oapd", env!("CARGO_PKG_VERSION"));
+        info
     }
 }
 

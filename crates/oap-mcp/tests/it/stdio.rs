@@ -402,3 +402,20 @@ async fn npm_server_everything_over_stdio() {
     assert!(out.text.contains("hello there"), "{out:?}");
     hub.shutdown().await;
 }
+
+#[tokio::test]
+async fn dropping_the_last_hub_stops_its_servers() {
+    let dir = tempfile::tempdir().unwrap();
+    let hub = hub();
+    hub.apply(vec![hostile("fam", "family", dir.path())]);
+    wait_until(&hub, "fam", "ready", |s| s.state == State::Ready).await;
+    let pids = wait_file(&dir.path().join("pids")).await;
+    let pids: Vec<i32> = pids
+        .split_whitespace()
+        .map(|p| p.parse().unwrap())
+        .collect();
+    drop(hub);
+    for pid in pids {
+        wait_gone(pid).await;
+    }
+}
