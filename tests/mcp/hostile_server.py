@@ -17,6 +17,8 @@ tool, `added`, from then on). Modes change one thing:
   family     starts a grandchild (`sleep 600`) in its process group and writes
              both pids to MARKER_DIR/pids
   stderr     writes a 1 MB stderr line and many small ones at start
+  mutelist   answers initialize but never tools/list (writes its pid to
+             MARKER_DIR/listing when asked)
 """
 
 import json
@@ -105,6 +107,9 @@ def main():
         elif method == "notifications/cancelled":
             marker("cancelled", json.dumps(msg.get("params", {}).get("requestId")))
         elif method == "tools/list":
+            if MODE == "mutelist":
+                marker("listing", str(os.getpid()))
+                continue
             if MODE == "huge":
                 listed = [tool(f"t{i}", "d" * 500) for i in range(10_000)]
                 send({"jsonrpc": "2.0", "id": mid, "result": {"tools": listed}})

@@ -863,10 +863,15 @@ async fn run(
     let peer = service.peer().clone();
     let cancel = service.cancellation_token();
     let mut done = tokio::spawn(service.waiting());
-    let listed = list_tools(settings, &shared.spec, &peer).await;
+    // A stop is honoured while the first listing is under way, too.
+    let listed = tokio::select! {
+        r = list_tools(settings, &shared.spec, &peer) => Some(r),
+        _ = stopped(stop) => None,
+    };
     let ended = match listed {
-        Err(e) => Ended::Lost(e),
-        Ok((tools, notes)) => {
+        None => Ended::Stop,
+        Some(Err(e)) => Ended::Lost(e),
+        Some(Ok((tools, notes))) => {
             {
                 let mut live = shared.live();
                 info!(server = %shared.spec.name, tools = tools.len(), "MCP server ready");

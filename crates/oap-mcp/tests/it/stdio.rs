@@ -419,3 +419,24 @@ async fn dropping_the_last_hub_stops_its_servers() {
         wait_gone(pid).await;
     }
 }
+
+#[tokio::test]
+async fn removal_is_not_held_up_by_a_server_that_never_lists_its_tools() {
+    let dir = tempfile::tempdir().unwrap();
+    let hub = oap_mcp::Hub::new(
+        HubSettings {
+            init_timeout: Duration::from_secs(300),
+            ..settings()
+        },
+        context(std::sync::Arc::new(oap_exec::SystemResolver)),
+    );
+    hub.apply(vec![hostile("mute", "mutelist", dir.path())]);
+    let pid: i32 = wait_file(&dir.path().join("listing"))
+        .await
+        .trim()
+        .parse()
+        .unwrap();
+    assert_eq!(status(&hub, "mute").state, State::Starting);
+    hub.apply(vec![]);
+    wait_gone(pid).await;
+}
