@@ -2,7 +2,8 @@
 cannot express most of this). Usage: hostile_server.py MODE [MARKER_DIR]
 
 Every mode speaks newline-delimited JSON-RPC on stdin/stdout and offers the
-tools echo, crash (the process exits mid-call), hang (never answers; a
+tools echo, peek (reads a file), connect (opens a TCP connection to
+127.0.0.1), crash (the process exits mid-call), hang (never answers; a
 notifications/cancelled for it is written to MARKER_DIR/cancelled) and bump
 (answers, then sends notifications/tools/list_changed and offers one more
 tool, `added`, from then on). Modes change one thing:
@@ -23,6 +24,7 @@ tool, `added`, from then on). Modes change one thing:
 
 import json
 import os
+import socket
 import subprocess
 import sys
 
@@ -53,6 +55,8 @@ def tool(name, description="A test tool.", schema=None):
 
 def tools():
     out = [tool("echo", "Echoes text back."), tool("crash"), tool("hang"), tool("bump")]
+    out.append(tool("peek", "Reads a file.", {"type": "object", "properties": {"path": {"type": "string"}}}))
+    out.append(tool("connect", "Connects to a port.", {"type": "object", "properties": {"port": {"type": "integer"}}}))
     if added:
         out.append(tool("added", "Appeared after list_changed."))
     if MODE == "schemas":
@@ -133,6 +137,20 @@ def main():
             elif name == "hang":
                 marker("hanging", json.dumps(mid))
                 continue
+            elif name == "peek":
+                try:
+                    with open(args["path"]) as f:
+                        text = "read: " + f.read(100)
+                except OSError as e:
+                    text = f"refused: {e}"
+                send({"jsonrpc": "2.0", "id": mid, "result": {"content": [{"type": "text", "text": text}]}})
+            elif name == "connect":
+                try:
+                    socket.create_connection(("127.0.0.1", int(args["port"])), timeout=5).close()
+                    text = "connected"
+                except OSError as e:
+                    text = f"refused: {e}"
+                send({"jsonrpc": "2.0", "id": mid, "result": {"content": [{"type": "text", "text": text}]}})
             elif name == "bump":
                 send({"jsonrpc": "2.0", "id": mid, "result": {"content": [{"type": "text", "text": "bumped"}]}})
                 added = True

@@ -523,20 +523,19 @@ async fn connect(
             cwd,
             sandbox,
         } => {
-            if sandbox.is_some() {
-                return Err(ConnectError::fatal(
-                    "a sandbox for MCP servers is not supported yet; remove `sandbox` to run this server unconfined",
-                ));
-            }
             let (process, pipes) = ServerProcess::spawn(
                 &spec.name,
                 command,
                 args,
                 env,
                 cwd.as_deref(),
+                sandbox.as_ref(),
                 &ctx.stdio_limits,
             )
-            .map_err(ConnectError::retry)?;
+            .map_err(|e| ConnectError {
+                message: e.message,
+                retry: !e.fatal,
+            })?;
             let transport =
                 rmcp::transport::async_rw::AsyncRwTransport::new_client(pipes.stdout, pipes.stdin)
                     .with_max_line_length(settings.max_message_bytes);

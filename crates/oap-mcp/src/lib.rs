@@ -12,7 +12,9 @@
 //! - stdio servers are spawned without a shell in their own process group
 //!   with rlimits (oap-exec's), stderr drained into the log line by line,
 //!   lines from the server capped; the whole group is killed (SIGTERM, a
-//!   grace period, SIGKILL) on removal, reconnect and shutdown.
+//!   grace period, SIGKILL) on removal, reconnect and shutdown. A server
+//!   configured with `sandbox` runs under oap-sandbox's Landlock and
+//!   seccomp confinement, with network access only when it asks.
 //! - URL servers go through this crate's hyper client: the host is
 //!   resolved once, each address checked against the server's `trust`, and
 //!   only an allowed address is connected to. Streamable HTTP uses rmcp's
