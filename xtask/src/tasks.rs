@@ -49,9 +49,11 @@ pub fn run(args: &[String]) -> anyhow::Result<()> {
 /// one profile means one build).
 pub fn test(args: &[String]) -> anyhow::Result<()> {
     fetch_model()?;
+    mcp_servers()?;
     run_in_root(
         cargo()
             .args(["test", "--release", "--workspace"])
+            .env("OAPD_REQUIRE_MCP_SERVERS", "1")
             .args(args),
     )?;
     if args.is_empty() {
@@ -60,19 +62,33 @@ pub fn test(args: &[String]) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The real `ollama` and `openai` Python packages against the real daemon
-/// and the scripted fake Ollama (tests/python), in a venv under target/.
-fn python_clients() -> anyhow::Result<()> {
+/// The real MCP servers oap-mcp's tests drive: the pinned npm packages of
+/// tests/mcp into target/mcp-node (`npm ci`, no install scripts) and the
+/// Python SDK (tests/python/requirements.txt) into the target/pyclients venv.
+fn mcp_servers() -> anyhow::Result<()> {
     let root = repo_root();
-    run_in_root(cargo().args([
-        "build",
-        "--release",
-        "--package",
-        "oapd",
-        "--package",
-        "fake-ollama",
-        "--bins",
-    ]))?;
+    let node = root.join("target/mcp-node");
+    std::fs::create_dir_all(&node)?;
+    for file in ["package.json", "package-lock.json"] {
+        std::fs::copy(root.join("tests/mcp").join(file), node.join(file))?;
+    }
+    run_in_root(
+        Command::new("npm")
+            .args([
+                "ci",
+                "--ignore-scripts",
+                "--no-audit",
+                "--no-fund",
+                "--prefix",
+            ])
+            .arg(&node),
+    )?;
+    python_venv()
+}
+
+/// The target/pyclients venv with tests/python/requirements.txt installed.
+fn python_venv() -> anyhow::Result<()> {
+    let root = repo_root();
     let venv = root.join("target/pyclients");
     let python = venv.join("bin/python");
     if !python.is_file() {
@@ -89,7 +105,24 @@ fn python_clients() -> anyhow::Result<()> {
                 "-r",
             ])
             .arg(root.join("tests/python/requirements.txt")),
-    )?;
+    )
+}
+
+/// The real `ollama` and `openai` Python packages against the real daemon
+/// and the scripted fake Ollama (tests/python), in a venv under target/.
+fn python_clients() -> anyhow::Result<()> {
+    let root = repo_root();
+    run_in_root(cargo().args([
+        "build",
+        "--release",
+        "--package",
+        "oapd",
+        "--package",
+        "fake-ollama",
+        "--bins",
+    ]))?;
+    python_venv()?;
+    let python = root.join("target/pyclients/bin/python");
     run_in_root(Command::new(&python).args(["-m", "pytest", "-q", "tests/python"]))
 }
 

@@ -148,7 +148,7 @@ pub use policy::{
     StdioLimits, Trust,
 };
 pub use resolve::{BoxFuture, Resolver, SystemResolver};
-pub use stdio::limit_command;
+pub use stdio::{confine_command, limit_command};
 pub use words::{split_words, WordsError};
 
 use error::ToolError;

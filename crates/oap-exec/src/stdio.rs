@@ -261,17 +261,34 @@ impl From<&StdioLimits> for ChildLimits {
 /// space, processes, open files, file size) and SIGKILL when the daemon
 /// dies. No kernel confinement: the caller decides that separately.
 pub fn limit_command(cmd: &mut tokio::process::Command, limits: &StdioLimits) {
+    confine_command(cmd, limits, None);
+}
+
+/// [`limit_command`], then `confinement` entered in the child just before
+/// exec (after the limits).
+pub fn confine_command(
+    cmd: &mut tokio::process::Command,
+    limits: &StdioLimits,
+    confinement: Option<oap_sandbox::Confinement>,
+) {
     let child_limits = ChildLimits::from(limits);
     cmd.process_group(0);
     // SAFETY: the closure runs in the child between fork and exec. It only
-    // calls getrlimit, setrlimit and prctl (async-signal-safe system calls)
-    // on a copied plain struct, and neither allocates nor takes locks.
+    // calls getrlimit, setrlimit, prctl, landlock_restrict_self and seccomp
+    // (async-signal-safe system calls) on data prepared before the fork,
+    // and neither allocates nor takes locks.
     #[allow(
         unsafe_code,
         reason = "pre_exec is how a child gets its limits before exec"
     )]
     unsafe {
-        cmd.pre_exec(move || child_setup(&child_limits));
+        cmd.pre_exec(move || {
+            child_setup(&child_limits)?;
+            match &confinement {
+                Some(c) => c.enter(),
+                None => Ok(()),
+            }
+        });
     }
 }
 

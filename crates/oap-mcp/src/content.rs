@@ -131,7 +131,7 @@ mod tests {
             capped.starts_with("xxxxxxxxxx") && capped.len() < 200,
             "{capped}"
         );
-        assert_eq!(result_text(&json!({"content": []}), 10), "(no content)");
+        assert_eq!(result_text(&json!({"content": []}), 100), "(no content)");
         assert_eq!(
             result_text(&json!({"content": [], "structuredContent": {"a": 1}}), 100),
             "{\"a\":1}"

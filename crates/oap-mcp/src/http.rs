@@ -434,3 +434,118 @@ impl StreamableHttpClient for Client {
         Ok(self.sse(response.into_body()))
     }
 }
+
+/// The legacy HTTP+SSE transport (MCP 2024-11-05): a GET opens an event
+/// stream whose first `endpoint` event names the URL to POST JSON-RPC
+/// messages to; answers arrive as `message` events on the stream. The
+/// endpoint must be on the same origin as the stream (a server cannot send
+/// the client's messages elsewhere), and every connection goes through the
+/// same address check as streamable HTTP.
+pub(crate) struct LegacySse {
+    client: Client,
+    endpoint: Arc<str>,
+    events: BoxStream<'static, Result<Sse, sse_stream::Error>>,
+}
+
+impl LegacySse {
+    /// Open the stream at `url` and wait for its `endpoint` event.
+    pub(crate) async fn connect(client: Client, url: &url::Url) -> Result<Self, HttpError> {
+        let request = Request::builder()
+            .method(Method::GET)
+            .uri(Client::path(url.as_str()))
+            .header(hyper::header::ACCEPT, "text/event-stream")
+            .body(Full::new(Bytes::new()))
+            .map_err(|e| HttpError::Io(e.to_string()))?;
+        let response = client.send(request).await?;
+        if !response.status().is_success() {
+            return Err(HttpError::Io(format!(
+                "HTTP {} for the event stream",
+                response.status()
+            )));
+        }
+        let mut events = client.sse(response.into_body());
+        let endpoint = loop {
+            match events.next().await {
+                None => {
+                    return Err(HttpError::Io(
+                        "the event stream ended before its endpoint event".into(),
+                    ))
+                }
+                Some(Err(e)) => return Err(HttpError::Io(format!("event stream: {e}"))),
+                Some(Ok(event)) if event.event.as_deref() == Some("endpoint") => {
+                    break event.data.unwrap_or_default();
+                }
+                Some(Ok(_)) => {}
+            }
+        };
+        let target = url
+            .join(endpoint.trim())
+            .map_err(|e| HttpError::Io(format!("bad endpoint {endpoint:?}: {e}")))?;
+        if target.origin() != url.origin() {
+            return Err(HttpError::Refused(format!(
+                "the server named a message endpoint on another origin ({}); refused",
+                target.origin().ascii_serialization()
+            )));
+        }
+        Ok(Self {
+            client,
+            endpoint: Arc::from(target.as_str()),
+            events,
+        })
+    }
+}
+
+impl rmcp::transport::Transport<rmcp::RoleClient> for LegacySse {
+    type Error = HttpError;
+
+    fn send(
+        &mut self,
+        item: ClientJsonRpcMessage,
+    ) -> impl std::future::Future<Output = Result<(), Self::Error>> + Send + 'static {
+        let client = self.client.clone();
+        let endpoint = self.endpoint.clone();
+        async move {
+            let body = serde_json::to_vec(&item).map_err(|e| HttpError::Io(e.to_string()))?;
+            let request = Request::builder()
+                .method(Method::POST)
+                .uri(Client::path(&endpoint))
+                .header(hyper::header::CONTENT_TYPE, "application/json")
+                .body(Full::new(Bytes::from(body)))
+                .map_err(|e| HttpError::Io(e.to_string()))?;
+            let response = client.send(request).await?;
+            let status = response.status();
+            // The answer comes on the stream; the body is only an ack.
+            let _ = client.read_body(response.into_body()).await;
+            if status.is_success() {
+                Ok(())
+            } else {
+                Err(HttpError::Io(format!("HTTP {status} for a message")))
+            }
+        }
+    }
+
+    async fn receive(&mut self) -> Option<ServerJsonRpcMessage> {
+        loop {
+            match self.events.next().await? {
+                Err(e) => {
+                    warn!(error = %e, "legacy SSE stream failed");
+                    return None;
+                }
+                Ok(event) => {
+                    if !matches!(event.event.as_deref(), None | Some("message")) {
+                        continue;
+                    }
+                    let Some(data) = event.data else { continue };
+                    match serde_json::from_str::<ServerJsonRpcMessage>(&data) {
+                        Ok(msg) => return Some(msg),
+                        Err(e) => warn!(error = %e, "legacy SSE: not a JSON-RPC message"),
+                    }
+                }
+            }
+        }
+    }
+
+    async fn close(&mut self) -> Result<(), Self::Error> {
+        Ok(())
+    }
+}

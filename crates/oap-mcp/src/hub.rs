@@ -215,6 +215,17 @@ struct Inner {
     changes: watch::Sender<u64>,
 }
 
+impl Drop for Inner {
+    /// The last clone gone without [`Hub::shutdown`]: the supervisors still
+    /// stop their servers (process groups killed) in the background.
+    fn drop(&mut self) {
+        let servers = self.servers.get_mut().unwrap_or_else(|p| p.into_inner());
+        for entry in servers.values() {
+            let _ = entry.stop.send(true);
+        }
+    }
+}
+
 /// The set of MCP servers, kept running. Cheap to clone.
 #[derive(Clone)]
 pub struct Hub {
@@ -463,6 +474,12 @@ impl ClientHandler for Handler {
     async fn on_tool_list_changed(&self, _context: NotificationContext<RoleClient>) {
         let _ = self.relist.try_send(());
     }
+
+    fn get_info(&self) -> rmcp::model::ClientConfig {
+        let mut info = rmcp::model::ClientConfig::default();
+        info.client_info = rmcp::model::Implementation::new("oapd", env!("CARGO_PKG_VERSION"));
+        info
+    }
 }
 
 /// A live connection.
@@ -506,20 +523,19 @@ async fn connect(
             cwd,
             sandbox,
         } => {
-            if sandbox.is_some() {
-                return Err(ConnectError::fatal(
-                    "a sandbox for MCP servers is not supported yet; remove `sandbox` to run this server unconfined",
-                ));
-            }
             let (process, pipes) = ServerProcess::spawn(
                 &spec.name,
                 command,
                 args,
                 env,
                 cwd.as_deref(),
+                sandbox.as_ref(),
                 &ctx.stdio_limits,
             )
-            .map_err(ConnectError::retry)?;
+            .map_err(|e| ConnectError {
+                message: e.message,
+                retry: !e.fatal,
+            })?;
             let transport =
                 rmcp::transport::async_rw::AsyncRwTransport::new_client(pipes.stdout, pipes.stdin)
                     .with_max_line_length(settings.max_message_bytes);
@@ -547,19 +563,39 @@ async fn connect(
             }
         }
         Transport::Http {
-            legacy_sse: true, ..
-        } => Err(ConnectError::fatal(
-            "legacy SSE transport not supported yet; use the server's streamable HTTP endpoint",
-        )),
-        Transport::Http {
             url,
             headers,
             trust,
-            ..
+            legacy_sse,
         } => {
             let client =
                 crate::http::Client::new(ctx, url, headers, *trust, settings.max_message_bytes)
                     .map_err(ConnectError::fatal)?;
+            if *legacy_sse {
+                let started = tokio::time::timeout(settings.init_timeout, async {
+                    let transport = crate::http::LegacySse::connect(client.clone(), url)
+                        .await
+                        .map_err(|e| match e {
+                            crate::http::HttpError::Refused(m) => ConnectError::fatal(m),
+                            crate::http::HttpError::Io(m) => ConnectError::retry(m),
+                        })?;
+                    rmcp::serve_client(handler, transport)
+                        .await
+                        .map_err(|e| ConnectError::retry(format!("initialize failed: {e}")))
+                })
+                .await;
+                return match started {
+                    Ok(Ok(service)) => Ok(Connection {
+                        service,
+                        process: None,
+                    }),
+                    Ok(Err(e)) => Err(e),
+                    Err(_) => Err(ConnectError::retry(format!(
+                        "no answer to initialize within {}",
+                        secs(settings.init_timeout)
+                    ))),
+                };
+            }
             let config = rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig::with_uri(
                 url.as_str().to_string(),
             );
@@ -826,10 +862,15 @@ async fn run(
     let peer = service.peer().clone();
     let cancel = service.cancellation_token();
     let mut done = tokio::spawn(service.waiting());
-    let listed = list_tools(settings, &shared.spec, &peer).await;
+    // A stop is honoured while the first listing is under way, too.
+    let listed = tokio::select! {
+        r = list_tools(settings, &shared.spec, &peer) => Some(r),
+        _ = stopped(stop) => None,
+    };
     let ended = match listed {
-        Err(e) => Ended::Lost(e),
-        Ok((tools, notes)) => {
+        None => Ended::Stop,
+        Some(Err(e)) => Ended::Lost(e),
+        Some(Ok((tools, notes))) => {
             {
                 let mut live = shared.live();
                 info!(server = %shared.spec.name, tools = tools.len(), "MCP server ready");

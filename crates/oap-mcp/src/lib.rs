@@ -12,11 +12,15 @@
 //! - stdio servers are spawned without a shell in their own process group
 //!   with rlimits (oap-exec's), stderr drained into the log line by line,
 //!   lines from the server capped; the whole group is killed (SIGTERM, a
-//!   grace period, SIGKILL) on removal, reconnect and shutdown.
+//!   grace period, SIGKILL) on removal, reconnect and shutdown. A server
+//!   configured with `sandbox` runs under oap-sandbox's Landlock and
+//!   seccomp confinement, with network access only when it asks.
 //! - URL servers go through this crate's hyper client: the host is
 //!   resolved once, each address checked against the server's `trust`, and
-//!   only an allowed address is connected to. Legacy SSE URLs are refused
-//!   with a clear status error (not supported yet).
+//!   only an allowed address is connected to. Streamable HTTP uses rmcp's
+//!   transport over that client; the legacy HTTP+SSE transport (a URL
+//!   ending in `/sse`, or `"type": "sse"`) is this crate's own, with its
+//!   message endpoint held to the stream's origin.
 //! - A server that fails (no answer to `initialize`, crash, lost
 //!   connection) is retried with exponential backoff without delaying the
 //!   others; calls never fail with `Err`: problems are error outcomes with

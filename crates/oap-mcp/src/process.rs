@@ -14,6 +14,8 @@ use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::process::{Child, ChildStdin, ChildStdout, Command};
 use tracing::{info, warn};
 
+use crate::servers_file::SandboxSpec;
+
 /// Longest stderr line logged; the rest of the line is dropped.
 const STDERR_LINE_CHARS: usize = 2_000;
 
@@ -22,6 +24,81 @@ pub(crate) struct ServerProcess {
     pgid: Pid,
     child: Child,
     killed: bool,
+    /// A sandboxed server's private, writable home; removed with it.
+    _scratch: Option<tempfile::TempDir>,
+}
+
+/// Why a server could not be started, and whether retrying may help.
+pub(crate) struct SpawnError {
+    pub(crate) message: String,
+    pub(crate) fatal: bool,
+}
+
+impl From<String> for SpawnError {
+    fn from(message: String) -> Self {
+        Self {
+            message,
+            fatal: false,
+        }
+    }
+}
+
+/// What the running kernel offers, asked once.
+fn support() -> &'static oap_sandbox::Support {
+    static SUPPORT: std::sync::OnceLock<oap_sandbox::Support> = std::sync::OnceLock::new();
+    SUPPORT.get_or_init(oap_sandbox::Support::probe)
+}
+
+/// The confinement of a sandboxed server: readable system paths, the
+/// spec's `paths`, the program's own directory (and its target's) and the
+/// working directory; writable only its fresh scratch directory (its
+/// `HOME` and `TMPDIR`); network only with `network: true`. Required: a
+/// kernel without Landlock or seccomp refuses the server rather than run
+/// it unconfined.
+fn confinement(
+    sandbox: &SandboxSpec,
+    program: &Path,
+    cwd: Option<&Path>,
+) -> Result<(tempfile::TempDir, oap_sandbox::Confinement), SpawnError> {
+    let fatal = |message: String| SpawnError {
+        message,
+        fatal: true,
+    };
+    let scratch = tempfile::Builder::new()
+        .prefix("oapd-mcp-")
+        .tempdir()
+        .map_err(|e| SpawnError::from(format!("cannot make a scratch directory: {e}")))?;
+    let mut read = sandbox.paths.clone();
+    for p in [
+        Some(program.to_path_buf()),
+        std::fs::canonicalize(program).ok(),
+    ]
+    .into_iter()
+    .flatten()
+    {
+        if let Some(dir) = p.parent() {
+            read.push(dir.to_path_buf());
+        }
+    }
+    read.extend(cwd.map(Path::to_path_buf));
+    let policy = oap_sandbox::Policy {
+        mode: oap_sandbox::Mode::Require,
+        extra_read_paths: read,
+        spawn_programs: Vec::new(),
+    };
+    let confinement = oap_sandbox::Confinement::prepare_with_network(
+        &policy,
+        support(),
+        scratch.path(),
+        true,
+        sandbox.network,
+    )
+    .map_err(|e| {
+        fatal(format!(
+            "the sandbox this server asks for is not available: {e}"
+        ))
+    })?;
+    Ok((scratch, confinement))
 }
 
 /// The pipes rmcp speaks over.
@@ -65,12 +142,23 @@ impl ServerProcess {
         args: &[String],
         env: &BTreeMap<String, String>,
         cwd: Option<&Path>,
+        sandbox: Option<&SandboxSpec>,
         limits: &StdioLimits,
-    ) -> Result<(Self, Pipes), String> {
+    ) -> Result<(Self, Pipes), SpawnError> {
         let mut full = base_env();
         full.extend(env.iter().map(|(k, v)| (k.clone(), v.clone())));
         let program = find_program(command, full.get("PATH").map(String::as_str))
             .ok_or_else(|| format!("command {command:?} not found in PATH"))?;
+        let (scratch, confinement) = match sandbox {
+            None => (None, None),
+            Some(sb) => {
+                let (dir, c) = confinement(sb, &program, cwd)?;
+                for key in ["HOME", "TMPDIR"] {
+                    full.insert(key.into(), dir.path().display().to_string());
+                }
+                (Some(dir), Some(c))
+            }
+        };
         let mut cmd = Command::new(&program);
         cmd.args(args)
             .env_clear()
@@ -82,7 +170,7 @@ impl ServerProcess {
         if let Some(dir) = cwd {
             cmd.current_dir(dir);
         }
-        oap_exec::limit_command(&mut cmd, limits);
+        oap_exec::confine_command(&mut cmd, limits, confinement);
         let mut child = cmd
             .spawn()
             .map_err(|e| format!("cannot start {}: {e}", program.display()))?;
@@ -93,7 +181,9 @@ impl ServerProcess {
         let (Some(stdout), Some(stdin), Some(stderr)) =
             (child.stdout.take(), child.stdin.take(), child.stderr.take())
         else {
-            return Err("the child's pipes are missing".into());
+            return Err(SpawnError::from(
+                "the child's pipes are missing".to_string(),
+            ));
         };
         let name = server.to_string();
         tokio::spawn(drain_stderr(name, stderr));
@@ -103,6 +193,7 @@ impl ServerProcess {
                 pgid: Pid::from_raw(pid),
                 child,
                 killed: false,
+                _scratch: scratch,
             },
             Pipes { stdout, stdin },
         ))

@@ -20,7 +20,10 @@
 //!   which addresses the host may resolve to (oap-exec's address rule).
 //! - `"sandbox"`: `{"network": bool, "paths": [..]}` for stdio servers
 //!   (absent = not confined; an operator-configured server is trusted like a
-//!   service they install).
+//!   service they install). When present the server is confined by the
+//!   kernel: it reads only system paths, `paths`, its program's directory
+//!   and `cwd`, writes only a scratch directory (its `HOME`), and uses the
+//!   network only with `"network": true`.
 //! - `"start"`: `"eager"` (default: connect at once) or `"lazy"`.
 //! - `"timeout_ms"`: the default per-call deadline for this server's tools.
 

@@ -292,6 +292,21 @@ impl Confinement {
         scratch: &Path,
         may_spawn: bool,
     ) -> Result<Confinement, SandboxError> {
+        Self::prepare_with_network(policy, support, scratch, may_spawn, false)
+    }
+
+    /// Like [`Confinement::prepare`], for a long-lived local service (an
+    /// MCP server the operator configured) rather than a tool call: with
+    /// `network`, sockets and TCP bind/connect stay allowed; everything
+    /// else (read paths, the writable `scratch`, no privilege gain, the
+    /// refused system calls) is the same.
+    pub fn prepare_with_network(
+        policy: &Policy,
+        support: &Support,
+        scratch: &Path,
+        may_spawn: bool,
+        network: bool,
+    ) -> Result<Confinement, SandboxError> {
         if policy.mode == Mode::Off {
             return Ok(Confinement {
                 enabled: false,
@@ -306,7 +321,7 @@ impl Confinement {
         }
         #[cfg(target_os = "linux")]
         {
-            let inner = linux::prepare(policy, support, scratch, may_spawn)?;
+            let inner = linux::prepare(policy, support, scratch, may_spawn, network)?;
             Ok(Confinement {
                 enabled: true,
                 inner,
@@ -314,7 +329,7 @@ impl Confinement {
         }
         #[cfg(not(target_os = "linux"))]
         {
-            let _ = (scratch, may_spawn);
+            let _ = (scratch, may_spawn, network);
             Ok(Confinement { enabled: true })
         }
     }

@@ -123,14 +123,15 @@ pub(crate) fn prepare(
     support: &Support,
     scratch: &Path,
     may_spawn: bool,
+    network: bool,
 ) -> Result<Prepared, SandboxError> {
     let landlock = if support.filesystem() {
-        landlock_ruleset(policy, scratch)?
+        landlock_ruleset(policy, scratch, network)?
     } else {
         None
     };
     let filters = if support.seccomp {
-        vec![extra_filter(), syscall_filter(may_spawn)?]
+        vec![extra_filter(), syscall_filter(may_spawn, network)?]
     } else {
         Vec::new()
     };
@@ -141,15 +142,26 @@ fn landlock_err(e: impl std::fmt::Display) -> SandboxError {
     SandboxError::Landlock(e.to_string())
 }
 
-fn landlock_ruleset(policy: &Policy, scratch: &Path) -> Result<Option<OwnedFd>, SandboxError> {
+fn landlock_ruleset(
+    policy: &Policy,
+    scratch: &Path,
+    network: bool,
+) -> Result<Option<OwnedFd>, SandboxError> {
     let abi = WANTED_ABI;
     let read_dir: BitFlags<AccessFs> = AccessFs::from_read(abi);
     let read_file: BitFlags<AccessFs> = read_dir & AccessFs::from_file(abi);
     let write_file: BitFlags<AccessFs> = AccessFs::from_file(abi) & !AccessFs::Execute;
-    let mut created = Ruleset::default()
+    let mut ruleset = Ruleset::default()
         .handle_access(AccessFs::from_all(abi))
-        .and_then(|r| r.handle_access(AccessNet::from_all(abi)))
-        .and_then(|r| r.scope(Scope::from_all(abi)))
+        .map_err(landlock_err)?;
+    // Network access left unhandled is network access allowed.
+    if !network {
+        ruleset = ruleset
+            .handle_access(AccessNet::from_all(abi))
+            .map_err(landlock_err)?;
+    }
+    let mut created = ruleset
+        .scope(Scope::from_all(abi))
         .and_then(|r| r.create())
         .map_err(landlock_err)?;
     let read_paths = SYSTEM_READ_PATHS
@@ -188,11 +200,10 @@ fn seccomp_err(e: impl std::fmt::Display) -> SandboxError {
     SandboxError::Seccomp(e.to_string())
 }
 
-/// System calls a text tool never needs; refused with EPERM.
-fn refused_syscalls() -> Vec<libc::c_long> {
+/// System calls a text tool never needs; refused with EPERM. `socket`
+/// too, unless `network`.
+fn refused_syscalls(network: bool) -> Vec<libc::c_long> {
     let mut list = vec![
-        // No network of any kind.
-        libc::SYS_socket,
         // Other processes' memory and state.
         libc::SYS_ptrace,
         libc::SYS_process_vm_readv,
@@ -251,11 +262,15 @@ fn refused_syscalls() -> Vec<libc::c_long> {
     ];
     #[cfg(target_arch = "x86_64")]
     list.extend([libc::SYS_iopl, libc::SYS_ioperm, libc::SYS_modify_ldt]);
+    if !network {
+        // No network of any kind.
+        list.push(libc::SYS_socket);
+    }
     list
 }
 
-fn syscall_filter(may_spawn: bool) -> Result<BpfProgram, SandboxError> {
-    let mut rules: BTreeMap<i64, Vec<SeccompRule>> = refused_syscalls()
+fn syscall_filter(may_spawn: bool, network: bool) -> Result<BpfProgram, SandboxError> {
+    let mut rules: BTreeMap<i64, Vec<SeccompRule>> = refused_syscalls(network)
         .into_iter()
         .map(|nr| (nr, Vec::new()))
         .collect();
