@@ -249,6 +249,39 @@ pub fn read_specs(config: &Config) -> (Vec<ServerSpec>, Vec<SpecProblem>) {
     (specs, problems)
 }
 
+/// What `oapd config` adds after the settings: the MCP servers read from
+/// `mcp.servers` and the servers file, and the entries that could not be
+/// read, as YAML comments (empty when no server is configured).
+pub fn describe_specs(config: &Config) -> String {
+    if config.mcp.servers.0.is_empty() && config.mcp.servers_file.is_none() {
+        return String::new();
+    }
+    let (specs, problems) = read_specs(config);
+    let mut out = format!("# MCP servers read: {}\n", specs.len());
+    for spec in &specs {
+        let info = info(spec);
+        let trust = serde_json::to_value(info.trust)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_string))
+            .unwrap_or_default();
+        // Debug formatting quotes and escapes: a file's text never
+        // becomes terminal control sequences.
+        out.push_str(&format!(
+            "#   {} ({}, {:?}, trust {trust})\n",
+            spec.name,
+            spec.transport.kind(),
+            info.location,
+        ));
+    }
+    for problem in &problems {
+        out.push_str(&format!(
+            "# MCP entry skipped: {:?}: {:?}\n",
+            problem.path, problem.message
+        ));
+    }
+    out
+}
+
 /// Rebuilds the index whenever the servers' tools change (a server came
 /// up, came back, said `tools/list_changed`, or was removed). One task per
 /// engine generation; a reload aborts it with the generation.
@@ -270,5 +303,35 @@ pub async fn rebuild_on_change(servers: Arc<McpServers>, rebuilder: Arc<Rebuilde
             changes.borrow_and_update();
         }
         rebuilder.rebuild("MCP server tools changed").await;
+    }
+}
+
+/// How often the servers file is looked at for changes.
+const FILE_POLL: Duration = Duration::from_secs(2);
+
+/// What identifies one version of the servers file without reading it.
+fn file_signature(path: &std::path::Path) -> Option<(std::time::SystemTime, u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    let meta = std::fs::metadata(path).ok()?;
+    Some((meta.modified().ok()?, meta.len(), meta.ino()))
+}
+
+/// Applies the servers file again whenever it changes (an edit, or a new
+/// file renamed over it), so servers can be added, changed and removed
+/// without a restart or a signal. One task per engine generation, with
+/// the generation's config; a reload aborts it with the generation.
+pub async fn watch_servers_file(servers: Arc<McpServers>, config: Config) {
+    let Some(path) = config.mcp.servers_file.clone() else {
+        return;
+    };
+    let mut seen = file_signature(&path);
+    loop {
+        tokio::time::sleep(FILE_POLL).await;
+        let now = file_signature(&path);
+        if now != seen {
+            seen = now;
+            tracing::info!(path = %path.display(), "MCP servers file changed: applying it");
+            servers.apply(&config);
+        }
     }
 }

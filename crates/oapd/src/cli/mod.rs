@@ -174,7 +174,10 @@ fn run_with_config(
         Command::Serve => serve::run(config, config_path)?,
         Command::Discover { task, top_k, json } => index::discover(&config, &task, top_k, json)?,
         Command::Index { force } => index::index(&config, force)?,
-        Command::Config => println!("{}", config.effective_yaml()),
+        Command::Config => {
+            println!("{}", config.effective_yaml());
+            print!("{}", crate::mcp::describe_specs(&config));
+        }
         Command::Crawl { once, domains } => return crawl::run(&config, once, &domains),
         Command::Manifest { .. } | Command::ValidateModel { .. } => {}
     }

@@ -744,6 +744,16 @@ impl Config {
         if shown.server.auth_token.is_some() {
             shown.server.auth_token = Some(REDACTED.to_owned());
         }
+        // MCP servers' headers and environments carry tokens and keys.
+        for server in shown.mcp.servers.0.values_mut() {
+            for secret in ["headers", "env"] {
+                if let Some(map) = server.get_mut(secret).and_then(|v| v.as_object_mut()) {
+                    for value in map.values_mut() {
+                        *value = REDACTED.into();
+                    }
+                }
+            }
+        }
         match serde_saphyr::to_string(&shown) {
             Ok(yaml) => yaml,
             // Not expected for these plain types; JSON is valid YAML, so fall back to it.

@@ -253,6 +253,10 @@ fn start_generation(
         mcp.clone(),
         rebuilder.clone(),
     )));
+    tasks.push(tokio::spawn(crate::mcp::watch_servers_file(
+        mcp.clone(),
+        config.clone(),
+    )));
     match build_api(config, rebuilder, model, crawler, mcp.clone()) {
         Ok(api) => Ok((api, tasks)),
         Err(err) => {

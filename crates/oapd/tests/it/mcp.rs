@@ -400,3 +400,100 @@ fn a_reload_removes_and_adds_servers_and_stops_the_removed_ones() {
     wait_indexed(&daemon, "house", "set_light");
     assert_eq!(pids(&pidfile).len(), 2);
 }
+
+#[test]
+fn an_edit_of_the_servers_file_applies_without_a_restart_or_signal() {
+    let Some(python) = sdk_python() else { return };
+    let state = tempfile::tempdir().unwrap();
+    let pidfile = state.path().join("home.pids");
+    let file = state.path().join("mcp-config.json");
+    let servers = |names: &[&str]| {
+        let entries: serde_json::Map<String, Value> = names
+            .iter()
+            .map(|name| {
+                let entry = json!({"command": python, "args": [home_server()],
+                                   "env": {"HOME_SERVER_PIDFILE": pidfile}});
+                (name.to_string(), entry)
+            })
+            .collect();
+        json!({"mcpServers": entries}).to_string()
+    };
+    std::fs::write(&file, servers(&["home"])).unwrap();
+    let daemon = support::daemon()
+        .yaml(&format!(
+            "mcp:\n  servers_file: {file:?}\n  init_timeout: 60\n"
+        ))
+        .start();
+    wait_indexed(&daemon, "home", "set_light");
+    // A new version renamed over the old one, as editors and config tools do.
+    let next = state.path().join("mcp-config.json.new");
+    std::fs::write(&next, servers(&["garden"])).unwrap();
+    std::fs::rename(&next, &file).unwrap();
+    wait_indexed(&daemon, "garden", "set_light");
+    wait_for(&daemon, "the home server removed", || {
+        (daemon.get("/v1/manifests/mcp/home/set_light").status == 404).then_some(())
+    });
+    let pids = pids(&pidfile);
+    assert_eq!(pids.len(), 2);
+    wait_for(&daemon, "the home server's process stopped", || {
+        (!alive(pids[0])).then_some(())
+    });
+}
+
+#[test]
+fn oapd_config_shows_the_servers_read_and_redacts_their_secrets() {
+    let state = tempfile::tempdir().unwrap();
+    let file = state.path().join("mcp-config.json");
+    std::fs::write(
+        &file,
+        json!({"mcpServers": {
+            "time": {"command": "uvx", "args": ["mcp-server-time"]},
+            "search": {"url": "https://mcp.search.example/mcp", "trust": "internet"},
+            "nameless": {"env": {"A": "b"}}
+        }})
+        .to_string(),
+    )
+    .unwrap();
+    let servers = json!({"notes": {"url": "http://notes.example/mcp",
+        "headers": {"Authorization": "Bearer very-secret-token"}, "env": {"KEY": "hunter2"}}});
+    let out = support::oapd()
+        .args(["config"])
+        .env("OAP_MCP_SERVERS_FILE", &file)
+        .env("OAP_MCP_SERVERS", servers.to_string())
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.contains("# MCP servers read: 3"), "{text}");
+    assert!(
+        text.contains("#   time (stdio, \"stdio: uvx\", trust local)"),
+        "{text}"
+    );
+    assert!(
+        text.contains("#   search (http, \"https://mcp.search.example/mcp\", trust internet)"),
+        "{text}"
+    );
+    assert!(text.contains("#   notes (http"), "{text}");
+    assert!(
+        text.contains("mcpServers.nameless"),
+        "the bad entry is named: {text}"
+    );
+    assert!(
+        !text.contains("very-secret-token") && !text.contains("hunter2"),
+        "{text}"
+    );
+
+    // Not a JSON object: a config error naming the variable.
+    let out = support::oapd()
+        .args(["config"])
+        .env("OAP_MCP_SERVERS", "[1, 2]")
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let text = String::from_utf8_lossy(&out.stderr);
+    assert!(text.contains("OAP_MCP_SERVERS"), "{text}");
+}
