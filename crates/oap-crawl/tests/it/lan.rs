@@ -9,7 +9,7 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::sink::sink;
+use oap_crawl::sink::engine_sink as sink;
 use common::{executor, manifest, StubResolver};
 use oap_crawl::crawler::AddError;
 use oap_crawl::mdns::{lan_target, AdvertisedService, LanTarget, LanUpdate, MAX_LAN_SERVICES};
