@@ -12,10 +12,10 @@
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use oap_embed::Embedder;
-use oap_embed_candle::{BertEmbedder, EmbedOptions};
 use crate::client::pct;
 use oap_bench::report::{BatchRate, EmbedReport, Latency};
+use oap_embed::Embedder;
+use oap_embed_candle::{BertEmbedder, EmbedOptions};
 use sha2::{Digest, Sha256};
 
 /// Load time, query latency and batch throughput of the embedding model.

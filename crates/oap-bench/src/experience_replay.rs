@@ -267,7 +267,6 @@ pub fn run(args: Args) -> anyhow::Result<ExperienceReport> {
         baseline,
         thresholds: rows,
     };
-    eprintln!("{}", report.table());
     Ok(report)
 }
 

@@ -31,11 +31,18 @@ use clap::{Parser, Subcommand};
 use serde::Serialize;
 
 #[derive(Parser, Debug)]
-#[command(name = "oap-bench", about = "The oapd workspace's benchmarks (JSON on stdout)")]
+#[command(
+    name = "oap-bench",
+    about = "The oapd workspace's benchmarks (JSON on stdout)"
+)]
 struct Cli {
     /// Write the JSON report to this file instead of stdout.
     #[arg(long, global = true)]
     json: Option<PathBuf>,
+    /// No result table on stderr (the caller renders the JSON); progress
+    /// still goes there.
+    #[arg(long, global = true)]
+    quiet: bool,
     #[command(subcommand)]
     bench: Bench,
 }
@@ -79,26 +86,47 @@ fn emit(report: &impl Serialize, path: Option<&PathBuf>) -> anyhow::Result<()> {
 
 fn run(cli: Cli) -> anyhow::Result<bool> {
     let json = cli.json.as_ref();
+    let table = |text: String| {
+        if !cli.quiet {
+            eprintln!("{text}");
+        }
+    };
     match cli.bench {
         Bench::CrawlLoad(args) => emit(&crawl_load::run(args)?, json)?,
         Bench::DiscoverLoad(args) => {
             let report = discover_load::run(args)?;
-            eprintln!("{}", report.table_row());
+            table(report.table_row());
             emit(&report, json)?;
-            return Ok(load_ok("discover-load", report.errors, &report.error_samples));
+            return Ok(load_ok(
+                "discover-load",
+                report.errors,
+                &report.error_samples,
+            ));
         }
         Bench::ProxyLoad(args) => {
             let report = proxy_load::run(args)?;
-            eprintln!("{}", report.table_row());
+            table(report.table_row());
             emit(&report, json)?;
             return Ok(load_ok("proxy-load", report.errors, &report.error_samples));
         }
-        Bench::ToolTokens(args) => emit(&tool_tokens::run(args)?, json)?,
-        Bench::ExperienceReplay(args) => emit(&experience_replay::run(args)?, json)?,
+        Bench::ToolTokens(args) => {
+            let report = tool_tokens::run(args)?;
+            table(report.table());
+            emit(&report, json)?;
+        }
+        Bench::ExperienceReplay(args) => {
+            let report = experience_replay::run(args)?;
+            table(report.table());
+            emit(&report, json)?;
+        }
         Bench::MakeCorpus(args) => make_corpus::run(args)?,
         Bench::Search(args) => emit(&search::run(args)?, json)?,
         Bench::Embed(args) => emit(&embed::run(args)?, json)?,
-        Bench::Retrieval(args) => emit(&retrieval::run(args)?, json)?,
+        Bench::Retrieval(args) => {
+            let report = retrieval::run(args)?;
+            table(report.table());
+            emit(&report, json)?;
+        }
     }
     Ok(true)
 }

@@ -136,7 +136,7 @@ fn load_bases(dirs: &[PathBuf]) -> Result<Vec<Map<String, Value>>, String> {
     }
     bases.sort_by(|a, b| (&a.0, &a.1).cmp(&(&b.0, &b.1)));
     eprintln!(
-        "make_corpus: {} base manifests from {} directories ({skipped} invalid skipped)",
+        "oap-bench make-corpus: {} base manifests from {} directories ({skipped} invalid skipped)",
         bases.len(),
         dirs.len()
     );

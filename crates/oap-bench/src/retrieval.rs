@@ -45,13 +45,13 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
+use oap_bench::report::{Curve, CurvePoint, EngineLatency, ModeRow, RetrievalReport};
 use oap_discovery::document::row_key;
 use oap_discovery::query::{self, QueryOptions};
 use oap_discovery::scoring::{self, Scoring};
 use oap_discovery::{Engine, EngineConfig, Mode, Source, StoredRecord};
 use oap_embed::{EmbedError, Embedder};
 use oap_embed_candle::{BertEmbedder, EmbedOptions};
-use oap_bench::report::{Curve, CurvePoint, EngineLatency, ModeRow, RetrievalReport};
 use oap_index::Index;
 
 struct Task {
@@ -586,7 +586,6 @@ pub fn run(args: Args) -> anyhow::Result<RetrievalReport> {
         misses,
         curves,
     };
-    eprintln!("{}", report.table());
     Ok(report)
 }
 

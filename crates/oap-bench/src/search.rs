@@ -73,7 +73,11 @@ fn time_queries(n: usize, mut f: impl FnMut(usize)) -> (Duration, Duration) {
 #[derive(clap::Args, Debug)]
 pub struct Args {
     /// Index sizes (rows), comma-separated.
-    #[arg(long, value_delimiter = ',', default_value = "1000,10000,100000,1000000")]
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "1000,10000,100000,1000000"
+    )]
     sizes: Vec<usize>,
     /// Timed queries per figure.
     #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u32).range(1..))]

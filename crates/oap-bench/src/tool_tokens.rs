@@ -14,10 +14,10 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::{bail, Context, Result};
+use oap_bench::report::{ExposureColumn, TokenCalibration, TokensReport};
 use oap_bridge::{exposure, meta, tokens};
 use oapd::app;
 use oapd::config::Config;
-use oap_bench::report::{ExposureColumn, TokenCalibration, TokensReport};
 use serde_json::Value;
 
 struct Task {
@@ -222,6 +222,5 @@ pub fn run(mut options: Args) -> Result<TokensReport> {
             wordpiece_tokens: wordpiece_sum,
         },
     };
-    eprintln!("{}", report.table());
     Ok(report)
 }
