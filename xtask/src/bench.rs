@@ -134,10 +134,10 @@ impl Drop for TempDir {
 /// `oapd serve` through the kit's launcher on a free loopback port, its
 /// index in `data_dir` (kept across restarts), `extra` YAML appended. The
 /// environment is clean (no `OAP_*`, `OAPD_CONFIG` or thread-count
-/// variables) plus `env`; readiness is polled every 2 ms, so
-/// [`Daemon::ready_after`] is spawn -> first `200` from `/health`. The
-/// daemon binds before it loads the model and index, so a connection made
-/// early is simply answered once it is ready.
+/// variables) plus `env`. Returns the daemon and its spawn -> first `200`
+/// from `/health`, polled every 2 ms. The daemon binds before it loads the
+/// model and index, so a connection made early is simply answered once it
+/// is ready.
 fn start(
     oapd: &Path,
     model: &Path,
@@ -145,7 +145,7 @@ fn start(
     log: Log,
     extra: &str,
     env: &[(&str, String)],
-) -> Result<Daemon> {
+) -> Result<(Daemon, Duration)> {
     let port = free_port()?;
     let (rust_log, format) = match log {
         Log::Quiet => ("warn", "text"),
@@ -167,7 +167,7 @@ fn start(
         builder = builder.env(key, value);
     }
     builder
-        .try_start()
+        .try_start_timed()
         .map_err(|err| anyhow::anyhow!("oapd: {err}"))
 }
 
@@ -178,11 +178,6 @@ enum Log {
     Quiet,
     /// Info and up as JSON lines, for the start-up breakdown.
     InfoJson,
-}
-
-/// Spawn to ready of a daemon [`start`] returned.
-fn ready_after(daemon: &Daemon) -> Result<Duration> {
-    daemon.ready_after.context("oapd: no readiness time")
 }
 
 /// The fields of the first JSON log line whose message is `message` and
@@ -442,13 +437,11 @@ pub fn run(args: &[String]) -> Result<()> {
     println!("\n== 3/4 daemon on the bundled manifests, oap-bench discover-load");
     summary.section("3/4 bundled daemon");
     let bundled_data = tmp.0.join("bundled-data");
-    let daemon = start(&oapd, &model_dir, &bundled_data, Log::Quiet, "", &[])?;
+    let (daemon, first) = start(&oapd, &model_dir, &bundled_data, Log::Quiet, "", &[])?;
     // The first start embeds the 13 bundled manifests (no index yet); the
     // figures come from a restart on that index, as a daemon usually starts.
-    let first = ready_after(&daemon)?;
     drop(daemon);
-    let daemon = start(&oapd, &model_dir, &bundled_data, Log::Quiet, "", &[])?;
-    let again = ready_after(&daemon)?;
+    let (daemon, again) = start(&oapd, &model_dir, &bundled_data, Log::Quiet, "", &[])?;
     println!(
         "bundled: ready after {:.0} ms (first start, index built), {:.0} ms (restart)",
         ms(first),
@@ -496,7 +489,7 @@ pub fn run(args: &[String]) -> Result<()> {
 
     // The same daemon and index with RAYON_NUM_THREADS set (see above).
     let env = [("RAYON_NUM_THREADS", cores.to_string())];
-    let daemon = start(&oapd, &model_dir, &bundled_data, Log::Quiet, "", &env)?;
+    let (daemon, _) = start(&oapd, &model_dir, &bundled_data, Log::Quiet, "", &env)?;
     let label = format!("bundled, RAYON_NUM_THREADS={cores}");
     for &(concurrency, requests) in &counts[..2] {
         let (report, _) = load(&bench, &daemon, &label, concurrency, requests, false)?;
@@ -665,8 +658,7 @@ fn corpus_bench(
     let mut rss_after_ready = Vec::new();
     let mut kept: Option<Daemon> = None;
     for run in 0..options.runs {
-        let daemon = start(oapd, model_dir, &data_dir, Log::Quiet, &extra, &[])?;
-        let elapsed = ready_after(&daemon)?;
+        let (daemon, elapsed) = start(oapd, model_dir, &data_dir, Log::Quiet, &extra, &[])?;
         let rss = rss_of(daemon.pid())?;
         println!(
             "run {}: ready after {:.0} ms; VmRSS {rss}",
@@ -785,8 +777,7 @@ fn startup_breakdown(
     model_dir: &Path,
     extra: &str,
 ) -> Result<String> {
-    let daemon = start(oapd, model_dir, data_dir, Log::InfoJson, extra, &[])?;
-    let elapsed = ready_after(&daemon)?;
+    let (daemon, elapsed) = start(oapd, model_dir, data_dir, Log::InfoJson, extra, &[])?;
     let log = daemon.log_text();
     drop(daemon);
     let model = log_event(&log, "embedding model loaded", "load_ms");

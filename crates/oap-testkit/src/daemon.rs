@@ -104,13 +104,6 @@ pub struct Daemon {
     pub netns: Option<String>,
     /// How long it may take to become ready.
     pub ready_within: Duration,
-    /// When it was spawned.
-    pub spawned_at: Instant,
-    /// Spawn to the first `200` from `/health`, once it was seen ready
-    /// (start-up benchmarks read this).
-    pub ready_after: Option<Duration>,
-    /// How often readiness is polled.
-    pub ready_poll: Duration,
 }
 
 /// Runs with the daemon's pid right after spawning it.
@@ -171,7 +164,7 @@ impl DaemonBuilder {
     }
 
     /// How often readiness is polled (default 50 ms; a start-up benchmark
-    /// polls more often, see [`Daemon::ready_after`]).
+    /// polls more often, see [`Self::try_start_timed`]).
     pub fn ready_poll(mut self, every: Duration) -> Self {
         self.ready_poll = every;
         self
@@ -295,10 +288,18 @@ impl DaemonBuilder {
     /// [`Self::start`], with what went wrong as an error (for benchmark
     /// drivers) instead of a panic.
     pub fn try_start(self) -> Result<Daemon, String> {
+        self.try_start_timed().map(|(daemon, _)| daemon)
+    }
+
+    /// [`Self::try_start`], also returning the time from spawning the
+    /// daemon to its first `200` from `/health` (start-up benchmarks).
+    pub fn try_start_timed(self) -> Result<(Daemon, Duration), String> {
         let auth = self.auth.clone();
+        let poll = self.ready_poll;
+        let started = Instant::now();
         let mut daemon = self.try_spawn()?;
-        daemon.try_wait_ready(auth.as_deref())?;
-        Ok(daemon)
+        daemon.try_wait_ready_every(auth.as_deref(), poll)?;
+        Ok((daemon, started.elapsed()))
     }
 
     /// Starts the daemon and waits only until it reports where it listens
@@ -360,7 +361,6 @@ impl DaemonBuilder {
         for (key, value) in &self.env {
             command.env(key, value);
         }
-        let spawned_at = Instant::now();
         let mut child = command
             .spawn()
             .map_err(|e| format!("spawn {}: {e}", self.binary.display()))?;
@@ -383,9 +383,6 @@ impl DaemonBuilder {
             log,
             netns: self.netns,
             ready_within: self.ready_within,
-            spawned_at,
-            ready_after: None,
-            ready_poll: self.ready_poll,
         };
         if configured.len() != listen.len() || configured.iter().any(|a| a.port() == 0) {
             daemon.wait_listening(listen.len())?;
@@ -431,6 +428,15 @@ impl Daemon {
 
     /// [`Self::wait_ready`], with what went wrong as an error.
     pub fn try_wait_ready(&mut self, auth: Option<&str>) -> Result<(), String> {
+        self.try_wait_ready_every(auth, Duration::from_millis(50))
+    }
+
+    /// [`Self::try_wait_ready`], polling every `poll`.
+    pub fn try_wait_ready_every(
+        &mut self,
+        auth: Option<&str>,
+        poll: Duration,
+    ) -> Result<(), String> {
         let bearer = auth.map(|t| format!("Bearer {t}"));
         let headers: Vec<(&str, &str)> = bearer
             .as_deref()
@@ -447,14 +453,13 @@ impl Daemon {
             // Listening happens before the index is ready; wait for /health.
             if let Ok(response) = self.try_request("GET", "/health", &headers, b"") {
                 if response.status == 200 {
-                    self.ready_after = Some(self.spawned_at.elapsed());
                     return Ok(());
                 }
             }
             if Instant::now() > deadline {
                 return Err(format!("oapd not ready:\n{}", self.log_text()));
             }
-            std::thread::sleep(self.ready_poll);
+            std::thread::sleep(poll);
         }
     }
 
