@@ -6,7 +6,7 @@
 //!
 //! For each size and dtype (f32, i8) it builds an index of random L2-normalised
 //! vectors (one row per document) plus a synthetic Zipf-like vocabulary, writes it
-//! under `target/oap-index-bench/`, opens it (full validation) and times
+//! under `target/oap-index-bench-<pid>/`, opens it (full validation) and times
 //! `dense_search(k = 10)` (default threads and 1 thread) and `lexical_search(k = 10)`.
 //! Files are deleted afterwards. The table goes to stderr; the result is a
 //! [`SearchReport`].
@@ -92,7 +92,12 @@ pub fn run(args: Args) -> anyhow::Result<SearchReport> {
     let sizes = args.sizes;
     let queries = args.queries as usize;
     let dim = args.dim as usize;
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/oap-index-bench");
+    // One directory per run, so that two runs at once do not remove each
+    // other's files.
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(format!(
+        "../../target/oap-index-bench-{}",
+        std::process::id()
+    ));
     std::fs::create_dir_all(&dir).expect("create bench dir");
     let threads = SearchConfig::default().threads;
     let vocab_size = 50_000;
