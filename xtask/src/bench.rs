@@ -2,26 +2,30 @@
 //! every figure in one run so that ratios between them are meaningful on a
 //! noisy machine.
 //!
-//! In order: `embed_bench` (query latency, batch throughput), `search_bench`
-//! (1k..1M rows, f32 and i8), the daemon on the bundled manifests under
-//! `discover_load` at concurrency 1, 8 and 32 with its RSS, and a synthetic
-//! corpus of 10,000 manifests (`make_corpus`): the index is built once and
-//! cached under `target/bench/corpus-10000/`, then the daemon is restarted
-//! on it several times to time spawn -> first `200` from `GET /health`.
+//! In order, all `oap-bench` subcommands whose JSON reports this task reads:
+//! `embed` (query latency, batch throughput), `search` (1k..1M rows, f32
+//! and i8), the daemon on the bundled manifests under `discover-load` at
+//! concurrency 1, 8 and 32 with its RSS, and a synthetic corpus of 10,000
+//! manifests (`make-corpus`): the index is built once and cached under
+//! `target/bench/corpus-10000/`, then the daemon is restarted on it several
+//! times to time spawn -> first `200` from `GET /health`.
 //!
-//! Daemons get a temporary config on a free 127.0.0.1 port, `RUST_LOG=warn`
-//! and no `OAP_*` environment; they are killed when this task ends, also on
-//! error (their handles kill them on drop).
+//! Daemons start through the test kit's launcher (`DaemonBuilder`) on a
+//! free 127.0.0.1 port, `RUST_LOG=warn` and no `OAP_*` environment; they
+//! are killed when this task ends, also on error (their handles kill them
+//! on drop). Log lines the task needs are read as JSON (`log.format: json`).
 
 use crate::bench_proxy::{loadavg, now_utc};
-use std::io::Read;
-use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
+use oap_bench::report::{DiscoverLoadReport, EmbedReport, SearchReport};
+use oap_testkit::{Daemon, DaemonBuilder};
+use serde_json::Value;
 
+use crate::bench_run;
 use crate::net::free_port;
 use crate::repo_root;
 
@@ -127,100 +131,62 @@ impl Drop for TempDir {
     }
 }
 
-/// A running `oapd serve`; killed (SIGKILL) and reaped on drop.
-struct Daemon {
-    child: Child,
-    addr: SocketAddr,
-    log: PathBuf,
+/// `oapd serve` through the kit's launcher on a free loopback port, its
+/// index in `data_dir` (kept across restarts), `extra` YAML appended. The
+/// environment is clean (no `OAP_*`, `OAPD_CONFIG` or thread-count
+/// variables) plus `env`. Returns the daemon and its spawn -> first `200`
+/// from `/health`, polled every 2 ms. The daemon binds before it loads the
+/// model and index, so a connection made early is simply answered once it
+/// is ready.
+fn start(
+    oapd: &Path,
+    model: &Path,
+    data_dir: &Path,
+    log: Log,
+    extra: &str,
+    env: &[(&str, String)],
+) -> Result<(Daemon, Duration)> {
+    let port = free_port()?;
+    let (rust_log, format) = match log {
+        Log::Quiet => ("warn", "text"),
+        Log::InfoJson => ("info", "json"),
+    };
+    let mut builder = DaemonBuilder::new(oapd)
+        .model_dir(model)
+        .data_dir(data_dir)
+        .listen(&[&format!("127.0.0.1:{port}")])
+        .default_header_read_timeout()
+        .yaml(&format!("log:\n  level: warn\n  format: {format}\n{extra}"))
+        .env("RUST_LOG", rust_log)
+        .ready_poll(Duration::from_millis(2))
+        .ready_within(Duration::from_secs(600));
+    for key in THREAD_VARS {
+        builder = builder.env_remove(key);
+    }
+    for (key, value) in env {
+        builder = builder.env(key, value);
+    }
+    builder
+        .try_start_timed()
+        .map_err(|err| anyhow::anyhow!("oapd: {err}"))
 }
 
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+/// How a started daemon logs.
+#[derive(Clone, Copy)]
+enum Log {
+    /// Warnings only, as text.
+    Quiet,
+    /// Info and up as JSON lines, for the start-up breakdown.
+    InfoJson,
 }
 
-impl Daemon {
-    /// Spawns `oapd serve` with `config` (which listens on `port`).
-    /// `env` is added to a clean environment: no `OAP_*`, `OAPD_CONFIG` or
-    /// thread-count variables from the caller.
-    fn start(
-        oapd: &Path,
-        config: &Path,
-        port: u16,
-        log: &Path,
-        rust_log: &str,
-        env: &[(&str, String)],
-    ) -> Result<Self> {
-        let log_file =
-            std::fs::File::create(log).with_context(|| format!("create {}", log.display()))?;
-        let mut command = Command::new(oapd);
-        for (key, _) in std::env::vars_os() {
-            if key.to_string_lossy().starts_with("OAP_") {
-                command.env_remove(key);
-            }
-        }
-        for key in THREAD_VARS {
-            command.env_remove(key);
-        }
-        command.envs(env.iter().map(|(k, v)| (k, v)));
-        command
-            .env_remove("OAPD_CONFIG")
-            .env("RUST_LOG", rust_log)
-            .arg("--config")
-            .arg(config)
-            .arg("serve")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(log_file);
-        let child = command
-            .spawn()
-            .with_context(|| format!("cannot start {}", oapd.display()))?;
-        Ok(Daemon {
-            child,
-            addr: SocketAddr::from(([127, 0, 0, 1], port)),
-            log: log.to_path_buf(),
-        })
-    }
-
-    /// Polls until `GET /health` answers 200. The daemon binds before it
-    /// loads the model and index, so a connection made early is simply
-    /// answered once it is ready: the time measured is the time of readiness.
-    fn wait_ready(&mut self, started: Instant) -> Result<Duration> {
-        let deadline = started + Duration::from_secs(600);
-        loop {
-            if let Some(status) = self.child.try_wait()? {
-                bail!(
-                    "oapd exited early ({status}):\n{}",
-                    std::fs::read_to_string(&self.log).unwrap_or_default()
-                );
-            }
-            if let Ok((200, _)) = http_get(self.addr, "/health") {
-                return Ok(started.elapsed());
-            }
-            if Instant::now() > deadline {
-                bail!("oapd not ready after 600 s (log: {})", self.log.display());
-            }
-            std::thread::sleep(Duration::from_millis(2));
-        }
-    }
-
-    fn pid(&self) -> u32 {
-        self.child.id()
-    }
-
-    fn health(&self) -> Result<String> {
-        match http_get(self.addr, "/health")? {
-            (200, body) => Ok(body),
-            (status, body) => bail!("GET /health: {status}: {body}"),
-        }
-    }
-}
-
-/// `GET path`; start-up on a slow disk can take minutes, hence the long read timeout.
-fn http_get(addr: SocketAddr, path: &str) -> std::io::Result<(u16, String)> {
-    crate::net::http(addr, "GET", path, Duration::from_secs(300))
+/// The fields of the first JSON log line whose message is `message` and
+/// that has `field`.
+fn log_event(log: &str, message: &str, field: &str) -> Option<Value> {
+    log.lines()
+        .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+        .map(|line| line["fields"].clone())
+        .find(|fields| fields["message"] == message && fields.get(field).is_some())
 }
 
 /// Memory of a process from `/proc/<pid>/status`, in MB (10^6 bytes).
@@ -257,64 +223,7 @@ fn rss_of(pid: u32) -> Result<Rss> {
     })
 }
 
-use crate::tasks::{cargo, run_in_root as run_shown};
-
-/// Runs a command in the repository root, echoing and returning its stdout.
-fn capture(command: &mut Command) -> Result<String> {
-    let shown = shown(command);
-    println!("$ {shown}");
-    let output = command
-        .current_dir(repo_root())
-        .stderr(Stdio::inherit())
-        .output()
-        .with_context(|| format!("cannot start {shown}"))?;
-    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
-    print!("{stdout}");
-    if !output.status.success() {
-        bail!("{shown} failed: {}", output.status);
-    }
-    Ok(stdout)
-}
-
-/// A command as it would be typed (paths under the repository shortened).
-fn shown(command: &Command) -> String {
-    let root = format!("{}/", repo_root().display());
-    let mut parts: Vec<String> = command
-        .get_envs()
-        .filter_map(|(k, v)| Some(format!("{}={}", k.to_string_lossy(), v?.to_string_lossy())))
-        .filter(|kv| !kv.starts_with("RUST_LOG="))
-        .collect();
-    parts.push(command.get_program().to_string_lossy().into_owned());
-    parts.extend(command.get_args().map(|a| a.to_string_lossy().into_owned()));
-    parts
-        .iter()
-        .map(|p| p.replace(&root, ""))
-        .collect::<Vec<_>>()
-        .join(" ")
-}
-
-/// The number right after `key` in `text` (`"p50 "` -> 12.3).
-#[allow(
-    clippy::string_slice,
-    reason = "every index comes from str::find on ASCII keys, so it is a char boundary"
-)]
-fn number_after(text: &str, key: &str) -> Option<f64> {
-    let start = text.find(key)? + key.len();
-    let rest = text[start..].trim_start();
-    let end = rest
-        .find(|c: char| !(c.is_ascii_digit() || c == '.' || c == '-'))
-        .unwrap_or(rest.len());
-    rest[..end].parse().ok()
-}
-
-/// Cells of a markdown table row.
-fn cells(row: &str) -> Vec<String> {
-    row.trim()
-        .trim_matches('|')
-        .split('|')
-        .map(|c| c.trim().to_string())
-        .collect()
-}
+use crate::tasks::run_in_root as run_shown;
 
 /// The shared description (CPU, cores, RAM) plus the kernel, which the
 /// speed figures depend on.
@@ -352,67 +261,60 @@ fn source_revision() -> String {
     }
 }
 
-fn write_config(path: &Path, port: u16, data_dir: &Path, model: &Path, extra: &str) -> Result<()> {
-    let yaml = format!(
-        "server:\n  listen: [\"127.0.0.1:{port}\"]\n\
-         index:\n  data_dir: {data_dir:?}\n\
-         embedding:\n  model_dir: {model:?}\n\
-         log:\n  level: warn\n{extra}"
-    );
-    std::fs::write(path, yaml).with_context(|| format!("write {}", path.display()))
-}
-
-/// Runs `discover_load` against `daemon`, sampling the daemon's VmRSS every
-/// 50 ms meanwhile; returns the table row and the largest VmRSS seen (MB).
+/// Runs `oap-bench discover-load` against `daemon`, sampling the daemon's
+/// VmRSS every 50 ms meanwhile; prints its table row (the header first
+/// when `header`) and returns its report and the largest VmRSS seen (MB).
 fn load(
-    load_bin: &Path,
+    bench: &Path,
     daemon: &Daemon,
     label: &str,
     concurrency: usize,
     requests: usize,
     header: bool,
-) -> Result<(String, f64)> {
-    let mut command = Command::new(load_bin);
+) -> Result<(DiscoverLoadReport, f64)> {
+    let mut command = bench_run::command(bench, "discover-load");
     command
+        .arg("--quiet")
         .arg("--addr")
         .arg(daemon.addr.to_string())
         .args(["--concurrency", &concurrency.to_string()])
         .args(["--requests", &requests.to_string()])
-        .args(["--label", label])
-        .current_dir(repo_root())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit());
-    if header {
-        command.arg("--header");
-    }
-    let shown = shown(&command);
-    let mut child = command
-        .spawn()
-        .with_context(|| format!("cannot start {shown}"))?;
+        .args(["--label", label]);
+    let pid = daemon.pid();
     let mut peak: f64 = 0.0;
-    let status = loop {
-        if let Ok(rss) = rss_of(daemon.pid()) {
-            peak = peak.max(rss.rss);
-        }
-        if let Some(status) = child.try_wait()? {
-            break status;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    };
-    let mut stdout = String::new();
-    if let Some(mut out) = child.stdout.take() {
-        out.read_to_string(&mut stdout)?;
+    let (report, ok): (DiscoverLoadReport, bool) =
+        bench_run::report_and_status(&mut command, || {
+            if let Ok(rss) = rss_of(pid) {
+                peak = peak.max(rss.rss);
+            }
+        })?;
+    if header {
+        println!("{}", DiscoverLoadReport::TABLE_HEADER);
     }
-    print!("{stdout}");
-    let row = stdout
-        .lines()
-        .rfind(|l| l.starts_with("| ") && !l.starts_with("| run "))
-        .map(str::to_string)
-        .with_context(|| format!("{shown}: no result row"))?;
-    if !status.success() {
-        println!("(warning: {shown} reported errors: {status})");
+    println!("{}", report.table_row());
+    if !ok {
+        println!(
+            "(warning: discover-load {label} reported {} errors)",
+            report.errors
+        );
     }
-    Ok((row, peak))
+    Ok((report, peak))
+}
+
+/// A `/v1/discover` load run as a summary figure.
+fn add_load(summary: &mut Summary, name: String, report: &DiscoverLoadReport, judged: bool) {
+    let (p50, p99, rps, errors) = (
+        report.p50_ms,
+        report.p99_ms,
+        report.requests_per_s,
+        report.errors,
+    );
+    summary.add(
+        name,
+        format!("{p50:.1} / {p99:.1} ms, {rps:.0} req/s, {errors} errors"),
+        if judged { "p50 <= 20 ms" } else { "-" },
+        judged.then_some(p50 <= TARGET_DISCOVER_P50_MS && errors == 0),
+    );
 }
 
 pub fn run(args: &[String]) -> Result<()> {
@@ -422,37 +324,8 @@ pub fn run(args: &[String]) -> Result<()> {
     let model_dir = root.join("models/all-MiniLM-L6-v2");
 
     println!("== build (release)");
-    run_shown(cargo().args([
-        "build",
-        "--release",
-        "--package",
-        "oapd",
-        "--bin",
-        "oapd",
-        "--example",
-        "discover_load",
-        "--example",
-        "make_corpus",
-    ]))?;
-    run_shown(cargo().args([
-        "build",
-        "--release",
-        "--package",
-        "oap-embed-candle",
-        "--example",
-        "embed_bench",
-    ]))?;
-    run_shown(cargo().args([
-        "build",
-        "--release",
-        "--package",
-        "oap-index",
-        "--example",
-        "search_bench",
-    ]))?;
-    let bin = root.join("target/release");
-    let oapd = bin.join("oapd");
-    let load_bin = bin.join("examples/discover_load");
+    let bench = bench_run::build(&[("oapd", "oapd")])?;
+    let oapd = root.join("target/release/oapd");
 
     let machine = machine_description();
     let date = now_utc();
@@ -470,10 +343,10 @@ pub fn run(args: &[String]) -> Result<()> {
     // benchmark with RAYON_NUM_THREADS set: candle re-reads the CPU count
     // (/proc/cpuinfo) on every matmul unless it is set, and alternating the
     // two keeps the comparison fair on a machine whose load drifts.
-    println!("\n== 1/4 embedding (embed_bench, 3 rounds: default, RAYON_NUM_THREADS={cores})");
+    println!("\n== 1/4 embedding (oap-bench embed, 3 rounds: default, RAYON_NUM_THREADS={cores})");
     summary.section("1/4 embedding");
     let embed_bench = || {
-        let mut command = Command::new(bin.join("examples/embed_bench"));
+        let mut command = bench_run::command(&bench, "embed");
         command.arg(&model_dir);
         for key in THREAD_VARS {
             command.env_remove(key);
@@ -483,10 +356,12 @@ pub fn run(args: &[String]) -> Result<()> {
     let mut default_runs = Vec::new();
     let mut rayon_runs = Vec::new();
     for _ in 0..3 {
-        default_runs.push(EmbedRun::parse(&capture(&mut embed_bench())?)?);
-        rayon_runs.push(EmbedRun::parse(&capture(
+        default_runs.push(EmbedRun::from(bench_run::report::<EmbedReport>(
+            &mut embed_bench(),
+        )?));
+        rayon_runs.push(EmbedRun::from(bench_run::report::<EmbedReport>(
             embed_bench().env("RAYON_NUM_THREADS", cores.to_string()),
-        )?)?);
+        )?));
     }
     let list = |runs: &[EmbedRun]| {
         runs.iter()
@@ -497,7 +372,7 @@ pub fn run(args: &[String]) -> Result<()> {
     let p50 = median(&default_runs.iter().map(|r| r.p50).collect::<Vec<_>>());
     let p99 = median(&default_runs.iter().map(|r| r.p99).collect::<Vec<_>>());
     summary.add(
-        "query embedding, single query (~10 tokens), p50 / p99, median of 3 embed_bench runs",
+        "query embedding, single query (~10 tokens), p50 / p99, median of 3 oap-bench embed runs",
         format!("{p50:.2} / {p99:.2} ms (p50s: {})", list(&default_runs)),
         "p50 <= 15 ms",
         Some(p50 <= TARGET_EMBED_P50_MS),
@@ -532,23 +407,23 @@ pub fn run(args: &[String]) -> Result<()> {
     }
 
     // 2. Vector and BM25 search.
-    println!("\n== 2/4 search (search_bench)");
+    println!("\n== 2/4 search (oap-bench search)");
     summary.section("2/4 search");
     let sizes = if options.quick {
         "1000,10000,100000"
     } else {
         "1000,10000,100000,1000000"
     };
-    let out = capture(Command::new(bin.join("examples/search_bench")).args(["--sizes", sizes]))?;
-    for row in out.lines().filter(|l| l.starts_with("| ")) {
-        let c = cells(row);
-        let (Ok(rows), Some(dtype)) = (c[0].parse::<usize>(), c.get(1)) else {
-            continue;
-        };
-        let num = |i: usize| c.get(i).and_then(|v| v.parse::<f64>().ok());
-        let (Some(d50), Some(d99), Some(s50), Some(l50)) = (num(7), num(8), num(9), num(10)) else {
-            continue;
-        };
+    let search: SearchReport =
+        bench_run::report(bench_run::command(&bench, "search").args(["--sizes", sizes]))?;
+    for row in &search.rows {
+        let (rows, dtype) = (row.rows, &row.dtype);
+        let (d50, d99, s50, l50) = (
+            row.dense_p50_ms,
+            row.dense_p99_ms,
+            row.dense_one_thread_p50_ms,
+            row.lexical_p50_ms,
+        );
         let ok = (rows == 100_000).then_some(d50 <= TARGET_SEARCH_100K_MS);
         summary.add(
             format!("dense search k=10, {rows} rows {dtype}: p50 / p99 (1 thread p50; BM25 p50)"),
@@ -559,34 +434,14 @@ pub fn run(args: &[String]) -> Result<()> {
     }
 
     // 3. The daemon on the bundled manifests.
-    println!("\n== 3/4 daemon on the bundled manifests, discover_load");
+    println!("\n== 3/4 daemon on the bundled manifests, oap-bench discover-load");
     summary.section("3/4 bundled daemon");
-    let port = free_port()?;
-    let config = tmp.0.join("bundled.yaml");
-    write_config(&config, port, &tmp.0.join("bundled-data"), &model_dir, "")?;
-    let started = Instant::now();
-    let mut daemon = Daemon::start(
-        &oapd,
-        &config,
-        port,
-        &tmp.0.join("bundled.log"),
-        "warn",
-        &[],
-    )?;
+    let bundled_data = tmp.0.join("bundled-data");
+    let (daemon, first) = start(&oapd, &model_dir, &bundled_data, Log::Quiet, "", &[])?;
     // The first start embeds the 13 bundled manifests (no index yet); the
     // figures come from a restart on that index, as a daemon usually starts.
-    let first = daemon.wait_ready(started)?;
     drop(daemon);
-    let started = Instant::now();
-    let mut daemon = Daemon::start(
-        &oapd,
-        &config,
-        port,
-        &tmp.0.join("bundled.log"),
-        "warn",
-        &[],
-    )?;
-    let again = daemon.wait_ready(started)?;
+    let (daemon, again) = start(&oapd, &model_dir, &bundled_data, Log::Quiet, "", &[])?;
     println!(
         "bundled: ready after {:.0} ms (first start, index built), {:.0} ms (restart)",
         ms(first),
@@ -613,23 +468,15 @@ pub fn run(args: &[String]) -> Result<()> {
     let mut peak: f64 = 0.0;
     let mut load_rows = Vec::new();
     for (i, &(concurrency, requests)) in counts.iter().enumerate() {
-        let (row, p) = load(&load_bin, &daemon, "bundled", concurrency, requests, i == 0)?;
+        let (report, p) = load(&bench, &daemon, "bundled", concurrency, requests, i == 0)?;
         peak = peak.max(p);
-        let c = cells(&row);
-        let num = |i: usize| c.get(i).and_then(|v| v.parse::<f64>().ok());
-        if let (Some(p50), Some(p99), Some(rps), Some(errors)) = (num(4), num(6), num(8), num(3)) {
-            summary.add(
-                format!("/v1/discover, bundled (13), concurrency {concurrency}: p50 / p99, req/s"),
-                format!("{p50:.1} / {p99:.1} ms, {rps:.0} req/s, {errors} errors"),
-                if concurrency == 1 {
-                    "p50 <= 20 ms"
-                } else {
-                    "-"
-                },
-                (concurrency == 1).then_some(p50 <= TARGET_DISCOVER_P50_MS && errors == 0.0),
-            );
-        }
-        load_rows.push(row);
+        add_load(
+            &mut summary,
+            format!("/v1/discover, bundled (13), concurrency {concurrency}: p50 / p99, req/s"),
+            &report,
+            concurrency == 1,
+        );
+        load_rows.push(report);
     }
     let rss = rss_of(daemon.pid())?;
     summary.add(
@@ -641,28 +488,21 @@ pub fn run(args: &[String]) -> Result<()> {
     drop(daemon);
 
     // The same daemon and index with RAYON_NUM_THREADS set (see above).
-    let started = Instant::now();
     let env = [("RAYON_NUM_THREADS", cores.to_string())];
-    let log = tmp.0.join("bundled-rayon.log");
-    let mut daemon = Daemon::start(&oapd, &config, port, &log, "warn", &env)?;
-    daemon.wait_ready(started)?;
+    let (daemon, _) = start(&oapd, &model_dir, &bundled_data, Log::Quiet, "", &env)?;
     let label = format!("bundled, RAYON_NUM_THREADS={cores}");
     for &(concurrency, requests) in &counts[..2] {
-        let (row, _) = load(&load_bin, &daemon, &label, concurrency, requests, false)?;
-        let c = cells(&row);
-        let num = |i: usize| c.get(i).and_then(|v| v.parse::<f64>().ok());
-        if let (Some(p50), Some(p99), Some(rps), Some(errors)) = (num(4), num(6), num(8), num(3)) {
-            summary.add(
-                format!(
-                    "/v1/discover, bundled, RAYON_NUM_THREADS={cores} (not the default), \
-                     concurrency {concurrency}: p50 / p99, req/s"
-                ),
-                format!("{p50:.1} / {p99:.1} ms, {rps:.0} req/s, {errors} errors"),
-                "-",
-                None,
-            );
-        }
-        load_rows.push(row);
+        let (report, _) = load(&bench, &daemon, &label, concurrency, requests, false)?;
+        add_load(
+            &mut summary,
+            format!(
+                "/v1/discover, bundled, RAYON_NUM_THREADS={cores} (not the default), \
+                 concurrency {concurrency}: p50 / p99, req/s"
+            ),
+            &report,
+            false,
+        );
+        load_rows.push(report);
     }
     drop(daemon);
 
@@ -675,7 +515,7 @@ pub fn run(args: &[String]) -> Result<()> {
     corpus_bench(
         &options,
         &oapd,
-        &load_bin,
+        &bench,
         &model_dir,
         &tmp,
         &mut summary,
@@ -692,10 +532,9 @@ pub fn run(args: &[String]) -> Result<()> {
             f.name, f.value, f.target, f.verdict
         );
     }
-    println!("\n| run | concurrency | requests | errors | p50 ms | p90 ms | p99 ms | max ms | req/s | server total p50 ms | embed p50 ms | search p50 ms |");
-    println!("|---|---|---|---|---|---|---|---|---|---|---|---|");
+    println!("\n{}", DiscoverLoadReport::TABLE_HEADER);
     for row in &load_rows {
-        println!("{row}");
+        println!("{}", row.table_row());
     }
     for note in &summary.notes {
         println!("- {note}");
@@ -703,29 +542,21 @@ pub fn run(args: &[String]) -> Result<()> {
     Ok(())
 }
 
-/// What one `embed_bench` run printed.
+/// What the summary takes from one `oap-bench embed` run.
 struct EmbedRun {
     p50: f64,
     p99: f64,
-    /// texts/s of its `batch:` lines, in order.
+    /// texts/s of the long and the short batch, in that order.
     batch: Vec<f64>,
 }
 
-impl EmbedRun {
-    fn parse(out: &str) -> Result<EmbedRun> {
-        let single = out
-            .lines()
-            .find(|l| l.starts_with("single query"))
-            .context("embed_bench: no `single query` line")?;
-        Ok(EmbedRun {
-            p50: number_after(single, "p50").context("embed_bench: no p50")?,
-            p99: number_after(single, "p99").context("embed_bench: no p99")?,
-            batch: out
-                .lines()
-                .filter(|l| l.starts_with("batch:"))
-                .filter_map(|l| number_after(l, "= "))
-                .collect(),
-        })
+impl From<EmbedReport> for EmbedRun {
+    fn from(report: EmbedReport) -> EmbedRun {
+        EmbedRun {
+            p50: report.single_query.p50_ms,
+            p99: report.single_query.p99_ms,
+            batch: vec![report.batch.texts_per_s, report.short_batch.texts_per_s],
+        }
     }
 }
 
@@ -742,11 +573,11 @@ fn median(values: &[f64]) -> f64 {
 fn corpus_bench(
     options: &Options,
     oapd: &Path,
-    load_bin: &Path,
+    bench: &Path,
     model_dir: &Path,
     tmp: &TempDir,
     summary: &mut Summary,
-    load_rows: &mut Vec<String>,
+    load_rows: &mut Vec<DiscoverLoadReport>,
 ) -> Result<()> {
     let root = repo_root();
     let bfcl = root.join("target/bench/bfcl");
@@ -762,7 +593,7 @@ fn corpus_bench(
     let manifests = cache.join("manifests");
     // Deterministic: regenerating gives the same bytes, so a cached index stays valid.
     run_shown(
-        Command::new(root.join("target/release/examples/make_corpus"))
+        bench_run::command(bench, "make-corpus")
             .arg("--out")
             .arg(&manifests)
             .args(["--count", &options.corpus.to_string()]),
@@ -770,32 +601,52 @@ fn corpus_bench(
     lint_all(oapd, &manifests)?;
 
     let extra = format!("manifests:\n  bundled: false\n  dirs: [{manifests:?}]\n");
+    let data_dir = cache.join("data");
     let index_config = tmp.0.join("corpus-index.yaml");
-    write_config(&index_config, 1, &cache.join("data"), model_dir, &extra)?;
+    std::fs::write(
+        &index_config,
+        format!(
+            "index:\n  data_dir: {data_dir:?}\nembedding:\n  model_dir: {model_dir:?}\n\
+             log:\n  level: info\n  format: json\n{extra}"
+        ),
+    )
+    .with_context(|| format!("write {}", index_config.display()))?;
     // Builds the index the first time (embeds every manifest: minutes);
-    // afterwards it finds it unchanged and returns at once.
+    // afterwards it finds it unchanged and returns at once. Its `index
+    // ready` log event says which.
     let t = Instant::now();
-    let out = capture(
-        Command::new(oapd)
-            .env("RUST_LOG", "warn")
-            .arg("--config")
-            .arg(&index_config)
-            .arg("index"),
-    )?;
+    let mut command = Command::new(oapd);
+    command
+        .env("RUST_LOG", "info")
+        .arg("--config")
+        .arg(&index_config)
+        .arg("index")
+        .current_dir(repo_root())
+        .stdin(Stdio::null());
+    println!("$ oapd --config {} index", index_config.display());
+    let output = command.output().context("cannot run oapd index")?;
+    print!("{}", String::from_utf8_lossy(&output.stdout));
+    let log = String::from_utf8_lossy(&output.stderr);
+    if !output.status.success() {
+        bail!("oapd index failed ({}):\n{log}", output.status);
+    }
     println!("(oapd index: {:.1} s)", t.elapsed().as_secs_f64());
-    if out.contains("written") {
+    let ready = log_event(&log, "index ready", "reused_index")
+        .context("oapd index logged no `index ready` event")?;
+    if ready["reused_index"] == false {
         summary.notes.push(format!(
-            "the {}-manifest index was (re)built in this run: {:.0} s ({})",
+            "the {}-manifest index was (re)built in this run: {:.0} s ({} manifests, {} rows)",
             options.corpus,
             t.elapsed().as_secs_f64(),
-            out.trim()
+            ready["manifests"],
+            ready["rows"],
         ));
     }
 
     // Warm-up start, not timed: the page cache may have dropped the model
     // or the index since they were last read (this VM reclaims idle page
     // cache), and the timed runs are meant to be warm restarts.
-    let warm_up = startup_breakdown(oapd, tmp, &cache.join("data"), model_dir, &extra, "warm-up")?;
+    let warm_up = startup_breakdown(oapd, &data_dir, model_dir, &extra)?;
     summary.add(
         "warm-up start (untimed, info logs): spawn to ready / model load (read, sha256 on a 2nd thread) / catalog load + index open",
         warm_up,
@@ -807,19 +658,7 @@ fn corpus_bench(
     let mut rss_after_ready = Vec::new();
     let mut kept: Option<Daemon> = None;
     for run in 0..options.runs {
-        let port = free_port()?;
-        let config = tmp.0.join(format!("corpus-{run}.yaml"));
-        write_config(&config, port, &cache.join("data"), model_dir, &extra)?;
-        let started = Instant::now();
-        let mut daemon = Daemon::start(
-            oapd,
-            &config,
-            port,
-            &tmp.0.join(format!("corpus-{run}.log")),
-            "warn",
-            &[],
-        )?;
-        let elapsed = daemon.wait_ready(started)?;
+        let (daemon, elapsed) = start(oapd, model_dir, &data_dir, Log::Quiet, &extra, &[])?;
         let rss = rss_of(daemon.pid())?;
         println!(
             "run {}: ready after {:.0} ms; VmRSS {rss}",
@@ -833,7 +672,7 @@ fn corpus_bench(
         }
     }
     let daemon = kept.context("no run")?;
-    let breakdown = startup_breakdown(oapd, tmp, &cache.join("data"), model_dir, &extra, "after")?;
+    let breakdown = startup_breakdown(oapd, &data_dir, model_dir, &extra)?;
     summary.add(
         "start-up breakdown (one more warm start, info logs): spawn to ready / model load (read, sha256 on a 2nd thread) / catalog load + index open",
         breakdown,
@@ -860,10 +699,16 @@ fn corpus_bench(
         Some(p50 <= TARGET_READY_MS),
     );
 
-    let health = daemon.health()?;
-    let docs = number_after(&health, "\"manifests\":").unwrap_or(0.0);
-    let rows = number_after(&health, "\"rows\":").unwrap_or(0.0);
-    let bytes = number_after(&health, "\"bytes\":").unwrap_or(0.0);
+    let health = daemon
+        .try_request("GET", "/health", &[], b"")
+        .context("GET /health")?;
+    if health.status != 200 {
+        bail!("GET /health: {}", health.status);
+    }
+    let health: Value = serde_json::from_slice(&health.body).context("/health is not JSON")?;
+    let index = &health["index"];
+    let number = |key: &str| index[key].as_f64().unwrap_or(0.0);
+    let (docs, rows, bytes) = (number("manifests"), number("rows"), number("bytes"));
     summary.add(
         format!(
             "index, {} manifests: docs, rows, file size, bytes per manifest",
@@ -895,26 +740,18 @@ fn corpus_bench(
     };
     let mut peak: f64 = 0.0;
     for &(concurrency, requests) in counts {
-        let (row, p) = load(load_bin, &daemon, &label, concurrency, requests, false)?;
+        let (report, p) = load(bench, &daemon, &label, concurrency, requests, false)?;
         peak = peak.max(p);
-        let c = cells(&row);
-        let num = |i: usize| c.get(i).and_then(|v| v.parse::<f64>().ok());
-        if let (Some(p50), Some(p99), Some(rps), Some(errors)) = (num(4), num(6), num(8), num(3)) {
-            summary.add(
-                format!(
-                    "/v1/discover, {} manifests, concurrency {concurrency}: p50 / p99, req/s",
-                    options.corpus
-                ),
-                format!("{p50:.1} / {p99:.1} ms, {rps:.0} req/s, {errors} errors"),
-                if concurrency == 1 {
-                    "p50 <= 20 ms"
-                } else {
-                    "-"
-                },
-                (concurrency == 1).then_some(p50 <= TARGET_DISCOVER_P50_MS && errors == 0.0),
-            );
-        }
-        load_rows.push(row);
+        add_load(
+            summary,
+            format!(
+                "/v1/discover, {} manifests, concurrency {concurrency}: p50 / p99, req/s",
+                options.corpus
+            ),
+            &report,
+            concurrency == 1,
+        );
+        load_rows.push(report);
     }
     let rss = rss_of(daemon.pid())?;
     summary.add(
@@ -931,40 +768,33 @@ fn corpus_bench(
     Ok(())
 }
 
-/// Starts the daemon once with info logs and returns "spawn-to-ready / model
-/// load (read, hash) / catalog load + index open" from its log lines.
+/// Starts the daemon once with info logs (JSON lines) and returns
+/// "spawn-to-ready / model load (read, hash) / catalog load + index open"
+/// from its `embedding model loaded` and `index ready` events.
 fn startup_breakdown(
     oapd: &Path,
-    tmp: &TempDir,
     data_dir: &Path,
     model_dir: &Path,
     extra: &str,
-    name: &str,
 ) -> Result<String> {
-    let port = free_port()?;
-    let config = tmp.0.join(format!("corpus-{name}.yaml"));
-    write_config(&config, port, data_dir, model_dir, extra)?;
-    let log = tmp.0.join(format!("corpus-{name}.log"));
-    let started = Instant::now();
-    let mut daemon = Daemon::start(oapd, &config, port, &log, "info", &[])?;
-    let elapsed = daemon.wait_ready(started)?;
+    let (daemon, elapsed) = start(oapd, model_dir, data_dir, Log::InfoJson, extra, &[])?;
+    let log = daemon.log_text();
     drop(daemon);
-    let text = std::fs::read_to_string(&log).unwrap_or_default();
-    let model_line = text
-        .lines()
-        .find(|l| l.contains("embedding model loaded") && l.contains("load_ms"));
-    let index_line = text.lines().find(|l| l.contains("index ready"));
-    let part = |line: Option<&str>, key: &str| {
-        line.and_then(|l| number_after(l, key))
+    let model = log_event(&log, "embedding model loaded", "load_ms");
+    let index = log_event(&log, "index ready", "elapsed_ms");
+    let part = |event: &Option<Value>, key: &str| {
+        event
+            .as_ref()
+            .and_then(|fields| fields[key].as_f64())
             .map_or("?".to_string(), |v| format!("{v:.0} ms"))
     };
     Ok(format!(
         "{:.0} ms / {} ({}, {}) / {}",
         ms(elapsed),
-        part(model_line, "load_ms="),
-        part(model_line, "read_ms="),
-        part(model_line, "hash_ms="),
-        part(index_line, "elapsed_ms="),
+        part(&model, "load_ms"),
+        part(&model, "read_ms"),
+        part(&model, "hash_ms"),
+        part(&index, "elapsed_ms"),
     ))
 }
 

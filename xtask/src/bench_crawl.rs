@@ -1,18 +1,19 @@
 //! `cargo xtask bench-crawl [--quick] [--count N]`: crawler throughput,
 //! footprint and its effect on discovery latency. Generates the corpus
-//! (`make_corpus`), runs the `crawl_load` example (loopback HTTPS, one
-//! generated domain per manifest, the real `oapd serve`; see its doc) and
-//! writes the figures into the "Crawler" section of docs/BENCHMARKS.md.
+//! (`oap-bench make-corpus`), runs `oap-bench crawl-load` (loopback HTTPS,
+//! one generated domain per manifest, the real `oapd serve`; see its doc),
+//! reads its JSON report and writes the figures into the "Crawler" section
+//! of docs/BENCHMARKS.md.
 
 use crate::bench_proxy::{loadavg, machine_description, now_utc};
 use std::path::Path;
-use std::process::Command;
 
 use anyhow::{bail, Context, Result};
-use serde_json::Value;
+use oap_bench::report::{CrawlLoadReport, Phase};
 
+use crate::bench_run;
 use crate::repo_root;
-use crate::tasks::{cargo, run_in_root};
+use crate::tasks::run_in_root;
 
 /// Discovery p99 while crawling may be at most this multiple of idle.
 const TARGET_RATIO: f64 = 1.5;
@@ -43,51 +44,28 @@ pub fn run(args: &[String]) -> Result<()> {
     }
     let root = repo_root();
     let load_before = loadavg();
-    run_in_root(cargo().args([
-        "build",
-        "--release",
-        "-p",
-        "oapd",
-        "--bin",
-        "oapd",
-        "--example",
-        "crawl_load",
-        "--example",
-        "make_corpus",
-    ]))?;
+    let bench = bench_run::build(&[("oapd", "oapd")])?;
     let bin = root.join("target/release");
     let corpus = root.join("target/bench/crawl-corpus");
     // About 40 % of the generated corpus declares stdio, which the crawler
     // refuses from the network; twice the count leaves enough of the rest.
     run_in_root(
-        Command::new(bin.join("examples/make_corpus"))
+        bench_run::command(&bench, "make-corpus")
             .arg("--out")
             .arg(&corpus)
             .args(["--count", &(count * 2).to_string()]),
     )?;
-    let output = Command::new(bin.join("examples/crawl_load"))
-        .current_dir(&root)
-        .arg("--oapd")
-        .arg(bin.join("oapd"))
-        .arg("--corpus")
-        .arg(&corpus)
-        .arg("--model")
-        .arg(root.join("models/all-MiniLM-L6-v2"))
-        .args(["--count", &count.to_string()])
-        .args(["--rate", &rate])
-        .stderr(std::process::Stdio::inherit())
-        .output()
-        .context("cannot run crawl_load")?;
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    print!("{stdout}");
-    if !output.status.success() {
-        bail!("crawl_load failed: {}", output.status);
-    }
-    let result: Value = stdout
-        .lines()
-        .find_map(|l| l.strip_prefix("RESULT "))
-        .context("crawl_load printed no RESULT line")
-        .and_then(|j| serde_json::from_str(j).context("crawl_load RESULT"))?;
+    let result: CrawlLoadReport = bench_run::report(
+        bench_run::command(&bench, "crawl-load")
+            .arg("--oapd")
+            .arg(bin.join("oapd"))
+            .arg("--corpus")
+            .arg(&corpus)
+            .arg("--model")
+            .arg(root.join("models/all-MiniLM-L6-v2"))
+            .args(["--count", &count.to_string()])
+            .args(["--rate", &rate]),
+    )?;
     let load_after = loadavg();
     let command = if args.is_empty() {
         "cargo xtask bench-crawl".to_string()
@@ -99,14 +77,10 @@ pub fn run(args: &[String]) -> Result<()> {
     write_section(&root.join("docs/BENCHMARKS.md"), &section)
 }
 
-fn f(v: &Value) -> f64 {
-    v.as_f64().unwrap_or(f64::NAN)
-}
-
-fn render(r: &Value, command: &str, load_before: &str, load_after: &str) -> String {
-    let idle = f(&r["idle_before"]["p99"]);
-    let idle_after = f(&r["idle_after"]["p99"]);
-    let during = f(&r["during"]["p99"]);
+fn render(r: &CrawlLoadReport, command: &str, load_before: &str, load_after: &str) -> String {
+    let idle = r.idle_before.p99_ms;
+    let idle_after = r.idle_after.p99_ms;
+    let during = r.during.p99_ms;
     let ratio = during / idle;
     let ratio_after = during / idle_after;
     // The index grows from the bundled set to the full crawl while the
@@ -121,12 +95,10 @@ fn render(r: &Value, command: &str, load_before: &str, load_after: &str) -> Stri
              {worst:.2}); see the analysis below the table"
         )
     };
-    let row = |name: &str, key: &str| {
+    let row = |name: &str, phase: &Phase| {
         format!(
             "| {name} | {} | {:.1} | {:.1} |\n",
-            r[key]["n"],
-            f(&r[key]["p50"]),
-            f(&r[key]["p99"])
+            phase.requests, phase.p50_ms, phase.p99_ms
         )
     };
     format!(
@@ -134,7 +106,7 @@ fn render(r: &Value, command: &str, load_before: &str, load_after: &str) -> Stri
          `{command}` (`--quick`: 1,000 manifests). Machine: {}; load average (1/5/15 min) \
          {load_before} before, {load_after} after; measured {} (a shared cloud machine: \
          compare the ratios of one run, not absolute times across runs).\n\n\
-         Setup: {} generated manifests (`make_corpus`, network ones only) served over loopback \
+         Setup: {} generated manifests (`oap-bench make-corpus`, network ones only) served over loopback \
          HTTPS (test CA, wildcard certificate) under one domain each (`m00000.crawl.bench` …, \
          all mapped to 127.0.0.1 by `crawler.hosts`, allowed by `crawler.allow_private: \
          [127.0.0.0/8]`), seeded through `crawler.seeds_file`; the real `oapd serve` with the \
@@ -161,31 +133,29 @@ fn render(r: &Value, command: &str, load_before: &str, load_after: &str) -> Stri
          {verdict}.\n",
         machine_description(),
         now_utc(),
-        r["manifests"],
-        r["manifests"],
-        r["fetched_s"]
-            .as_f64()
-            .map_or("–".to_string(), |s| format!("{s:.1} s")),
-        f(&r["crawl_s"]),
-        f(&r["manifests_per_s"]),
-        f(&r["peak_rss_mb"]),
-        f(&r["peak_split_mb"]["anon"]),
-        f(&r["peak_split_mb"]["file"]),
-        f(&r["peak_anon_mb"]),
-        f(&r["index_mb"]),
-        f(&r["end_rss_mb"]),
-        f(&r["hwm_mb"]),
-        match f(&r["rate"]) {
+        r.manifests,
+        r.manifests,
+        r.fetched_s.map_or("–".to_string(), |s| format!("{s:.1} s")),
+        r.crawl_s,
+        r.manifests_per_s,
+        r.rss_peak_mb,
+        r.rss_peak_anon_part_mb,
+        r.rss_peak_file_part_mb,
+        r.anon_peak_mb,
+        r.index_mb.unwrap_or(f64::NAN),
+        r.rss_end_mb,
+        r.hwm_mb,
+        match r.discover_rate_per_s {
             rate if rate > 0.0 =>
                 format!("{rate} requests/s on a fixed schedule (latency from the scheduled start)"),
             _ => "back to back".to_string(),
         },
         row(
-            &format!("idle, crawler off ({} bundled manifests)", r["bundled"]),
-            "idle_before"
+            &format!("idle, crawler off ({} bundled manifests)", r.bundled),
+            &r.idle_before
         ),
-        row("during the crawl", "during"),
-        row("idle after, full index", "idle_after"),
+        row("during the crawl", &r.during),
+        row("idle after, full index", &r.idle_after),
     )
 }
 

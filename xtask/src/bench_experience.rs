@@ -1,14 +1,13 @@
 //! `cargo xtask bench-experience`: hit rate, wrong hits, tool accuracy and
 //! the discovery-step latency saved by the experience cache, on a task log
 //! replayed from the shared labelled task set (see
-//! `crates/oapd/examples/experience_replay.rs` for the log and the oracle).
+//! `crates/oap-bench/src/experience_replay.rs` for the log and the oracle).
 //! In process, no network; the index is built in `target/bench/experience/`.
 
-use std::process::Command;
-
 use anyhow::{bail, Context, Result};
+use oap_bench::report::ExperienceReport;
 
-use crate::repo_root;
+use crate::{bench_run, repo_root};
 
 const USAGE: &str = "usage: cargo xtask bench-experience [--thresholds 0.80,0.85,0.90,0.95]";
 
@@ -40,19 +39,7 @@ pub fn run(args: &[String]) -> Result<()> {
             bail!("{what} missing: {}", path.display());
         }
     }
-    let status = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()))
-        .args([
-            "build",
-            "--release",
-            "-p",
-            "oapd",
-            "--example",
-            "experience_replay",
-        ])
-        .status()?;
-    if !status.success() {
-        bail!("building experience_replay failed");
-    }
+    let bin = bench_run::build(&[])?;
     let work = root.join("target/bench/experience");
     std::fs::create_dir_all(&work)?;
     println!(
@@ -67,20 +54,20 @@ pub fn run(args: &[String]) -> Result<()> {
             .collect::<Vec<_>>()
             .join(" ")
     );
-    let status = Command::new(root.join("target/release/examples/experience_replay"))
-        .arg("--tasks")
-        .arg(&tasks)
-        .arg("--manifests")
-        .arg(&manifests)
-        .arg("--model")
-        .arg(&model)
-        .arg("--work")
-        .arg(&work)
-        .args(["--thresholds", &thresholds])
-        .env("RUST_LOG", "warn")
-        .status()?;
-    if !status.success() {
-        bail!("experience_replay failed");
-    }
+    let report: ExperienceReport = bench_run::report(
+        bench_run::command(&bin, "experience-replay")
+            .arg("--quiet")
+            .arg("--tasks")
+            .arg(&tasks)
+            .arg("--manifests")
+            .arg(&manifests)
+            .arg("--model")
+            .arg(&model)
+            .arg("--work")
+            .arg(&work)
+            .args(["--thresholds", &thresholds])
+            .env("RUST_LOG", "warn"),
+    )?;
+    println!("{}", report.table());
     Ok(())
 }

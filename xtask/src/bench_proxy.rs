@@ -6,7 +6,7 @@
 //! it (temporary config, `RUST_LOG=warn`, bundled manifests, the real
 //! embedding model) and, when `target/peer-venv/bin/ollama-mcp-bridge`
 //! exists, the Python peer `ollama-mcp-bridge` with an empty MCP config in
-//! front of the same fake. Then `proxy_load` sends the same requests to
+//! front of the same fake. Then `oap-bench proxy-load` sends the same requests to
 //! each: `stream:false` (latency, req/s) and `stream:true` (time to the
 //! first NDJSON line) at concurrency 1, 16 and 64: directly to the fake,
 //! through oapd with discovery on (the default), through oapd with
@@ -16,7 +16,7 @@
 //!
 //! Every process is killed when this task ends, also on error.
 
-use std::io::{BufRead, BufReader, Read};
+use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -26,7 +26,10 @@ use anyhow::{bail, Context, Result};
 
 use crate::net::free_port;
 use crate::repo_root;
+use oap_bench::report::ProxyLoadReport;
 use oap_testkit::{Daemon, DaemonBuilder};
+
+use crate::bench_run;
 
 const USAGE: &str = "usage: cargo xtask bench-proxy [--quick] [--no-peer] [--leak N]\n  \
     --quick    fewer requests per run (300 instead of 2000) and a 20k leak run\n  \
@@ -343,43 +346,11 @@ fn start_peer(tmp: &Path, upstream: SocketAddr) -> Result<Proc> {
     Ok(peer)
 }
 
-/// One `proxy_load` result row.
-#[derive(Clone)]
-struct Row {
-    line: String,
-    errors: usize,
-    p50: f64,
-    p99: f64,
-    first_p50: f64,
-    first_p99: f64,
-    rps: f64,
-}
-
-fn parse_row(line: &str) -> Result<Row> {
-    let cells: Vec<&str> = line
-        .trim()
-        .trim_matches('|')
-        .split('|')
-        .map(str::trim)
-        .collect();
-    let num = |i: usize| -> Result<f64> {
-        cells
-            .get(i)
-            .and_then(|c| c.parse().ok())
-            .with_context(|| format!("bad proxy_load row: {line}"))
-    };
-    Ok(Row {
-        line: line.to_string(),
-        errors: num(4)? as usize,
-        p50: num(5)?,
-        p99: num(6)?,
-        first_p50: num(8)?,
-        first_p99: num(9)?,
-        rps: num(10)?,
-    })
-}
+/// One `oap-bench proxy-load` report.
+type Row = ProxyLoadReport;
 
 struct Load<'a> {
+    /// `oap-bench`.
     bin: &'a Path,
     fake: SocketAddr,
     requests: usize,
@@ -388,7 +359,7 @@ struct Load<'a> {
 }
 
 impl Load<'_> {
-    /// Runs `proxy_load`; returns its row and, with `watch`, the largest
+    /// Runs `oap-bench proxy-load`; returns its row and, with `watch`, the largest
     /// VmRSS of that process sampled every 50 ms meanwhile.
     fn run(
         &mut self,
@@ -401,8 +372,9 @@ impl Load<'_> {
     ) -> Result<(Row, f64)> {
         // The fake records every request; forget them between runs.
         let _ = http(self.fake, "DELETE", "/_fake/requests");
-        let mut command = Command::new(self.bin);
+        let mut command = bench_run::command(self.bin, "proxy-load");
         command
+            .arg("--quiet")
             .arg("--addr")
             .arg(target.addr.to_string())
             .args(["--mode", mode, "--model", MODEL])
@@ -413,44 +385,24 @@ impl Load<'_> {
         if target.no_discover {
             command.arg("--no-discover");
         }
-        if !self.header_printed {
-            command.arg("--header");
-            self.header_printed = true;
-        }
-        command
-            .current_dir(repo_root())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit());
         let shown = shown(&command);
-        eprintln!("$ {shown}");
-        let mut child = command
-            .spawn()
-            .with_context(|| format!("cannot start {shown}"))?;
         let mut peak: f64 = 0.0;
-        let status = loop {
+        let (row, ok): (Row, bool) = bench_run::report_and_status(&mut command, || {
             if let Some(pid) = watch {
                 if let Ok((rss, _)) = rss_of(pid) {
                     peak = peak.max(rss);
                 }
             }
-            if let Some(status) = child.try_wait()? {
-                break status;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        };
-        let mut stdout = String::new();
-        if let Some(mut out) = child.stdout.take() {
-            out.read_to_string(&mut stdout)?;
+        })?;
+        if !self.header_printed {
+            println!("{}", Row::TABLE_HEADER);
+            self.header_printed = true;
         }
-        print!("{stdout}");
-        let line = stdout
-            .lines()
-            .rfind(|l| l.starts_with("| ") && !l.starts_with("| run "))
-            .with_context(|| format!("{shown}: no result row"))?;
-        if !status.success() {
-            println!("(warning: {shown} reported errors: {status})");
+        println!("{}", row.table_row());
+        if !ok {
+            println!("(warning: {shown} reported {} errors)", row.errors);
         }
-        Ok((parse_row(line)?, peak))
+        Ok((row, peak))
     }
 }
 
@@ -468,16 +420,7 @@ pub fn run(args: &[String]) -> Result<()> {
     println!("date: {}", now_utc());
     println!("load average at start (1/5/15 min): {}", loadavg());
 
-    run_shown(cargo().args([
-        "build",
-        "--release",
-        "-p",
-        "oapd",
-        "--bin",
-        "oapd",
-        "--example",
-        "proxy_load",
-    ]))?;
+    let bench = bench_run::build(&[("oapd", "oapd")])?;
     build_fake_ollama()?;
     let bin = root.join("target/release");
     let model_dir = root.join("models/all-MiniLM-L6-v2");
@@ -548,7 +491,7 @@ pub fn run(args: &[String]) -> Result<()> {
         (2000, 10.0)
     };
     let mut load = Load {
-        bin: &bin.join("examples/proxy_load"),
+        bin: &bench,
         fake: fake.addr,
         requests,
         duration,
@@ -588,7 +531,7 @@ pub fn run(args: &[String]) -> Result<()> {
     )?;
     let rss_end = rss_of(oapd_pid)?;
     let leak_errors = first_row.errors + rest_row.errors;
-    let leak_done = parse_count(&first_row.line) + parse_count(&rest_row.line);
+    let leak_done = first_row.requests + rest_row.requests;
 
     // Summary.
     let by = |mode: &str, c: usize| -> &[Row] {
@@ -608,15 +551,15 @@ pub fn run(args: &[String]) -> Result<()> {
             println!(
                 "| {mode} | {c} | {} | {:.3} | {:.3} | {:.3} | {:.3} | {:.0} | {:+.3} | {:+.3} | {:.2}x | {:.2}x |",
                 target.label,
-                row.p50,
-                row.p99,
-                row.first_p50,
-                row.first_p99,
-                row.rps,
-                row.p50 - direct.p50,
-                row.first_p50 - direct.first_p50,
-                row.p50 / direct.p50,
-                row.rps / direct.rps,
+                row.p50_ms,
+                row.p99_ms,
+                row.first_line_p50_ms,
+                row.first_line_p99_ms,
+                row.requests_per_s,
+                row.p50_ms - direct.p50_ms,
+                row.first_line_p50_ms - direct.first_line_p50_ms,
+                row.p50_ms / direct.p50_ms,
+                row.requests_per_s / direct.requests_per_s,
             );
         }
     }
@@ -629,10 +572,10 @@ pub fn run(args: &[String]) -> Result<()> {
         let chat = by("chat", c);
         let stream = by("stream", c);
         for (i, what) in [(1, "pure proxy overhead"), (2, "bridge with discovery")] {
-            let added = chat[i].p50 - chat[0].p50;
-            let added99 = chat[i].p99 - chat[0].p99;
-            let first = stream[i].first_p50 - stream[0].first_p50;
-            let first99 = stream[i].first_p99 - stream[0].first_p99;
+            let added = chat[i].p50_ms - chat[0].p50_ms;
+            let added99 = chat[i].p99_ms - chat[0].p99_ms;
+            let first = stream[i].first_line_p50_ms - stream[0].first_line_p50_ms;
+            let first99 = stream[i].first_line_p99_ms - stream[0].first_line_p99_ms;
             let judged = c == 1 && i == 1;
             println!(
                 "| {what}: added latency, stream:false, c={c}: p50 / p99 | {added:+.3} / {added99:+.3} ms | ≤ {TARGET_ADDED_P50_MS} ms (p50) | {} |",
@@ -644,7 +587,7 @@ pub fn run(args: &[String]) -> Result<()> {
             );
             println!(
                 "| {what}: req/s, stream:false, c={c} (direct) | {:.0} ({:.0}) | - | - |",
-                chat[i].rps, chat[0].rps
+                chat[i].requests_per_s, chat[0].requests_per_s
             );
         }
     }
@@ -663,8 +606,8 @@ pub fn run(args: &[String]) -> Result<()> {
     );
     println!(
         "| memory run: requests / errors / req/s (10k part, rest) | {leak_done} / {leak_errors} / {:.0}, {:.0} | 0 errors | {} |",
-        first_row.rps,
-        rest_row.rps,
+        first_row.requests_per_s,
+        rest_row.requests_per_s,
         verdict(leak_errors == 0)
     );
     for note in &notes {
@@ -679,13 +622,4 @@ pub fn run(args: &[String]) -> Result<()> {
     drop(oapd);
     drop(fake);
     Ok(())
-}
-
-fn parse_count(line: &str) -> usize {
-    line.trim()
-        .trim_matches('|')
-        .split('|')
-        .nth(3)
-        .and_then(|c| c.trim().parse().ok())
-        .unwrap_or(0)
 }

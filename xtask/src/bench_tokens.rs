@@ -2,34 +2,18 @@
 //! tokens of the tools the bridge offers per request — direct vs budget vs
 //! meta exposure — over the shared task set, and how often the labelled
 //! tool is still offered. In-process through the daemon's own code path
-//! (`crates/oapd/examples/tool_tokens.rs`); no Ollama needed.
-
-use std::process::Command;
+//! (`oap-bench tool-tokens`); no Ollama needed.
 
 use anyhow::{bail, Context, Result};
+use oap_bench::report::TokensReport;
 
-use crate::repo_root;
+use crate::bench_run;
 
 pub fn run(args: &[String]) -> Result<()> {
-    let root = repo_root();
-    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    let status = Command::new(&cargo)
-        .current_dir(&root)
-        .args([
-            "build",
-            "--release",
-            "-p",
-            "oapd",
-            "--example",
-            "tool_tokens",
-        ])
-        .status()
-        .context("cannot run cargo")?;
-    if !status.success() {
-        bail!("building the tool_tokens example failed: {status}");
-    }
-    let mut command = Command::new(root.join("target/release/examples/tool_tokens"));
-    command.current_dir(&root).env("RUST_LOG", "warn").args([
+    let bin = bench_run::build(&[])?;
+    let mut command = bench_run::command(&bin, "tool-tokens");
+    command.env("RUST_LOG", "warn").args([
+        "--quiet",
         "--tasks",
         "bench/discovery-tasks.jsonl",
         "--dir",
@@ -54,10 +38,7 @@ pub fn run(args: &[String]) -> Result<()> {
     if !budgets {
         command.args(["--budget", "300", "--budget", "150"]);
     }
-    println!("$ {command:?}");
-    let status = command.status().context("cannot run tool_tokens")?;
-    if !status.success() {
-        bail!("tool_tokens failed: {status}");
-    }
+    let report: TokensReport = bench_run::report(&mut command)?;
+    println!("{}", report.table());
     Ok(())
 }

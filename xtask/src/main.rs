@@ -16,6 +16,8 @@ mod bench_experience;
 mod bench_fitness;
 mod bench_memory;
 mod bench_proxy;
+mod bench_retrieval;
+mod bench_run;
 mod bench_tokens;
 mod cross;
 mod image;
@@ -52,7 +54,7 @@ const COMMANDS: &[Command] = &[
         name: "bench-retrieval",
         usage: "bench-retrieval [--shared-only|--bfcl-only]\n      \
                 Recall@k and MRR on the shared task set and the BFCL corpus",
-        run: tasks::bench_retrieval,
+        run: bench_retrieval::run,
     },
     Command {
         name: "bench-speed",

@@ -1,7 +1,6 @@
 //! Everyday tasks: run the daemon, run the tests, run the benchmarks. Each
 //! fetches the model first, so a fresh clone needs nothing else.
 
-use std::path::Path;
 use std::process::Command;
 
 use anyhow::{bail, Context};
@@ -124,68 +123,4 @@ fn python_clients() -> anyhow::Result<()> {
     python_venv()?;
     let python = root.join("target/pyclients/bin/python");
     run_in_root(Command::new(&python).args(["-m", "pytest", "-q", "tests/python"]))
-}
-
-/// `cargo xtask bench-retrieval [--bfcl-only|--shared-only]`: retrieval
-/// quality on the shared task set and on the BFCL-derived corpus.
-pub fn bench_retrieval(args: &[String]) -> anyhow::Result<()> {
-    fetch_model()?;
-    let root = repo_root();
-    run_in_root(cargo().args([
-        "build",
-        "--release",
-        "--package",
-        "oap-discovery",
-        "--example",
-        "retrieval_eval",
-    ]))?;
-    let eval = root.join("target/release/examples/retrieval_eval");
-    let only = args.first().map(String::as_str);
-    if only != Some("--bfcl-only") {
-        println!(
-            "== corpus (a): bench/discovery-tasks.jsonl over tests/fixtures/reference-manifests"
-        );
-        run_in_root(Command::new(&eval).args([
-            "--tasks",
-            "bench/discovery-tasks.jsonl",
-            "--dir",
-            "tests/fixtures/reference-manifests/oap-dev",
-            "--dir",
-            "tests/fixtures/reference-manifests/manifest-repo",
-            // These three negatives match manifests added after they were
-            // written (bench/TASKS.md): reported apart as soft.
-            "--soft-negatives",
-            "neg-001,neg-003,neg-010",
-            "--curve",
-        ]))?;
-    }
-    if only != Some("--shared-only") {
-        let out = root.join("target/bench/bfcl");
-        if !Path::new(&out).join("tasks.jsonl").is_file() {
-            run_in_root(
-                Command::new("python3")
-                    .arg("bench/bfcl_corpus.py")
-                    .arg("--out")
-                    .arg(&out),
-            )?;
-        }
-        println!("== corpus (b): BFCL v4 multiple/live_multiple/parallel_multiple (base names)");
-        run_in_root(
-            Command::new(&eval)
-                .arg("--tasks")
-                .arg(out.join("tasks.jsonl"))
-                .arg("--dir")
-                .arg(out.join("manifests"))
-                .args(["--base-names", "--curve"]),
-        )?;
-        println!("== corpus (b), exact manifest names (secondary)");
-        run_in_root(
-            Command::new(&eval)
-                .arg("--tasks")
-                .arg(out.join("tasks.jsonl"))
-                .arg("--dir")
-                .arg(out.join("manifests")),
-        )?;
-    }
-    Ok(())
 }

@@ -16,7 +16,8 @@
 //!   ([`oap_store::envelope`]) and the engine rebuilds incrementally.
 //! - [`sink`]: what the crawler needs from that engine ([`CatalogSink`]),
 //!   so this crate depends on the store only, not on the engine (nor on the
-//!   embedding model the engine runs); the daemon adapts its engine.
+//!   embedding model the engine runs) unless the `engine` feature adds the
+//!   adapter for it, `sink::EngineSink`.
 //! - [`txt`]: the optional `_oap.<domain> TXT "v=oap1"` hint, through a
 //!   resolver trait.
 //! - [`mdns`]: LAN discovery's pure part: a resolved `_oap._tcp.local.`

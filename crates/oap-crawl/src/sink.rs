@@ -4,8 +4,9 @@
 //! the engine reads them. All the crawler asks of the engine beyond that is
 //! how big the index is and to rebuild it after a change, so that is all
 //! this trait holds: the crawler does not compile the engine (nor the
-//! embedding model behind it), and the daemon implements the trait for its
-//! engine with a few lines of adapter.
+//! embedding model behind it). The adapter for the engine, [`EngineSink`],
+//! is here behind the `engine` feature, which the daemon (and this crate's
+//! end-to-end tests) turn on.
 
 /// The index the crawler feeds.
 pub trait CatalogSink: Send + Sync {
@@ -20,4 +21,29 @@ pub trait CatalogSink: Send + Sync {
     /// for [`crate::CrawlReport::rebuild`], `Err` why it failed (the old
     /// index keeps serving).
     fn rebuild(&self) -> Result<serde_json::Value, String>;
+}
+
+/// The discovery engine, as the crawler sees it (feature `engine`).
+#[cfg(feature = "engine")]
+pub struct EngineSink(pub std::sync::Arc<oap_discovery::Engine>);
+
+#[cfg(feature = "engine")]
+impl CatalogSink for EngineSink {
+    fn indexed(&self) -> usize {
+        self.0.stats().docs
+    }
+
+    fn rebuild(&self) -> Result<serde_json::Value, String> {
+        // Background priority: queries go first (Engine::rebuild).
+        let report = self.0.rebuild(false).map_err(|err| err.to_string())?;
+        serde_json::to_value(report).map_err(|err| err.to_string())
+    }
+}
+
+/// `engine` as the crawler's catalog sink (feature `engine`).
+#[cfg(feature = "engine")]
+pub fn engine_sink(
+    engine: &std::sync::Arc<oap_discovery::Engine>,
+) -> std::sync::Arc<dyn CatalogSink> {
+    std::sync::Arc::new(EngineSink(std::sync::Arc::clone(engine)))
 }

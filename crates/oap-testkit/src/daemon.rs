@@ -136,6 +136,8 @@ pub struct DaemonBuilder {
     on_spawn: Option<SpawnHook>,
     netns: Option<String>,
     ready_within: Duration,
+    ready_poll: Duration,
+    data_dir: Option<PathBuf>,
 }
 
 impl DaemonBuilder {
@@ -156,7 +158,23 @@ impl DaemonBuilder {
             on_spawn: None,
             netns: None,
             ready_within: READY_WITHIN,
+            ready_poll: Duration::from_millis(50),
+            data_dir: None,
         }
+    }
+
+    /// How often readiness is polled (default 50 ms; a start-up benchmark
+    /// polls more often, see [`Self::try_start_timed`]).
+    pub fn ready_poll(mut self, every: Duration) -> Self {
+        self.ready_poll = every;
+        self
+    }
+
+    /// `index.data_dir` outside the state directory (a benchmark's cached
+    /// index; default `<state dir>/data`).
+    pub fn data_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.data_dir = Some(dir.into());
+        self
     }
 
     /// The embedding model in `dir` (default: the real model of this
@@ -270,10 +288,18 @@ impl DaemonBuilder {
     /// [`Self::start`], with what went wrong as an error (for benchmark
     /// drivers) instead of a panic.
     pub fn try_start(self) -> Result<Daemon, String> {
+        self.try_start_timed().map(|(daemon, _)| daemon)
+    }
+
+    /// [`Self::try_start`], also returning the time from spawning the
+    /// daemon to its first `200` from `/health` (start-up benchmarks).
+    pub fn try_start_timed(self) -> Result<(Daemon, Duration), String> {
         let auth = self.auth.clone();
+        let poll = self.ready_poll;
+        let started = Instant::now();
         let mut daemon = self.try_spawn()?;
-        daemon.try_wait_ready(auth.as_deref())?;
-        Ok(daemon)
+        daemon.try_wait_ready_every(auth.as_deref(), poll)?;
+        Ok((daemon, started.elapsed()))
     }
 
     /// Starts the daemon and waits only until it reports where it listens
@@ -306,7 +332,7 @@ impl DaemonBuilder {
              index:\n  data_dir: {data:?}\n\
              embedding:\n{embedding}{extra}",
             server = self.server_yaml,
-            data = dir.path().join("data"),
+            data = self.data_dir.unwrap_or_else(|| dir.path().join("data")),
             extra = self.yaml,
         );
         let config_path = dir.path().join("config.yaml");
@@ -402,6 +428,15 @@ impl Daemon {
 
     /// [`Self::wait_ready`], with what went wrong as an error.
     pub fn try_wait_ready(&mut self, auth: Option<&str>) -> Result<(), String> {
+        self.try_wait_ready_every(auth, Duration::from_millis(50))
+    }
+
+    /// [`Self::try_wait_ready`], polling every `poll`.
+    pub fn try_wait_ready_every(
+        &mut self,
+        auth: Option<&str>,
+        poll: Duration,
+    ) -> Result<(), String> {
         let bearer = auth.map(|t| format!("Bearer {t}"));
         let headers: Vec<(&str, &str)> = bearer
             .as_deref()
@@ -424,7 +459,7 @@ impl Daemon {
             if Instant::now() > deadline {
                 return Err(format!("oapd not ready:\n{}", self.log_text()));
             }
-            std::thread::sleep(Duration::from_millis(50));
+            std::thread::sleep(poll);
         }
     }
 

@@ -11,8 +11,8 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::sink::sink;
 use common::*;
+use oap_crawl::sink::engine_sink as sink;
 use oap_crawl::{AddedBy, Crawler, CrawlerSettings, TxtHint};
 use oap_discovery::{Engine, EngineConfig, Source, Trust};
 

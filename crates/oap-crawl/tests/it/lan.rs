@@ -9,10 +9,10 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::sink::sink;
 use common::{executor, manifest, StubResolver};
 use oap_crawl::crawler::AddError;
 use oap_crawl::mdns::{lan_target, AdvertisedService, LanTarget, LanUpdate, MAX_LAN_SERVICES};
+use oap_crawl::sink::engine_sink as sink;
 use oap_crawl::{AddedBy, Crawler, CrawlerSettings};
 use oap_discovery::{Engine, EngineConfig, Source, Trust};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};

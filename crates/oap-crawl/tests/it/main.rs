@@ -12,7 +12,6 @@
 #![allow(dead_code)]
 
 mod common;
-mod sink;
 
 mod crawl;
 mod lan;

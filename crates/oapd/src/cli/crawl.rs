@@ -49,7 +49,7 @@ pub fn run(config: &Config, once: bool, domains: &[String]) -> anyhow::Result<()
             );
             crawler
                 .run(
-                    crate::crawl::sink::sink(&engine),
+                    oap_crawl::sink::engine_sink(&engine),
                     Duration::from_secs(1),
                     async {
                         let _ = tokio::signal::ctrl_c().await;
@@ -58,7 +58,7 @@ pub fn run(config: &Config, once: bool, domains: &[String]) -> anyhow::Result<()
                 .await;
             return Ok(());
         }
-        let sink = crate::crawl::sink::sink(&engine);
+        let sink = oap_crawl::sink::engine_sink(&engine);
         let report = crawler.crawl_pass(Some(&names), Some(&sink)).await;
         for state in crawler.status() {
             if !names.contains(&state.domain) {

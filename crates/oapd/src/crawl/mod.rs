@@ -21,7 +21,6 @@ use crate::config::{parse_host_entry, Config};
 pub use crate::config::CrawlerConfig;
 
 pub mod mdns;
-pub mod sink;
 pub mod txt_dns;
 
 /// Largest seeds file read.

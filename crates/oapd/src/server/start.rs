@@ -87,7 +87,7 @@ pub fn start_crawler(
     )));
     if let Some(crawler) = &crawler {
         tasks.push(tokio::spawn(crawler.clone().run(
-            crate::crawl::sink::sink(engine),
+            oap_crawl::sink::engine_sink(engine),
             Duration::from_secs(1),
             std::future::pending(),
         )));

@@ -13,7 +13,7 @@ use crate::support;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::os::unix::net::UnixDatagram;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -23,7 +23,7 @@ use fake_ollama::{FakeOllama, Script, Turn};
 /// A NOTIFY_SOCKET the test reads, as systemd would.
 struct NotifySocket {
     socket: UnixDatagram,
-    path: std::path::PathBuf,
+    path: PathBuf,
     seen: Vec<String>,
 }
 
@@ -73,7 +73,7 @@ fn daemon_in(dir: tempfile::TempDir) -> DaemonBuilder {
 
 /// The daemon's config file and its text without `section` (the end the
 /// test appended), for a test that rewrites it before a reload.
-fn config_and_base(daemon: &Daemon, section: &str) -> (std::path::PathBuf, String) {
+fn config_and_base(daemon: &Daemon, section: &str) -> (PathBuf, String) {
     let config = daemon.dir.path().join("config.yaml");
     let text = std::fs::read_to_string(&config).unwrap();
     let base = text
@@ -83,9 +83,51 @@ fn config_and_base(daemon: &Daemon, section: &str) -> (std::path::PathBuf, Strin
     (config, base)
 }
 
+/// A daemon ready for SIGHUP tests: manifests from `first` (holding
+/// `alpha-tool`) through `section(first)`, the end of its config, and an
+/// empty `second` to move to; READY=1 already seen on `notify`.
+struct Reloadable {
+    daemon: Daemon,
+    notify: NotifySocket,
+    /// The config file, and its text without the `section` the test rewrites.
+    config: PathBuf,
+    base: String,
+    first: PathBuf,
+    second: PathBuf,
+}
+
+fn reloadable(section: &dyn Fn(&Path) -> String) -> Reloadable {
+    let dir = tempfile::tempdir().unwrap();
+    let first = dir.path().join("first");
+    let second = dir.path().join("second");
+    std::fs::create_dir_all(&first).unwrap();
+    std::fs::create_dir_all(&second).unwrap();
+    std::fs::write(
+        first.join("alpha.json"),
+        support::stdio_manifest("alpha-tool", "Reverses the lines of a text file."),
+    )
+    .unwrap();
+    let mut notify = NotifySocket::new(dir.path());
+    let notify_path = notify.path.to_string_lossy().into_owned();
+    let daemon = daemon_in(dir)
+        .yaml(&section(&first))
+        .env("NOTIFY_SOCKET", &notify_path)
+        .spawn();
+    let (config, base) = config_and_base(&daemon, &section(&first));
+    notify.wait_for("READY=1", Duration::from_secs(60));
+    Reloadable {
+        daemon,
+        notify,
+        config,
+        base,
+        first,
+        second,
+    }
+}
+
 /// A config for the daemon started by another program (socket
 /// activation, a wrapper): listening on `port`, lexical mode.
-fn write_config(dir: &Path, port: u16, extra: &str) -> std::path::PathBuf {
+fn write_config(dir: &Path, port: u16, extra: &str) -> PathBuf {
     let config = format!(
         "server:\n  listen: [\"127.0.0.1:{port}\"]\n  header_read_timeout: 2\n{extra}\
          index:\n  data_dir: {data:?}\n\
@@ -256,30 +298,20 @@ fn sigterm_cuts_a_hung_request_at_the_shutdown_grace() {
 
 #[test]
 fn sighup_reloads_manifest_dirs_and_keeps_the_old_config_when_the_new_one_is_bad() {
-    let dir = tempfile::tempdir().unwrap();
-    let first = dir.path().join("first");
-    let second = dir.path().join("second");
-    std::fs::create_dir_all(&first).unwrap();
-    std::fs::create_dir_all(&second).unwrap();
-    std::fs::write(
-        first.join("alpha.json"),
-        support::stdio_manifest("alpha-tool", "Reverses the lines of a text file."),
-    )
-    .unwrap();
+    let section = |d: &Path| format!("manifests:\n  bundled: false\n  dirs: [{d:?}]\n");
+    let Reloadable {
+        mut daemon,
+        mut notify,
+        config,
+        base,
+        first,
+        second,
+    } = reloadable(&section);
     std::fs::write(
         second.join("beta.json"),
         support::stdio_manifest("beta-tool", "Shuffles the lines of a text file."),
     )
     .unwrap();
-    let mut notify = NotifySocket::new(dir.path());
-    let notify_path = notify.path.to_string_lossy().into_owned();
-    let section = |d: &Path| format!("manifests:\n  bundled: false\n  dirs: [{d:?}]\n");
-    let mut daemon = daemon_in(dir)
-        .yaml(&section(&first))
-        .env("NOTIFY_SOCKET", &notify_path)
-        .spawn();
-    let (config, base) = config_and_base(&daemon, &section(&first));
-    notify.wait_for("READY=1", Duration::from_secs(60));
     let ids = |d: &Daemon| d.get("/v1/manifests").json().to_string();
     assert!(ids(&daemon).contains("alpha-tool"));
     assert!(!ids(&daemon).contains("beta-tool"));
@@ -325,27 +357,17 @@ fn sighup_reloads_manifest_dirs_and_keeps_the_old_config_when_the_new_one_is_bad
 /// another signal, and the old directory's watch is gone with its engine.
 #[test]
 fn after_sighup_the_directory_watch_follows_the_new_dirs() {
-    let dir = tempfile::tempdir().unwrap();
-    let first = dir.path().join("first");
-    let second = dir.path().join("second");
-    std::fs::create_dir_all(&first).unwrap();
-    std::fs::create_dir_all(&second).unwrap();
-    std::fs::write(
-        first.join("alpha.json"),
-        support::stdio_manifest("alpha-tool", "Reverses the lines of a text file."),
-    )
-    .unwrap();
-    let mut notify = NotifySocket::new(dir.path());
-    let notify_path = notify.path.to_string_lossy().into_owned();
     let section = |d: &Path| {
         format!("manifests:\n  bundled: false\n  dirs: [{d:?}]\ncrawler:\n  watch_interval: 1\n")
     };
-    let daemon = daemon_in(dir)
-        .yaml(&section(&first))
-        .env("NOTIFY_SOCKET", &notify_path)
-        .spawn();
-    let (config, base) = config_and_base(&daemon, &section(&first));
-    notify.wait_for("READY=1", Duration::from_secs(60));
+    let Reloadable {
+        daemon,
+        mut notify,
+        config,
+        base,
+        first,
+        second,
+    } = reloadable(&section);
     let ids = |d: &Daemon| d.get("/v1/manifests").json().to_string();
     let wait_until = |d: &Daemon, want: &dyn Fn(&str) -> bool| {
         let deadline = std::time::Instant::now() + Duration::from_secs(30);

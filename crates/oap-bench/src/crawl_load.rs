@@ -16,24 +16,12 @@
 //!   during the crawl, and after it (same daemon, full index): p50/p99.
 //!
 //! ```text
-//! crawl_load --oapd BIN --corpus DIR --model DIR [--count N]
+//! oap-bench crawl-load --oapd BIN --corpus DIR --model DIR [--count N] [--rate R]
 //! ```
 //!
 //! The first N manifests of DIR that do not declare `stdio` are served.
-//! ```text
-//! ```
-//!
-//! Prints progress, then one line `RESULT {json}`. No traffic leaves
-//! loopback.
-
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::string_slice,
-    clippy::disallowed_methods,
-    reason = "a benchmark or demo program run by developers, not the daemon: it stops on the first surprise"
-)]
+//! Progress goes to stderr; the result is a [`CrawlLoadReport`]. No
+//! traffic leaves loopback.
 
 use std::net::{SocketAddr, TcpListener as StdListener};
 use std::path::{Path, PathBuf};
@@ -41,6 +29,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use oap_bench::report::{CrawlLoadReport, Phase};
 use oap_testkit::http::exchange;
 use oap_testkit::pki::{Pki, ServerConfig};
 use oap_testkit::rss::ProcStatus;
@@ -65,38 +54,25 @@ const TASKS: &[&str] = &[
     "turn off the living room lights",
 ];
 
-struct Options {
+/// Crawl a generated corpus from loopback HTTPS with the real daemon.
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// The `oapd` binary.
+    #[arg(long)]
     oapd: PathBuf,
+    /// Directory of manifests (`oap-bench make-corpus`).
+    #[arg(long)]
     corpus: PathBuf,
+    /// The embedding model directory.
+    #[arg(long)]
     model: PathBuf,
+    /// Manifests to serve (the first that do not declare `stdio`).
+    #[arg(long, default_value_t = 10_000)]
     count: usize,
     /// Discover requests per second during every phase; 0 sends them back
     /// to back (closed loop, saturating).
+    #[arg(long, default_value_t = 0.0)]
     rate: f64,
-}
-
-fn parse() -> Result<Options> {
-    let mut args = std::env::args().skip(1);
-    let (mut oapd, mut corpus, mut model, mut count) = (None, None, None, 10_000);
-    let mut rate = 0.0;
-    while let Some(arg) = args.next() {
-        let mut value = || args.next().ok_or(format!("{arg} needs a value"));
-        match arg.as_str() {
-            "--oapd" => oapd = Some(PathBuf::from(value()?)),
-            "--corpus" => corpus = Some(PathBuf::from(value()?)),
-            "--model" => model = Some(PathBuf::from(value()?)),
-            "--count" => count = value()?.parse()?,
-            "--rate" => rate = value()?.parse()?,
-            other => return Err(format!("unknown argument {other}").into()),
-        }
-    }
-    Ok(Options {
-        oapd: oapd.ok_or("--oapd is required")?,
-        corpus: corpus.ok_or("--corpus is required")?,
-        model: model.ok_or("--model is required")?,
-        count,
-        rate,
-    })
 }
 
 fn domain(i: usize) -> String {
@@ -246,15 +222,12 @@ fn corpus_bodies(dir: &Path, count: usize) -> Result<Vec<Vec<u8>>> {
     Ok(bodies)
 }
 
-fn main() {
-    if let Err(err) = run() {
-        eprintln!("crawl_load: {err}");
-        std::process::exit(1);
-    }
+/// Runs the three phases and reports them.
+pub fn run(options: Args) -> anyhow::Result<CrawlLoadReport> {
+    measure(options).map_err(|err| anyhow::anyhow!("{err}"))
 }
 
-fn run() -> Result<()> {
-    let options = parse()?;
+fn measure(options: Args) -> Result<CrawlLoadReport> {
     let count = options.count;
     let rate = options.rate;
     let bodies = Arc::new(corpus_bodies(&options.corpus, count)?);
@@ -308,7 +281,7 @@ fn run() -> Result<()> {
         let state = std::mem::replace(&mut daemon.dir, tempfile::tempdir()?);
         (samples, bundled, state)
     };
-    println!(
+    eprintln!(
         "idle (crawler off, {bundled} manifests): p50 {:.1} ms, p99 {:.1} ms over {} requests",
         percentile(&idle_before, 50.0),
         percentile(&idle_before, 99.0),
@@ -368,7 +341,7 @@ fn run() -> Result<()> {
             break false;
         }
         if last_report.elapsed() > Duration::from_secs(10) {
-            println!(
+            eprintln!(
                 "  {:.0} s: served {} manifests, index holds {now_indexed}",
                 crawl_started.elapsed().as_secs_f64(),
                 served.load(Ordering::Relaxed)
@@ -401,24 +374,28 @@ fn run() -> Result<()> {
     drop(daemon);
 
     let mb = |kb: f64| kb * 1024.0 / 1e6;
-    let result = serde_json::json!({
-        "manifests": count,
-        "bundled": bundled,
-        "ready_ms": ready_ms,
-        "fetched_s": fetched_at,
-        "crawl_s": crawl_s,
-        "manifests_per_s": count as f64 / crawl_s,
-        "peak_rss_mb": mb(peak.rss.max(end_rss)),
-        "peak_split_mb": {"anon": mb(peak.anon_at_peak), "file": mb(peak.file_at_peak)},
-        "peak_anon_mb": mb(peak.anon),
-        "index_mb": index_bytes.map(|b| b as f64 / 1e6),
-        "end_rss_mb": mb(end_rss),
-        "hwm_mb": mb(hwm),
-        "idle_before": {"n": idle_before.len(), "p50": percentile(&idle_before, 50.0), "p99": percentile(&idle_before, 99.0)},
-        "rate": rate,
-        "during": {"n": during.len(), "p50": percentile(&during, 50.0), "p99": percentile(&during, 99.0)},
-        "idle_after": {"n": idle_after.len(), "p50": percentile(&idle_after, 50.0), "p99": percentile(&idle_after, 99.0)},
-    });
-    println!("RESULT {result}");
-    Ok(())
+    let phase = |samples: &[f64]| Phase {
+        requests: samples.len(),
+        p50_ms: percentile(samples, 50.0),
+        p99_ms: percentile(samples, 99.0),
+    };
+    Ok(CrawlLoadReport {
+        manifests: count,
+        bundled,
+        ready_ms,
+        fetched_s: fetched_at,
+        crawl_s,
+        manifests_per_s: count as f64 / crawl_s,
+        rss_peak_mb: mb(peak.rss.max(end_rss)),
+        rss_peak_anon_part_mb: mb(peak.anon_at_peak),
+        rss_peak_file_part_mb: mb(peak.file_at_peak),
+        anon_peak_mb: mb(peak.anon),
+        index_mb: index_bytes.map(|b| b as f64 / 1e6),
+        rss_end_mb: mb(end_rss),
+        hwm_mb: mb(hwm),
+        discover_rate_per_s: rate,
+        idle_before: phase(&idle_before),
+        during: phase(&during),
+        idle_after: phase(&idle_after),
+    })
 }

@@ -1,27 +1,20 @@
 //! Synthetic benchmark for oap-index.
 //!
 //! ```text
-//! cargo run --release -p oap-index --example search_bench -- [--sizes 1000,10000,100000,1000000] [--queries 50] [--dim 384]
+//! oap-bench search [--sizes 1000,10000,100000,1000000] [--queries 50] [--dim 384]
 //! ```
 //!
 //! For each size and dtype (f32, i8) it builds an index of random L2-normalised
 //! vectors (one row per document) plus a synthetic Zipf-like vocabulary, writes it
-//! under `target/oap-index-bench/`, opens it (full validation) and times
+//! under `target/oap-index-bench-<pid>/`, opens it (full validation) and times
 //! `dense_search(k = 10)` (default threads and 1 thread) and `lexical_search(k = 10)`.
-//! Files are deleted afterwards.
-
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::string_slice,
-    clippy::disallowed_methods,
-    reason = "a benchmark or demo program run by developers, not the daemon: it stops on the first surprise"
-)]
+//! Files are deleted afterwards. The table goes to stderr; the result is a
+//! [`SearchReport`].
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
+use oap_bench::report::{SearchReport, SearchRow};
 use oap_index::{DocInput, Index, IndexWriter, RowInput, SearchConfig, VectorDtype};
 
 struct Rng(u64);
@@ -57,8 +50,8 @@ fn pct(sorted: &[Duration], p: f64) -> Duration {
     oap_testkit::stats::rounded_index(sorted, p).unwrap_or_default()
 }
 
-fn ms(d: Duration) -> String {
-    format!("{:.3}", d.as_secs_f64() * 1e3)
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
 }
 
 fn time_queries(n: usize, mut f: impl FnMut(usize)) -> (Duration, Duration) {
@@ -76,38 +69,49 @@ fn time_queries(n: usize, mut f: impl FnMut(usize)) -> (Duration, Duration) {
     (pct(&t, 0.5), pct(&t, 0.99))
 }
 
-fn main() {
-    let mut sizes = vec![1_000usize, 10_000, 100_000, 1_000_000];
-    let mut queries = 50usize;
-    let mut dim = 384usize;
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let mut it = args.iter();
-    while let Some(a) = it.next() {
-        let v = it.next().map(String::as_str).unwrap_or("");
-        match a.as_str() {
-            "--sizes" => sizes = v.split(',').filter_map(|s| s.parse().ok()).collect(),
-            "--queries" => queries = v.parse().unwrap_or(queries),
-            "--dim" => dim = v.parse().unwrap_or(dim),
-            other => {
-                eprintln!("unknown argument {other}");
-                std::process::exit(2);
-            }
-        }
-    }
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/oap-index-bench");
+/// Dense and BM25 search over synthetic indexes.
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// Index sizes (rows), comma-separated.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "1000,10000,100000,1000000"
+    )]
+    sizes: Vec<usize>,
+    /// Timed queries per figure.
+    #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u32).range(1..))]
+    queries: u32,
+    /// Vector length.
+    #[arg(long, default_value_t = 384, value_parser = clap::value_parser!(u32).range(1..))]
+    dim: u32,
+}
+
+/// Builds, opens and searches one index per size and vector type.
+pub fn run(args: Args) -> anyhow::Result<SearchReport> {
+    let sizes = args.sizes;
+    let queries = args.queries as usize;
+    let dim = args.dim as usize;
+    // One directory per run, so that two runs at once do not remove each
+    // other's files.
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(format!(
+        "../../target/oap-index-bench-{}",
+        std::process::id()
+    ));
     std::fs::create_dir_all(&dir).expect("create bench dir");
     let threads = SearchConfig::default().threads;
     let vocab_size = 50_000;
     let vocab: Vec<String> = (0..vocab_size).map(|i| format!("t{i}")).collect();
 
-    println!(
-        "dim {dim}, k = 10, {queries} queries, default threads = {threads}, simsimd dynamic dispatch = {}",
-        simsimd::capabilities::uses_dynamic_dispatch()
+    let dynamic_dispatch = simsimd::capabilities::uses_dynamic_dispatch();
+    eprintln!(
+        "dim {dim}, k = 10, {queries} queries, default threads = {threads}, simsimd dynamic dispatch = {dynamic_dispatch}"
     );
-    println!(
+    let mut rows = Vec::new();
+    eprintln!(
         "| rows | dtype | file MB | bytes/row | build s | write s | open ms | dense p50 ms | dense p99 ms | dense 1-thr p50 ms | lexical p50 ms | lexical p99 ms |"
     );
-    println!("|---|---|---|---|---|---|---|---|---|---|---|---|");
+    eprintln!("|---|---|---|---|---|---|---|---|---|---|---|---|");
     for &n in &sizes {
         for dtype in [VectorDtype::F32, VectorDtype::I8] {
             let path = dir.join(format!("bench-{n}-{dtype:?}.oapi"));
@@ -163,22 +167,45 @@ fn main() {
             let (l50, l99) = time_queries(queries, |i| {
                 std::hint::black_box(idx.lexical_search(&lq[i], 10));
             });
-            println!(
-                "| {n} | {dtype:?} | {:.1} | {:.0} | {:.2} | {:.2} | {} | {} | {} | {} | {} | {} |",
-                stats.bytes as f64 / 1e6,
-                stats.bytes as f64 / n as f64,
-                build.as_secs_f64(),
-                stats.elapsed.as_secs_f64(),
-                ms(open),
-                ms(d50),
-                ms(d99),
-                ms(s50),
-                ms(l50),
-                ms(l99),
+            let row = SearchRow {
+                rows: n,
+                dtype: format!("{dtype:?}"),
+                file_mb: stats.bytes as f64 / 1e6,
+                bytes_per_row: stats.bytes as f64 / n as f64,
+                build_s: build.as_secs_f64(),
+                write_s: stats.elapsed.as_secs_f64(),
+                open_ms: ms(open),
+                dense_p50_ms: ms(d50),
+                dense_p99_ms: ms(d99),
+                dense_one_thread_p50_ms: ms(s50),
+                lexical_p50_ms: ms(l50),
+                lexical_p99_ms: ms(l99),
+            };
+            eprintln!(
+                "| {n} | {dtype:?} | {:.1} | {:.0} | {:.2} | {:.2} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} |",
+                row.file_mb,
+                row.bytes_per_row,
+                row.build_s,
+                row.write_s,
+                row.open_ms,
+                row.dense_p50_ms,
+                row.dense_p99_ms,
+                row.dense_one_thread_p50_ms,
+                row.lexical_p50_ms,
+                row.lexical_p99_ms,
             );
+            rows.push(row);
             drop(idx);
             std::fs::remove_file(&path).expect("remove bench file");
         }
     }
     let _ = std::fs::remove_dir(&dir);
+    Ok(SearchReport {
+        dim,
+        k: 10,
+        queries,
+        threads,
+        simsimd_dynamic_dispatch: dynamic_dispatch,
+        rows,
+    })
 }

@@ -1,7 +1,8 @@
 //! Replays a task log through the experience cache and through plain
 //! discovery, in process, with the real embedding model and index, and
-//! prints hit rates, wrong hits, tool accuracy and the discovery-step
-//! latency with and without the cache. Run by `cargo xtask bench-experience`.
+//! reports hit rates, wrong hits, tool accuracy and the discovery-step
+//! latency with and without the cache ([`ExperienceReport`]; the table goes
+//! to stderr). Run by `cargo xtask bench-experience`.
 //!
 //! The log: the 200 labelled tasks of `bench/discovery-tasks.jsonl`
 //! in a fixed shuffled order, then each task once more (shuffled again) as
@@ -10,20 +11,12 @@
 //! is among the task's expected names, and "fails" otherwise (negative tasks
 //! fail with any tool) — an oracle standing in for the model and the tool.
 
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::string_slice,
-    clippy::disallowed_methods,
-    reason = "a benchmark or demo program run by developers, not the daemon: it stops on the first surprise"
-)]
-
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::{bail, Context};
+use oap_bench::report::{ExperienceBaseline, ExperienceReport, ThresholdRow};
 use oap_testkit::stats::mean;
 use oapd::config::Config;
 use oapd::server::experience::{Experience, Hit};
@@ -34,10 +27,24 @@ struct Task {
     expected: Vec<String>,
 }
 
-fn arg(args: &[String], name: &str) -> Option<String> {
-    args.iter()
-        .position(|a| a == name)
-        .and_then(|i| args.get(i + 1).cloned())
+/// The experience cache replayed over a task log.
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// The labelled task set (JSONL: `query`, `expected`).
+    #[arg(long)]
+    tasks: PathBuf,
+    /// The manifest directory.
+    #[arg(long)]
+    manifests: PathBuf,
+    /// The embedding model directory.
+    #[arg(long)]
+    model: PathBuf,
+    /// Where the index and the cache are kept.
+    #[arg(long)]
+    work: PathBuf,
+    /// `experience.min_similarity` values to compare.
+    #[arg(long, value_delimiter = ',', default_value = "0.80,0.85,0.90,0.95")]
+    thresholds: Vec<f32>,
 }
 
 /// A small deterministic shuffle (xorshift), so every run replays the same log.
@@ -63,28 +70,21 @@ fn name_of(engine: &oap_discovery::Engine, id: &str) -> Option<String> {
         .map(str::to_string)
 }
 
-fn main() -> anyhow::Result<()> {
+/// Replays the log: the baseline once, then the cache at every threshold.
+pub fn run(args: Args) -> anyhow::Result<ExperienceReport> {
     if std::env::var_os("RAYON_NUM_THREADS").is_none() {
         let n = std::thread::available_parallelism()
             .map(|n| n.get())
             .unwrap_or(1);
         std::env::set_var("RAYON_NUM_THREADS", n.to_string());
     }
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let (Some(tasks_path), Some(manifests), Some(model), Some(work)) = (
-        arg(&args, "--tasks"),
-        arg(&args, "--manifests"),
-        arg(&args, "--model"),
-        arg(&args, "--work"),
-    ) else {
-        bail!("usage: experience_replay --tasks FILE --manifests DIR --model DIR --work DIR [--thresholds 0.8,0.9]");
-    };
-    let thresholds: Vec<f32> = arg(&args, "--thresholds")
-        .unwrap_or_else(|| "0.80,0.85,0.90,0.95".into())
-        .split(',')
-        .map(|t| t.trim().parse().context("--thresholds"))
-        .collect::<anyhow::Result<_>>()?;
-
+    let Args {
+        tasks: tasks_path,
+        manifests,
+        model,
+        work,
+        thresholds,
+    } = args;
     let mut tasks = Vec::new();
     for line in std::fs::read_to_string(&tasks_path)?.lines() {
         let value: Value = serde_json::from_str(line)?;
@@ -117,10 +117,10 @@ fn main() -> anyhow::Result<()> {
     }
 
     let mut config = Config::default();
-    config.index.data_dir = PathBuf::from(&work);
+    config.index.data_dir = work.clone();
     config.manifests.bundled = false;
-    config.manifests.dirs = vec![PathBuf::from(&manifests)];
-    config.embedding.model_dir = PathBuf::from(&model);
+    config.manifests.dirs = vec![manifests.clone()];
+    config.embedding.model_dir = model.clone();
     config.experience.enabled = true;
     let (embedder, state) = oapd::app::load_embedder(&config);
     if !state.loaded {
@@ -129,9 +129,10 @@ fn main() -> anyhow::Result<()> {
     let (engine, report) = oapd::app::open_engine(&config, embedder)?;
     let engine = Arc::new(engine);
     let top_k = config.tool_bridge.default_top_k;
-    println!(
-        "corpus: {} manifests from {manifests}; log: {} requests ({} first, {} second pass)",
+    eprintln!(
+        "corpus: {} manifests from {}; log: {} requests ({} first, {} second pass)",
         report.docs,
+        manifests.display(),
         log.len(),
         tasks.len(),
         tasks.len()
@@ -161,19 +162,14 @@ fn main() -> anyhow::Result<()> {
     }
     let mut sorted = baseline_ms.clone();
     sorted.sort_by(f64::total_cmp);
-    println!(
-        "\nbaseline (discovery every request): correct tool {:.1} %, tools injected {:.2}/request, discovery step mean {:.2} ms, p50 {:.2} ms, p95 {:.2} ms",
-        100.0 * baseline_correct as f64 / log.len() as f64,
-        baseline_tools as f64 / log.len() as f64,
-        mean(&baseline_ms),
-        percentile(&sorted, 0.5),
-        percentile(&sorted, 0.95)
-    );
-
-    println!(
-        "\n| min_similarity | hits (exact + similar) | hit rate | wrong hits | hit rate, 2nd pass | correct tool | tools injected/request | step mean ms | exact-hit step mean ms | similar-hit step mean ms | misses step mean ms | same requests as hits, discovery mean ms | saved per request ms |"
-    );
-    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+    let baseline = ExperienceBaseline {
+        correct_tool_pct: 100.0 * baseline_correct as f64 / log.len() as f64,
+        tools_injected_per_request: baseline_tools as f64 / log.len() as f64,
+        step_mean_ms: mean(&baseline_ms),
+        step_p50_ms: percentile(&sorted, 0.5),
+        step_p95_ms: percentile(&sorted, 0.95),
+    };
+    let mut rows = Vec::new();
     for threshold in thresholds {
         let _ = std::fs::remove_file(
             config
@@ -241,22 +237,37 @@ fn main() -> anyhow::Result<()> {
             }
         }
         let hits = exact + similar;
-        println!(
-            "| {threshold:.2} | {hits} ({exact} + {similar}) | {:.1} % | {wrong} ({:.1} % of hits) | {:.1} % | {:.1} % | {:.2} | {:.2} | {:.3} | {:.2} | {:.2} | {:.2} | {:.2} |",
-            100.0 * hits as f64 / log.len() as f64,
-            if hits == 0 { 0.0 } else { 100.0 * wrong as f64 / hits as f64 },
-            100.0 * second_hits as f64 / tasks.len() as f64,
-            100.0 * correct_n as f64 / log.len() as f64,
-            tools_injected as f64 / log.len() as f64,
-            mean(&step_ms),
-            mean(&exact_ms),
-            mean(&similar_ms),
-            mean(&miss_ms),
-            mean(&hit_baseline_ms),
-            mean(&baseline_ms) - mean(&step_ms),
-        );
+        rows.push(ThresholdRow {
+            min_similarity: threshold,
+            hits,
+            exact_hits: exact,
+            similar_hits: similar,
+            hit_rate_pct: 100.0 * hits as f64 / log.len() as f64,
+            wrong_hits: wrong,
+            wrong_hits_pct_of_hits: if hits == 0 {
+                0.0
+            } else {
+                100.0 * wrong as f64 / hits as f64
+            },
+            second_pass_hit_rate_pct: 100.0 * second_hits as f64 / tasks.len() as f64,
+            correct_tool_pct: 100.0 * correct_n as f64 / log.len() as f64,
+            tools_injected_per_request: tools_injected as f64 / log.len() as f64,
+            step_mean_ms: mean(&step_ms),
+            exact_hit_step_mean_ms: mean(&exact_ms),
+            similar_hit_step_mean_ms: mean(&similar_ms),
+            miss_step_mean_ms: mean(&miss_ms),
+            hits_discovery_mean_ms: mean(&hit_baseline_ms),
+            saved_per_request_ms: mean(&baseline_ms) - mean(&step_ms),
+        });
     }
-    Ok(())
+    let report = ExperienceReport {
+        manifests: report.docs,
+        log_requests: log.len(),
+        tasks: tasks.len(),
+        baseline,
+        thresholds: rows,
+    };
+    Ok(report)
 }
 
 /// Whether choosing `chosen` is right for `task` (no tool for negatives).

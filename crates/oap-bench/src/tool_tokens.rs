@@ -4,24 +4,17 @@
 //! `tokens::*`) — no Ollama needed. Run by `cargo xtask bench-tokens`.
 //!
 //! ```text
-//! tool_tokens --tasks FILE --dir DIR [--dir DIR...] [--budget N...] [--top-k K]
-//!             [--model-dir DIR] [--data-dir DIR]
+//! oap-bench tool-tokens --tasks FILE --dir DIR [--dir DIR...] [--budget N...] [--top-k K]
+//!                       [--model-dir DIR] [--data-dir DIR]
 //! ```
-
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::string_slice,
-    clippy::disallowed_methods,
-    reason = "a benchmark or demo program run by developers, not the daemon: it stops on the first surprise"
-)]
+//! The table goes to stderr; the result is a [`TokensReport`].
 
 use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::{bail, Context, Result};
+use oap_bench::report::{ExposureColumn, TokenCalibration, TokensReport};
 use oap_bridge::{exposure, meta, tokens};
 use oapd::app;
 use oapd::config::Config;
@@ -32,46 +25,27 @@ struct Task {
     query: String,
 }
 
-struct Options {
+/// Tool tokens per request: direct vs budget vs meta exposure.
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// The labelled task set (JSONL: `query`, `expected`).
+    #[arg(long)]
     tasks: PathBuf,
+    /// Manifest directories (at least one).
+    #[arg(long = "dir", required = true)]
     dirs: Vec<PathBuf>,
+    /// Token budgets to compare (default 300 and 150).
+    #[arg(long = "budget")]
     budgets: Vec<usize>,
+    /// Tools discovered per request.
+    #[arg(long, default_value_t = 3)]
     top_k: usize,
+    /// The embedding model directory.
+    #[arg(long, default_value = "models/all-MiniLM-L6-v2")]
     model_dir: PathBuf,
+    /// Where the index is built.
+    #[arg(long, default_value = "target/bench/tool-tokens")]
     data_dir: PathBuf,
-}
-
-fn parse() -> Result<Options> {
-    let mut options = Options {
-        tasks: PathBuf::new(),
-        dirs: Vec::new(),
-        budgets: Vec::new(),
-        top_k: 3,
-        model_dir: PathBuf::from("models/all-MiniLM-L6-v2"),
-        data_dir: PathBuf::from("target/bench/tool-tokens"),
-    };
-    let mut args = std::env::args().skip(1);
-    while let Some(arg) = args.next() {
-        let mut value = || args.next().with_context(|| format!("{arg} needs a value"));
-        match arg.as_str() {
-            "--tasks" => options.tasks = value()?.into(),
-            "--dir" => options.dirs.push(value()?.into()),
-            "--budget" => options.budgets.push(value()?.parse()?),
-            "--top-k" => options.top_k = value()?.parse()?,
-            "--model-dir" => options.model_dir = value()?.into(),
-            "--data-dir" => options.data_dir = value()?.into(),
-            other => bail!("unknown argument {other}"),
-        }
-    }
-    if options.tasks.as_os_str().is_empty() || options.dirs.is_empty() {
-        bail!(
-            "usage: tool_tokens --tasks FILE --dir DIR [--dir DIR...] [--budget N...] [--top-k K]"
-        );
-    }
-    if options.budgets.is_empty() {
-        options.budgets = vec![300, 150];
-    }
-    Ok(options)
 }
 
 fn load_tasks(path: &PathBuf) -> Result<Vec<Task>> {
@@ -133,31 +107,38 @@ impl Column {
         }
     }
 
-    fn row(&self) -> String {
+    fn summary(&self) -> ExposureColumn {
         let mut sorted = self.tokens.clone();
         sorted.sort_unstable();
         let n = sorted.len().max(1);
         let mean = sorted.iter().sum::<usize>() as f64 / n as f64;
-        let pct = |p: f64| sorted[((n - 1) as f64 * p).round() as usize];
+        let pct = |p: f64| {
+            sorted
+                .get(((n - 1) as f64 * p).round() as usize)
+                .copied()
+                .unwrap_or(0)
+        };
         let share = |k: usize, of: usize| 100.0 * k as f64 / of.max(1) as f64;
-        format!(
-            "| {} | {:.0} | {} | {} | {} | {:.1} % | {:.1} % | {:.1} % | {:.1} % | {:.1} % |",
-            self.label,
-            mean,
-            pct(0.5),
-            pct(0.95),
-            sorted.last().copied().unwrap_or(0),
-            share(self.offered, self.tokens.len()),
-            share(self.any_hit, self.positives),
-            share(self.all_hit, self.positives),
-            share(self.params_dropped, self.tokens.len()),
-            share(self.tools_dropped, self.tokens.len()),
-        )
+        ExposureColumn {
+            label: self.label.clone(),
+            tokens_mean: mean,
+            tokens_p50: pct(0.5),
+            tokens_p95: pct(0.95),
+            tokens_max: sorted.last().copied().unwrap_or(0),
+            offering_pct: share(self.offered, self.tokens.len()),
+            labelled_any_offered_pct: share(self.any_hit, self.positives),
+            labelled_all_offered_pct: share(self.all_hit, self.positives),
+            params_dropped_pct: share(self.params_dropped, self.tokens.len()),
+            tools_dropped_pct: share(self.tools_dropped, self.tokens.len()),
+        }
     }
 }
 
-fn main() -> Result<()> {
-    let options = parse()?;
+/// Counts the tool tokens of every task under every exposure.
+pub fn run(mut options: Args) -> Result<TokensReport> {
+    if options.budgets.is_empty() {
+        options.budgets = vec![300, 150];
+    }
     let tasks = load_tasks(&options.tasks)?;
     let mut config = Config::default();
     config.manifests.bundled = false;
@@ -225,30 +206,21 @@ fn main() -> Result<()> {
         }
     }
 
-    println!(
-        "tasks: {} ({} with a labelled tool); manifests: {}; top_k {}",
-        tasks.len(),
-        direct.positives,
-        report.docs,
-        options.top_k
-    );
-    println!(
-        "\n| exposure | tool tokens per round: mean | p50 | p95 | max | requests offering ≥1 tool | labelled tool offered (any) | all labelled offered | optional params dropped | tools dropped |"
-    );
-    println!("|---|---|---|---|---|---|---|---|---|---|");
-    println!("{}", direct.row());
-    for column in &budgets {
-        println!("{}", column.row());
-    }
-    println!("{}", meta_defs.row());
-    println!("{}", meta_listing.row());
-    println!(
-        "\ncalibration over the direct tool text of all tasks ({} chars): estimator {} tokens; chars/4 {}; MiniLM WordPiece {} (estimator / WordPiece = {:.2})",
-        chars_sum,
-        estimate_sum,
-        chars_sum / 4,
-        wordpiece_sum,
-        estimate_sum as f64 / wordpiece_sum.max(1) as f64
-    );
-    Ok(())
+    let mut columns = vec![direct.summary()];
+    columns.extend(budgets.iter().map(Column::summary));
+    columns.push(meta_defs.summary());
+    columns.push(meta_listing.summary());
+    let report = TokensReport {
+        tasks: tasks.len(),
+        labelled_tasks: direct.positives,
+        manifests: report.docs,
+        top_k: options.top_k,
+        columns,
+        calibration: TokenCalibration {
+            chars: chars_sum,
+            estimator_tokens: estimate_sum,
+            wordpiece_tokens: wordpiece_sum,
+        },
+    };
+    Ok(report)
 }

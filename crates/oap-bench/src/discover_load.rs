@@ -1,9 +1,9 @@
 //! HTTP load generator for `POST /v1/discover` on a running daemon.
 //!
 //! ```text
-//! cargo run --release -p oapd --example discover_load -- --addr 127.0.0.1:8300 \
+//! oap-bench discover-load --addr 127.0.0.1:8300 \
 //!     [--concurrency 8] [--requests 500] [--duration SECS] [--warmup 20] \
-//!     [--tasks FILE.jsonl] [--top-k 5] [--label NAME] [--header]
+//!     [--tasks FILE.jsonl] [--top-k 5] [--label NAME]
 //! ```
 //!
 //! `--concurrency` workers each hold one keep-alive HTTP/1.1 connection and
@@ -14,20 +14,11 @@
 //! comes first (with neither: 500 requests; always at most 600 s), so it ends
 //! by itself. Warm-up requests (sent first, one at a time) are not counted.
 //!
-//! Prints one markdown table row (`--header` adds the header lines first):
+//! Writes a [`DiscoverLoadReport`] (and its markdown row to stderr):
 //! client-side latency p50/p90/p99/max, requests/s, error count, and the
 //! daemon's own `meta.total_ms` / `embed_ms` / `search_ms` medians (time
 //! spent inside the engine, so the rest is HTTP, JSON and scheduling).
 //! Loopback addresses only: this is a benchmark, not a load-testing tool.
-
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::string_slice,
-    clippy::disallowed_methods,
-    reason = "a benchmark or demo program run by developers, not the daemon: it stops on the first surprise"
-)]
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -37,11 +28,11 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
-use hyper::client::conn::http1;
 use hyper::{Method, Request, StatusCode};
-use hyper_util::rt::TokioIo;
+use oap_bench::report::DiscoverLoadReport;
 use oap_testkit::stats::sorted;
-use tokio::net::TcpStream;
+
+use crate::client::{connect, pct, Sender};
 
 /// Hard upper bound on a run, whatever the arguments say.
 const MAX_RUN: Duration = Duration::from_secs(600);
@@ -63,84 +54,39 @@ const FALLBACK_TASKS: &[&str] = &[
     "book a table for two tomorrow at 8pm",
 ];
 
-struct Args {
+/// `POST /v1/discover` load on a running daemon.
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// The daemon (loopback only).
+    #[arg(long, default_value = "127.0.0.1:8300", value_parser = crate::client::loopback)]
     addr: SocketAddr,
-    concurrency: usize,
+    /// Workers, each with one keep-alive connection (1..=1024).
+    #[arg(long, short = 'c', default_value_t = 1,
+          value_parser = clap::value_parser!(u16).range(1..=1024))]
+    concurrency: u16,
+    /// Timed requests (500 when neither this nor --duration is given).
+    #[arg(long, short = 'n')]
     requests: Option<usize>,
+    /// Seconds to run at most.
+    #[arg(long, value_parser = crate::client::positive_seconds)]
     duration: Option<Duration>,
+    /// Untimed requests first, one at a time.
+    #[arg(long, default_value_t = 20)]
     warmup: usize,
+    /// JSONL file whose `query` fields are the tasks (default
+    /// bench/discovery-tasks.jsonl).
+    #[arg(long)]
     tasks: Option<PathBuf>,
+    /// `top_k` of every request.
+    #[arg(long, default_value_t = 5)]
     top_k: usize,
+    /// Name of the run in the report.
+    #[arg(long, default_value = "discover")]
     label: String,
-    header: bool,
-}
-
-fn usage() -> ! {
-    eprintln!(
-        "usage: discover_load --addr 127.0.0.1:PORT [--concurrency N] [--requests N] \
-         [--duration SECS] [--warmup N] [--tasks FILE.jsonl] [--top-k N] [--label NAME] [--header]"
-    );
-    std::process::exit(2);
-}
-
-fn parse_args() -> Result<Args, String> {
-    let mut args = Args {
-        addr: "127.0.0.1:8300".parse().expect("literal address"),
-        concurrency: 1,
-        requests: None,
-        duration: None,
-        warmup: 20,
-        tasks: None,
-        top_k: 5,
-        label: "discover".into(),
-        header: false,
-    };
-    let mut it = std::env::args().skip(1);
-    while let Some(flag) = it.next() {
-        if flag == "--header" {
-            args.header = true;
-            continue;
-        }
-        if matches!(flag.as_str(), "-h" | "--help") {
-            usage();
-        }
-        let value = it.next().ok_or_else(|| format!("{flag} needs a value"))?;
-        let bad = |e: &dyn std::fmt::Display| format!("{flag} {value:?}: {e}");
-        match flag.as_str() {
-            "--addr" => args.addr = value.parse().map_err(|e| bad(&e))?,
-            "--concurrency" | "-c" => args.concurrency = value.parse().map_err(|e| bad(&e))?,
-            "--requests" | "-n" => args.requests = Some(value.parse().map_err(|e| bad(&e))?),
-            "--duration" => {
-                let secs: f64 = value.parse().map_err(|e| bad(&e))?;
-                if !(secs > 0.0 && secs.is_finite()) {
-                    return Err(format!("{flag}: must be a positive number of seconds"));
-                }
-                args.duration = Some(Duration::from_secs_f64(secs));
-            }
-            "--warmup" => args.warmup = value.parse().map_err(|e| bad(&e))?,
-            "--tasks" => args.tasks = Some(PathBuf::from(value)),
-            "--top-k" => args.top_k = value.parse().map_err(|e| bad(&e))?,
-            "--label" => args.label = value,
-            _ => return Err(format!("unknown argument {flag}")),
-        }
-    }
-    if !args.addr.ip().is_loopback() {
-        return Err(format!(
-            "--addr {}: only loopback addresses are allowed",
-            args.addr
-        ));
-    }
-    if args.concurrency == 0 || args.concurrency > 1024 {
-        return Err("--concurrency: 1 .. 1024".into());
-    }
-    if args.requests.is_none() && args.duration.is_none() {
-        args.requests = Some(500);
-    }
-    Ok(args)
 }
 
 /// The `query` of every line of a discovery-tasks JSONL file.
-fn load_tasks(path: Option<&PathBuf>) -> Result<Vec<String>, String> {
+fn load_tasks(path: Option<&PathBuf>) -> anyhow::Result<Vec<String>> {
     let default =
         PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../bench/discovery-tasks.jsonl");
     let explicit = path.is_some();
@@ -155,22 +101,22 @@ fn load_tasks(path: Option<&PathBuf>) -> Result<Vec<String>, String> {
             );
             return Ok(FALLBACK_TASKS.iter().map(|t| t.to_string()).collect());
         }
-        Err(err) => return Err(format!("{}: {err}", path.display())),
+        Err(err) => anyhow::bail!("{}: {err}", path.display()),
     };
     let mut tasks = Vec::new();
     for (n, line) in text.lines().enumerate() {
         if line.trim().is_empty() {
             continue;
         }
-        let value: serde_json::Value =
-            serde_json::from_str(line).map_err(|e| format!("{}:{}: {e}", path.display(), n + 1))?;
+        let value: serde_json::Value = serde_json::from_str(line)
+            .map_err(|e| anyhow::anyhow!("{}:{}: {e}", path.display(), n + 1))?;
         match value.get("query").and_then(|q| q.as_str()) {
             Some(q) if !q.trim().is_empty() => tasks.push(q.to_string()),
-            _ => return Err(format!("{}:{}: no \"query\" string", path.display(), n + 1)),
+            _ => anyhow::bail!("{}:{}: no \"query\" string", path.display(), n + 1),
         }
     }
     if tasks.is_empty() {
-        return Err(format!("{}: no tasks", path.display()));
+        anyhow::bail!("{}: no tasks", path.display());
     }
     Ok(tasks)
 }
@@ -180,22 +126,6 @@ struct Sample {
     latency: Duration,
     /// `meta.total_ms`, `meta.embed_ms`, `meta.search_ms` from the answer.
     server: Option<[f64; 3]>,
-}
-
-type Sender = http1::SendRequest<Full<Bytes>>;
-
-async fn connect(addr: SocketAddr) -> Result<Sender, String> {
-    let stream = TcpStream::connect(addr)
-        .await
-        .map_err(|e| format!("connect {addr}: {e}"))?;
-    let _ = stream.set_nodelay(true);
-    let (sender, connection) = http1::handshake(TokioIo::new(stream))
-        .await
-        .map_err(|e| format!("handshake: {e}"))?;
-    tokio::spawn(async move {
-        let _ = connection.await;
-    });
-    Ok(sender)
 }
 
 async fn discover(
@@ -291,51 +221,32 @@ async fn worker(
     (samples, errors)
 }
 
-fn pct(sorted: &[f64], p: f64) -> f64 {
-    oap_testkit::stats::rounded_index(sorted, p).unwrap_or(f64::NAN)
+/// Runs the load; the report says how many requests failed.
+pub fn run(mut args: Args) -> anyhow::Result<DiscoverLoadReport> {
+    if args.requests.is_none() && args.duration.is_none() {
+        args.requests = Some(crate::client::DEFAULT_REQUESTS);
+    }
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?
+        .block_on(load(Arc::new(args)))
 }
 
-#[tokio::main(flavor = "current_thread")]
-async fn main() {
-    let args = match parse_args() {
-        Ok(args) => Arc::new(args),
-        Err(err) => {
-            eprintln!("discover_load: {err}");
-            usage();
-        }
-    };
-    let tasks = match load_tasks(args.tasks.as_ref()) {
-        Ok(tasks) => Arc::new(tasks),
-        Err(err) => {
-            eprintln!("discover_load: {err}");
-            std::process::exit(2);
-        }
-    };
+async fn load(args: Arc<Args>) -> anyhow::Result<DiscoverLoadReport> {
+    let tasks = Arc::new(load_tasks(args.tasks.as_ref())?);
 
     // Warm-up: one connection, sequential, not counted. Also proves the
     // daemon answers before the timed run starts.
     if args.warmup > 0 {
-        let mut sender = match connect(args.addr).await {
-            Ok(s) => s,
-            Err(err) => {
-                eprintln!("discover_load: {err}");
-                std::process::exit(1);
-            }
-        };
+        let mut sender = connect(args.addr).await.map_err(anyhow::Error::msg)?;
         for i in 0..args.warmup {
             let body = request_body(&tasks[i % tasks.len()], args.top_k);
             match tokio::time::timeout(REQUEST_TIMEOUT, discover(&mut sender, args.addr, body))
                 .await
             {
                 Ok(Ok(_)) => {}
-                Ok(Err(err)) => {
-                    eprintln!("discover_load: warm-up request failed: {err}");
-                    std::process::exit(1);
-                }
-                Err(_) => {
-                    eprintln!("discover_load: warm-up request timed out");
-                    std::process::exit(1);
-                }
+                Ok(Err(err)) => anyhow::bail!("warm-up request failed: {err}"),
+                Err(_) => anyhow::bail!("warm-up request timed out"),
             }
         }
     }
@@ -368,35 +279,19 @@ async fn main() {
     );
     let server: Vec<[f64; 3]> = samples.iter().filter_map(|s| s.server).collect();
     let part = |k: usize| pct(&sorted(server.iter().map(|s| s[k]).collect()), 0.5);
-    let done = samples.len() + errors.len();
-    if args.header {
-        println!(
-            "| run | concurrency | requests | errors | p50 ms | p90 ms | p99 ms | max ms | req/s | \
-             server total p50 ms | embed p50 ms | search p50 ms |"
-        );
-        println!("|---|---|---|---|---|---|---|---|---|---|---|---|");
-    }
-    println!(
-        "| {} | {} | {} | {} | {:.2} | {:.2} | {:.2} | {:.2} | {:.1} | {:.2} | {:.2} | {:.2} |",
-        args.label,
-        args.concurrency,
-        done,
-        errors.len(),
-        pct(&lat, 0.50),
-        pct(&lat, 0.90),
-        pct(&lat, 0.99),
-        lat.last().copied().unwrap_or(f64::NAN),
-        samples.len() as f64 / wall,
-        part(0),
-        part(1),
-        part(2),
-    );
-    if !errors.is_empty() {
-        let mut shown: Vec<&String> = errors.iter().collect();
-        shown.dedup();
-        for err in shown.iter().take(5) {
-            eprintln!("discover_load: error: {err}");
-        }
-        std::process::exit(1);
-    }
+    Ok(DiscoverLoadReport {
+        label: args.label.clone(),
+        concurrency: usize::from(args.concurrency),
+        requests: samples.len() + errors.len(),
+        errors: errors.len(),
+        p50_ms: pct(&lat, 0.50),
+        p90_ms: pct(&lat, 0.90),
+        p99_ms: pct(&lat, 0.99),
+        max_ms: lat.last().copied().unwrap_or(f64::NAN),
+        requests_per_s: samples.len() as f64 / wall,
+        server_total_p50_ms: part(0),
+        server_embed_p50_ms: part(1),
+        server_search_p50_ms: part(2),
+        error_samples: crate::client::error_samples(&errors),
+    })
 }

@@ -3,7 +3,7 @@
 //! capability" threshold separates negatives from positives.
 //!
 //! ```text
-//! cargo run --release -p oap-discovery --example retrieval_eval -- \
+//! oap-bench retrieval \
 //!     --tasks bench/discovery-tasks.jsonl \
 //!     --dir tests/fixtures/reference-manifests/oap-dev --dir tests/fixtures/reference-manifests/manifest-repo
 //! ```
@@ -23,7 +23,7 @@
 //! - `--soft-negatives ID,...`: negatives known to conflict with the corpus,
 //!   reported apart in the threshold curve;
 //! - `--curve`: positives and negatives rejected per hybrid threshold;
-//! - `--misses`: print the tasks hybrid misses at 3;
+//! - `--misses`: list the tasks hybrid misses at 3;
 //! - `--embed-cache FILE`: reuse embeddings across runs (speeds up the BFCL
 //!   corpus; latency is still measured with the uncached model);
 //! - `--dump FILE`: per task, the top 32 hybrid candidates with their score
@@ -37,15 +37,7 @@
 //! Retrieval runs the engine's pipeline (query views, embedding, rank) on the
 //! engine's index so that query-side options can be compared in one run; the
 //! latency column and a consistency check use `Engine::discover_with`.
-
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::string_slice,
-    clippy::disallowed_methods,
-    reason = "a benchmark or demo program run by developers, not the daemon: it stops on the first surprise"
-)]
+//! The tables go to stderr; the result is a [`RetrievalReport`].
 
 use std::collections::HashMap;
 use std::io::Write;
@@ -53,6 +45,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
+use oap_bench::report::{Curve, CurvePoint, EngineLatency, ModeRow, RetrievalReport};
 use oap_discovery::document::row_key;
 use oap_discovery::query::{self, QueryOptions};
 use oap_discovery::scoring::{self, Scoring};
@@ -67,88 +60,61 @@ struct Task {
     expected: Vec<String>,
 }
 
-struct Args {
+/// Recall@k, MRR and abstention of the three retrieval modes.
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// The labelled task set (JSONL: `id`, `query`, `expected`).
+    #[arg(long)]
     tasks: PathBuf,
+    /// Manifest directories (at least one).
+    #[arg(long = "dir", required = true)]
     dirs: Vec<PathBuf>,
+    /// The embedding model directory.
+    #[arg(long, default_value = "models/all-MiniLM-L6-v2")]
     model: PathBuf,
+    /// Score `name#k` manifests by their base name (BFCL corpus).
+    #[arg(long)]
     base_names: bool,
-    dtype_i8: bool,
+    /// Vector type of the index.
+    #[arg(long, value_parser = ["f32", "i8"], default_value = "f32")]
+    dtype: String,
+    /// List the tasks hybrid misses at 3.
+    #[arg(long)]
     misses: bool,
+    /// Which rows are embedded (default: the engine's).
+    #[arg(long, value_parser = ["desc", "desc+examples", "all"])]
     rows: Option<String>,
+    /// Leave the input parameters out of the description row.
+    #[arg(long = "no-inputs-row")]
     no_inputs: bool,
+    /// Demotion of near variants (a cosine above 1 turns it off).
+    #[arg(long)]
     variant_similarity: Option<f32>,
+    /// Demotion of near duplicates (a cosine above 1 turns it off).
+    #[arg(long)]
     duplicate_similarity: Option<f32>,
+    /// Hybrid weight(s); with several, one hybrid row per weight.
+    #[arg(long = "lexical-weight", value_delimiter = ',')]
     lexical_weights: Vec<f32>,
-    query: QueryOptions,
+    /// Leave the data-shape words out of the embedded text.
+    #[arg(long)]
+    no_hint: bool,
+    /// Leave the data-shape words out of the lexical text.
+    #[arg(long)]
+    no_lexical_hint: bool,
+    /// Negatives known to conflict with the corpus, reported apart.
+    #[arg(long, value_delimiter = ',')]
     soft_negatives: Vec<String>,
+    /// Positives and negatives rejected per threshold.
+    #[arg(long)]
     curve: bool,
+    /// Reuse embeddings across runs through this file.
+    #[arg(long)]
     embed_cache: Option<PathBuf>,
+    /// Per task, the top 32 hybrid candidates with their score parts, as
+    /// JSON lines.
+    #[arg(long)]
     dump: Option<PathBuf>,
-}
-
-fn parse_args() -> Result<Args, String> {
-    let mut args = Args {
-        tasks: PathBuf::new(),
-        dirs: Vec::new(),
-        model: PathBuf::from("models/all-MiniLM-L6-v2"),
-        base_names: false,
-        dtype_i8: false,
-        misses: false,
-        rows: None,
-        no_inputs: false,
-        variant_similarity: None,
-        duplicate_similarity: None,
-        lexical_weights: Vec::new(),
-        query: QueryOptions::default(),
-        soft_negatives: Vec::new(),
-        curve: false,
-        embed_cache: None,
-        dump: None,
-    };
-    let mut it = std::env::args().skip(1);
-    while let Some(arg) = it.next() {
-        let mut value = |what: &str| it.next().ok_or(format!("{arg} needs {what}"));
-        match arg.as_str() {
-            "--tasks" => args.tasks = value("a file")?.into(),
-            "--dir" => args.dirs.push(value("a directory")?.into()),
-            "--model" => args.model = value("a directory")?.into(),
-            "--base-names" => args.base_names = true,
-            "--dtype" => args.dtype_i8 = value("f32 or i8")? == "i8",
-            "--misses" => args.misses = true,
-            "--rows" => args.rows = Some(value("desc, desc+examples or all")?),
-            "--no-inputs-row" => args.no_inputs = true,
-            "--variant-similarity" => {
-                args.variant_similarity =
-                    Some(value("a cosine")?.parse().map_err(|_| "bad cosine")?)
-            }
-            "--lexical-weight" => {
-                for w in value("a number")?.split(',') {
-                    let w: f32 = w.trim().parse().map_err(|_| format!("bad weight {w}"))?;
-                    args.lexical_weights.push(w);
-                }
-            }
-            "--duplicate-similarity" => {
-                args.duplicate_similarity =
-                    Some(value("a cosine")?.parse().map_err(|_| "bad cosine")?)
-            }
-            "--no-hint" => args.query.dense_hint = false,
-            "--no-lexical-hint" => args.query.lexical_hint = false,
-            "--soft-negatives" => {
-                args.soft_negatives = value("task ids")?
-                    .split(',')
-                    .map(|s| s.trim().to_string())
-                    .collect()
-            }
-            "--curve" => args.curve = true,
-            "--embed-cache" => args.embed_cache = Some(value("a file")?.into()),
-            "--dump" => args.dump = Some(value("a file")?.into()),
-            other => return Err(format!("unknown argument {other}")),
-        }
-    }
-    if args.dirs.is_empty() || args.tasks.as_os_str().is_empty() {
-        return Err("need --tasks FILE and at least one --dir DIR".into());
-    }
-    Ok(args)
 }
 
 fn load_tasks(path: &PathBuf) -> Result<Vec<Task>, String> {
@@ -289,27 +255,27 @@ struct Tally {
 }
 
 impl Tally {
-    fn row(&self, label: &str, p50: Option<f64>) -> String {
+    fn summary(&self, label: &str, p50_ms: Option<f64>) -> ModeRow {
         let p = self.positives.max(1) as f64;
         let scores: Vec<(f32, bool)> = self
             .top_scores
             .iter()
             .map(|s| (s.score, s.positive))
             .collect();
-        format!(
-            "| {label} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} | {}/{} | {:.3} | {:.3} | {:.3} | {} |",
-            self.hits[0] as f64 / p,
-            self.hits[1] as f64 / p,
-            self.hits[2] as f64 / p,
-            self.mrr / p,
-            self.all_at_3 / p,
-            self.negatives_rejected,
-            self.negatives,
-            self.positives_matched_right as f64 / p,
-            self.positives_rejected as f64 / p,
-            auroc(&scores),
-            p50.map_or("-".to_string(), |v| format!("{v:.1}")),
-        )
+        ModeRow {
+            label: label.to_string(),
+            recall_at_1: self.hits[0] as f64 / p,
+            recall_at_3: self.hits[1] as f64 / p,
+            recall_at_5: self.hits[2] as f64 / p,
+            mrr: self.mrr / p,
+            all_at_3: self.all_at_3 / p,
+            negatives: self.negatives,
+            negatives_rejected: self.negatives_rejected,
+            positives_matched_right: self.positives_matched_right as f64 / p,
+            positives_rejected: self.positives_rejected as f64 / p,
+            auroc: auroc(&scores),
+            p50_ms,
+        }
     }
 }
 
@@ -334,17 +300,12 @@ fn auroc(scores: &[(f32, bool)]) -> f64 {
     wins / (pos.len() * neg.len()) as f64
 }
 
-fn fail(msg: String) -> ! {
-    eprintln!("retrieval_eval: {msg}");
-    std::process::exit(2)
-}
-
-fn main() {
-    let args = parse_args().unwrap_or_else(|e| fail(e));
-    let tasks = load_tasks(&args.tasks).unwrap_or_else(|e| fail(e));
+/// Evaluates the task set.
+pub fn run(args: Args) -> anyhow::Result<RetrievalReport> {
+    let tasks = load_tasks(&args.tasks).map_err(anyhow::Error::msg)?;
     let model: Arc<dyn Embedder> = Arc::new(
         BertEmbedder::load(&args.model, EmbedOptions::default())
-            .unwrap_or_else(|e| fail(format!("model: {e}"))),
+            .map_err(|e| anyhow::anyhow!("model: {e}"))?,
     );
     let cached = Arc::new(Cached::load(model.clone(), args.embed_cache.as_ref()));
 
@@ -353,7 +314,8 @@ fn main() {
     if let Some(&w) = args.lexical_weights.first() {
         config.scoring.lexical_weight = w;
     }
-    config.scoring.query = args.query;
+    config.scoring.query.dense_hint = !args.no_hint;
+    config.scoring.query.lexical_hint = !args.no_lexical_hint;
     if let Some(similarity) = args.duplicate_similarity {
         config.scoring.duplicate_similarity = similarity;
     }
@@ -374,35 +336,33 @@ fn main() {
             config.row_weights.name_usage = 0.9;
             config.row_weights.example = 0.9;
         }
-        Some(other) => fail(format!(
-            "--rows {other}: expected desc, desc+examples or all"
-        )),
+        Some(other) => anyhow::bail!("--rows {other}: expected desc, desc+examples or all"),
     }
     if args.no_inputs {
         config.row_weights.inputs_in_description = false;
     }
-    if args.dtype_i8 {
+    if args.dtype == "i8" {
         config.dtype = oap_index::VectorDtype::I8;
     }
     let sources: Vec<Source> = args.dirs.iter().cloned().map(Source::Dir).collect();
     let started = Instant::now();
     let (engine, report) = Engine::open(config.clone(), sources.clone(), Some(cached.clone()))
-        .unwrap_or_else(|e| fail(format!("index: {e}")));
-    println!(
-        "corpus: {} manifests ({} rows), {} load problems, {} collisions; indexed in {:.1} s",
+        .map_err(|e| anyhow::anyhow!("index: {e}"))?;
+    let index_s = started.elapsed().as_secs_f64();
+    eprintln!(
+        "corpus: {} manifests ({} rows), {} load problems, {} collisions; indexed in {index_s:.1} s",
         report.docs,
         report.rows,
         report.problems.len(),
         report.collisions.len(),
-        started.elapsed().as_secs_f64()
     );
-    println!("tasks: {} ({})", tasks.len(), args.tasks.display());
-    println!(
+    eprintln!("tasks: {} ({})", tasks.len(), args.tasks.display());
+    eprintln!(
         "rows {:?}, query {:?}",
         config.row_weights, config.scoring.query
     );
     let index =
-        Index::open(engine.config().index_path()).unwrap_or_else(|e| fail(format!("index: {e}")));
+        Index::open(engine.config().index_path()).map_err(|e| anyhow::anyhow!("index: {e}"))?;
     let names: Vec<String> = (0..index.len() as u32)
         .map(|doc| {
             index
@@ -440,17 +400,18 @@ fn main() {
     }
     let mut tallies: Vec<Tally> = runs.iter().map(|_| Tally::default()).collect();
     let mut misses = Vec::new();
-    let mut dump = args.dump.as_ref().map(|path| {
-        std::io::BufWriter::new(
-            std::fs::File::create(path).unwrap_or_else(|e| fail(format!("dump: {e}"))),
-        )
-    });
+    let mut dump = match &args.dump {
+        Some(path) => Some(std::io::BufWriter::new(
+            std::fs::File::create(path).map_err(|e| anyhow::anyhow!("dump: {e}"))?,
+        )),
+        None => None,
+    };
 
     for task in &tasks {
         let views = query::views_with(&task.query, &config.scoring.query);
         let vector = cached
             .embed_one(&views.dense)
-            .unwrap_or_else(|e| fail(format!("embed: {e}")));
+            .map_err(|e| anyhow::anyhow!("embed: {e}"))?;
         let terms = oap_index::tokenize(&views.lexical);
         let expected: Vec<String> = task.expected.iter().map(|e| display(e)).collect();
         let soft = args.soft_negatives.contains(&task.id);
@@ -532,22 +493,22 @@ fn main() {
                 }).collect::<Vec<_>>(),
             });
             if writeln!(out, "{line}").is_err() {
-                fail("dump: write failed".into());
+                anyhow::bail!("dump: write failed");
             }
         }
     }
     if let Some(path) = &args.embed_cache {
         if let Err(e) = cached.save(path) {
-            eprintln!("retrieval_eval: embedding cache not saved: {e}");
+            eprintln!("oap-bench retrieval: embedding cache not saved: {e}");
         }
     }
 
     // Latency and consistency: the engine itself, with the uncached model
     // (same model id, so the index just built is reused, not rebuilt).
     let (raw_engine, raw_report) = Engine::open(config.clone(), sources, Some(model))
-        .unwrap_or_else(|e| fail(format!("index: {e}")));
+        .map_err(|e| anyhow::anyhow!("index: {e}"))?;
     if !raw_report.reused_index {
-        eprintln!("retrieval_eval: warning: the latency engine rebuilt the index");
+        eprintln!("oap-bench retrieval: warning: the latency engine rebuilt the index");
     }
     let mut latency = Vec::new();
     let mut search_latency = Vec::new();
@@ -591,38 +552,46 @@ fn main() {
             .copied()
     };
 
-    println!();
-    println!("| mode | R@1 | R@3 | R@5 | MRR | all@3 | neg. rejected | pos. matched right | pos. rejected | AUROC(top score) | p50 ms |");
-    println!("|---|---|---|---|---|---|---|---|---|---|---|");
-    for ((label, mode, _), tally) in runs.iter().zip(&tallies) {
-        let p50 = (*mode == Mode::Hybrid && label == "Hybrid")
-            .then(|| percentile(0.5))
-            .flatten();
-        println!("{}", tally.row(label, p50));
-    }
-    println!(
-        "engine hybrid latency: p50 {:.1} ms, p90 {:.1} ms (search and scoring p50 {:.2} ms) over {} tasks{}",
-        percentile(0.5).unwrap_or(f64::NAN),
-        percentile(0.9).unwrap_or(f64::NAN),
-        search_p50,
-        latency.len(),
-        if check {
-            format!("; engine and eval rankings differ on {disagreements} tasks")
-        } else {
-            String::new()
-        }
-    );
-    for miss in misses {
-        println!("{miss}");
-    }
-    if args.curve {
-        print_curve(&runs, &tallies);
-    }
+    let modes = runs
+        .iter()
+        .zip(&tallies)
+        .map(|((label, mode, _), tally)| {
+            let p50 = (*mode == Mode::Hybrid && label == "Hybrid")
+                .then(|| percentile(0.5))
+                .flatten();
+            tally.summary(label, p50)
+        })
+        .collect();
+    let curves = if args.curve {
+        curves(&runs, &tallies)
+    } else {
+        Vec::new()
+    };
     let _ = std::fs::remove_dir_all(&data);
+    let report = RetrievalReport {
+        manifests: report.docs,
+        rows: report.rows,
+        load_problems: report.problems.len(),
+        collisions: report.collisions.len(),
+        index_s,
+        tasks: tasks.len(),
+        modes,
+        engine_latency: EngineLatency {
+            tasks: latency.len(),
+            p50_ms: percentile(0.5).unwrap_or(f64::NAN),
+            p90_ms: percentile(0.9).unwrap_or(f64::NAN),
+            search_p50_ms: search_p50,
+            rankings_differ: check.then_some(disagreements),
+        },
+        misses,
+        curves,
+    };
+    Ok(report)
 }
 
 /// Negatives rejected and positives lost per threshold, for each hybrid run.
-fn print_curve(runs: &[(String, Mode, Scoring)], tallies: &[Tally]) {
+fn curves(runs: &[(String, Mode, Scoring)], tallies: &[Tally]) -> Vec<Curve> {
+    let mut out = Vec::new();
     for ((label, mode, scoring), tally) in runs.iter().zip(tallies) {
         // Cosines for dense and hybrid, lexical evidence in lexical mode.
         let (start, step) = match mode {
@@ -640,34 +609,37 @@ fn print_curve(runs: &[(String, Mode, Scoring)], tallies: &[Tally]) {
             .filter(|s| !s.positive && s.soft)
             .count();
         let pos = tally.positives.max(1) as f64;
-        println!();
-        println!(
-            "{label}: threshold curve (configured {:.2}); hard/soft negatives {hard}/{soft}",
-            scoring.threshold(*mode)
-        );
-        println!("| threshold | hard neg. rejected | soft neg. rejected | pos. rejected | pos. accepted with right top-1 |");
-        println!("|---|---|---|---|---|");
-        for i in 0..=20 {
-            let t = start + step * i as f32;
-            let below = |f: &dyn Fn(&TopScore) -> bool| {
-                tally
+        let points = (0..=20)
+            .map(|i| {
+                let t = start + step * i as f32;
+                let below = |f: &dyn Fn(&TopScore) -> bool| {
+                    tally
+                        .top_scores
+                        .iter()
+                        .filter(|s| f(s) && s.score < t)
+                        .count()
+                };
+                let right = tally
                     .top_scores
                     .iter()
-                    .filter(|s| f(s) && s.score < t)
-                    .count()
-            };
-            let right = tally
-                .top_scores
-                .iter()
-                .filter(|s| s.positive && s.right && s.score >= t)
-                .count();
-            println!(
-                "| {t:.2} | {}/{hard} | {}/{soft} | {:.3} | {:.3} |",
-                below(&|s| !s.positive && !s.soft),
-                below(&|s| !s.positive && s.soft),
-                below(&|s| s.positive) as f64 / pos,
-                right as f64 / pos,
-            );
-        }
+                    .filter(|s| s.positive && s.right && s.score >= t)
+                    .count();
+                CurvePoint {
+                    threshold: t,
+                    hard_negatives_rejected: below(&|s| !s.positive && !s.soft),
+                    soft_negatives_rejected: below(&|s| !s.positive && s.soft),
+                    positives_rejected: below(&|s| s.positive) as f64 / pos,
+                    positives_accepted_right: right as f64 / pos,
+                }
+            })
+            .collect();
+        out.push(Curve {
+            label: label.clone(),
+            configured_threshold: scoring.threshold(*mode),
+            hard_negatives: hard,
+            soft_negatives: soft,
+            points,
+        });
     }
+    out
 }

@@ -4,9 +4,9 @@
 //! proxy adds.
 //!
 //! ```text
-//! cargo run --release -p oapd --example proxy_load -- --addr 127.0.0.1:PORT \
+//! oap-bench proxy-load --addr 127.0.0.1:PORT \
 //!     [--mode chat|stream] [--concurrency 1] [--requests 500] [--duration SECS] \
-//!     [--warmup 20] [--model NAME] [--no-discover] [--label NAME] [--header]
+//!     [--warmup 20] [--model NAME] [--no-discover] [--label NAME]
 //! ```
 //!
 //! `--concurrency` workers each hold one keep-alive HTTP/1.1 connection and
@@ -19,18 +19,9 @@
 //! 500 requests; always at most 600 s). Warm-up requests (one at a time)
 //! are not counted.
 //!
-//! Prints one markdown table row (`--header` adds the header lines first):
+//! Writes a [`ProxyLoadReport`] (and its markdown row to stderr):
 //! latency p50/p99/max of the whole answer, first line p50/p99, requests/s
 //! and the error count. Loopback addresses only.
-
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::string_slice,
-    clippy::disallowed_methods,
-    reason = "a benchmark or demo program run by developers, not the daemon: it stops on the first surprise"
-)]
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -39,10 +30,10 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
-use hyper::client::conn::http1;
 use hyper::{Method, Request, StatusCode};
-use hyper_util::rt::TokioIo;
-use tokio::net::TcpStream;
+
+use crate::client::{connect, pct, Sender};
+use oap_bench::report::ProxyLoadReport;
 
 /// Hard upper bound on a run, whatever the arguments say.
 const MAX_RUN: Duration = Duration::from_secs(600);
@@ -63,122 +54,52 @@ const PROMPTS: &[&str] = &[
     "summarise the plot of Hamlet in one line",
 ];
 
-#[derive(Clone, Copy, PartialEq)]
+/// What a request asks for and what is timed.
+#[derive(Clone, Copy, PartialEq, Debug, clap::ValueEnum)]
 enum Mode {
+    /// `"stream": false`, the whole answer timed.
     Chat,
+    /// `"stream": true`, the first NDJSON line and the whole stream timed.
     Stream,
 }
 
-struct Args {
+/// `POST /api/chat` load on anything that speaks Ollama's chat API.
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// The server (loopback only).
+    #[arg(long, default_value = "127.0.0.1:8300", value_parser = crate::client::loopback)]
     addr: SocketAddr,
+    /// Whole answers or streams.
+    #[arg(long, value_enum, default_value_t = Mode::Chat)]
     mode: Mode,
-    concurrency: usize,
+    /// Workers, each with one keep-alive connection (1..=1024).
+    #[arg(long, short = 'c', default_value_t = 1,
+          value_parser = clap::value_parser!(u16).range(1..=1024))]
+    concurrency: u16,
+    /// Timed requests (500 when neither this nor --duration is given).
+    #[arg(long, short = 'n')]
     requests: Option<usize>,
+    /// Seconds to run at most.
+    #[arg(long, value_parser = crate::client::positive_seconds)]
     duration: Option<Duration>,
+    /// Untimed requests first, one at a time.
+    #[arg(long, default_value_t = 20)]
     warmup: usize,
+    /// `model` of every request.
+    #[arg(long, default_value = "bench:latest")]
     model: String,
+    /// Add `"oap_discover": false` (oapd as a pure proxy).
+    #[arg(long)]
     no_discover: bool,
+    /// Name of the run in the report.
+    #[arg(long, default_value = "chat")]
     label: String,
-    header: bool,
-}
-
-fn usage() -> ! {
-    eprintln!(
-        "usage: proxy_load --addr 127.0.0.1:PORT [--mode chat|stream] [--concurrency N] \
-         [--requests N] [--duration SECS] [--warmup N] [--model NAME] [--no-discover] \
-         [--label NAME] [--header]"
-    );
-    std::process::exit(2);
-}
-
-fn parse_args() -> Result<Args, String> {
-    let mut args = Args {
-        addr: "127.0.0.1:8300".parse().expect("literal address"),
-        mode: Mode::Chat,
-        concurrency: 1,
-        requests: None,
-        duration: None,
-        warmup: 20,
-        model: "bench:latest".into(),
-        no_discover: false,
-        label: "chat".into(),
-        header: false,
-    };
-    let mut it = std::env::args().skip(1);
-    while let Some(flag) = it.next() {
-        match flag.as_str() {
-            "--header" => {
-                args.header = true;
-                continue;
-            }
-            "--no-discover" => {
-                args.no_discover = true;
-                continue;
-            }
-            "-h" | "--help" => usage(),
-            _ => {}
-        }
-        let value = it.next().ok_or_else(|| format!("{flag} needs a value"))?;
-        let bad = |e: &dyn std::fmt::Display| format!("{flag} {value:?}: {e}");
-        match flag.as_str() {
-            "--addr" => args.addr = value.parse().map_err(|e| bad(&e))?,
-            "--mode" => {
-                args.mode = match value.as_str() {
-                    "chat" => Mode::Chat,
-                    "stream" => Mode::Stream,
-                    _ => return Err(format!("{flag}: chat or stream")),
-                }
-            }
-            "--concurrency" | "-c" => args.concurrency = value.parse().map_err(|e| bad(&e))?,
-            "--requests" | "-n" => args.requests = Some(value.parse().map_err(|e| bad(&e))?),
-            "--duration" => {
-                let secs: f64 = value.parse().map_err(|e| bad(&e))?;
-                if !(secs > 0.0 && secs.is_finite()) {
-                    return Err(format!("{flag}: must be a positive number of seconds"));
-                }
-                args.duration = Some(Duration::from_secs_f64(secs));
-            }
-            "--warmup" => args.warmup = value.parse().map_err(|e| bad(&e))?,
-            "--model" => args.model = value,
-            "--label" => args.label = value,
-            _ => return Err(format!("unknown argument {flag}")),
-        }
-    }
-    if !args.addr.ip().is_loopback() {
-        return Err(format!(
-            "--addr {}: only loopback addresses are allowed",
-            args.addr
-        ));
-    }
-    if args.concurrency == 0 || args.concurrency > 1024 {
-        return Err("--concurrency: 1 .. 1024".into());
-    }
-    if args.requests.is_none() && args.duration.is_none() {
-        args.requests = Some(500);
-    }
-    Ok(args)
 }
 
 /// What one request measured: the first NDJSON line and the whole answer.
 struct Sample {
     first_line: Duration,
     total: Duration,
-}
-
-type Sender = http1::SendRequest<Full<Bytes>>;
-
-async fn connect(addr: SocketAddr) -> Result<Sender, String> {
-    let stream = TcpStream::connect(addr)
-        .await
-        .map_err(|e| format!("connect {addr}: {e}"))?;
-    let _ = stream.set_nodelay(true);
-    let (sender, connection) = http1::handshake(TokioIo::new(stream))
-        .await
-        .map_err(|e| format!("handshake: {e}"))?;
-    tokio::spawn(async move {
-        let _ = connection.await;
-    });
-    Ok(sender)
 }
 
 fn request_body(args: &Args, prompt: &str) -> Bytes {
@@ -296,40 +217,33 @@ async fn worker(
     (samples, errors)
 }
 
-fn pct(sorted: &[f64], p: f64) -> f64 {
-    oap_testkit::stats::rounded_index(sorted, p).unwrap_or(f64::NAN)
-}
-
 fn sorted_ms(values: impl Iterator<Item = Duration>) -> Vec<f64> {
     oap_testkit::stats::sorted(values.map(|d| d.as_secs_f64() * 1e3).collect())
 }
 
-fn fail(message: String) -> ! {
-    eprintln!("proxy_load: {message}");
-    std::process::exit(1);
+/// Runs the load; the report says how many requests failed.
+pub fn run(mut args: Args) -> anyhow::Result<ProxyLoadReport> {
+    if args.requests.is_none() && args.duration.is_none() {
+        args.requests = Some(crate::client::DEFAULT_REQUESTS);
+    }
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?
+        .block_on(load(Arc::new(args)))
 }
 
-#[tokio::main(flavor = "current_thread")]
-async fn main() {
-    let args = match parse_args() {
-        Ok(args) => Arc::new(args),
-        Err(err) => {
-            eprintln!("proxy_load: {err}");
-            usage();
-        }
-    };
-
+async fn load(args: Arc<Args>) -> anyhow::Result<ProxyLoadReport> {
     // Warm-up: one connection, sequential, not counted; also proves the
     // server answers before the timed run starts.
     if args.warmup > 0 {
-        let mut sender = connect(args.addr).await.unwrap_or_else(|e| fail(e));
+        let mut sender = connect(args.addr).await.map_err(anyhow::Error::msg)?;
         for i in 0..args.warmup {
             let body = request_body(&args, PROMPTS[i % PROMPTS.len()]);
             let call = chat(&mut sender, args.addr, body, Instant::now());
             match tokio::time::timeout(REQUEST_TIMEOUT, call).await {
                 Ok(Ok(_)) => {}
-                Ok(Err(err)) => fail(format!("warm-up request failed: {err}")),
-                Err(_) => fail("warm-up request timed out".into()),
+                Ok(Err(err)) => anyhow::bail!("warm-up request failed: {err}"),
+                Err(_) => anyhow::bail!("warm-up request timed out"),
             }
         }
     }
@@ -356,36 +270,22 @@ async fn main() {
 
     let total = sorted_ms(samples.iter().map(|s| s.total));
     let first = sorted_ms(samples.iter().map(|s| s.first_line));
-    if args.header {
-        println!(
-            "| run | mode | concurrency | requests | errors | p50 ms | p99 ms | max ms | \
-             first line p50 ms | first line p99 ms | req/s |"
-        );
-        println!("|---|---|---|---|---|---|---|---|---|---|---|");
-    }
-    println!(
-        "| {} | {} | {} | {} | {} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} | {:.1} |",
-        args.label,
-        match args.mode {
+    Ok(ProxyLoadReport {
+        label: args.label.clone(),
+        mode: match args.mode {
             Mode::Chat => "chat",
             Mode::Stream => "stream",
-        },
-        args.concurrency,
-        samples.len() + errors.len(),
-        errors.len(),
-        pct(&total, 0.50),
-        pct(&total, 0.99),
-        total.last().copied().unwrap_or(f64::NAN),
-        pct(&first, 0.50),
-        pct(&first, 0.99),
-        samples.len() as f64 / wall,
-    );
-    if !errors.is_empty() {
-        let mut shown: Vec<&String> = errors.iter().collect();
-        shown.dedup();
-        for err in shown.iter().take(5) {
-            eprintln!("proxy_load: error: {err}");
         }
-        std::process::exit(1);
-    }
+        .to_string(),
+        concurrency: usize::from(args.concurrency),
+        requests: samples.len() + errors.len(),
+        errors: errors.len(),
+        p50_ms: pct(&total, 0.50),
+        p99_ms: pct(&total, 0.99),
+        max_ms: total.last().copied().unwrap_or(f64::NAN),
+        first_line_p50_ms: pct(&first, 0.50),
+        first_line_p99_ms: pct(&first, 0.99),
+        requests_per_s: samples.len() as f64 / wall,
+        error_samples: crate::client::error_samples(&errors),
+    })
 }

@@ -2,7 +2,7 @@
 //! and footprint benchmarks (`cargo xtask bench-speed` uses 10,000).
 //!
 //! ```text
-//! cargo run --release -p oapd --example make_corpus -- --out DIR [--count 10000] [--from DIR]...
+//! oap-bench make-corpus --out DIR [--count 10000] [--from DIR]...
 //! ```
 //!
 //! Base manifests are every valid `*.json` in the `--from` directories
@@ -20,16 +20,8 @@
 //! Deterministic: the same bases and count give byte-identical files; files
 //! that are already identical are not rewritten, other `*.json` in `--out`
 //! are removed. Every manifest is checked with the same parser as `oapd
-//! manifest lint`; the run fails on any error.
-
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::string_slice,
-    clippy::disallowed_methods,
-    reason = "a benchmark or demo program run by developers, not the daemon: it stops on the first surprise"
-)]
+//! manifest lint`; the run fails on any error. Not a measurement: it
+//! writes no JSON, only a line of what it did (stderr).
 
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
@@ -101,44 +93,19 @@ const TEMPLATES: &[&str] = &[
     "Provided by {vendor}. {format_cap}; {limit}.",
 ];
 
-struct Args {
+/// Writes a deterministic corpus of valid manifests.
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// Output directory (other `*.json` in it are removed).
+    #[arg(long)]
     out: PathBuf,
+    /// Manifests to write.
+    #[arg(long, default_value_t = 10_000)]
     count: usize,
+    /// Base manifest directories (default: the BFCL corpus, the bundled and
+    /// the reference manifests, those present).
+    #[arg(long)]
     from: Vec<PathBuf>,
-}
-
-fn parse_args() -> Result<Args, String> {
-    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let mut out = None;
-    let mut count = 10_000;
-    let mut from = Vec::new();
-    let mut it = std::env::args().skip(1);
-    while let Some(flag) = it.next() {
-        let value = it.next().ok_or_else(|| format!("{flag} needs a value"))?;
-        match flag.as_str() {
-            "--out" => out = Some(PathBuf::from(value)),
-            "--count" => count = value.parse().map_err(|e| format!("--count: {e}"))?,
-            "--from" => from.push(PathBuf::from(value)),
-            _ => return Err(format!("unknown argument {flag}")),
-        }
-    }
-    if from.is_empty() {
-        from = [
-            "target/bench/bfcl/manifests",
-            "manifests/bundled",
-            "tests/fixtures/reference-manifests/oap-dev",
-            "tests/fixtures/reference-manifests/manifest-repo",
-        ]
-        .iter()
-        .map(|d| repo.join(d))
-        .filter(|d| d.is_dir())
-        .collect();
-    }
-    Ok(Args {
-        out: out.ok_or("--out DIR is required")?,
-        count,
-        from,
-    })
 }
 
 /// Valid manifests of `dirs`, as JSON objects without unknown top-level
@@ -169,7 +136,7 @@ fn load_bases(dirs: &[PathBuf]) -> Result<Vec<Map<String, Value>>, String> {
     }
     bases.sort_by(|a, b| (&a.0, &a.1).cmp(&(&b.0, &b.1)));
     eprintln!(
-        "make_corpus: {} base manifests from {} directories ({skipped} invalid skipped)",
+        "oap-bench make-corpus: {} base manifests from {} directories ({skipped} invalid skipped)",
         bases.len(),
         dirs.len()
     );
@@ -252,8 +219,25 @@ fn variant(base: &Map<String, Value>, i: usize, b: usize, taken: &mut HashSet<St
     Value::Object(doc)
 }
 
-fn run() -> Result<(), String> {
-    let args = parse_args()?;
+/// Writes the corpus.
+pub fn run(mut args: Args) -> anyhow::Result<()> {
+    write(&mut args).map_err(anyhow::Error::msg)
+}
+
+fn write(args: &mut Args) -> Result<(), String> {
+    if args.from.is_empty() {
+        let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+        args.from = [
+            "target/bench/bfcl/manifests",
+            "manifests/bundled",
+            "tests/fixtures/reference-manifests/oap-dev",
+            "tests/fixtures/reference-manifests/manifest-repo",
+        ]
+        .iter()
+        .map(|d| repo.join(d))
+        .filter(|d| d.is_dir())
+        .collect();
+    }
     if args.from.is_empty() {
         return Err(
             "no base manifest directories (run `python3 bench/bfcl_corpus.py \
@@ -305,7 +289,7 @@ fn run() -> Result<(), String> {
             removed += 1;
         }
     }
-    println!(
+    eprintln!(
         "{} manifests ({:.1} MB, {} validation warnings) in {}: {changed} written, \
          {} unchanged, {removed} stale removed",
         args.count,
@@ -315,11 +299,4 @@ fn run() -> Result<(), String> {
         args.count - changed,
     );
     Ok(())
-}
-
-fn main() {
-    if let Err(err) = run() {
-        eprintln!("make_corpus: {err}");
-        std::process::exit(1);
-    }
 }

@@ -1,53 +1,55 @@
 //! Rough latency / throughput figures for the embedder, to compare boards.
 //!
 //! ```text
-//! cargo run --release -p oap-embed-candle --example embed_bench -- [MODEL_DIR] [--threads N] [--runs N] [--batch N]
+//! oap-bench embed [MODEL_DIR] [--threads N] [--runs N] [--batch N]
 //! ```
 //! MODEL_DIR defaults to `$OAPD_MODEL_DIR` or `<repo>/models/all-MiniLM-L6-v2`.
+//! Progress goes to stderr; the result is an [`EmbedReport`].
 //! Plain `Instant` timing instead of criterion: we want p50/p99 of a cold-ish
 //! single query, as the daemon sees it, and a binary that is easy to copy to a
 //! board.
 
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::string_slice,
-    clippy::disallowed_methods,
-    reason = "a benchmark or demo program run by developers, not the daemon: it stops on the first surprise"
-)]
-
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
+use crate::client::pct;
+use oap_bench::report::{BatchRate, EmbedReport, Latency};
 use oap_embed::Embedder;
 use oap_embed_candle::{BertEmbedder, EmbedOptions};
 use sha2::{Digest, Sha256};
 
-fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let mut dir = std::env::var_os("OAPD_MODEL_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            Path::new(env!("CARGO_MANIFEST_DIR")).join("../../models/all-MiniLM-L6-v2")
-        });
-    let mut threads = None;
-    let mut runs = 200usize;
-    let mut batch_size = EmbedOptions::default().batch_size;
-    let mut args = std::env::args().skip(1);
-    while let Some(a) = args.next() {
-        match a.as_str() {
-            "--threads" => threads = Some(args.next().ok_or("--threads N")?.parse()?),
-            "--runs" => runs = args.next().ok_or("--runs N")?.parse()?,
-            "--batch" => batch_size = args.next().ok_or("--batch N")?.parse()?,
-            _ => dir = PathBuf::from(a),
-        }
-    }
-    println!("model dir: {}", dir.display());
-    println!(
-        "threads: {:?} (RAYON_NUM_THREADS={:?})",
-        threads,
-        std::env::var("RAYON_NUM_THREADS").ok()
-    );
+/// Load time, query latency and batch throughput of the embedding model.
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// The model directory (default `$OAPD_MODEL_DIR` or
+    /// `<repo>/models/all-MiniLM-L6-v2`).
+    model_dir: Option<PathBuf>,
+    /// Inference threads (default: the library's choice).
+    #[arg(long)]
+    threads: Option<usize>,
+    /// Timed single queries.
+    #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u32).range(1..))]
+    runs: u32,
+    /// Batch size (default: the embedder's).
+    #[arg(long)]
+    batch: Option<usize>,
+}
+
+/// Measures the model.
+pub fn run(args: Args) -> anyhow::Result<EmbedReport> {
+    let dir = args.model_dir.unwrap_or_else(|| {
+        std::env::var_os("OAPD_MODEL_DIR")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| {
+                Path::new(env!("CARGO_MANIFEST_DIR")).join("../../models/all-MiniLM-L6-v2")
+            })
+    });
+    let threads = args.threads;
+    let runs = args.runs as usize;
+    let batch_size = args.batch.unwrap_or(EmbedOptions::default().batch_size);
+    let rayon_num_threads = std::env::var("RAYON_NUM_THREADS").ok();
+    eprintln!("model dir: {}", dir.display());
+    eprintln!("threads: {threads:?} (RAYON_NUM_THREADS={rayon_num_threads:?})");
 
     let opts = EmbedOptions {
         threads,
@@ -58,7 +60,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let t = Instant::now();
     let mut model = BertEmbedder::load(&dir, opts.clone())?;
     let mut load_ms = vec![ms(t)];
-    println!("rss after first load: {}", rss());
+    let rss_after_first_load_mb = mb_of("VmRSS");
+    eprintln!("rss after first load: {}", rss());
 
     // Model id cost, measured apart from load: read + sha256 of the three files.
     let t = Instant::now();
@@ -75,7 +78,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let digest = hex::encode(h.finalize());
     let hash_ms = ms(t);
     let bytes: usize = files.iter().map(Vec::len).sum();
-    println!(
+    eprintln!(
         "read {:.1} MB: {read_ms:.1} ms (page cache warm); sha256: {hash_ms:.1} ms ({:.0} MB/s) -> {}",
         bytes as f64 / 1e6,
         bytes as f64 / 1e6 / (hash_ms / 1e3),
@@ -89,7 +92,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         model = BertEmbedder::load(&dir, opts.clone())?;
         load_ms.push(ms(t));
     }
-    println!(
+    eprintln!(
         "load (read + parse + hash on a 2nd thread): {} ms  model_id={} dim={}",
         load_ms
             .iter()
@@ -99,7 +102,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         model.model_id(),
         model.dim()
     );
-    println!("rss after load: {}", rss());
+    eprintln!("rss after load: {}", rss());
 
     let query = "convert a scanned invoice to searchable pdf";
     for _ in 0..10 {
@@ -112,7 +115,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         })
         .collect::<Result<_, _>>()?;
     lat.sort_by(f64::total_cmp);
-    println!(
+    eprintln!(
         "single query ({} runs, ~10 tokens): p50 {:.2} ms  p99 {:.2} ms  min {:.2} ms  max {:.2} ms",
         runs,
         pct(&lat, 0.50),
@@ -164,7 +167,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let t = Instant::now();
     let out = model.embed(&refs)?;
     let secs = ms(t) / 1e3;
-    println!(
+    eprintln!(
         "batch: {} texts (8-80 words) in {:.2} s = {:.1} texts/s (batch_size {})",
         out.len(),
         secs,
@@ -182,20 +185,53 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         model.embed(&short)?;
         best = best.min(ms(t));
     }
-    println!(
+    eprintln!(
         "batch: 32 x 12 words (~16 tokens): best of 5 {best:.0} ms = {:.0} texts/s",
         32e3 / best
     );
-    println!("rss at end: {}", rss());
-    Ok(())
+    eprintln!("rss at end: {}", rss());
+    Ok(EmbedReport {
+        model_dir: dir.display().to_string(),
+        threads,
+        rayon_num_threads,
+        model_id: model.model_id().to_string(),
+        dim: model.dim(),
+        load_ms,
+        model_files_mb: bytes as f64 / 1e6,
+        read_ms,
+        hash_ms,
+        single_query: Latency {
+            runs,
+            p50_ms: pct(&lat, 0.50),
+            p99_ms: pct(&lat, 0.99),
+            min_ms: lat.first().copied().unwrap_or(f64::NAN),
+            max_ms: lat.last().copied().unwrap_or(f64::NAN),
+        },
+        batch: BatchRate {
+            texts: out.len(),
+            batch_size: model.options().batch_size,
+            elapsed_ms: secs * 1e3,
+            texts_per_s: out.len() as f64 / secs,
+        },
+        short_batch: BatchRate {
+            texts: short.len(),
+            batch_size: model.options().batch_size,
+            elapsed_ms: best,
+            texts_per_s: short.len() as f64 * 1e3 / best,
+        },
+        rss_after_first_load_mb,
+        rss_end_mb: mb_of("VmRSS"),
+        rss_peak_mb: mb_of("VmHWM"),
+    })
 }
 
 fn ms(t: Instant) -> f64 {
     t.elapsed().as_secs_f64() * 1e3
 }
 
-fn pct(sorted: &[f64], p: f64) -> f64 {
-    oap_testkit::stats::rounded_index(sorted, p).unwrap_or(f64::NAN)
+/// A field of this process's `/proc/self/status` in MB.
+fn mb_of(field: &str) -> Option<f64> {
+    oap_testkit::rss::ProcStatus::own().ok()?.mb(field)
 }
 
 /// Current and peak resident set size from /proc (Linux only).

@@ -1,0 +1,70 @@
+//! What the two HTTP load generators share: their keep-alive connection,
+//! argument checks, percentiles and error samples.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::client::conn::http1;
+use hyper_util::rt::TokioIo;
+use tokio::net::TcpStream;
+
+/// Timed requests when neither `--requests` nor `--duration` is given.
+pub const DEFAULT_REQUESTS: usize = 500;
+
+/// One HTTP/1.1 keep-alive connection.
+pub type Sender = http1::SendRequest<Full<Bytes>>;
+
+/// Connects to `addr` (no Nagle delay); the connection task runs on the
+/// current runtime.
+pub async fn connect(addr: SocketAddr) -> Result<Sender, String> {
+    let stream = TcpStream::connect(addr)
+        .await
+        .map_err(|e| format!("connect {addr}: {e}"))?;
+    let _ = stream.set_nodelay(true);
+    let (sender, connection) = http1::handshake(TokioIo::new(stream))
+        .await
+        .map_err(|e| format!("handshake: {e}"))?;
+    tokio::spawn(async move {
+        let _ = connection.await;
+    });
+    Ok(sender)
+}
+
+/// A loopback socket address (these are benchmarks, not load-testing tools).
+pub fn loopback(value: &str) -> Result<SocketAddr, String> {
+    let addr: SocketAddr = value.parse().map_err(|e| format!("{e}"))?;
+    if !addr.ip().is_loopback() {
+        return Err(format!("{addr}: only loopback addresses are allowed"));
+    }
+    Ok(addr)
+}
+
+/// A positive, finite number of seconds.
+pub fn positive_seconds(value: &str) -> Result<Duration, String> {
+    let secs: f64 = value.parse().map_err(|e| format!("{e}"))?;
+    if !(secs > 0.0 && secs.is_finite()) {
+        return Err("must be a positive number of seconds".into());
+    }
+    Ok(Duration::from_secs_f64(secs))
+}
+
+/// Percentile `p` (0..1) of sorted samples; NaN for none.
+pub fn pct(sorted: &[f64], p: f64) -> f64 {
+    oap_testkit::stats::rounded_index(sorted, p).unwrap_or(f64::NAN)
+}
+
+/// Up to five distinct messages, in the order first seen.
+pub fn error_samples(errors: &[String]) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for err in errors {
+        if out.len() == 5 {
+            break;
+        }
+        if !out.contains(err) {
+            out.push(err.clone());
+        }
+    }
+    out
+}

@@ -1,0 +1,694 @@
+//! One struct per measuring subcommand: what it writes as JSON.
+
+use serde::{Deserialize, Deserializer, Serialize};
+
+/// serde_json writes NaN as `null`; this reads it back as NaN.
+fn nan_if_null<'de, D: Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
+    Ok(Option::<f64>::deserialize(d)?.unwrap_or(f64::NAN))
+}
+
+/// `oap-bench embed`: the embedding model's load time, query latency and
+/// batch throughput, as the daemon would see them.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct EmbedReport {
+    /// The model directory measured.
+    pub model_dir: String,
+    /// `--threads` (None: the library's default).
+    pub threads: Option<usize>,
+    /// `RAYON_NUM_THREADS` in the environment, if set.
+    pub rayon_num_threads: Option<String>,
+    /// The model's id and vector length.
+    pub model_id: String,
+    /// Vector length.
+    pub dim: usize,
+    /// Three loads (read + parse + hash on a 2nd thread): the first in a
+    /// fresh process, then two reloads.
+    pub load_ms: Vec<f64>,
+    /// Size of the three model files.
+    pub model_files_mb: f64,
+    /// Reading them (page cache warm).
+    #[serde(deserialize_with = "nan_if_null")]
+    pub read_ms: f64,
+    /// sha256 over them.
+    #[serde(deserialize_with = "nan_if_null")]
+    pub hash_ms: f64,
+    /// One query of ~10 tokens, `runs` times after 10 warm-up calls.
+    pub single_query: Latency,
+    /// 256 texts of 8-80 words in one `embed` call.
+    pub batch: BatchRate,
+    /// 32 texts of 12 words (~16 tokens), best of 5 calls.
+    pub short_batch: BatchRate,
+    /// VmRSS right after the first load.
+    pub rss_after_first_load_mb: Option<f64>,
+    /// VmRSS and VmHWM at the end.
+    pub rss_end_mb: Option<f64>,
+    /// Peak VmRSS of the process (VmHWM) at the end.
+    pub rss_peak_mb: Option<f64>,
+}
+
+/// Latency percentiles of repeated calls.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Latency {
+    /// Timed calls.
+    pub runs: usize,
+    /// Median.
+    #[serde(deserialize_with = "nan_if_null")]
+    pub p50_ms: f64,
+    /// 99th percentile.
+    #[serde(deserialize_with = "nan_if_null")]
+    pub p99_ms: f64,
+    /// Fastest.
+    #[serde(deserialize_with = "nan_if_null")]
+    pub min_ms: f64,
+    /// Slowest.
+    #[serde(deserialize_with = "nan_if_null")]
+    pub max_ms: f64,
+}
+
+/// A batch embedding's throughput.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct BatchRate {
+    /// Texts in the batch.
+    pub texts: usize,
+    /// The model's batch size.
+    pub batch_size: usize,
+    /// Wall time of the (best) call.
+    #[serde(deserialize_with = "nan_if_null")]
+    pub elapsed_ms: f64,
+    /// Texts per second.
+    #[serde(deserialize_with = "nan_if_null")]
+    pub texts_per_s: f64,
+}
+
+/// `oap-bench search`: dense and BM25 search over synthetic indexes.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SearchReport {
+    /// Vector length.
+    pub dim: usize,
+    /// Hits asked for.
+    pub k: usize,
+    /// Timed queries per figure.
+    pub queries: usize,
+    /// The index's default search threads.
+    pub threads: usize,
+    /// Whether simsimd picks its kernels at run time.
+    pub simsimd_dynamic_dispatch: bool,
+    /// One row per size and vector type.
+    pub rows: Vec<SearchRow>,
+}
+
+/// One index size and vector type.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SearchRow {
+    /// Documents (one vector row each).
+    pub rows: usize,
+    /// `F32` or `I8`.
+    pub dtype: String,
+    /// Index file size.
+    pub file_mb: f64,
+    /// File bytes per row.
+    pub bytes_per_row: f64,
+    /// Building the rows in memory.
+    pub build_s: f64,
+    /// Writing the file.
+    pub write_s: f64,
+    /// Opening it (full validation).
+    pub open_ms: f64,
+    /// `dense_search(k)`, default threads.
+    pub dense_p50_ms: f64,
+    /// Same, 99th percentile.
+    pub dense_p99_ms: f64,
+    /// `dense_search(k)` on one thread.
+    pub dense_one_thread_p50_ms: f64,
+    /// `lexical_search(k)` (BM25).
+    pub lexical_p50_ms: f64,
+    /// Same, 99th percentile.
+    pub lexical_p99_ms: f64,
+}
+
+/// `oap-bench discover-load`: `POST /v1/discover` under load.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct DiscoverLoadReport {
+    /// `--label`.
+    pub label: String,
+    /// Workers, one keep-alive connection each.
+    pub concurrency: usize,
+    /// Timed requests sent (answered or not).
+    pub requests: usize,
+    /// Requests that failed or timed out.
+    pub errors: usize,
+    /// Client-side latency percentiles and maximum.
+    #[serde(deserialize_with = "nan_if_null")]
+    pub p50_ms: f64,
+    /// 90th percentile.
+    #[serde(deserialize_with = "nan_if_null")]
+    pub p90_ms: f64,
+    /// 99th percentile.
+    #[serde(deserialize_with = "nan_if_null")]
+    pub p99_ms: f64,
+    /// Slowest.
+    #[serde(deserialize_with = "nan_if_null")]
+    pub max_ms: f64,
+    /// Answered requests per second of wall time.
+    #[serde(deserialize_with = "nan_if_null")]
+    pub requests_per_s: f64,
+    /// Medians of the daemon's own `meta.total_ms`, `embed_ms`, `search_ms`.
+    #[serde(deserialize_with = "nan_if_null")]
+    pub server_total_p50_ms: f64,
+    /// `meta.embed_ms` median.
+    #[serde(deserialize_with = "nan_if_null")]
+    pub server_embed_p50_ms: f64,
+    /// `meta.search_ms` median.
+    #[serde(deserialize_with = "nan_if_null")]
+    pub server_search_p50_ms: f64,
+    /// Up to five distinct error messages.
+    pub error_samples: Vec<String>,
+}
+
+impl DiscoverLoadReport {
+    /// The markdown table header matching [`Self::table_row`].
+    pub const TABLE_HEADER: &'static str = "| run | concurrency | requests | errors | p50 ms | \
+        p90 ms | p99 ms | max ms | req/s | server total p50 ms | embed p50 ms | search p50 ms |\n\
+        |---|---|---|---|---|---|---|---|---|---|---|---|";
+
+    /// This run as one markdown table row.
+    pub fn table_row(&self) -> String {
+        format!(
+            "| {} | {} | {} | {} | {:.2} | {:.2} | {:.2} | {:.2} | {:.1} | {:.2} | {:.2} | {:.2} |",
+            self.label,
+            self.concurrency,
+            self.requests,
+            self.errors,
+            self.p50_ms,
+            self.p90_ms,
+            self.p99_ms,
+            self.max_ms,
+            self.requests_per_s,
+            self.server_total_p50_ms,
+            self.server_embed_p50_ms,
+            self.server_search_p50_ms,
+        )
+    }
+}
+
+/// `oap-bench proxy-load`: `POST /api/chat` under load.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ProxyLoadReport {
+    /// `--label`.
+    pub label: String,
+    /// `chat` (whole answer) or `stream` (NDJSON).
+    pub mode: String,
+    /// Workers, one keep-alive connection each.
+    pub concurrency: usize,
+    /// Timed requests sent (answered or not).
+    pub requests: usize,
+    /// Requests that failed or timed out.
+    pub errors: usize,
+    /// Latency of the whole answer.
+    #[serde(deserialize_with = "nan_if_null")]
+    pub p50_ms: f64,
+    /// 99th percentile.
+    #[serde(deserialize_with = "nan_if_null")]
+    pub p99_ms: f64,
+    /// Slowest.
+    #[serde(deserialize_with = "nan_if_null")]
+    pub max_ms: f64,
+    /// Latency of the first line of the answer.
+    #[serde(deserialize_with = "nan_if_null")]
+    pub first_line_p50_ms: f64,
+    /// 99th percentile.
+    #[serde(deserialize_with = "nan_if_null")]
+    pub first_line_p99_ms: f64,
+    /// Answered requests per second of wall time.
+    #[serde(deserialize_with = "nan_if_null")]
+    pub requests_per_s: f64,
+    /// Up to five distinct error messages.
+    pub error_samples: Vec<String>,
+}
+
+impl ProxyLoadReport {
+    /// The markdown table header matching [`Self::table_row`].
+    pub const TABLE_HEADER: &'static str = "| run | mode | concurrency | requests | errors | \
+        p50 ms | p99 ms | max ms | first line p50 ms | first line p99 ms | req/s |\n\
+        |---|---|---|---|---|---|---|---|---|---|---|";
+
+    /// This run as one markdown table row.
+    pub fn table_row(&self) -> String {
+        format!(
+            "| {} | {} | {} | {} | {} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} | {:.1} |",
+            self.label,
+            self.mode,
+            self.concurrency,
+            self.requests,
+            self.errors,
+            self.p50_ms,
+            self.p99_ms,
+            self.max_ms,
+            self.first_line_p50_ms,
+            self.first_line_p99_ms,
+            self.requests_per_s,
+        )
+    }
+}
+
+/// `oap-bench crawl-load`: crawling a corpus from loopback HTTPS.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct CrawlLoadReport {
+    /// Manifests served and crawled.
+    pub manifests: usize,
+    /// Bundled manifests indexed before the crawl.
+    pub bundled: u64,
+    /// Spawn to ready of the crawling daemon.
+    pub ready_ms: f64,
+    /// Ready to every manifest fetched (None: not seen).
+    pub fetched_s: Option<f64>,
+    /// Ready to every manifest in the index.
+    pub crawl_s: f64,
+    /// `manifests / crawl_s`.
+    pub manifests_per_s: f64,
+    /// Largest VmRSS sampled every 50 ms while crawling.
+    pub rss_peak_mb: f64,
+    /// Its anonymous part (heap) at that moment.
+    pub rss_peak_anon_part_mb: f64,
+    /// Its file-backed part (model, index) at that moment.
+    pub rss_peak_file_part_mb: f64,
+    /// Largest anonymous memory sampled at any time.
+    pub anon_peak_mb: f64,
+    /// The index file at the end (None: not reported).
+    pub index_mb: Option<f64>,
+    /// VmRSS at the end.
+    pub rss_end_mb: f64,
+    /// VmHWM at the end.
+    pub hwm_mb: f64,
+    /// Discover requests per second in every phase (0: back to back).
+    pub discover_rate_per_s: f64,
+    /// `/v1/discover` with the crawler off, bundled manifests only.
+    pub idle_before: Phase,
+    /// `/v1/discover` while the crawl runs.
+    pub during: Phase,
+    /// `/v1/discover` after the crawl, full index.
+    pub idle_after: Phase,
+}
+
+/// `/v1/discover` latency over one phase.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Phase {
+    /// Answered requests.
+    pub requests: usize,
+    /// Median.
+    #[serde(deserialize_with = "nan_if_null")]
+    pub p50_ms: f64,
+    /// 99th percentile.
+    #[serde(deserialize_with = "nan_if_null")]
+    pub p99_ms: f64,
+}
+
+/// `oap-bench tool-tokens`: estimated prompt tokens of the tools offered
+/// per request under each exposure, over a labelled task set.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct TokensReport {
+    /// Tasks replayed.
+    pub tasks: usize,
+    /// Of which with a labelled tool.
+    pub labelled_tasks: usize,
+    /// Manifests in the index.
+    pub manifests: usize,
+    /// Tools discovered per request.
+    pub top_k: usize,
+    /// Direct, each budget, then the two meta-tool figures.
+    pub columns: Vec<ExposureColumn>,
+    /// The token estimator against other counts, over the direct tool text.
+    pub calibration: TokenCalibration,
+}
+
+/// One exposure's tool tokens per request and what it still offers.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ExposureColumn {
+    /// The exposure.
+    pub label: String,
+    /// Tool tokens per round: mean, median, 95th percentile, maximum.
+    pub tokens_mean: f64,
+    /// Median.
+    pub tokens_p50: usize,
+    /// 95th percentile.
+    pub tokens_p95: usize,
+    /// Maximum.
+    pub tokens_max: usize,
+    /// Requests offering at least one tool, percent of all.
+    pub offering_pct: f64,
+    /// Labelled tasks with any labelled tool offered, percent.
+    pub labelled_any_offered_pct: f64,
+    /// Labelled tasks with every labelled tool offered, percent.
+    pub labelled_all_offered_pct: f64,
+    /// Requests where budget fitting dropped optional parameters, percent.
+    pub params_dropped_pct: f64,
+    /// Requests where budget fitting dropped tools, percent.
+    pub tools_dropped_pct: f64,
+}
+
+/// Token counts of the direct tool text of all tasks.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct TokenCalibration {
+    /// Characters.
+    pub chars: usize,
+    /// The bridge's estimator.
+    pub estimator_tokens: usize,
+    /// The MiniLM WordPiece tokenizer.
+    pub wordpiece_tokens: usize,
+}
+
+impl TokensReport {
+    /// The report as the summary and markdown table developers read.
+    pub fn table(&self) -> String {
+        let mut out = format!(
+            "tasks: {} ({} with a labelled tool); manifests: {}; top_k {}\n\n\
+             | exposure | tool tokens per round: mean | p50 | p95 | max | requests offering ≥1 tool \
+             | labelled tool offered (any) | all labelled offered | optional params dropped \
+             | tools dropped |\n|---|---|---|---|---|---|---|---|---|---|\n",
+            self.tasks, self.labelled_tasks, self.manifests, self.top_k
+        );
+        for c in &self.columns {
+            out.push_str(&format!(
+                "| {} | {:.0} | {} | {} | {} | {:.1} % | {:.1} % | {:.1} % | {:.1} % | {:.1} % |\n",
+                c.label,
+                c.tokens_mean,
+                c.tokens_p50,
+                c.tokens_p95,
+                c.tokens_max,
+                c.offering_pct,
+                c.labelled_any_offered_pct,
+                c.labelled_all_offered_pct,
+                c.params_dropped_pct,
+                c.tools_dropped_pct,
+            ));
+        }
+        let cal = &self.calibration;
+        out.push_str(&format!(
+            "\ncalibration over the direct tool text of all tasks ({} chars): estimator {} tokens; \
+             chars/4 {}; MiniLM WordPiece {} (estimator / WordPiece = {:.2})",
+            cal.chars,
+            cal.estimator_tokens,
+            cal.chars / 4,
+            cal.wordpiece_tokens,
+            cal.estimator_tokens as f64 / cal.wordpiece_tokens.max(1) as f64
+        ));
+        out
+    }
+}
+
+/// `oap-bench experience-replay`: the experience cache over a replayed
+/// task log (each labelled task, then a repeat or paraphrase of each).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ExperienceReport {
+    /// Manifests in the index.
+    pub manifests: usize,
+    /// Requests in the log (two passes over the tasks).
+    pub log_requests: usize,
+    /// Labelled tasks.
+    pub tasks: usize,
+    /// Discovery on every request, no cache.
+    pub baseline: ExperienceBaseline,
+    /// One row per `experience.min_similarity`.
+    pub thresholds: Vec<ThresholdRow>,
+}
+
+/// Discovery on every request.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ExperienceBaseline {
+    /// Requests whose best tool was right, percent.
+    pub correct_tool_pct: f64,
+    /// Tools accepted per request.
+    pub tools_injected_per_request: f64,
+    /// The discovery step: mean, median, 95th percentile.
+    pub step_mean_ms: f64,
+    /// Median.
+    pub step_p50_ms: f64,
+    /// 95th percentile.
+    pub step_p95_ms: f64,
+}
+
+/// The cache at one similarity threshold.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ThresholdRow {
+    /// `experience.min_similarity`.
+    pub min_similarity: f32,
+    /// Cache hits, exact plus similar.
+    pub hits: usize,
+    /// Exact hits.
+    pub exact_hits: usize,
+    /// Similar hits.
+    pub similar_hits: usize,
+    /// Hits, percent of requests.
+    pub hit_rate_pct: f64,
+    /// Hits whose tool was wrong.
+    pub wrong_hits: usize,
+    /// Wrong hits, percent of hits.
+    pub wrong_hits_pct_of_hits: f64,
+    /// Hits in the second pass, percent of its requests.
+    pub second_pass_hit_rate_pct: f64,
+    /// Requests whose chosen tool was right, percent.
+    pub correct_tool_pct: f64,
+    /// Tools injected per request.
+    pub tools_injected_per_request: f64,
+    /// The step (lookup, and discovery on a miss): mean over all requests.
+    pub step_mean_ms: f64,
+    /// Mean over exact hits (0 without any).
+    pub exact_hit_step_mean_ms: f64,
+    /// Mean over similar hits (0 without any).
+    pub similar_hit_step_mean_ms: f64,
+    /// Mean over misses (0 without any).
+    pub miss_step_mean_ms: f64,
+    /// The baseline's discovery time of the requests that hit.
+    pub hits_discovery_mean_ms: f64,
+    /// Baseline step mean minus this step mean.
+    pub saved_per_request_ms: f64,
+}
+
+impl ExperienceReport {
+    /// The report as the summary and markdown table developers read.
+    pub fn table(&self) -> String {
+        let b = &self.baseline;
+        let mut out = format!(
+            "baseline (discovery every request): correct tool {:.1} %, tools injected \
+             {:.2}/request, discovery step mean {:.2} ms, p50 {:.2} ms, p95 {:.2} ms\n\n\
+             | min_similarity | hits (exact + similar) | hit rate | wrong hits | hit rate, 2nd pass \
+             | correct tool | tools injected/request | step mean ms | exact-hit step mean ms \
+             | similar-hit step mean ms | misses step mean ms | same requests as hits, discovery \
+             mean ms | saved per request ms |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+            b.correct_tool_pct,
+            b.tools_injected_per_request,
+            b.step_mean_ms,
+            b.step_p50_ms,
+            b.step_p95_ms
+        );
+        for r in &self.thresholds {
+            out.push_str(&format!(
+                "\n| {:.2} | {} ({} + {}) | {:.1} % | {} ({:.1} % of hits) | {:.1} % | {:.1} % \
+                 | {:.2} | {:.2} | {:.3} | {:.2} | {:.2} | {:.2} | {:.2} |",
+                r.min_similarity,
+                r.hits,
+                r.exact_hits,
+                r.similar_hits,
+                r.hit_rate_pct,
+                r.wrong_hits,
+                r.wrong_hits_pct_of_hits,
+                r.second_pass_hit_rate_pct,
+                r.correct_tool_pct,
+                r.tools_injected_per_request,
+                r.step_mean_ms,
+                r.exact_hit_step_mean_ms,
+                r.similar_hit_step_mean_ms,
+                r.miss_step_mean_ms,
+                r.hits_discovery_mean_ms,
+                r.saved_per_request_ms,
+            ));
+        }
+        out
+    }
+}
+
+/// `oap-bench retrieval`: retrieval quality over a labelled task set.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RetrievalReport {
+    /// Manifests indexed.
+    pub manifests: usize,
+    /// Embedded rows.
+    pub rows: usize,
+    /// Manifests that did not load.
+    pub load_problems: usize,
+    /// Name collisions.
+    pub collisions: usize,
+    /// Indexing time (embedding included, unless cached).
+    pub index_s: f64,
+    /// Tasks evaluated.
+    pub tasks: usize,
+    /// Lexical, dense, hybrid, then hybrid at each further weight.
+    pub modes: Vec<ModeRow>,
+    /// `Engine::discover_with` in hybrid mode over every task.
+    pub engine_latency: EngineLatency,
+    /// Tasks hybrid misses at 3 (with `--misses`).
+    pub misses: Vec<String>,
+    /// Threshold curves (with `--curve`).
+    pub curves: Vec<Curve>,
+}
+
+/// One retrieval mode's quality; fractions are of the positive tasks.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ModeRow {
+    /// The mode (and weight).
+    pub label: String,
+    /// Recall@1.
+    pub recall_at_1: f64,
+    /// Recall@3.
+    pub recall_at_3: f64,
+    /// Recall@5.
+    pub recall_at_5: f64,
+    /// Mean reciprocal rank.
+    pub mrr: f64,
+    /// Recall over all expected names at 3.
+    pub all_at_3: f64,
+    /// Negative tasks.
+    pub negatives: usize,
+    /// Of which no candidate was accepted.
+    pub negatives_rejected: usize,
+    /// Positives whose accepted best candidate is expected.
+    pub positives_matched_right: f64,
+    /// Positives with no accepted candidate.
+    pub positives_rejected: f64,
+    /// AUROC of the best candidate's score, positives vs negatives.
+    #[serde(deserialize_with = "nan_if_null")]
+    pub auroc: f64,
+    /// Engine latency median (the default hybrid row only).
+    pub p50_ms: Option<f64>,
+}
+
+/// The engine's own latency over the task set.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct EngineLatency {
+    /// Tasks answered.
+    pub tasks: usize,
+    /// Whole discovery: median.
+    #[serde(deserialize_with = "nan_if_null")]
+    pub p50_ms: f64,
+    /// 90th percentile.
+    #[serde(deserialize_with = "nan_if_null")]
+    pub p90_ms: f64,
+    /// Search and scoring: median.
+    #[serde(deserialize_with = "nan_if_null")]
+    pub search_p50_ms: f64,
+    /// Tasks where the engine's ranking and this evaluation's differ
+    /// (None: not comparable under the query options given).
+    pub rankings_differ: Option<usize>,
+}
+
+/// Rejections per abstention threshold for one mode.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Curve {
+    /// The mode (and weight).
+    pub label: String,
+    /// The threshold the engine is configured with.
+    pub configured_threshold: f32,
+    /// Negatives not known to conflict with the corpus.
+    pub hard_negatives: usize,
+    /// Negatives known to conflict with it.
+    pub soft_negatives: usize,
+    /// One point per threshold.
+    pub points: Vec<CurvePoint>,
+}
+
+/// Rejections at one threshold.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct CurvePoint {
+    /// The threshold.
+    pub threshold: f32,
+    /// Hard negatives scoring below it.
+    pub hard_negatives_rejected: usize,
+    /// Soft negatives scoring below it.
+    pub soft_negatives_rejected: usize,
+    /// Fraction of positives below it.
+    pub positives_rejected: f64,
+    /// Fraction of positives at or above it with the right best candidate.
+    pub positives_accepted_right: f64,
+}
+
+impl RetrievalReport {
+    /// The report as the tables developers read.
+    pub fn table(&self) -> String {
+        let mut out = String::from(
+            "\n| mode | R@1 | R@3 | R@5 | MRR | all@3 | neg. rejected | pos. matched right \
+             | pos. rejected | AUROC(top score) | p50 ms |\n|---|---|---|---|---|---|---|---|---|---|---|\n",
+        );
+        for m in &self.modes {
+            out.push_str(&format!(
+                "| {} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} | {}/{} | {:.3} | {:.3} | {:.3} | {} |\n",
+                m.label,
+                m.recall_at_1,
+                m.recall_at_3,
+                m.recall_at_5,
+                m.mrr,
+                m.all_at_3,
+                m.negatives_rejected,
+                m.negatives,
+                m.positives_matched_right,
+                m.positives_rejected,
+                m.auroc,
+                m.p50_ms.map_or("-".to_string(), |v| format!("{v:.1}")),
+            ));
+        }
+        let l = &self.engine_latency;
+        out.push_str(&format!(
+            "engine hybrid latency: p50 {:.1} ms, p90 {:.1} ms (search and scoring p50 {:.2} ms) \
+             over {} tasks{}",
+            l.p50_ms,
+            l.p90_ms,
+            l.search_p50_ms,
+            l.tasks,
+            l.rankings_differ.map_or(String::new(), |n| format!(
+                "; engine and eval rankings differ on {n} tasks"
+            ))
+        ));
+        for miss in &self.misses {
+            out.push_str(&format!("\n{miss}"));
+        }
+        for c in &self.curves {
+            out.push_str(&format!(
+                "\n\n{}: threshold curve (configured {:.2}); hard/soft negatives {}/{}\n\
+                 | threshold | hard neg. rejected | soft neg. rejected | pos. rejected \
+                 | pos. accepted with right top-1 |\n|---|---|---|---|---|",
+                c.label, c.configured_threshold, c.hard_negatives, c.soft_negatives
+            ));
+            for p in &c.points {
+                out.push_str(&format!(
+                    "\n| {:.2} | {}/{} | {}/{} | {:.3} | {:.3} |",
+                    p.threshold,
+                    p.hard_negatives_rejected,
+                    c.hard_negatives,
+                    p.soft_negatives_rejected,
+                    c.soft_negatives,
+                    p.positives_rejected,
+                    p.positives_accepted_right,
+                ));
+            }
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_figure_without_samples_survives_the_round_trip_as_nan() {
+        let phase = Phase {
+            requests: 0,
+            p50_ms: f64::NAN,
+            p99_ms: 1.5,
+        };
+        let text = serde_json::to_string(&phase).unwrap();
+        assert!(text.contains("\"p50_ms\":null"), "{text}");
+        let back: Phase = serde_json::from_str(&text).unwrap();
+        assert!(back.p50_ms.is_nan());
+        assert_eq!(back.p99_ms, 1.5);
+    }
+}

@@ -1,0 +1,107 @@
+//! What every `bench-*` task shares: building the `oap-bench` binary (once
+//! per task, with whatever else the task runs) and reading the JSON report
+//! of one of its runs. No task reads what a benchmark prints for people.
+
+use std::io::Read;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use serde::de::DeserializeOwned;
+
+use crate::repo_root;
+use crate::tasks::{cargo, run_in_root};
+
+/// Builds `oap-bench` and, from `also`, more `--package P --bin B` pairs
+/// (`&[("oapd", "oapd")]`), in one release build; returns `oap-bench`'s path.
+pub(crate) fn build(also: &[(&str, &str)]) -> Result<PathBuf> {
+    let mut command = cargo();
+    command.args([
+        "build",
+        "--release",
+        "--package",
+        "oap-bench",
+        "--bin",
+        "oap-bench",
+    ]);
+    for (package, bin) in also {
+        command.args(["--package", package, "--bin", bin]);
+    }
+    run_in_root(&mut command)?;
+    Ok(repo_root().join("target/release/oap-bench"))
+}
+
+/// `oap-bench SUBCOMMAND ARGS...` as a command to finish and run.
+pub(crate) fn command(bin: &std::path::Path, subcommand: &str) -> Command {
+    let mut command = Command::new(bin);
+    command.arg(subcommand);
+    command
+}
+
+/// Runs `command` (an `oap-bench` subcommand) in the repository root, its
+/// stderr shown as it comes, calling `tick` every 50 ms while it runs (to
+/// sample another process's memory, say). Returns its JSON report and
+/// whether it exited successfully: a load run with failed requests still
+/// reports them.
+pub(crate) fn report_and_status<T: DeserializeOwned>(
+    command: &mut Command,
+    mut tick: impl FnMut(),
+) -> Result<(T, bool)> {
+    let shown = shown(command);
+    println!("$ {shown}");
+    let mut child = command
+        .current_dir(repo_root())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .with_context(|| format!("cannot start {shown}"))?;
+    let mut stdout = child.stdout.take().context("no stdout pipe")?;
+    let reader = std::thread::spawn(move || {
+        let mut text = String::new();
+        stdout.read_to_string(&mut text).map(|_| text)
+    });
+    let status = loop {
+        tick();
+        if let Some(status) = child.try_wait()? {
+            break status;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let text = reader
+        .join()
+        .map_err(|_| anyhow::anyhow!("{shown}: stdout reader failed"))?
+        .with_context(|| format!("{shown}: stdout"))?;
+    let report = serde_json::from_str(&text)
+        .with_context(|| format!("{shown} ({status}) wrote no JSON report"))?;
+    Ok((report, status.success()))
+}
+
+/// [`report_and_status`] for a run that must succeed.
+pub(crate) fn report<T: DeserializeOwned>(command: &mut Command) -> Result<T> {
+    let shown = shown(command);
+    let (report, ok) = report_and_status(command, || {})?;
+    if !ok {
+        anyhow::bail!("{shown} failed");
+    }
+    Ok(report)
+}
+
+/// A command as it would be typed: the variables it sets (but `RUST_LOG`),
+/// then the program and arguments, paths under the repository shortened.
+fn shown(command: &Command) -> String {
+    let root = format!("{}/", repo_root().display());
+    let mut parts: Vec<String> = command
+        .get_envs()
+        .filter_map(|(k, v)| Some(format!("{}={}", k.to_string_lossy(), v?.to_string_lossy())))
+        .filter(|kv| !kv.starts_with("RUST_LOG="))
+        .collect();
+    parts.push(command.get_program().to_string_lossy().into_owned());
+    parts.extend(command.get_args().map(|a| a.to_string_lossy().into_owned()));
+    parts
+        .iter()
+        .map(|p| p.replace(&root, ""))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
