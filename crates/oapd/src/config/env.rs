@@ -70,6 +70,7 @@ config_keys! {
         check_txt, mdns,
     }
     experience { enabled, min_similarity, ttl, max_entries }
+    mcp_server { enabled }
 }
 
 /// Environment variable name for a key: `("tool_bridge", "max_rounds")` →

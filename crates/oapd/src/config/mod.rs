@@ -105,6 +105,9 @@ pub struct Config {
     /// The experience cache: tools that worked for similar tasks skip discovery.
     #[serde(deserialize_with = "null_as_default")]
     pub experience: ExperienceConfig,
+    /// oapd as an MCP server at `/mcp` (streamable HTTP).
+    #[serde(deserialize_with = "null_as_default")]
+    pub mcp_server: McpServerConfig,
 }
 
 /// `server:` section.
@@ -569,6 +572,23 @@ impl Default for LogConfig {
             level: "info".to_owned(),
             format: LogFormat::Text,
         }
+    }
+}
+
+/// `mcp_server:` section.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct McpServerConfig {
+    /// Serve MCP clients at `/mcp` (default `true`): the meta tools
+    /// `oap_discover` and `oap_invoke` over streamable HTTP, behind the same
+    /// token, Host/Origin and body limits as every other route. `false`:
+    /// `/mcp` answers 404.
+    pub enabled: bool,
+}
+
+impl Default for McpServerConfig {
+    fn default() -> Self {
+        Self { enabled: true }
     }
 }
 

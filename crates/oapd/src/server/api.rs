@@ -55,6 +55,8 @@ pub struct Api {
     pub crawler: Option<Arc<oap_crawl::Crawler>>,
     /// `crawler.fetch_timeout`: how long registration waits for the first fetch.
     pub crawler_fetch_timeout: std::time::Duration,
+    /// The MCP server at `/mcp`; `None` when `mcp_server.enabled` is false.
+    pub mcp: Option<Arc<super::mcp::McpServer>>,
 }
 
 /// Ollama routes forwarded untouched (streamed both ways).
@@ -94,6 +96,8 @@ impl Handler for Api {
         !(matches!(
             path,
             "/api/chat" | "/v1/chat" | "/v1/chat/completions" | "/v1/responses" | "/"
+        // An MCP tool call is bounded by the tool's own timeout.
+        | "/mcp"
         ) || is_pass_through(path))
     }
 
@@ -185,6 +189,15 @@ impl Api {
             ("/health", _) => method_not_allowed("GET"),
             ("/v1/discover", &Method::POST) => self.discover(request).await,
             ("/v1/discover", _) => method_not_allowed("POST"),
+            ("/mcp", m) => match &self.mcp {
+                None => http::error(
+                    StatusCode::NOT_FOUND,
+                    "the MCP server is disabled (mcp_server.enabled: false)",
+                ),
+                // Stateless: no server-sent stream to GET, no session to DELETE.
+                Some(_) if m != Method::POST => method_not_allowed("POST"),
+                Some(mcp) => mcp.handle(request).await,
+            },
             ("/api/chat", &Method::POST) => self.chat.ollama_chat(request).await,
             ("/v1/chat", &Method::POST) | ("/v1/tools", &Method::POST)
                 if !self.chat.settings.enabled =>

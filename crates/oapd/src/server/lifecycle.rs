@@ -211,7 +211,18 @@ fn build_api(
     // One budget for every connection and handler generation; a reload
     // changes its size, bodies in flight keep their shares.
     http::body_budget().set_capacity(config.server.max_inflight_body_bytes);
+    let mcp = config.mcp_server.enabled.then(|| {
+        Arc::new(super::mcp::McpServer::new(
+            chat.clone(),
+            super::mcp::McpSettings {
+                max_body_bytes: config.server.max_body_bytes,
+                max_task_bytes: config.server.max_task_bytes,
+                default_top_k: config.discovery.default_top_k,
+            },
+        ))
+    });
     Ok(Api {
+        mcp,
         chat,
         engine,
         settings: ApiSettings {

@@ -26,6 +26,7 @@ mod fitness;
 mod host_guard;
 mod http_errors;
 mod lifecycle;
+mod mcp_server;
 mod mdns;
 mod memory;
 mod parallel_tools;
