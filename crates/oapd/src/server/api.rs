@@ -490,7 +490,7 @@ fn json_type(value: &serde_json::Value) -> &'static str {
 /// Decodes `%XX` escapes (ids may be sent as `local%2Fgrep`); invalid
 /// escapes are kept literally, and invalid UTF-8 is replaced, so a hostile
 /// path can only ever produce an id that is not found.
-fn percent_decode(raw: &str) -> String {
+pub(crate) fn percent_decode(raw: &str) -> String {
     let bytes = raw.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;

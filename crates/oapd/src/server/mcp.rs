@@ -12,6 +12,12 @@
 //! does and runs the tool through the daemon's `ToolRunner` (trust, SSRF
 //! rules, the stdio sandbox, timeouts, output caps).
 //!
+//! A client that knows its task up front may connect to
+//! `/mcp?task=...&top_n=N` (N ≤ 10, default 3): `tools/list` then also
+//! lists the top N fitting capabilities under their bridge names and
+//! schemas, callable directly (through the same
+//! [`McpTools::invoke_capability`]).
+//!
 //! The route sits behind the router's guards (Host/Origin, bearer token);
 //! this module reads the body within the API's size cap and the in-flight
 //! byte budget before rmcp's transport sees it.
@@ -41,6 +47,10 @@ pub const DISCOVER_TOOL: &str = "oap_discover";
 pub const INVOKE_TOOL: &str = "oap_invoke";
 /// Largest `top_k` an `oap_discover` call may ask for.
 pub const MAX_TOP_K: u64 = 20;
+/// Largest `top_n` of a `/mcp?task=...` hint.
+pub const MAX_TOP_N: u64 = 10;
+/// Capabilities a task hint lists when it names no `top_n`.
+pub const DEFAULT_TOP_N: usize = 3;
 
 /// Limits the MCP surface takes from the config.
 #[derive(Debug, Clone)]
@@ -265,13 +275,16 @@ impl McpTools {
             Some(Value::Object(map)) => map.clone(),
             Some(_) => return tool_error("arguments: expected a JSON object"),
         };
-        let result = self.invoke_capability(id, call_arguments).await;
-        let content = vec![ContentBlock::text(result.content)];
-        if result.ok {
-            CallToolResult::success(content)
-        } else {
-            CallToolResult::error(content)
-        }
+        tool_result(self.invoke_capability(id, call_arguments).await)
+    }
+
+    /// The capabilities a task hint names, as the chat bridge would offer
+    /// them (its names, schemas and acceptance rule).
+    async fn hinted_tools(&self, hint: &TaskHint) -> Vec<oap_bridge::InjectedTool> {
+        let reserved = vec![DISCOVER_TOOL.to_string(), INVOKE_TOOL.to_string()];
+        self.chat
+            .discover_tools(hint.task.clone(), hint.top_n, reserved)
+            .await
     }
 
     /// Runs the capability `id` with `arguments`: the one path every MCP
@@ -328,9 +341,23 @@ impl ServerHandler for McpTools {
     async fn list_tools(
         &self,
         _request: Option<PaginatedRequestParams>,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
-        Ok(ListToolsResult::with_all_items(Self::meta_tools()))
+        let mut tools = Self::meta_tools();
+        if let Some(hint) = task_hint(&context, self.settings.max_task_bytes)? {
+            tools.extend(self.hinted_tools(&hint).await.iter().map(|tool| {
+                let function = &tool.definition["function"];
+                Tool::new(
+                    tool.name.clone(),
+                    function["description"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .to_string(),
+                    schema(function["parameters"].clone()),
+                )
+            }));
+        }
+        Ok(ListToolsResult::with_all_items(tools))
     }
 
     fn get_tool(&self, name: &str) -> Option<Tool> {
@@ -342,21 +369,107 @@ impl ServerHandler for McpTools {
     async fn call_tool(
         &self,
         request: CallToolRequestParams,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
         let arguments = request.arguments.unwrap_or_default();
-        let result =
-            match request.name.as_ref() {
-                DISCOVER_TOOL => self.discover(&arguments).await,
-                INVOKE_TOOL => self.invoke(&arguments).await,
-                other => return Err(ErrorData::invalid_params(
-                    format!(
-                        "unknown tool {other:?}: this server has {DISCOVER_TOOL} and {INVOKE_TOOL}"
-                    ),
-                    None,
-                )),
-            };
+        let result = match request.name.as_ref() {
+            DISCOVER_TOOL => self.discover(&arguments).await,
+            INVOKE_TOOL => self.invoke(&arguments).await,
+            other => {
+                // A capability listed for the URL's task hint, called by
+                // its tool name: the same discovery names it again.
+                let hinted = match task_hint(&context, self.settings.max_task_bytes)? {
+                    Some(hint) => self
+                        .hinted_tools(&hint)
+                        .await
+                        .into_iter()
+                        .find(|tool| tool.name == other),
+                    None => None,
+                };
+                let Some(tool) = hinted else {
+                    return Err(ErrorData::invalid_params(
+                        format!(
+                            "unknown tool {other:?}: this server has {DISCOVER_TOOL} and {INVOKE_TOOL}"
+                        ),
+                        None,
+                    ));
+                };
+                tool_result(self.invoke_capability(&tool.record.id, arguments).await)
+            }
+        };
         Ok(result.into())
+    }
+}
+
+/// `/mcp?task=...&top_n=N`: list the top N capabilities for `task` as
+/// tools of their own.
+#[derive(Debug, Clone)]
+struct TaskHint {
+    task: String,
+    top_n: usize,
+}
+
+/// The task hint of the request's URL, if any; a bad one is the client's
+/// error, named.
+fn task_hint(
+    context: &RequestContext<RoleServer>,
+    max_task_bytes: usize,
+) -> Result<Option<TaskHint>, ErrorData> {
+    let Some(query) = context
+        .extensions
+        .get::<hyper::http::request::Parts>()
+        .and_then(|parts| parts.uri.query())
+    else {
+        return Ok(None);
+    };
+    let mut task = None;
+    let mut top_n = None;
+    for pair in query.split('&') {
+        let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+        match key {
+            "task" => task = Some(query_decode(value)),
+            "top_n" => top_n = Some(query_decode(value)),
+            _ => {}
+        }
+    }
+    let Some(task) = task.filter(|t| !t.trim().is_empty()) else {
+        return Ok(None);
+    };
+    if task.len() >= max_task_bytes {
+        return Err(ErrorData::invalid_params(
+            format!(
+                "task: {} bytes is too long (the limit is {max_task_bytes} bytes)",
+                task.len()
+            ),
+            None,
+        ));
+    }
+    let top_n = match top_n {
+        None => DEFAULT_TOP_N,
+        Some(raw) => match raw.parse::<u64>() {
+            Ok(n @ 1..=MAX_TOP_N) => n as usize,
+            _ => {
+                return Err(ErrorData::invalid_params(
+                    format!("top_n: expected an integer from 1 to {MAX_TOP_N}, got {raw:?}"),
+                    None,
+                ))
+            }
+        },
+    };
+    Ok(Some(TaskHint { task, top_n }))
+}
+
+/// A query-string value: `+` is a space, `%XX` a byte.
+fn query_decode(raw: &str) -> String {
+    super::api::percent_decode(&raw.replace('+', " "))
+}
+
+fn tool_result(result: ToolResult) -> CallToolResult {
+    let content = vec![ContentBlock::text(result.content)];
+    if result.ok {
+        CallToolResult::success(content)
+    } else {
+        CallToolResult::error(content)
     }
 }
 

@@ -33,9 +33,13 @@ fn call(name: &str, arguments: Value) -> String {
 }
 
 fn post(daemon: &Daemon, extra: &[(&str, &str)], body: &str) -> Response {
+    post_to(daemon, "/mcp", extra, body)
+}
+
+fn post_to(daemon: &Daemon, path: &str, extra: &[(&str, &str)], body: &str) -> Response {
     let mut headers = vec![ACCEPT, JSON, ("MCP-Protocol-Version", "2025-06-18")];
     headers.extend_from_slice(extra);
-    daemon.request("POST", "/mcp", &headers, body.as_bytes())
+    daemon.request("POST", path, &headers, body.as_bytes())
 }
 
 /// The JSON-RPC `result` of a successful exchange.
@@ -338,4 +342,53 @@ fn an_invoked_tool_is_confined_like_a_chat_tool_call() {
     let confined = support::daemon().start();
     let (text, _) = awk_system(&confined);
     assert!(!text.contains("uid="), "a command ran: {text}");
+}
+
+#[test]
+fn a_task_hint_lists_fitting_capabilities_as_callable_tools() {
+    let daemon = support::daemon().start();
+    let hinted = "/mcp?task=count+the+words+in+this%20paragraph&top_n=2";
+    let list = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"}).to_string();
+    let listed = result(&post_to(&daemon, hinted, &[], &list));
+    let tools = listed["tools"].as_array().unwrap();
+    let names: Vec<&str> = tools.iter().map(|t| t["name"].as_str().unwrap()).collect();
+    assert_eq!(&names[..2], ["oap_discover", "oap_invoke"], "{listed}");
+    assert!(names.len() <= 4, "{listed}");
+    let wc = tools
+        .iter()
+        .find(|t| t["name"] == "oap_wc")
+        .unwrap_or_else(|| panic!("wc not listed: {listed}"));
+    assert!(wc["inputSchema"]["properties"]["stdin"].is_object(), "{wc}");
+
+    let counted = result(&post_to(
+        &daemon,
+        hinted,
+        &[],
+        &call("oap_wc", json!({"args": "-w", "stdin": "one two three"})),
+    ));
+    let (text, is_error) = tool_text(&counted);
+    assert_eq!((text.trim(), is_error), ("3", false), "{counted}");
+
+    // Without the hint the name means nothing, and a bad hint is named.
+    let plain = post(&daemon, &[], &call("oap_wc", json!({"stdin": "x"})));
+    assert!(
+        plain.json()["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("unknown tool \"oap_wc\""),
+        "{}",
+        String::from_utf8_lossy(&plain.body)
+    );
+    let bad = post_to(&daemon, "/mcp?task=count+words&top_n=11", &[], &list);
+    assert!(
+        bad.json()["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("top_n"),
+        "{}",
+        String::from_utf8_lossy(&bad.body)
+    );
+    // The meta tools alone without a hint.
+    let plain_list = result(&post(&daemon, &[], &list));
+    assert_eq!(plain_list["tools"].as_array().unwrap().len(), 2);
 }
