@@ -71,6 +71,7 @@ config_keys! {
     }
     experience { enabled, min_similarity, ttl, max_entries }
     mcp { servers_file, servers, init_timeout, call_timeout }
+    mcp_server { enabled }
 }
 
 /// Environment variable name for a key: `("tool_bridge", "max_rounds")` →

@@ -108,6 +108,9 @@ pub struct Config {
     /// MCP servers whose tools are indexed and called like manifests.
     #[serde(deserialize_with = "null_as_default")]
     pub mcp: McpConfig,
+    /// oapd as an MCP server at `/mcp` (streamable HTTP).
+    #[serde(deserialize_with = "null_as_default")]
+    pub mcp_server: McpServerConfig,
 }
 
 /// `mcp:` section: the MCP servers the operator already runs.
@@ -609,6 +612,23 @@ impl Default for LogConfig {
             level: "info".to_owned(),
             format: LogFormat::Text,
         }
+    }
+}
+
+/// `mcp_server:` section.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct McpServerConfig {
+    /// Serve MCP clients at `/mcp` (default `true`): the meta tools
+    /// `oap_discover` and `oap_invoke` over streamable HTTP, behind the same
+    /// token, Host/Origin and body limits as every other route. `false`:
+    /// `/mcp` answers 404.
+    pub enabled: bool,
+}
+
+impl Default for McpServerConfig {
+    fn default() -> Self {
+        Self { enabled: true }
     }
 }
 

@@ -56,7 +56,9 @@ pub struct Api {
     /// `crawler.fetch_timeout`: how long registration waits for the first fetch.
     pub crawler_fetch_timeout: std::time::Duration,
     /// The MCP servers whose tools are indexed (it outlives generations).
-    pub mcp: Arc<crate::mcp::McpServers>,
+    pub mcp_servers: Arc<crate::mcp::McpServers>,
+    /// The MCP server at `/mcp`; `None` when `mcp_server.enabled` is false.
+    pub mcp: Option<Arc<super::mcp::McpServer>>,
 }
 
 /// Ollama routes forwarded untouched (streamed both ways).
@@ -96,6 +98,8 @@ impl Handler for Api {
         !(matches!(
             path,
             "/api/chat" | "/v1/chat" | "/v1/chat/completions" | "/v1/responses" | "/"
+        // An MCP tool call is bounded by the tool's own timeout.
+        | "/mcp"
         ) || is_pass_through(path))
     }
 
@@ -187,6 +191,15 @@ impl Api {
             ("/health", _) => method_not_allowed("GET"),
             ("/v1/discover", &Method::POST) => self.discover(request).await,
             ("/v1/discover", _) => method_not_allowed("POST"),
+            ("/mcp", m) => match &self.mcp {
+                None => http::error(
+                    StatusCode::NOT_FOUND,
+                    "the MCP server is disabled (mcp_server.enabled: false)",
+                ),
+                // Stateless: no server-sent stream to GET, no session to DELETE.
+                Some(_) if m != Method::POST => method_not_allowed("POST"),
+                Some(mcp) => mcp.handle(request).await,
+            },
             ("/api/chat", &Method::POST) => self.chat.ollama_chat(request).await,
             ("/v1/chat", &Method::POST) | ("/v1/tools", &Method::POST)
                 if !self.chat.settings.enabled =>
@@ -249,7 +262,7 @@ impl Api {
                     None => crate::server::experience::disabled(),
                 }
             }
-            ("/v1/mcp/status", &Method::GET) => http::json(StatusCode::OK, &self.mcp.status()),
+            ("/v1/mcp/status", &Method::GET) => http::json(StatusCode::OK, &self.mcp_servers.status()),
             ("/v1/mcp/status", _) => method_not_allowed("GET"),
             ("/v1/crawl/status", &Method::GET) => http::json(
                 StatusCode::OK,
@@ -337,7 +350,7 @@ impl Api {
                 "tool_sandbox": self.chat.sandbox.json(),
                 "load_problems": load_problems,
                 "collisions": collisions,
-                "mcp": self.mcp.status(),
+                "mcp": self.mcp_servers.status(),
         });
         if !reasons.is_empty() {
             body["reason"] = serde_json::Value::String(reasons.join("; "));
@@ -482,7 +495,7 @@ fn json_type(value: &serde_json::Value) -> &'static str {
 /// Decodes `%XX` escapes (ids may be sent as `local%2Fgrep`); invalid
 /// escapes are kept literally, and invalid UTF-8 is replaced, so a hostile
 /// path can only ever produce an id that is not found.
-fn percent_decode(raw: &str) -> String {
+pub(crate) fn percent_decode(raw: &str) -> String {
     let bytes = raw.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;

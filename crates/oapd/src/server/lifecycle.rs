@@ -206,18 +206,29 @@ fn build_api(
     rebuilder: Arc<Rebuilder>,
     model: ModelState,
     crawler: Option<Arc<oap_crawl::Crawler>>,
-    mcp: Arc<McpServers>,
+    mcp_servers: Arc<McpServers>,
 ) -> anyhow::Result<Api> {
     let engine = rebuilder.engine().clone();
     let chat = Arc::new(start::chat_service(
         config,
         engine.clone(),
-        Some(mcp.hub().clone()),
+        Some(mcp_servers.hub().clone()),
     )?);
     // One budget for every connection and handler generation; a reload
     // changes its size, bodies in flight keep their shares.
     http::body_budget().set_capacity(config.server.max_inflight_body_bytes);
+    let mcp = config.mcp_server.enabled.then(|| {
+        Arc::new(super::mcp::McpServer::new(
+            chat.clone(),
+            super::mcp::McpSettings {
+                max_body_bytes: config.server.max_body_bytes,
+                max_task_bytes: config.server.max_task_bytes,
+                default_top_k: config.discovery.default_top_k,
+            },
+        ))
+    });
     Ok(Api {
+        mcp,
         chat,
         engine,
         settings: ApiSettings {
@@ -233,7 +244,7 @@ fn build_api(
         rebuilder,
         crawler,
         crawler_fetch_timeout: Duration::from_secs(config.crawler.fetch_timeout),
-        mcp,
+        mcp_servers,
     })
 }
 

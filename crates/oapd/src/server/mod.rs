@@ -1,6 +1,7 @@
 //! The HTTP side of the daemon: the router ([`api`]), the chat surfaces
 //! around the tool loop ([`chat`], [`responses`], [`streaming`],
-//! [`experience`]) and the crawler's endpoints ([`crawl`]), the connection shell ([`http`], [`head`]), who may
+//! [`experience`]) and the crawler's endpoints ([`crawl`]), the MCP server
+//! at `/mcp` ([`mcp`]), the connection shell ([`http`], [`head`]), who may
 //! talk to it ([`guard`]), what it starts per engine generation ([`start`]),
 //! and the process lifecycle that starts, reloads and stops it
 //! ([`lifecycle`]). [`render`] formats answers for the terminal.
@@ -13,6 +14,7 @@ pub mod guard;
 pub mod head;
 pub mod http;
 pub mod lifecycle;
+pub mod mcp;
 pub mod render;
 pub mod responses;
 pub mod start;

@@ -27,6 +27,7 @@ mod host_guard;
 mod http_errors;
 mod lifecycle;
 mod mcp;
+mod mcp_server;
 mod mdns;
 mod memory;
 mod parallel_tools;
