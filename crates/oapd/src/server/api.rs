@@ -262,7 +262,9 @@ impl Api {
                     None => crate::server::experience::disabled(),
                 }
             }
-            ("/v1/mcp/status", &Method::GET) => http::json(StatusCode::OK, &self.mcp_servers.status()),
+            ("/v1/mcp/status", &Method::GET) => {
+                http::json(StatusCode::OK, &self.mcp_servers.status())
+            }
             ("/v1/mcp/status", _) => method_not_allowed("GET"),
             ("/v1/crawl/status", &Method::GET) => http::json(
                 StatusCode::OK,

@@ -604,7 +604,10 @@ fn every_key_is_reachable_from_the_env() {
     let vars = Config::env_vars();
     // server, index, embedding, manifests, discovery, tool_bridge, ollama, tools, log, crawler,
     // experience, mcp, mcp_server
-    assert_eq!(vars.len(), 12 + 3 + 5 + 2 + 4 + 12 + 4 + 9 + 2 + 17 + 4 + 4 + 1);
+    assert_eq!(
+        vars.len(),
+        12 + 3 + 5 + 2 + 4 + 12 + 4 + 9 + 2 + 17 + 4 + 4 + 1
+    );
     assert!(vars.contains(&(
         "OAP_TOOL_BRIDGE_DEFAULT_TOP_K".to_owned(),
         "tool_bridge.default_top_k".to_owned()

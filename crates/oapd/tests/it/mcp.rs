@@ -497,3 +497,53 @@ fn oapd_config_shows_the_servers_read_and_redacts_their_secrets() {
     let text = String::from_utf8_lossy(&out.stderr);
     assert!(text.contains("OAP_MCP_SERVERS"), "{text}");
 }
+
+#[test]
+fn an_mcp_servers_tool_is_discovered_and_invoked_through_oapds_own_mcp_endpoint() {
+    use crate::mcp_server::{call, post, result, tool_text};
+    let Some(python) = sdk_python() else { return };
+    let state = tempfile::tempdir().unwrap();
+    let pidfile = state.path().join("home.pids");
+    let daemon = support::daemon()
+        .yaml(&home_section("home", &python, &pidfile))
+        .start();
+    wait_indexed(&daemon, "home", "get_forecast");
+    let found = result(&post(
+        &daemon,
+        &[],
+        &call(
+            "oap_discover",
+            json!({"task": "what is the weather forecast for Oslo?"}),
+        ),
+    ));
+    let capabilities = found["structuredContent"]["capabilities"].to_string();
+    assert!(capabilities.contains("mcp/home/get_forecast"), "{found}");
+    // The same checks as a chat's call: the integer arrives coerced.
+    let invoked = result(&post(
+        &daemon,
+        &[],
+        &call(
+            "oap_invoke",
+            json!({"tool": "mcp/home/get_forecast", "arguments": {"city": "Oslo", "days": "3"}}),
+        ),
+    ));
+    assert_eq!(
+        tool_text(&invoked),
+        (
+            "Forecast for Oslo, 3 day(s): 14 C, rain 80 percent, wind 20 km/h".to_string(),
+            false
+        )
+    );
+    // A missing argument is a tool error naming it, before the server is asked.
+    let invoked = result(&post(
+        &daemon,
+        &[],
+        &call(
+            "oap_invoke",
+            json!({"tool": "mcp/home/set_light", "arguments": {"room": "hall"}}),
+        ),
+    ));
+    let (text, is_error) = tool_text(&invoked);
+    assert!(is_error, "{text}");
+    assert!(text.contains("on"), "the missing argument is named: {text}");
+}

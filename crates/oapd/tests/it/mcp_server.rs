@@ -24,7 +24,7 @@ fn initialize() -> String {
     .to_string()
 }
 
-fn call(name: &str, arguments: Value) -> String {
+pub(crate) fn call(name: &str, arguments: Value) -> String {
     json!({
         "jsonrpc": "2.0", "id": 2, "method": "tools/call",
         "params": {"name": name, "arguments": arguments}
@@ -32,7 +32,7 @@ fn call(name: &str, arguments: Value) -> String {
     .to_string()
 }
 
-fn post(daemon: &Daemon, extra: &[(&str, &str)], body: &str) -> Response {
+pub(crate) fn post(daemon: &Daemon, extra: &[(&str, &str)], body: &str) -> Response {
     post_to(daemon, "/mcp", extra, body)
 }
 
@@ -43,7 +43,7 @@ fn post_to(daemon: &Daemon, path: &str, extra: &[(&str, &str)], body: &str) -> R
 }
 
 /// The JSON-RPC `result` of a successful exchange.
-fn result(response: &Response) -> Value {
+pub(crate) fn result(response: &Response) -> Value {
     assert_eq!(
         response.status,
         200,
@@ -56,7 +56,7 @@ fn result(response: &Response) -> Value {
 }
 
 /// The text of a tool result and whether it is an error.
-fn tool_text(result: &Value) -> (String, bool) {
+pub(crate) fn tool_text(result: &Value) -> (String, bool) {
     let text = result["content"]
         .as_array()
         .into_iter()
