@@ -20,6 +20,7 @@ tool, `added`, from then on). Modes change one thing:
   stderr     writes a 1 MB stderr line and many small ones at start
   mutelist   answers initialize but never tools/list (writes its pid to
              MARKER_DIR/listing when asked)
+  deaf       behaves, but never answers ping (a hung server)
 """
 
 import json
@@ -108,6 +109,9 @@ def main():
                     },
                 }
             )
+        elif method == "ping":
+            if MODE != "deaf":
+                send({"jsonrpc": "2.0", "id": mid, "result": {}})
         elif method == "notifications/cancelled":
             marker("cancelled", json.dumps(msg.get("params", {}).get("requestId")))
         elif method == "tools/list":

@@ -203,14 +203,8 @@ pub fn row_key(model_id: &str, text: &str) -> [u8; 16] {
 }
 
 pub(crate) fn truncate_on_char_boundary(text: &str, max: usize) -> &str {
-    if text.len() <= max {
-        return text;
-    }
-    let mut end = max;
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    text.get(..end).unwrap_or_default()
+    // The standard library finds the boundary; `get` cannot fail there.
+    text.get(..text.floor_char_boundary(max)).unwrap_or(text)
 }
 
 #[cfg(test)]

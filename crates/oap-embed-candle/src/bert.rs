@@ -455,14 +455,8 @@ fn content_digest(parts: &[&[u8]]) -> String {
 
 /// Longest prefix of `s` of at most `max` bytes that ends on a char boundary.
 fn clip_utf8(s: &str, max: usize) -> &str {
-    if s.len() <= max {
-        return s;
-    }
-    let mut end = max;
-    while !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    s.get(..end).unwrap_or_default()
+    // The standard library finds the boundary; `get` cannot fail there.
+    s.get(..s.floor_char_boundary(max)).unwrap_or(s)
 }
 
 /// Divides by the L2 norm, with sentence-transformers' epsilon so a zero vector

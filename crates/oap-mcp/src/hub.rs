@@ -46,6 +46,11 @@ pub struct HubSettings {
     /// After SIGTERM, how long a stdio server has to exit before its
     /// process group is SIGKILLed (2 s).
     pub stop_grace: Duration,
+    /// How often a ready server is asked `ping` (30 s): one that does not
+    /// answer within [`Self::init_timeout`] is taken as lost and restarted,
+    /// so a hung process or a dropped HTTP session is noticed before a
+    /// call fails on it.
+    pub ping_interval: Duration,
 }
 
 impl Default for HubSettings {
@@ -61,6 +66,7 @@ impl Default for HubSettings {
             backoff_min: Duration::from_secs(1),
             backoff_max: Duration::from_secs(60),
             stop_grace: Duration::from_secs(2),
+            ping_interval: Duration::from_secs(30),
         }
     }
 }
@@ -736,6 +742,19 @@ fn tool_from(server: &str, raw: &Value, notes: &mut Vec<String>) -> Option<McpTo
 }
 
 /// Resolves once `stop` is true (or its sender is gone).
+/// One `ping` round trip within `limit`.
+async fn ping(peer: &Peer<RoleClient>, limit: Duration) -> Result<(), String> {
+    let request = rmcp::model::PingRequest {
+        method: Default::default(),
+        extensions: Default::default(),
+    };
+    match tokio::time::timeout(limit, peer.send_request(request.into())).await {
+        Err(_) => Err(format!("no answer to ping within {}", secs(limit))),
+        Ok(Err(e)) => Err(describe_service_error(&e)),
+        Ok(Ok(_)) => Ok(()),
+    }
+}
+
 async fn stopped(stop: &mut watch::Receiver<bool>) {
     let _ = stop.wait_for(|s| *s).await;
 }
@@ -882,10 +901,19 @@ async fn run(
                 live.last_error = None;
             }
             bump(changes);
+            let mut health = tokio::time::interval_at(
+                tokio::time::Instant::now() + settings.ping_interval,
+                settings.ping_interval,
+            );
             loop {
                 tokio::select! {
                     _ = stopped(stop) => break Ended::Stop,
                     _ = &mut done => break Ended::Lost("the server closed the connection".into()),
+                    _ = health.tick() => {
+                        if let Err(problem) = ping(&peer, settings.init_timeout).await {
+                            break Ended::Lost(format!("health check failed: {problem}"));
+                        }
+                    }
                     Some(()) = relist.recv() => {
                         match list_tools(settings, &shared.spec, &peer).await {
                             Ok((tools, notes)) => {

@@ -81,14 +81,8 @@ pub(super) fn collapse_ws(s: &str) -> String {
 
 /// `s` cut to at most `max` bytes on a char boundary.
 pub(super) fn clip(s: &str, max: usize) -> &str {
-    if s.len() <= max {
-        return s;
-    }
-    let mut end = max;
-    while !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    s.get(..end).unwrap_or_default()
+    // The standard library finds the boundary; `get` cannot fail there.
+    s.get(..s.floor_char_boundary(max)).unwrap_or(s)
 }
 
 /// Matched `(...)` / `[...]` pairs as (open, close) byte offsets; unmatched

@@ -149,6 +149,40 @@ async fn a_crash_mid_call_fails_that_call_and_the_server_comes_back() {
 }
 
 #[tokio::test]
+async fn a_server_that_stops_answering_ping_is_restarted() {
+    let dir = tempfile::tempdir().unwrap();
+    let hub = oap_mcp::Hub::new(
+        HubSettings {
+            init_timeout: Duration::from_secs(2),
+            ping_interval: Duration::from_millis(500),
+            ..settings()
+        },
+        context(std::sync::Arc::new(oap_exec::SystemResolver)),
+    );
+    hub.apply(vec![
+        hostile("deaf", "deaf", dir.path()),
+        hostile("fine", "normal", dir.path()),
+    ]);
+    let first = wait_until(&hub, "deaf", "ready", |s| s.state == State::Ready).await;
+    wait_until(&hub, "deaf", "a failed health check", |s| {
+        s.last_error
+            .as_deref()
+            .is_some_and(|e| e.contains("health check failed: no answer to ping"))
+    })
+    .await;
+    wait_gone(first.pid.unwrap()).await;
+    wait_until(&hub, "deaf", "a restart", |s| {
+        s.state == State::Ready && s.restarts >= 1
+    })
+    .await;
+    // A server that answers its pings is left alone.
+    std::thread::sleep(Duration::from_secs(2));
+    let fine = status(&hub, "fine");
+    assert_eq!((fine.state, fine.restarts), (State::Ready, 0), "{fine:?}");
+    hub.shutdown().await;
+}
+
+#[tokio::test]
 async fn a_server_silent_at_initialize_does_not_delay_another() {
     let dir = tempfile::tempdir().unwrap();
     let hub = oap_mcp::Hub::new(
