@@ -285,12 +285,7 @@ impl StreamableHttpClient for Client {
             .uri(Self::path(&uri))
             .header(hyper::header::CONTENT_TYPE, "application/json")
             .header(hyper::header::ACCEPT, "application/json, text/event-stream");
-        if let Some(auth) = auth_header {
-            builder = builder.header(hyper::header::AUTHORIZATION, format!("Bearer {auth}"));
-        }
-        for (k, v) in custom_headers {
-            builder = builder.header(k, v);
-        }
+        builder = with_auth_and_headers(builder, auth_header, custom_headers);
         let had_session = session_id.is_some();
         if let Some(sid) = session_id {
             builder = builder.header(SESSION_HEADER, sid.as_ref());
@@ -367,12 +362,7 @@ impl StreamableHttpClient for Client {
             .method(Method::DELETE)
             .uri(Self::path(&uri))
             .header(SESSION_HEADER, session_id.as_ref());
-        if let Some(auth) = auth_header {
-            builder = builder.header(hyper::header::AUTHORIZATION, format!("Bearer {auth}"));
-        }
-        for (k, v) in custom_headers {
-            builder = builder.header(k, v);
-        }
+        builder = with_auth_and_headers(builder, auth_header, custom_headers);
         let request = builder.body(Full::new(Bytes::new())).map_err(header_err)?;
         let response = self
             .send(request)
@@ -403,12 +393,7 @@ impl StreamableHttpClient for Client {
         if let Some(id) = last_event_id {
             builder = builder.header(LAST_EVENT_ID, id);
         }
-        if let Some(auth) = auth_header {
-            builder = builder.header(hyper::header::AUTHORIZATION, format!("Bearer {auth}"));
-        }
-        for (k, v) in custom_headers {
-            builder = builder.header(k, v);
-        }
+        builder = with_auth_and_headers(builder, auth_header, custom_headers);
         let request = builder.body(Full::new(Bytes::new())).map_err(header_err)?;
         let response = self
             .send(request)
@@ -548,4 +533,19 @@ impl rmcp::transport::Transport<rmcp::RoleClient> for LegacySse {
     async fn close(&mut self) -> Result<(), Self::Error> {
         Ok(())
     }
+}
+
+/// The bearer (rmcp's `auth_header`) and the spec's headers on a request.
+fn with_auth_and_headers(
+    mut builder: hyper::http::request::Builder,
+    auth_header: Option<String>,
+    custom_headers: HashMap<HeaderName, HeaderValue>,
+) -> hyper::http::request::Builder {
+    if let Some(auth) = auth_header {
+        builder = builder.header(hyper::header::AUTHORIZATION, format!("Bearer {auth}"));
+    }
+    for (k, v) in custom_headers {
+        builder = builder.header(k, v);
+    }
+    builder
 }

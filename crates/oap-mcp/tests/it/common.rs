@@ -71,7 +71,12 @@ pub fn context(resolver: Arc<dyn Resolver>) -> HubContext {
 }
 
 pub fn hub() -> Hub {
-    Hub::new(settings(), context(Arc::new(SystemResolver)))
+    hub_with(settings())
+}
+
+/// A hub with `settings` and the system resolver.
+pub fn hub_with(settings: HubSettings) -> Hub {
+    Hub::new(settings, context(Arc::new(SystemResolver)))
 }
 
 pub fn spec(name: &str, value: Value) -> ServerSpec {

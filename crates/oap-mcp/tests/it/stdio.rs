@@ -151,14 +151,11 @@ async fn a_crash_mid_call_fails_that_call_and_the_server_comes_back() {
 #[tokio::test]
 async fn a_server_that_stops_answering_ping_is_restarted() {
     let dir = tempfile::tempdir().unwrap();
-    let hub = oap_mcp::Hub::new(
-        HubSettings {
-            init_timeout: Duration::from_secs(2),
-            ping_interval: Duration::from_millis(500),
-            ..settings()
-        },
-        context(std::sync::Arc::new(oap_exec::SystemResolver)),
-    );
+    let hub = hub_with(HubSettings {
+        init_timeout: Duration::from_secs(2),
+        ping_interval: Duration::from_millis(500),
+        ..settings()
+    });
     hub.apply(vec![
         hostile("deaf", "deaf", dir.path()),
         hostile("fine", "normal", dir.path()),
@@ -185,13 +182,10 @@ async fn a_server_that_stops_answering_ping_is_restarted() {
 #[tokio::test]
 async fn a_server_silent_at_initialize_does_not_delay_another() {
     let dir = tempfile::tempdir().unwrap();
-    let hub = oap_mcp::Hub::new(
-        HubSettings {
-            init_timeout: Duration::from_secs(30),
-            ..settings()
-        },
-        context(std::sync::Arc::new(oap_exec::SystemResolver)),
-    );
+    let hub = hub_with(HubSettings {
+        init_timeout: Duration::from_secs(30),
+        ..settings()
+    });
     hub.apply(vec![
         hostile("mute", "silent", dir.path()),
         hostile("fine", "normal", dir.path()),
@@ -202,13 +196,10 @@ async fn a_server_silent_at_initialize_does_not_delay_another() {
     hub.shutdown().await;
 
     // With a short deadline, the silent one goes to backoff and says why.
-    let hub = oap_mcp::Hub::new(
-        HubSettings {
-            init_timeout: Duration::from_millis(500),
-            ..settings()
-        },
-        context(std::sync::Arc::new(oap_exec::SystemResolver)),
-    );
+    let hub = hub_with(HubSettings {
+        init_timeout: Duration::from_millis(500),
+        ..settings()
+    });
     hub.apply(vec![hostile("mute", "silent", dir.path())]);
     let s = wait_until(&hub, "mute", "an initialize timeout", |s| {
         s.last_error.is_some()
@@ -340,13 +331,10 @@ async fn tool_lists_are_capped_and_odd_schemas_handled() {
 #[tokio::test]
 async fn a_giant_stdout_line_is_dropped_not_buffered() {
     let dir = tempfile::tempdir().unwrap();
-    let hub = oap_mcp::Hub::new(
-        HubSettings {
-            max_message_bytes: 1 << 20,
-            ..settings()
-        },
-        context(std::sync::Arc::new(oap_exec::SystemResolver)),
-    );
+    let hub = hub_with(HubSettings {
+        max_message_bytes: 1 << 20,
+        ..settings()
+    });
     hub.apply(vec![
         hostile("flood", "flood", dir.path()),
         hostile("noisy", "stderr", dir.path()),
@@ -449,13 +437,10 @@ async fn dropping_the_last_hub_stops_its_servers() {
 #[tokio::test]
 async fn removal_is_not_held_up_by_a_server_that_never_lists_its_tools() {
     let dir = tempfile::tempdir().unwrap();
-    let hub = oap_mcp::Hub::new(
-        HubSettings {
-            init_timeout: Duration::from_secs(300),
-            ..settings()
-        },
-        context(std::sync::Arc::new(oap_exec::SystemResolver)),
-    );
+    let hub = hub_with(HubSettings {
+        init_timeout: Duration::from_secs(300),
+        ..settings()
+    });
     hub.apply(vec![hostile("mute", "mutelist", dir.path())]);
     let pid: i32 = wait_file(&dir.path().join("listing"))
         .await

@@ -99,6 +99,23 @@ fn offered(request: &Value) -> Vec<String> {
     oap_bridge::tool_loop::client_tool_names(request.as_object().unwrap())
 }
 
+/// The last message of the `n`th chat request the fake Ollama received:
+/// after a tool round, the tool's result.
+fn last_message_sent(upstream: &support::Upstream, n: usize) -> Value {
+    let sent = upstream.fake.chat_requests();
+    support::last_message(&sent[n])
+}
+
+/// A 200 answer, or the body in the failure.
+fn assert_ok(response: &support::Response) {
+    assert_eq!(
+        response.status,
+        200,
+        "{}",
+        String::from_utf8_lossy(&response.body)
+    );
+}
+
 fn pids(pidfile: &Path) -> Vec<i32> {
     std::fs::read_to_string(pidfile)
         .unwrap_or_default()
@@ -163,12 +180,7 @@ fn the_fitting_mcp_tool_is_injected_with_its_own_schema_called_and_fed_back() {
                 "messages": [{"role": "user", "content": "Will it rain in Lisbon over the next two days?"}]})
         .to_string(),
     );
-    assert_eq!(
-        response.status,
-        200,
-        "{}",
-        String::from_utf8_lossy(&response.body)
-    );
+    assert_ok(&response);
     let chunks = ndjson(&response.body);
     let done: Vec<usize> = (0..chunks.len())
         .filter(|&i| chunks[i]["done"] == true)
@@ -197,12 +209,7 @@ fn the_fitting_mcp_tool_is_injected_with_its_own_schema_called_and_fed_back() {
     assert_eq!(injected["function"]["parameters"], schema);
     // Called on the server (the string "2" coerced to the schema's integer),
     // and the result fed back as the tool message.
-    let tool_message = sent[1]["messages"]
-        .as_array()
-        .unwrap()
-        .last()
-        .unwrap()
-        .clone();
+    let tool_message = support::last_message(&sent[1]);
     assert_eq!(tool_message["role"], "tool");
     assert_eq!(tool_message["tool_name"], "oap_get_forecast");
     assert_eq!(
@@ -269,20 +276,8 @@ fn a_server_that_dies_mid_call_is_a_tool_error_and_comes_back() {
             .to_string(),
         )
     };
-    let response = chat("Please reboot the home automation hub.");
-    assert_eq!(
-        response.status,
-        200,
-        "{}",
-        String::from_utf8_lossy(&response.body)
-    );
-    let sent = upstream.fake.chat_requests();
-    let tool_message = sent[1]["messages"]
-        .as_array()
-        .unwrap()
-        .last()
-        .unwrap()
-        .clone();
+    assert_ok(&chat("Please reboot the home automation hub."));
+    let tool_message = last_message_sent(&upstream, 1);
     assert_eq!(tool_message["role"], "tool");
     let text = tool_message["content"].as_str().unwrap();
     assert!(
@@ -302,21 +297,11 @@ fn a_server_that_dies_mid_call_is_a_tool_error_and_comes_back() {
     let now = pids(&pidfile);
     assert_eq!(now.len(), 2, "{now:?}");
     assert!(!alive(first[0]), "the crashed server is gone");
-    let response = chat("Set a kitchen timer for five minutes.");
+    assert_ok(&chat("Set a kitchen timer for five minutes."));
     assert_eq!(
-        response.status,
-        200,
-        "{}",
-        String::from_utf8_lossy(&response.body)
+        last_message_sent(&upstream, 3)["content"],
+        "timer set for 5 minutes"
     );
-    let sent = upstream.fake.chat_requests();
-    let tool_message = sent[3]["messages"]
-        .as_array()
-        .unwrap()
-        .last()
-        .unwrap()
-        .clone();
-    assert_eq!(tool_message["content"], "timer set for 5 minutes");
 }
 
 #[test]
