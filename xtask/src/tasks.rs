@@ -68,6 +68,9 @@ fn mcp_servers() -> anyhow::Result<()> {
     let root = repo_root();
     let node = root.join("target/mcp-node");
     std::fs::create_dir_all(&node)?;
+    // npm takes a prefix reached through a symlink (a CI clone's target/
+    // is one) for a linked package and refuses the lock file: resolve it.
+    let node = std::fs::canonicalize(&node)?;
     for file in ["package.json", "package-lock.json"] {
         std::fs::copy(root.join("tests/mcp").join(file), node.join(file))?;
     }

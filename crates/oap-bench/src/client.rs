@@ -16,6 +16,31 @@ pub const DEFAULT_REQUESTS: usize = 500;
 /// One HTTP/1.1 keep-alive connection.
 pub type Sender = http1::SendRequest<Full<Bytes>>;
 
+/// POSTs `body` as JSON to `path` on an open connection, waiting for the
+/// connection to be ready; the response's head, body not yet read.
+pub async fn post_json(
+    sender: &mut Sender,
+    addr: SocketAddr,
+    path: &str,
+    body: Bytes,
+) -> Result<hyper::Response<hyper::body::Incoming>, String> {
+    sender
+        .ready()
+        .await
+        .map_err(|e| format!("connection: {e}"))?;
+    let request = hyper::Request::builder()
+        .method(hyper::Method::POST)
+        .uri(path)
+        .header("host", addr.to_string())
+        .header("content-type", "application/json")
+        .body(Full::new(body))
+        .map_err(|e| e.to_string())?;
+    sender
+        .send_request(request)
+        .await
+        .map_err(|e| format!("request: {e}"))
+}
+
 /// Connects to `addr` (no Nagle delay); the connection task runs on the
 /// current runtime.
 pub async fn connect(addr: SocketAddr) -> Result<Sender, String> {

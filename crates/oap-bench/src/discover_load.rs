@@ -27,12 +27,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use http_body_util::{BodyExt, Full};
-use hyper::{Method, Request, StatusCode};
+use http_body_util::BodyExt;
+use hyper::StatusCode;
 use oap_bench::report::DiscoverLoadReport;
 use oap_testkit::stats::sorted;
 
-use crate::client::{connect, pct, Sender};
+use crate::client::{connect, pct, post_json, Sender};
 
 /// Hard upper bound on a run, whatever the arguments say.
 const MAX_RUN: Duration = Duration::from_secs(600);
@@ -133,21 +133,7 @@ async fn discover(
     addr: SocketAddr,
     body: Bytes,
 ) -> Result<Option<[f64; 3]>, String> {
-    sender
-        .ready()
-        .await
-        .map_err(|e| format!("connection: {e}"))?;
-    let request = Request::builder()
-        .method(Method::POST)
-        .uri("/v1/discover")
-        .header("host", addr.to_string())
-        .header("content-type", "application/json")
-        .body(Full::new(body))
-        .map_err(|e| e.to_string())?;
-    let response = sender
-        .send_request(request)
-        .await
-        .map_err(|e| format!("request: {e}"))?;
+    let response = post_json(sender, addr, "/v1/discover", body).await?;
     let status = response.status();
     let bytes = response
         .into_body()

@@ -29,10 +29,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use http_body_util::{BodyExt, Full};
-use hyper::{Method, Request, StatusCode};
+use http_body_util::BodyExt;
+use hyper::StatusCode;
 
-use crate::client::{connect, pct, Sender};
+use crate::client::{connect, pct, post_json, Sender};
 use oap_bench::report::ProxyLoadReport;
 
 /// Hard upper bound on a run, whatever the arguments say.
@@ -122,21 +122,7 @@ async fn chat(
     body: Bytes,
     started: Instant,
 ) -> Result<Sample, String> {
-    sender
-        .ready()
-        .await
-        .map_err(|e| format!("connection: {e}"))?;
-    let request = Request::builder()
-        .method(Method::POST)
-        .uri("/api/chat")
-        .header("host", addr.to_string())
-        .header("content-type", "application/json")
-        .body(Full::new(body))
-        .map_err(|e| e.to_string())?;
-    let response = sender
-        .send_request(request)
-        .await
-        .map_err(|e| format!("request: {e}"))?;
+    let response = post_json(sender, addr, "/api/chat", body).await?;
     let status = response.status();
     let mut body = response.into_body();
     let mut buf: Vec<u8> = Vec::new();
