@@ -368,6 +368,7 @@ impl ChatService {
                     "id": tool.record.id,
                     "domain": tool.record.id,
                     "trust": tool.record.trust,
+                    "source": tool.record.origin.kind,
                     "manifest": tool.record.manifest,
                 }),
             );

@@ -170,6 +170,17 @@ fn the_fitting_mcp_tool_is_injected_with_its_own_schema_called_and_fed_back() {
         .unwrap_or_else(|| panic!("not listed: {listed}"));
     assert_eq!(entry["source"], "mcp");
     assert_eq!(entry["domain"], "mcp/home");
+    // Apps running their own loop see the source and the same schema.
+    let tools = daemon
+        .post_json(
+            "/v1/tools",
+            &json!({"task": "will it rain in Lisbon tomorrow?", "top_k": 3}).to_string(),
+        )
+        .json();
+    let registered = &tools["registry"]["oap_get_forecast"];
+    assert_eq!(registered["source"], "mcp", "{tools}");
+    assert_eq!(registered["id"], "mcp/home/get_forecast");
+    assert_eq!(registered["tool"]["function"]["parameters"], schema);
 
     let client_tool = json!({"type": "function", "function": {"name": "HassTurnOn",
         "description": "Turns on a device", "parameters": {"type": "object",
