@@ -156,8 +156,14 @@ impl State {
             .cloned()
     }
 
-    /// The first turn for this model (or for any model), or the default.
-    fn take_turn(&mut self, model: &str) -> Option<(Option<usize>, Turn)> {
+    /// The after-tool turn when the last message is a tool result, else
+    /// the first turn for this model (or for any model), or the default.
+    fn take_turn(&mut self, model: &str, after_tool: bool) -> Option<(Option<usize>, Turn)> {
+        if after_tool {
+            if let Some(turn) = &self.script.after_tool_turn {
+                return Some((None, turn.clone()));
+            }
+        }
         let wanted = canonical_model(model);
         let pos = self.turns.iter().position(|(_, turn)| {
             turn.model
@@ -716,9 +722,16 @@ async fn chat(shared: &Shared, body: Map<String, Value>, seq: usize) -> Reply {
     let Some(spec) = spec else {
         return not_found(&model).into();
     };
-    let messages_empty = match body.get("messages") {
-        None | Some(Value::Null) => true,
-        Some(Value::Array(messages)) => messages.is_empty(),
+    let (messages_empty, after_tool) = match body.get("messages") {
+        None | Some(Value::Null) => (true, false),
+        Some(Value::Array(messages)) => (
+            messages.is_empty(),
+            messages
+                .last()
+                .and_then(|m| m.get("role"))
+                .and_then(Value::as_str)
+                == Some("tool"),
+        ),
         Some(_) => {
             return error(StatusCode::BAD_REQUEST, "messages must be an array").into();
         }
@@ -762,7 +775,7 @@ async fn chat(shared: &Shared, body: Map<String, Value>, seq: usize) -> Reply {
     let taken = {
         let mut state = shared.state();
         state.loaded.insert(canonical_model(&spec.name));
-        state.take_turn(&model)
+        state.take_turn(&model, after_tool)
     };
     let Some((number, turn)) = taken else {
         return error(
