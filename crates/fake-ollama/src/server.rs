@@ -1474,7 +1474,7 @@ mod tests {
     fn pushed_turns_are_numbered_after_the_script() {
         let mut state = State::new(Script::new().turn(Turn::reply("a")).turn(Turn::reply("b")));
         state.push_turn(Turn::reply("c"));
-        assert_eq!(state.take_turn("m").map(|(n, _)| n), Some(Some(0)));
+        assert_eq!(state.take_turn("m", false).map(|(n, _)| n), Some(Some(0)));
         state.push_turn(Turn::reply("d"));
         let numbers: Vec<usize> = state.turns.iter().map(|(n, _)| *n).collect();
         assert_eq!(numbers, vec![1, 2, 3]);
@@ -1487,10 +1487,10 @@ mod tests {
                 .turn(Turn::reply("for b").for_model("b"))
                 .turn(Turn::reply("any")),
         );
-        let (n, turn) = state.take_turn("a:latest").unwrap();
+        let (n, turn) = state.take_turn("a:latest", false).unwrap();
         assert_eq!((n, turn.reply.as_deref()), (Some(1), Some("any")));
-        let (n, _) = state.take_turn("b").unwrap();
+        let (n, _) = state.take_turn("b", false).unwrap();
         assert_eq!(n, Some(0));
-        assert!(state.take_turn("b").is_none());
+        assert!(state.take_turn("b", false).is_none());
     }
 }

@@ -102,9 +102,7 @@ pub struct Args {
 impl Args {
     /// The user message of request `i`.
     fn prompt(&self, i: usize) -> &str {
-        self.prompt
-            .as_deref()
-            .unwrap_or(PROMPTS[i % PROMPTS.len()])
+        self.prompt.as_deref().unwrap_or(PROMPTS[i % PROMPTS.len()])
     }
 }
 
