@@ -306,6 +306,18 @@ pub(crate) fn start_oapd_with(
 /// `ollama-mcp-bridge` from `target/peer-venv`, in front of `upstream`,
 /// with `{"mcpServers": {}}`.
 fn start_peer(tmp: &Path, upstream: SocketAddr) -> Result<Proc> {
+    start_peer_with(tmp, upstream, "{\"mcpServers\": {}}\n")
+}
+
+/// `ollama-mcp-bridge` from `target/peer-venv`, in front of `upstream`,
+/// reading `servers_json` (an `mcpServers` file) as its config; its config
+/// and logs go to `tmp`. Ready once `/health` answers (it connects to its
+/// MCP servers before it serves).
+pub(crate) fn start_peer_with(
+    tmp: &Path,
+    upstream: SocketAddr,
+    servers_json: &str,
+) -> Result<Proc> {
     let bin = repo_root().join("target/peer-venv/bin/ollama-mcp-bridge");
     if !bin.exists() {
         bail!(
@@ -315,7 +327,7 @@ fn start_peer(tmp: &Path, upstream: SocketAddr) -> Result<Proc> {
         );
     }
     let config = tmp.join("mcp-config.json");
-    std::fs::write(&config, "{\"mcpServers\": {}}\n")?;
+    std::fs::write(&config, servers_json)?;
     let port = free_port()?;
     let log = tmp.join("peer.log");
     let mut command = Command::new(&bin);

@@ -14,6 +14,7 @@ mod bench;
 mod bench_crawl;
 mod bench_experience;
 mod bench_fitness;
+mod bench_mcp;
 mod bench_memory;
 mod bench_proxy;
 mod bench_retrieval;
@@ -69,6 +70,13 @@ const COMMANDS: &[Command] = &[
                 latency oapd adds in front of a fake Ollama (and the Python\n      \
                 peer ollama-mcp-bridge), first-chunk time, RSS over 100k requests",
         run: bench_proxy::run,
+    },
+    Command {
+        name: "bench-mcp",
+        usage: "bench-mcp [--quick] [--no-peer]\n      \
+                oapd vs ollama-mcp-bridge on the same mcpServers file: pure proxy,\n      \
+                a real tool round (req/s, added latency), tools injected of 50, RSS",
+        run: bench_mcp::run,
     },
     Command {
         name: "bench-memory",

@@ -89,7 +89,7 @@ fn mcp_servers() -> anyhow::Result<()> {
 }
 
 /// The target/pyclients venv with tests/python/requirements.txt installed.
-fn python_venv() -> anyhow::Result<()> {
+pub(crate) fn python_venv() -> anyhow::Result<()> {
     let root = repo_root();
     let venv = root.join("target/pyclients");
     let python = venv.join("bin/python");

@@ -37,6 +37,12 @@ pub struct Script {
     /// request gets 500 `fake-ollama: no scripted turn left ...`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub default_turn: Option<Turn>,
+    /// Used, and not consumed, for every request whose last message is a
+    /// `tool` result, before the queue: with a tool-calling `default_turn`
+    /// the fake plays one tool round per chat, any number of times, at any
+    /// concurrency.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub after_tool_turn: Option<Turn>,
     /// Refuse (403) a Host header Ollama would refuse on loopback.
     #[serde(default = "yes")]
     pub check_host: bool,
@@ -63,6 +69,7 @@ impl Default for Script {
             models: Vec::new(),
             turns: Vec::new(),
             default_turn: None,
+            after_tool_turn: None,
             check_host: true,
             check_capabilities: true,
             version: None,
@@ -93,6 +100,13 @@ impl Script {
     /// The answer once the queue is empty (reused, never consumed).
     pub fn default_turn(mut self, turn: Turn) -> Self {
         self.default_turn = Some(turn);
+        self
+    }
+
+    /// The answer to every request whose last message is a tool result
+    /// (reused, never consumed; it comes before the queue).
+    pub fn after_tool_turn(mut self, turn: Turn) -> Self {
+        self.after_tool_turn = Some(turn);
         self
     }
 

@@ -156,8 +156,14 @@ impl State {
             .cloned()
     }
 
-    /// The first turn for this model (or for any model), or the default.
-    fn take_turn(&mut self, model: &str) -> Option<(Option<usize>, Turn)> {
+    /// The after-tool turn when the last message is a tool result, else
+    /// the first turn for this model (or for any model), or the default.
+    fn take_turn(&mut self, model: &str, after_tool: bool) -> Option<(Option<usize>, Turn)> {
+        if after_tool {
+            if let Some(turn) = &self.script.after_tool_turn {
+                return Some((None, turn.clone()));
+            }
+        }
         let wanted = canonical_model(model);
         let pos = self.turns.iter().position(|(_, turn)| {
             turn.model
@@ -716,9 +722,16 @@ async fn chat(shared: &Shared, body: Map<String, Value>, seq: usize) -> Reply {
     let Some(spec) = spec else {
         return not_found(&model).into();
     };
-    let messages_empty = match body.get("messages") {
-        None | Some(Value::Null) => true,
-        Some(Value::Array(messages)) => messages.is_empty(),
+    let (messages_empty, after_tool) = match body.get("messages") {
+        None | Some(Value::Null) => (true, false),
+        Some(Value::Array(messages)) => (
+            messages.is_empty(),
+            messages
+                .last()
+                .and_then(|m| m.get("role"))
+                .and_then(Value::as_str)
+                == Some("tool"),
+        ),
         Some(_) => {
             return error(StatusCode::BAD_REQUEST, "messages must be an array").into();
         }
@@ -762,7 +775,7 @@ async fn chat(shared: &Shared, body: Map<String, Value>, seq: usize) -> Reply {
     let taken = {
         let mut state = shared.state();
         state.loaded.insert(canonical_model(&spec.name));
-        state.take_turn(&model)
+        state.take_turn(&model, after_tool)
     };
     let Some((number, turn)) = taken else {
         return error(
@@ -1461,7 +1474,7 @@ mod tests {
     fn pushed_turns_are_numbered_after_the_script() {
         let mut state = State::new(Script::new().turn(Turn::reply("a")).turn(Turn::reply("b")));
         state.push_turn(Turn::reply("c"));
-        assert_eq!(state.take_turn("m").map(|(n, _)| n), Some(Some(0)));
+        assert_eq!(state.take_turn("m", false).map(|(n, _)| n), Some(Some(0)));
         state.push_turn(Turn::reply("d"));
         let numbers: Vec<usize> = state.turns.iter().map(|(n, _)| *n).collect();
         assert_eq!(numbers, vec![1, 2, 3]);
@@ -1474,10 +1487,10 @@ mod tests {
                 .turn(Turn::reply("for b").for_model("b"))
                 .turn(Turn::reply("any")),
         );
-        let (n, turn) = state.take_turn("a:latest").unwrap();
+        let (n, turn) = state.take_turn("a:latest", false).unwrap();
         assert_eq!((n, turn.reply.as_deref()), (Some(1), Some("any")));
-        let (n, _) = state.take_turn("b").unwrap();
+        let (n, _) = state.take_turn("b", false).unwrap();
         assert_eq!(n, Some(0));
-        assert!(state.take_turn("b").is_none());
+        assert!(state.take_turn("b", false).is_none());
     }
 }

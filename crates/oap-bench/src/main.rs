@@ -20,6 +20,7 @@ mod embed;
 mod experience_replay;
 mod make_corpus;
 mod proxy_load;
+mod request_tokens;
 mod retrieval;
 mod search;
 mod tool_tokens;
@@ -56,6 +57,8 @@ enum Bench {
     DiscoverLoad(discover_load::Args),
     /// Load `POST /api/chat` on a running daemon, fake Ollama or peer proxy.
     ProxyLoad(proxy_load::Args),
+    /// The tools one recorded chat request offers and their tokens.
+    RequestTokens(request_tokens::Args),
     /// Tool tokens per request: direct vs budget vs meta exposure.
     ToolTokens(tool_tokens::Args),
     /// The experience cache over a replayed task log.
@@ -108,6 +111,14 @@ fn run(cli: Cli) -> anyhow::Result<bool> {
             table(report.table_row());
             emit(&report, json)?;
             return Ok(load_ok("proxy-load", report.errors, &report.error_samples));
+        }
+        Bench::RequestTokens(args) => {
+            let report = request_tokens::run(args)?;
+            table(format!(
+                "{} tools, {} tokens (estimated)",
+                report.tools, report.tool_tokens
+            ));
+            emit(&report, json)?;
         }
         Bench::ToolTokens(args) => {
             let report = tool_tokens::run(args)?;

@@ -6,7 +6,7 @@
 //! ```text
 //! oap-bench proxy-load --addr 127.0.0.1:PORT \
 //!     [--mode chat|stream] [--concurrency 1] [--requests 500] [--duration SECS] \
-//!     [--warmup 20] [--model NAME] [--no-discover] [--label NAME]
+//!     [--warmup 20] [--model NAME] [--no-discover] [--label NAME] [--prompt TEXT]
 //! ```
 //!
 //! `--concurrency` workers each hold one keep-alive HTTP/1.1 connection and
@@ -94,6 +94,16 @@ pub struct Args {
     /// Name of the run in the report.
     #[arg(long, default_value = "chat")]
     label: String,
+    /// The user message of every request (default: ten rotating tasks).
+    #[arg(long)]
+    prompt: Option<String>,
+}
+
+impl Args {
+    /// The user message of request `i`.
+    fn prompt(&self, i: usize) -> &str {
+        self.prompt.as_deref().unwrap_or(PROMPTS[i % PROMPTS.len()])
+    }
 }
 
 /// What one request measured: the first NDJSON line and the whole answer.
@@ -178,7 +188,7 @@ async fn worker(
         if i >= limit || Instant::now() >= deadline {
             break;
         }
-        let body = request_body(&args, PROMPTS[i % PROMPTS.len()]);
+        let body = request_body(&args, args.prompt(i));
         let started = Instant::now();
         let outcome = tokio::time::timeout(REQUEST_TIMEOUT, async {
             if sender.is_none() {
@@ -224,7 +234,7 @@ async fn load(args: Arc<Args>) -> anyhow::Result<ProxyLoadReport> {
     if args.warmup > 0 {
         let mut sender = connect(args.addr).await.map_err(anyhow::Error::msg)?;
         for i in 0..args.warmup {
-            let body = request_body(&args, PROMPTS[i % PROMPTS.len()]);
+            let body = request_body(&args, args.prompt(i));
             let call = chat(&mut sender, args.addr, body, Instant::now());
             match tokio::time::timeout(REQUEST_TIMEOUT, call).await {
                 Ok(Ok(_)) => {}

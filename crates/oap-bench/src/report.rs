@@ -303,6 +303,19 @@ pub struct Phase {
     pub p99_ms: f64,
 }
 
+/// `oap-bench request-tokens`: the tools one chat request offers.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RequestTokensReport {
+    /// Tool definitions in the request.
+    pub tools: usize,
+    /// Their estimated prompt tokens (`oap_bridge::tokens::tools_tokens`).
+    pub tool_tokens: usize,
+    /// Their compact JSON, in bytes.
+    pub tools_json_bytes: usize,
+    /// Their function names, in request order.
+    pub names: Vec<String>,
+}
+
 /// `oap-bench tool-tokens`: estimated prompt tokens of the tools offered
 /// per request under each exposure, over a labelled task set.
 #[derive(Debug, Clone, Serialize, Deserialize)]

@@ -1307,3 +1307,35 @@ async fn the_binary_prints_its_address_and_serves_the_script() {
         .unwrap();
     assert_eq!(bad.status.code(), Some(2));
 }
+
+#[tokio::test]
+async fn an_after_tool_turn_answers_every_tool_result_so_tool_rounds_repeat() {
+    let fake = FakeOllama::start(
+        models()
+            .default_turn(Turn::tool_call("get_forecast", json!({"city": "Oslo"})))
+            .after_tool_turn(Turn::echo(Echo::LastTool)),
+    )
+    .await
+    .unwrap();
+    let calls = |reply: &Value| reply["message"]["tool_calls"].as_array().map(Vec::len);
+    for round in 0..3 {
+        let first = chat(
+            &fake,
+            json!({"model": "llama3", "messages": user("weather?"), "stream": false}),
+        )
+        .await
+        .json();
+        assert_eq!(calls(&first), Some(1), "round {round}");
+        let mut messages = user("weather?").as_array().unwrap().clone();
+        messages.push(first["message"].clone());
+        messages.push(json!({"role": "tool", "content": format!("rain {round}")}));
+        let second = chat(
+            &fake,
+            json!({"model": "llama3", "messages": messages, "stream": false}),
+        )
+        .await
+        .json();
+        assert_eq!(calls(&second), None, "round {round}");
+        assert_eq!(second["message"]["content"], json!(format!("rain {round}")));
+    }
+}
