@@ -163,21 +163,20 @@ impl ToolRunner for ExecRunner {
     ) -> Pin<Box<dyn Future<Output = ToolResult> + Send>> {
         let executor = self.executor.clone();
         let trust = record.trust;
-        if let Some(binding) = record.mcp.clone() {
+        if let Some(binding) = &record.mcp {
+            // Only the names travel: the schema stays in the record.
+            let (server, tool) = (binding.server.clone(), binding.tool.clone());
             let hub = self.mcp.clone();
             return Box::pin(async move {
                 let Some(hub) = hub else {
                     return ToolResult {
                         content: format!(
-                            "Error: {} is a tool of MCP server {:?}, which is not configured.",
-                            binding.tool, binding.server
+                            "Error: {tool} is a tool of MCP server {server:?}, which is not configured."
                         ),
                         ok: false,
                     };
                 };
-                let outcome = hub
-                    .call(&binding.server, &binding.tool, arguments, None)
-                    .await;
+                let outcome = hub.call(&server, &tool, arguments, None).await;
                 ToolResult {
                     content: outcome.text,
                     ok: !outcome.is_error,
