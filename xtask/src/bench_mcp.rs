@@ -46,8 +46,8 @@ use oap_bench::report::{ProxyLoadReport, RequestTokensReport};
 use serde_json::{json, Value};
 
 use crate::bench_proxy::{
-    build_fake_ollama, loadavg, machine_description, now_utc, rss_of, start_fake_with,
-    start_oapd_with, start_peer_with, Proc, TempDir,
+    loadavg, machine_description, now_utc, prologue, rss_of, start_fake_with, start_oapd_with,
+    start_peer_with, Proc, TempDir,
 };
 use crate::{bench_run, repo_root};
 
@@ -393,20 +393,7 @@ pub fn run(args: &[String]) -> Result<()> {
     let options = parse(args)?;
     let root = repo_root();
     let started = Instant::now();
-    println!("machine: {}", machine_description());
-    println!("date: {}", now_utc());
-    println!("load average at start (1/5/15 min): {}", loadavg());
-
-    let bench = bench_run::build(&[("oapd", "oapd")])?;
-    build_fake_ollama()?;
-    let bin = root.join("target/release");
-    let model_dir = root.join("models/all-MiniLM-L6-v2");
-    if !model_dir.is_dir() {
-        bail!(
-            "{} missing: run `cargo xtask fetch-model` first",
-            model_dir.display()
-        );
-    }
+    let (bench, bin, model_dir) = prologue()?;
     let python = sdk_python()?;
     let mut notes: Vec<String> = Vec::new();
     let peer_version = if options.peer {

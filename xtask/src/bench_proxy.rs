@@ -418,6 +418,27 @@ impl Load<'_> {
     }
 }
 
+/// What the proxy-shaped benchmarks share before they measure: the machine
+/// header printed, `oap-bench`, oapd and the fake Ollama built, and the
+/// model checked. Returns the `oap-bench` binary, `target/release` and the
+/// model directory.
+pub(crate) fn prologue() -> Result<(PathBuf, PathBuf, PathBuf)> {
+    println!("machine: {}", machine_description());
+    println!("date: {}", now_utc());
+    println!("load average at start (1/5/15 min): {}", loadavg());
+    let bench = bench_run::build(&[("oapd", "oapd")])?;
+    build_fake_ollama()?;
+    let bin = repo_root().join("target/release");
+    let model_dir = repo_root().join("models/all-MiniLM-L6-v2");
+    if !model_dir.is_dir() {
+        bail!(
+            "{} missing: run `cargo xtask fetch-model` first",
+            model_dir.display()
+        );
+    }
+    Ok((bench, bin, model_dir))
+}
+
 struct Target {
     label: &'static str,
     addr: SocketAddr,
@@ -426,22 +447,8 @@ struct Target {
 
 pub fn run(args: &[String]) -> Result<()> {
     let options = parse(args)?;
-    let root = repo_root();
     let started = Instant::now();
-    println!("machine: {}", machine_description());
-    println!("date: {}", now_utc());
-    println!("load average at start (1/5/15 min): {}", loadavg());
-
-    let bench = bench_run::build(&[("oapd", "oapd")])?;
-    build_fake_ollama()?;
-    let bin = root.join("target/release");
-    let model_dir = root.join("models/all-MiniLM-L6-v2");
-    if !model_dir.join("model.safetensors").exists() && !model_dir.is_dir() {
-        bail!(
-            "{} missing: run `cargo xtask fetch-model` first",
-            model_dir.display()
-        );
-    }
+    let (bench, bin, model_dir) = prologue()?;
 
     let tmp =
         TempDir(std::env::temp_dir().join(format!("oapd-bench-proxy-{}", std::process::id())));
