@@ -57,6 +57,34 @@ fn models() -> Script {
     Script::new().model(ModelSpec::new("qwen3:4b").capabilities(&["completion", "tools"]))
 }
 
+/// The daemon with the home server as `home`, its model the fake Ollama
+/// playing `script`; the state directory holds the server's pid file.
+struct HomeDaemon {
+    daemon: Daemon,
+    upstream: support::Upstream,
+    pidfile: PathBuf,
+    _state: tempfile::TempDir,
+}
+
+fn home_daemon(python: &str, script: Script) -> HomeDaemon {
+    let state = tempfile::tempdir().unwrap();
+    let pidfile = state.path().join("home.pids");
+    let upstream = fake(script);
+    let daemon = support::daemon()
+        .yaml(&format!(
+            "ollama:\n  base_url: {:?}\n{}",
+            upstream.fake.url(),
+            home_section("home", python, &pidfile)
+        ))
+        .start();
+    HomeDaemon {
+        daemon,
+        upstream,
+        pidfile,
+        _state: state,
+    }
+}
+
 /// Polls `probe` until it returns `Some`, or fails with the daemon's log.
 fn wait_for<T>(daemon: &Daemon, what: &str, probe: impl Fn() -> Option<T>) -> T {
     let deadline = Instant::now() + Duration::from_secs(90);
@@ -133,9 +161,13 @@ fn alive(pid: i32) -> bool {
 #[test]
 fn the_fitting_mcp_tool_is_injected_with_its_own_schema_called_and_fed_back() {
     let Some(python) = sdk_python() else { return };
-    let state = tempfile::tempdir().unwrap();
-    let pidfile = state.path().join("home.pids");
-    let upstream = fake(
+    let HomeDaemon {
+        daemon,
+        upstream,
+        pidfile: _,
+        _state,
+    } = home_daemon(
+        &python,
         models()
             .turn(Turn::chunks(vec![Chunk::tool_call(
                 "oap_get_forecast",
@@ -143,13 +175,6 @@ fn the_fitting_mcp_tool_is_injected_with_its_own_schema_called_and_fed_back() {
             )]))
             .turn(Turn::echo(Echo::LastTool)),
     );
-    let daemon = support::daemon()
-        .yaml(&format!(
-            "ollama:\n  base_url: {:?}\n{}",
-            upstream.fake.url(),
-            home_section("home", &python, &pidfile)
-        ))
-        .start();
     let status = wait_indexed(&daemon, "home", "get_forecast");
     assert_eq!(status["transport"], "stdio");
     assert_eq!(status["tools"], 4, "{status}");
@@ -253,9 +278,13 @@ fn the_fitting_mcp_tool_is_injected_with_its_own_schema_called_and_fed_back() {
 #[test]
 fn a_server_that_dies_mid_call_is_a_tool_error_and_comes_back() {
     let Some(python) = sdk_python() else { return };
-    let state = tempfile::tempdir().unwrap();
-    let pidfile = state.path().join("home.pids");
-    let upstream = fake(
+    let HomeDaemon {
+        daemon,
+        upstream,
+        pidfile,
+        _state,
+    } = home_daemon(
+        &python,
         models()
             .turn(Turn::chunks(vec![Chunk::tool_call(
                 "oap_reboot_hub",
@@ -268,13 +297,6 @@ fn a_server_that_dies_mid_call_is_a_tool_error_and_comes_back() {
             )]))
             .turn(Turn::echo(Echo::LastTool)),
     );
-    let daemon = support::daemon()
-        .yaml(&format!(
-            "ollama:\n  base_url: {:?}\n{}",
-            upstream.fake.url(),
-            home_section("home", &python, &pidfile)
-        ))
-        .start();
     wait_indexed(&daemon, "home", "reboot_hub");
     let first = pids(&pidfile);
     assert_eq!(first.len(), 1);
