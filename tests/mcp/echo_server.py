@@ -3,6 +3,7 @@
 Usage: echo_server.py stdio
        echo_server.py http      (streamable HTTP at 127.0.0.1:<n>/mcp)
        echo_server.py sse       (legacy HTTP+SSE at 127.0.0.1:<n>/sse)
+       echo_server.py https CERT KEY  (streamable HTTP over TLS, PEM files)
 The HTTP modes print `PORT <n>` on stdout before they listen.
 """
 
@@ -50,6 +51,19 @@ if __name__ == "__main__":
         port = free_port()
         print(f"PORT {port}", flush=True)
         server.run("streamable-http", host="127.0.0.1", port=port)
+    elif mode == "https":
+        import uvicorn
+
+        port = free_port()
+        print(f"PORT {port}", flush=True)
+        uvicorn.run(
+            server.streamable_http_app(),
+            host="127.0.0.1",
+            port=port,
+            ssl_certfile=sys.argv[2],
+            ssl_keyfile=sys.argv[3],
+            log_level="warning",
+        )
     elif mode == "sse":
         port = free_port()
         print(f"PORT {port}", flush=True)

@@ -305,6 +305,12 @@ impl Executor {
         &self.policy
     }
 
+    /// The TLS client configuration of HTTP tools (Mozilla roots plus any
+    /// extra roots), for other clients that must trust the same CAs.
+    pub fn tls_client_config(&self) -> Arc<rustls::ClientConfig> {
+        self.tls.clone()
+    }
+
     /// The credential store, if any.
     pub fn credentials(&self) -> Option<&CredentialStore> {
         self.credentials.as_ref()

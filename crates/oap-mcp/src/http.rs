@@ -89,16 +89,23 @@ impl Client {
                 out.push((hyper::header::AUTHORIZATION, value));
             }
         }
-        let roots = rustls::RootCertStore {
-            roots: webpki_roots::TLS_SERVER_ROOTS.to_vec(),
+        let tls = match &ctx.tls {
+            Some(tls) => tls.clone(),
+            None => {
+                let roots = rustls::RootCertStore {
+                    roots: webpki_roots::TLS_SERVER_ROOTS.to_vec(),
+                };
+                Arc::new(
+                    rustls::ClientConfig::builder_with_provider(Arc::new(
+                        rustls::crypto::ring::default_provider(),
+                    ))
+                    .with_safe_default_protocol_versions()
+                    .map_err(|e| e.to_string())?
+                    .with_root_certificates(roots)
+                    .with_no_client_auth(),
+                )
+            }
         };
-        let tls = rustls::ClientConfig::builder_with_provider(Arc::new(
-            rustls::crypto::ring::default_provider(),
-        ))
-        .with_safe_default_protocol_versions()
-        .map_err(|e| e.to_string())?
-        .with_root_certificates(roots)
-        .with_no_client_auth();
         Ok(Self {
             resolver: ctx.resolver.clone(),
             policy: Arc::new(ctx.policy.clone()),
@@ -107,7 +114,7 @@ impl Client {
             port,
             https: url.scheme() == "https",
             headers: out,
-            tls: Arc::new(tls),
+            tls,
             max_body,
             refusal: Arc::new(Mutex::new(None)),
         })

@@ -81,6 +81,10 @@ pub struct HubContext {
     /// Bearer tokens by host, sent to URL servers without an
     /// `Authorization` header of their own.
     pub credentials: Option<CredentialStore>,
+    /// TLS for `https` URL servers; `None`: the built-in Mozilla roots.
+    /// The daemon passes the HTTP tools' configuration, so one CA file
+    /// serves both.
+    pub tls: Option<Arc<rustls::ClientConfig>>,
     /// Resource limits of stdio servers. Long-lived servers need more than
     /// a one-shot tool: see [`HubContext::server_limits`].
     pub stdio_limits: StdioLimits,
@@ -557,7 +561,7 @@ async fn connect(
                 }),
                 Ok(Err(e)) => {
                     process.stop(settings.stop_grace).await;
-                    Err(ConnectError::retry(format!("initialize failed: {e}")))
+                    Err(ConnectError::retry(init_failed(&e)))
                 }
                 Err(_) => {
                     process.stop(settings.stop_grace).await;
@@ -587,7 +591,7 @@ async fn connect(
                         })?;
                     rmcp::serve_client(handler, transport)
                         .await
-                        .map_err(|e| ConnectError::retry(format!("initialize failed: {e}")))
+                        .map_err(|e| ConnectError::retry(init_failed(&e)))
                 })
                 .await;
                 return match started {
@@ -619,7 +623,7 @@ async fn connect(
                 }),
                 Ok(Err(e)) => Err(match client.refusal() {
                     Some(refusal) => ConnectError::fatal(refusal),
-                    None => ConnectError::retry(format!("initialize failed: {e}")),
+                    None => ConnectError::retry(init_failed(&e)),
                 }),
                 Err(_) => Err(ConnectError::retry(format!(
                     "no answer to initialize within {}",
@@ -936,4 +940,39 @@ async fn run(
         p.stop(settings.stop_grace).await;
     }
     ended
+}
+/// "initialize failed: <why>" without the SDK's transport type names, which
+/// say nothing to an operator: rmcp renders a transport error as
+/// `Send message error Transport [<type>] error: Client error: <why>, when
+/// send initialize request`.
+fn init_failed(error: &dyn std::fmt::Display) -> String {
+    let text = error.to_string();
+    let why = match text.find("Client error: ") {
+        Some(at) => text
+            .get(at + "Client error: ".len()..)
+            .unwrap_or(&text)
+            .trim_end_matches(", when send initialize request"),
+        None => text.as_str(),
+    };
+    format!("initialize failed: {why}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::init_failed;
+
+    #[test]
+    fn an_initialize_error_drops_the_sdks_type_names() {
+        let sdk = "Send message error Transport [rmcp::transport::worker::WorkerTransport<x::Client>] \
+                   error: Client error: TLS with 127.0.0.1: invalid peer certificate: UnknownIssuer, \
+                   when send initialize request";
+        assert_eq!(
+            init_failed(&sdk),
+            "initialize failed: TLS with 127.0.0.1: invalid peer certificate: UnknownIssuer"
+        );
+        assert_eq!(
+            init_failed(&"connection closed"),
+            "initialize failed: connection closed"
+        );
+    }
 }

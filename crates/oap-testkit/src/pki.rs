@@ -15,6 +15,11 @@ pub type Error = Box<dyn std::error::Error + Send + Sync>;
 pub struct Pki {
     /// The CA certificate, PEM, for clients to trust.
     pub ca_pem: String,
+    /// The leaf certificate, PEM, for servers outside this process.
+    pub cert_pem: String,
+    /// The leaf's private key, PEM (PKCS#8), for servers outside this
+    /// process.
+    pub key_pem: String,
     /// A server config with a certificate for every test host.
     pub server: Arc<ServerConfig>,
 }
@@ -31,6 +36,8 @@ impl Pki {
         let leaf_key = KeyPair::generate()?;
         let names: Vec<String> = names.iter().map(|n| n.as_ref().to_string()).collect();
         let leaf = CertificateParams::new(names)?.signed_by(&leaf_key, &issuer)?;
+        let cert_pem = leaf.pem();
+        let key_pem = leaf_key.serialize_pem();
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let config = rustls::ServerConfig::builder_with_provider(provider)
             .with_safe_default_protocol_versions()?
@@ -41,6 +48,8 @@ impl Pki {
             )?;
         Ok(Pki {
             ca_pem: ca.pem(),
+            cert_pem,
+            key_pem,
             server: Arc::new(config),
         })
     }

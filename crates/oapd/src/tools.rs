@@ -116,6 +116,13 @@ impl ExecRunner {
             tracing::info!(path = %path.display(), domains = store.len(), "credential store loaded");
             executor = executor.with_credentials(store);
         }
+        if let Some(path) = &tools.ca_file {
+            let pem = crate::files::read_regular(path, crate::crawl::MAX_CA_FILE_BYTES)
+                .with_context(|| format!("tools.ca_file: cannot read {}", path.display()))?;
+            executor = executor
+                .with_extra_roots_pem(&pem)
+                .with_context(|| format!("tools.ca_file {}", path.display()))?;
+        }
         let sandbox = SandboxReport {
             mode: tools.sandbox.into(),
             support: executor.sandbox_support().clone(),
@@ -141,6 +148,7 @@ impl ExecRunner {
             resolver: Arc::new(oap_exec::SystemResolver),
             policy: self.executor.policy().clone(),
             credentials: self.executor.credentials().cloned(),
+            tls: Some(self.executor.tls_client_config()),
             stdio_limits: oap_mcp::HubContext::server_limits(),
         }
     }

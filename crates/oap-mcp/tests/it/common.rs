@@ -66,6 +66,7 @@ pub fn context(resolver: Arc<dyn Resolver>) -> HubContext {
         resolver,
         policy: ExecPolicy::default(),
         credentials: None,
+        tls: None,
         stdio_limits: HubContext::server_limits(),
     }
 }

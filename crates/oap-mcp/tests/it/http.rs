@@ -3,6 +3,7 @@
 
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
 
 use oap_mcp::{Hub, State};
 use oap_testkit::resolver::StubResolver;
@@ -18,8 +19,13 @@ struct HttpServer {
 
 impl HttpServer {
     fn start(python: &str, mode: &str) -> Self {
+        Self::start_with(python, &[mode])
+    }
+
+    fn start_with(python: &str, args: &[&str]) -> Self {
         let mut child = Command::new(python)
-            .args([script("echo_server.py"), mode.into()])
+            .arg(script("echo_server.py"))
+            .args(args)
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .spawn()
@@ -65,6 +71,86 @@ async fn streamable_http_on_loopback_with_local_trust() {
     let out = hub.call("web", "echo", arguments, None).await;
     assert_eq!(out.text, "echo: over http", "{out:?}");
     assert!(!out.is_error);
+    hub.shutdown().await;
+}
+
+/// The echo server over TLS with a certificate from a fresh test CA; the
+/// PEM files live as long as the returned directory.
+fn https_server(python: &str) -> (HttpServer, oap_testkit::pki::Pki, tempfile::TempDir) {
+    let pki = oap_testkit::pki::Pki::new(&["127.0.0.1"]);
+    let dir = tempfile::tempdir().unwrap();
+    let cert = dir.path().join("cert.pem");
+    let key = dir.path().join("key.pem");
+    std::fs::write(&cert, &pki.cert_pem).unwrap();
+    std::fs::write(&key, &pki.key_pem).unwrap();
+    let server = HttpServer::start_with(
+        python,
+        &["https", cert.to_str().unwrap(), key.to_str().unwrap()],
+    );
+    (server, pki, dir)
+}
+
+#[tokio::test]
+async fn streamable_http_over_tls_trusts_the_operators_ca() {
+    let Some(python) = sdk_python() else {
+        available("the MCP Python SDK (target/pyclients)", false);
+        return;
+    };
+    let (server, pki, _dir) = https_server(&python);
+    // The TLS configuration the daemon hands the hub: the HTTP tools'
+    // executor with the operator's CA file added.
+    let executor = oap_exec::Executor::new(oap_exec::ExecPolicy::default())
+        .unwrap()
+        .with_extra_roots_pem(pki.ca_pem.as_bytes())
+        .unwrap();
+    let mut ctx = context(Arc::new(oap_exec::SystemResolver));
+    ctx.tls = Some(executor.tls_client_config());
+    let hub = Hub::new(settings(), ctx);
+    hub.apply(vec![spec(
+        "secure",
+        json!({"url": format!("https://127.0.0.1:{}/mcp", server.port), "trust": "local"}),
+    )]);
+    let s = wait_until(&hub, "secure", "ready", |s| {
+        s.state == State::Ready || s.restarts > 20
+    })
+    .await;
+    assert_eq!(s.state, State::Ready, "{s:?}");
+    let mut arguments = Map::new();
+    arguments.insert("text".into(), json!("over tls"));
+    let out = hub.call("secure", "echo", arguments, None).await;
+    assert_eq!(out.text, "echo: over tls", "{out:?}");
+    assert!(!out.is_error);
+    hub.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_certificate_from_an_unknown_ca_fails_the_server_with_a_tls_error() {
+    let Some(python) = sdk_python() else {
+        available("the MCP Python SDK (target/pyclients)", false);
+        return;
+    };
+    let (server, _pki, _dir) = https_server(&python);
+    // Only the built-in Mozilla roots: the test CA is not among them.
+    let hub = hub();
+    hub.apply(vec![spec(
+        "secure",
+        json!({"url": format!("https://127.0.0.1:{}/mcp", server.port), "trust": "local"}),
+    )]);
+    // A TLS failure is retried with backoff (the operator may fix the
+    // certificate); the error says why meanwhile.
+    // (The first attempts may find the server not listening yet.)
+    let s = wait_until(&hub, "secure", "a certificate error", |s| {
+        s.last_error
+            .as_deref()
+            .is_some_and(|e| e.contains("UnknownIssuer"))
+    })
+    .await;
+    assert_ne!(s.state, State::Ready, "{s:?}");
+    assert_eq!(
+        s.last_error.as_deref(),
+        Some("initialize failed: TLS with 127.0.0.1: invalid peer certificate: UnknownIssuer")
+    );
+    assert!(hub.tools().iter().all(|t| t.server != "secure"));
     hub.shutdown().await;
 }
 

@@ -60,7 +60,7 @@ config_keys! {
     }
     ollama { base_url, timeout, chat_deadline, max_request_bytes }
     tools {
-        credentials_file, allow_private, stdio_dirs, max_result_chars, max_response_bytes,
+        credentials_file, ca_file, allow_private, stdio_dirs, max_result_chars, max_response_bytes,
         max_parallel, sandbox, sandbox_read_paths, sandbox_spawn,
     }
     log { level, format }

@@ -511,6 +511,10 @@ pub struct ToolsConfig {
     /// with `auth`; must be owned by the daemon's user with mode 0600.
     /// Unset: no credentials, so tools that need auth report it.
     pub credentials_file: Option<PathBuf>,
+    /// Extra CA certificates (PEM) trusted by HTTP tools and MCP URL
+    /// servers, for LAN services with their own CA. Unset: only the
+    /// built-in Mozilla roots.
+    pub ca_file: Option<PathBuf>,
     /// Address ranges HTTP tools of any trust level may reach (CIDR, e.g.
     /// `192.168.1.0/24`). Internet manifests are otherwise refused
     /// loopback, private, link-local, CGNAT and metadata addresses.
@@ -538,6 +542,7 @@ impl Default for ToolsConfig {
     fn default() -> Self {
         Self {
             credentials_file: None,
+            ca_file: None,
             allow_private: Vec::new(),
             stdio_dirs: vec![
                 PathBuf::from("/usr/bin"),

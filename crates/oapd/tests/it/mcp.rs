@@ -565,3 +565,79 @@ fn an_mcp_servers_tool_is_discovered_and_invoked_through_oapds_own_mcp_endpoint(
     assert!(is_error, "{text}");
     assert!(text.contains("on"), "the missing argument is named: {text}");
 }
+
+/// The SDK's echo server over TLS with a certificate of a fresh test CA;
+/// killed on drop.
+struct HttpsEchoServer {
+    child: std::process::Child,
+    port: u16,
+}
+
+impl HttpsEchoServer {
+    fn start(python: &str, pki: &oap_testkit::pki::Pki, dir: &Path) -> Self {
+        use std::io::BufRead;
+        let cert = dir.join("cert.pem");
+        let key = dir.join("key.pem");
+        std::fs::write(&cert, &pki.cert_pem).unwrap();
+        std::fs::write(&key, &pki.key_pem).unwrap();
+        let mut child = std::process::Command::new(python)
+            .arg(repo().join("tests/mcp/echo_server.py"))
+            .arg("https")
+            .args([&cert, &key])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        std::io::BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let port = line.trim().strip_prefix("PORT ").unwrap().parse().unwrap();
+        Self { child, port }
+    }
+}
+
+impl Drop for HttpsEchoServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn an_https_server_signed_by_the_operators_ca_is_indexed() {
+    let Some(python) = sdk_python() else { return };
+    let state = tempfile::tempdir().unwrap();
+    let pki = oap_testkit::pki::Pki::new(&["127.0.0.1"]);
+    let server = HttpsEchoServer::start(&python, &pki, state.path());
+    let ca_file = state.path().join("lan-ca.pem");
+    std::fs::write(&ca_file, &pki.ca_pem).unwrap();
+    let daemon = support::daemon()
+        .yaml(&format!(
+            "tools:\n  ca_file: {ca_file:?}\nmcp:\n  init_timeout: 60\n  servers:\n    secure:\n      \
+             url: \"https://127.0.0.1:{}/mcp\"\n      trust: local\n",
+            server.port
+        ))
+        .start();
+    let entry = wait_indexed(&daemon, "secure", "echo");
+    assert_eq!(entry["transport"], "http", "{entry}");
+    // Listed over TLS: its description came through.
+    let manifest = daemon.get("/v1/manifests/mcp/secure/echo").json();
+    assert!(
+        manifest.to_string().contains("Echoes the text back"),
+        "{manifest}"
+    );
+}
+
+#[test]
+fn a_ca_file_without_a_certificate_stops_start_up_naming_the_key() {
+    let state = tempfile::tempdir().unwrap();
+    let ca_file = state.path().join("empty.pem");
+    std::fs::write(&ca_file, "not a certificate\n").unwrap();
+    let err = support::daemon()
+        .yaml(&format!("tools:\n  ca_file: {ca_file:?}\n"))
+        .try_start()
+        .err()
+        .expect("start-up must fail");
+    assert!(err.contains("tools.ca_file"), "{err}");
+}
