@@ -4,7 +4,7 @@ cannot express most of this). Usage: hostile_server.py MODE [MARKER_DIR]
 Every mode speaks newline-delimited JSON-RPC on stdin/stdout and offers the
 tools echo, peek (reads a file), connect (opens a TCP connection to
 127.0.0.1), crash (the process exits mid-call), hang (never answers; a
-notifications/cancelled for it is written to MARKER_DIR/cancelled) and bump
+notifications/cancelled for it is written to MARKER_DIR/cancelled) and giant (answers with a 9 MB line), bump
 (answers, then sends notifications/tools/list_changed and offers one more
 tool, `added`, from then on). Modes change one thing:
 
@@ -55,7 +55,7 @@ def tool(name, description="A test tool.", schema=None):
 
 
 def tools():
-    out = [tool("echo", "Echoes text back."), tool("crash"), tool("hang"), tool("bump")]
+    out = [tool("echo", "Echoes text back."), tool("crash"), tool("hang"), tool("bump"), tool("giant")]
     out.append(tool("peek", "Reads a file.", {"type": "object", "properties": {"path": {"type": "string"}}}))
     out.append(tool("connect", "Connects to a port.", {"type": "object", "properties": {"port": {"type": "integer"}}}))
     if added:
@@ -154,6 +154,10 @@ def main():
                     text = "connected"
                 except OSError as e:
                     text = f"refused: {e}"
+                send({"jsonrpc": "2.0", "id": mid, "result": {"content": [{"type": "text", "text": text}]}})
+            elif name == "giant":
+                # One answer of 9 MB, over the client's 8 MiB message cap.
+                text = "g" * (9 * 1000 * 1000)
                 send({"jsonrpc": "2.0", "id": mid, "result": {"content": [{"type": "text", "text": text}]}})
             elif name == "bump":
                 send({"jsonrpc": "2.0", "id": mid, "result": {"content": [{"type": "text", "text": "bumped"}]}})

@@ -193,6 +193,8 @@ struct Live {
     state: State,
     tools: Vec<McpTool>,
     peer: Option<Peer<RoleClient>>,
+    /// Counts the stdio server's messages dropped for their size.
+    oversized: Option<watch::Receiver<u64>>,
     last_error: Option<String>,
     restarts: u64,
     notes: Vec<String>,
@@ -286,6 +288,7 @@ impl Hub {
                     state: State::Starting,
                     tools: Vec::new(),
                     peer: None,
+                    oversized: None,
                     last_error: None,
                     restarts: 0,
                     notes: Vec::new(),
@@ -379,7 +382,7 @@ impl Hub {
                 tokio::time::sleep(Duration::from_millis(25)).await;
             }
         }
-        let peer = {
+        let (peer, oversized) = {
             let live = shared.live();
             match (&live.peer, live.state) {
                 (Some(peer), State::Ready) => {
@@ -388,7 +391,7 @@ impl Hub {
                             "Error: MCP server {server:?} has no tool {tool:?}."
                         ));
                     }
-                    peer.clone()
+                    (peer.clone(), live.oversized.clone())
                 }
                 (_, state) => {
                     return CallOutcome::error(format!(
@@ -409,7 +412,16 @@ impl Hub {
         params.arguments = Some(arguments);
         // call_tool_once sends notifications/cancelled when dropped, which
         // the timeout below and a dropped caller both do.
-        match tokio::time::timeout(timeout, peer.call_tool_once(params)).await {
+        let answered = tokio::select! {
+            answered = tokio::time::timeout(timeout, peer.call_tool_once(params)) => answered,
+            () = dropped_for_size(oversized) => return CallOutcome::error(format!(
+                "Error: MCP server {server:?} sent a message over the {} MiB cap while \
+                 {tool} ran; it was dropped, most likely as this call's answer. \
+                 Ask the tool for less at a time.",
+                settings.max_message_bytes >> 20
+            )),
+        };
+        match answered {
             Err(_) => CallOutcome::error(format!(
                 "Error: MCP tool {server}/{tool} timed out after {}; the request was cancelled.",
                 secs(timeout)
@@ -496,6 +508,9 @@ impl ClientHandler for Handler {
 pub(crate) struct Connection {
     service: RunningService<RoleClient, Handler>,
     process: Option<ServerProcess>,
+    /// Messages of a stdio server dropped for their size (see
+    /// [`crate::line_watch`]).
+    oversized: Option<watch::Receiver<u64>>,
 }
 
 /// Why connecting failed, and whether to retry.
@@ -546,8 +561,10 @@ async fn connect(
                 message: e.message,
                 retry: !e.fatal,
             })?;
+            let (stdout, oversized) =
+                crate::line_watch::LineWatch::new(pipes.stdout, settings.max_message_bytes);
             let transport =
-                rmcp::transport::async_rw::AsyncRwTransport::new_client(pipes.stdout, pipes.stdin)
+                rmcp::transport::async_rw::AsyncRwTransport::new_client(stdout, pipes.stdin)
                     .with_max_line_length(settings.max_message_bytes);
             let started = tokio::time::timeout(
                 settings.init_timeout,
@@ -558,6 +575,7 @@ async fn connect(
                 Ok(Ok(service)) => Ok(Connection {
                     service,
                     process: Some(process),
+                    oversized: Some(oversized),
                 }),
                 Ok(Err(e)) => {
                     process.stop(settings.stop_grace).await;
@@ -598,6 +616,7 @@ async fn connect(
                     Ok(Ok(service)) => Ok(Connection {
                         service,
                         process: None,
+                        oversized: None,
                     }),
                     Ok(Err(e)) => Err(e),
                     Err(_) => Err(ConnectError::retry(format!(
@@ -620,6 +639,7 @@ async fn connect(
                 Ok(Ok(service)) => Ok(Connection {
                     service,
                     process: None,
+                    oversized: None,
                 }),
                 Ok(Err(e)) => Err(match client.refusal() {
                     Some(refusal) => ConnectError::fatal(refusal),
@@ -839,6 +859,7 @@ async fn supervise(
                 let mut live = shared.live();
                 live.state = State::Stopped;
                 live.peer = None;
+                live.oversized = None;
                 live.pid = None;
                 drop(live);
                 bump(&changes);
@@ -853,6 +874,7 @@ async fn supervise(
                 let was_ready = !live.tools.is_empty() || live.peer.is_some();
                 live.state = State::Backoff;
                 live.peer = None;
+                live.oversized = None;
                 live.pid = None;
                 live.tools.clear();
                 drop(live);
@@ -881,7 +903,11 @@ async fn run(
     relist: &mut mpsc::Receiver<()>,
     changes: &watch::Sender<u64>,
 ) -> Ended {
-    let Connection { service, process } = conn;
+    let Connection {
+        service,
+        process,
+        oversized,
+    } = conn;
     let peer = service.peer().clone();
     let cancel = service.cancellation_token();
     let mut done = tokio::spawn(service.waiting());
@@ -901,6 +927,7 @@ async fn run(
                 live.tools = tools;
                 live.notes = notes;
                 live.peer = Some(peer.clone());
+                live.oversized = oversized.clone();
                 live.pid = process.as_ref().map(ServerProcess::pid);
                 live.last_error = None;
             }
@@ -941,6 +968,19 @@ async fn run(
     }
     ended
 }
+/// Resolves when the server drops a message for its size after this
+/// point; never for a server without a size watch or once it is gone (the
+/// call then ends by itself).
+async fn dropped_for_size(oversized: Option<watch::Receiver<u64>>) {
+    if let Some(mut seen) = oversized {
+        seen.mark_unchanged();
+        if seen.changed().await.is_ok() {
+            return;
+        }
+    }
+    std::future::pending::<()>().await;
+}
+
 /// "initialize failed: <why>" without the SDK's transport type names, which
 /// say nothing to an operator: rmcp renders a transport error as
 /// `Send message error Transport [<type>] error: Client error: <why>, when

@@ -29,6 +29,7 @@
 mod content;
 mod http;
 mod hub;
+mod line_watch;
 mod process;
 pub mod servers_file;
 

@@ -192,7 +192,7 @@ async fn a_server_silent_at_initialize_does_not_delay_another() {
     ]);
     wait_until(&hub, "fine", "ready", |s| s.state == State::Ready).await;
     assert_eq!(status(&hub, "mute").state, State::Starting);
-    assert_eq!(hub.tools().iter().filter(|t| t.server == "fine").count(), 6);
+    assert_eq!(hub.tools().iter().filter(|t| t.server == "fine").count(), 7);
     hub.shutdown().await;
 
     // With a short deadline, the silent one goes to backoff and says why.
@@ -231,7 +231,7 @@ async fn list_changed_makes_the_hub_list_again() {
         .await
         .unwrap()
         .unwrap();
-    wait_until(&hub, "h", "the new tool", |s| s.tools == 7).await;
+    wait_until(&hub, "h", "the new tool", |s| s.tools == 8).await;
     assert!(hub.tools().iter().any(|t| t.name == "added"));
     hub.shutdown().await;
 }
@@ -349,6 +349,32 @@ async fn a_giant_stdout_line_is_dropped_not_buffered() {
         .call("noisy", "echo", args(json!({"text": "ok"})), None)
         .await;
     assert_eq!(out.text, "stderr:ok");
+    hub.shutdown().await;
+}
+
+#[tokio::test]
+async fn an_answer_over_the_message_cap_fails_its_call_with_the_reason_and_the_server_serves_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let hub = hub();
+    hub.apply(vec![hostile("big", "normal", dir.path())]);
+    wait_until(&hub, "big", "ready", |s| s.state == State::Ready).await;
+    // A deadline far beyond the test's patience: the call must end because
+    // its answer was dropped, not because time ran out.
+    let out = hub
+        .call(
+            "big",
+            "giant",
+            args(json!({})),
+            Some(std::time::Duration::from_secs(600)),
+        )
+        .await;
+    assert!(out.is_error, "{out:?}");
+    assert!(out.text.contains("over the 8 MiB cap"), "{}", out.text);
+    let out = hub
+        .call("big", "echo", args(json!({"text": "still here"})), None)
+        .await;
+    assert_eq!(out.text, "normal:still here");
+    assert_eq!(status(&hub, "big").restarts, 0);
     hub.shutdown().await;
 }
 
