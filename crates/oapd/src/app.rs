@@ -137,7 +137,8 @@ pub fn open_engine(
 }
 
 /// [`open_engine`] with the MCP servers' tools as one more source (the
-/// daemon; the one-shot commands index manifests only).
+/// daemon, and the one-shot `index` and `discover` commands when servers
+/// are configured).
 pub fn open_engine_with(
     config: &Config,
     embedder: Option<Arc<dyn Embedder>>,

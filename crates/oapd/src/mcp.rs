@@ -30,6 +30,8 @@ const SETTLE: Duration = Duration::from_millis(300);
 struct ServerInfo {
     trust: Trust,
     location: String,
+    /// Started on its first call, not at start.
+    lazy: bool,
 }
 
 /// The configured MCP servers and their hub.
@@ -129,6 +131,30 @@ impl McpServers {
         json!({"servers": servers, "problems": problems})
     }
 
+    /// Waits until every server that starts at once has come up or given
+    /// up once (ready, backing off or failed), at most `limit`: the
+    /// one-shot commands index what the servers offer, as the daemon does.
+    pub async fn settled(&self, limit: Duration) {
+        let deadline = tokio::time::Instant::now() + limit;
+        loop {
+            let lazy: Vec<String> = self
+                .lock_servers()
+                .iter()
+                .filter(|(_, info)| info.lazy)
+                .map(|(name, _)| name.clone())
+                .collect();
+            let waiting = self
+                .hub
+                .status()
+                .iter()
+                .any(|s| s.state == oap_mcp::State::Starting && !lazy.contains(&s.name));
+            if !waiting || tokio::time::Instant::now() >= deadline {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
     /// True when no server is configured.
     pub fn is_empty(&self) -> bool {
         self.lock_servers().is_empty()
@@ -189,12 +215,14 @@ impl McpTools for McpServers {
 }
 
 fn info(spec: &ServerSpec) -> ServerInfo {
+    let lazy = spec.start == oap_mcp::Start::Lazy;
     match &spec.transport {
         Transport::Stdio { command, .. } => ServerInfo {
             // The operator configured the command: trusted like a service
             // they installed.
             trust: Trust::Local,
             location: format!("stdio: {command}"),
+            lazy,
         },
         Transport::Http { url, trust, .. } => ServerInfo {
             trust: match trust {
@@ -203,6 +231,7 @@ fn info(spec: &ServerSpec) -> ServerInfo {
                 oap_exec::Trust::Internet => Trust::Internet,
             },
             location: url.as_str().to_string(),
+            lazy,
         },
     }
 }

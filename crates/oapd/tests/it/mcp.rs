@@ -641,3 +641,47 @@ fn a_ca_file_without_a_certificate_stops_start_up_naming_the_key() {
         .expect("start-up must fail");
     assert!(err.contains("tools.ca_file"), "{err}");
 }
+
+#[test]
+fn the_index_and_discover_commands_keep_the_mcp_servers_tools() {
+    let Some(python) = sdk_python() else { return };
+    let state = tempfile::tempdir().unwrap();
+    let pidfile = state.path().join("home.pids");
+    let config = state.path().join("config.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            "embedding:\n  model_dir: {:?}\nindex:\n  data_dir: {:?}\n{}",
+            oap_testkit::model::require_model(),
+            state.path().join("data"),
+            home_section("home", &python, &pidfile)
+        ),
+    )
+    .unwrap();
+    let run = |args: &[&str]| {
+        let output = support::oapd()
+            .arg("--config")
+            .arg(&config)
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(
+            output.status.success(),
+            "oapd {args:?}: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        String::from_utf8_lossy(&output.stdout).into_owned()
+    };
+    let task = "Will it rain in Paris tomorrow? Get me the weather forecast.";
+    let found: Value = serde_json::from_str(&run(&["discover", "--json", task])).unwrap();
+    assert_eq!(found["match"]["id"], "mcp/home/get_forecast", "{found}");
+    // A forced rebuild from the command line keeps them too.
+    let line = run(&["index", "--force"]);
+    assert!(line.contains("manifests"), "{line}");
+    let found: Value = serde_json::from_str(&run(&["discover", "--json", task])).unwrap();
+    assert_eq!(found["match"]["id"], "mcp/home/get_forecast", "{found}");
+    // The servers ran for the commands' life only.
+    for pid in pids(&pidfile) {
+        assert!(!alive(pid), "server {pid} outlived the command");
+    }
+}
