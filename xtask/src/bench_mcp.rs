@@ -42,7 +42,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use oap_bench::report::{ProxyLoadReport, RequestTokensReport};
+use oap_bench::report::{DiscoverLoadReport, ProxyLoadReport, RequestTokensReport};
 use serde_json::{json, Value};
 
 use crate::bench_proxy::{
@@ -283,6 +283,30 @@ impl Runner {
     }
 }
 
+/// `oap-bench discover-load` at concurrency 1 with the benchmark's task.
+fn discovery_alone(runner: &Runner, dir: &Path, addr: SocketAddr) -> Result<DiscoverLoadReport> {
+    let tasks = dir.join("prompt-task.jsonl");
+    std::fs::write(&tasks, format!("{}\n", json!({"query": PROMPT})))
+        .context("writing the task file")?;
+    let mut command = bench_run::command(&runner.bench, "discover-load");
+    command
+        .arg("--quiet")
+        .arg("--addr")
+        .arg(addr.to_string())
+        .arg("--tasks")
+        .arg(&tasks)
+        .args(["--concurrency", "1"])
+        .args(["--requests", &runner.requests.to_string()])
+        .args(["--duration", &runner.duration.to_string()])
+        .args(["--warmup", "20", "--label", "home/oapd/discover-c1"]);
+    let (row, ok): (DiscoverLoadReport, bool) = bench_run::report_and_status(&mut command, || {})?;
+    println!("{}", row.table_row());
+    if !ok {
+        println!("(warning: discovery alone: {} errors)", row.errors);
+    }
+    Ok(row)
+}
+
 /// `{"mcpServers": {name: python script}}` with absolute paths, the file
 /// both bridges read.
 fn servers_file(python: &Path, servers: &[(&str, &str)]) -> Value {
@@ -510,6 +534,9 @@ pub fn run(args: &[String]) -> Result<()> {
     let mut home = json!({"oapd_tool": ours_tool, "oapd_offered": ours_offered});
     home["oapd_c1"] = json!(runner.load("home/oapd/c1", oapd.addr, 1, false)?);
     home["oapd_c16"] = json!(runner.load("home/oapd/c16", oapd.addr, 16, false)?);
+    // Where the tool round's time goes: discovery of the same task alone
+    // (the query embedding, nearly all of it), on the same daemon.
+    home["oapd_discover_c1"] = json!(discovery_alone(&runner, &tmp.0, oapd.addr)?);
     // The baseline: the same chat straight to the fake, the call handed back.
     home["direct_c1"] = json!(runner.load("home/direct/c1", fake.addr, 1, false)?);
     home["direct_c16"] = json!(runner.load("home/direct/c16", fake.addr, 16, false)?);
@@ -674,6 +701,12 @@ pub fn run(args: &[String]) -> Result<()> {
             "| added latency, tool round, c=1, p99 (not a goal) | {a99:+.3} ms | {b99:+.3} ms | {:.2} | - |",
             ratio(a99, b99)
         );
+        if let Some(discover) = report["home"]["oapd_discover_c1"]["p50_ms"].as_f64() {
+            println!(
+                "| of oapd's added latency: discovery of the task alone (p50, not a goal) | {discover:.3} ms | - | {:.2} | - |",
+                ratio(discover, a)
+            );
+        }
         goals.insert(
             "added_latency_tool_round_c1".into(),
             json!({"oapd_ms": a, "peer_ms": b, "share": share, "met": ok}),
