@@ -28,6 +28,7 @@ pub mod exposure;
 pub mod forcing;
 pub mod hooks;
 pub mod meta;
+pub mod mixed;
 pub mod payload;
 pub mod sanitize;
 pub mod settings;

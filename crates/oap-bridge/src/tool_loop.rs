@@ -60,6 +60,10 @@ pub struct ChatOptions {
     pub max_rounds: u32,
     /// `stream`: NDJSON chunks when true, one JSON answer when false.
     pub stream: bool,
+    /// The conversation as the client sent it (`MixedTurns::enter`): set,
+    /// a turn that calls oapd's and the client's tools is remembered so
+    /// the client's follow-up carries oapd's result (`mixed.rs`).
+    pub conversation: Option<crate::mixed::Conversation>,
 }
 
 /// A client error in the request, answered with 400 before anything runs.
@@ -135,6 +139,7 @@ pub fn take_options(
         auto_execute,
         max_rounds,
         stream,
+        conversation: None,
     })
 }
 
@@ -273,6 +278,8 @@ pub struct ChatContext {
     pub deadline: Duration,
     /// Most tool calls of one round run at once (0 counts as 1).
     pub max_parallel_tools: usize,
+    /// The mixed turns waiting for their client's follow-up, process-wide.
+    pub mixed_turns: crate::mixed::MixedTurns,
 }
 
 /// What the loop sends the client: chunks, or one error that ends it.
@@ -382,6 +389,8 @@ async fn drive(
         _ => Vec::new(),
     };
     request.remove("stream");
+    // What the loop adds to the conversation starts here.
+    let client_messages = messages.len();
     let model = request
         .get("model")
         .and_then(Value::as_str)
@@ -505,7 +514,15 @@ async fn drive(
         }
         if !theirs.is_empty() {
             // A turn that also called the client's tools: those go back to
-            // the client now, which continues the conversation itself.
+            // the client now, which continues the conversation itself; what
+            // oapd added waits for that follow-up (mixed.rs).
+            if let Some(conversation) = &options.conversation {
+                ctx.mixed_turns.remember(
+                    conversation,
+                    &theirs,
+                    messages.get(client_messages..).unwrap_or_default(),
+                );
+            }
             finish(out, &model, round.done, theirs, stats, hooks).await;
             return;
         }
@@ -954,7 +971,8 @@ mod tests {
                 top_k: 5,
                 auto_execute: false,
                 max_rounds: 3,
-                stream: true
+                stream: true,
+                conversation: None,
             }
         );
         assert!(r.keys().all(|k| !k.starts_with("oap_")));

@@ -13,6 +13,7 @@
 
 mod errors;
 mod hooks;
+mod mixed;
 mod rounds;
 
 use std::future::Future;
@@ -112,6 +113,7 @@ pub fn options(max_rounds: u32) -> ChatOptions {
         auto_execute: true,
         max_rounds,
         stream: true,
+        conversation: None,
     }
 }
 
@@ -150,6 +152,7 @@ impl Bench {
             capabilities: Arc::new(Capabilities::default()),
             deadline: Duration::from_secs(20),
             max_parallel_tools: 2,
+            mixed_turns: Default::default(),
         });
         Bench { fake, runner, ctx }
     }
