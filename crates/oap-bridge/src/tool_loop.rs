@@ -383,7 +383,23 @@ async fn drive(
     };
     let mut all_tools: Vec<Value> = tools.iter().map(|t| t.definition.clone()).collect();
     all_tools.extend(hooks.definitions());
+    // Whether oapd offers tools of its own (so a round may be followed by another).
+    let mut ours_offered = !all_tools.is_empty();
     all_tools.extend(client_tools.iter().cloned());
+    // `format` and `keep_alive` belong to the round that answers, which a
+    // round offering oapd's tools may not be:
+    // - `format` (grammar-constrained decoding) can keep the model from
+    //   calling a tool, so it is left out of such rounds and their events
+    //   are held back; when one answers without calling oapd's tools, its
+    //   answer is dropped and the question asked once more with `format`
+    //   and without oapd's tools (the client's stay offered);
+    // - `keep_alive` (say 0) would unload the model between rounds, so it
+    //   is left out of such rounds too; when one of them turns out to be
+    //   the last, the client's value is applied to the model afterwards
+    //   with an empty `/api/generate`, Ollama's way to set it alone.
+    let format = request.remove("format").filter(|v| !v.is_null());
+    let keep_alive = request.remove("keep_alive").filter(|v| !v.is_null());
+    let mut format_round = false;
     let mut messages: Vec<Value> = match request.remove("messages") {
         Some(Value::Array(messages)) => messages,
         _ => Vec::new(),
@@ -403,8 +419,24 @@ async fn drive(
         let last_round = stats.rounds > options.max_rounds;
         // Without tools once rounds are used up: one last call, so the user
         // gets an answer instead of a dangling tool call.
-        let offered = (offer_tools && !last_round).then_some(all_tools.as_slice());
-        let body = match encode_round(request, &messages, offered, &held.images) {
+        let offered = if format_round {
+            (!client_tools.is_empty()).then_some(client_tools.as_slice())
+        } else {
+            (offer_tools && !last_round).then_some(all_tools.as_slice())
+        };
+        // After this round oapd may run a call and ask again.
+        let may_continue =
+            ours_offered && options.auto_execute && offered.is_some() && !format_round;
+        let answer_fields: Vec<(&str, &Value)> = if may_continue {
+            Vec::new()
+        } else {
+            [("format", &format), ("keep_alive", &keep_alive)]
+                .into_iter()
+                .filter_map(|(key, value)| value.as_ref().map(|v| (key, v)))
+                .collect()
+        };
+        let withheld_keep_alive = may_continue.then_some(keep_alive.as_ref()).flatten();
+        let body = match encode_round(request, &messages, offered, &answer_fields, &held.images) {
             Ok(body) => body,
             Err(message) => {
                 let _ = out
@@ -419,7 +451,8 @@ async fn drive(
             offers_tools: offered.is_some(),
             auto_execute: options.auto_execute,
         };
-        let holding = hooks.holds_round(&start);
+        let formatting = format.is_some() && may_continue;
+        let holding = hooks.holds_round(&start) || formatting;
         let (result, held_events) = if holding {
             held_round(ctx, body).await
         } else {
@@ -439,6 +472,7 @@ async fn drive(
                 ctx.capabilities.remember(&model, false);
                 all_tools = client_tools.clone();
                 offer_tools = !all_tools.is_empty();
+                ours_offered = false;
                 stats.tools_injected = 0;
                 stats.rounds = 0;
                 hooks.tools_withdrawn();
@@ -463,6 +497,15 @@ async fn drive(
             theirs,
         };
         hooks.after_round(ctx, &model, &mut outcome).await;
+        if formatting && outcome.theirs.is_empty() {
+            // Unformatted text is not what the client asked for: a tool
+            // round's text is dropped, and an answer is asked for again.
+            outcome.release_held = false;
+            if outcome.ours.is_empty() {
+                format_round = true;
+                continue;
+            }
+        }
         if holding && outcome.release_held && !release(out, held_events).await {
             return;
         }
@@ -477,6 +520,9 @@ async fn drive(
             let mut handed_back = theirs;
             if !options.auto_execute {
                 handed_back.extend(ours);
+            }
+            if let Some(keep_alive) = withheld_keep_alive {
+                apply_keep_alive(ctx, &model, keep_alive);
             }
             finish(out, &model, round.done, handed_back, stats, hooks).await;
             return;
@@ -523,6 +569,9 @@ async fn drive(
                     messages.get(client_messages..).unwrap_or_default(),
                 );
             }
+            if let Some(keep_alive) = withheld_keep_alive {
+                apply_keep_alive(ctx, &model, keep_alive);
+            }
             finish(out, &model, round.done, theirs, stats, hooks).await;
             return;
         }
@@ -539,6 +588,7 @@ fn encode_round(
     request: &Map<String, Value>,
     messages: &[Value],
     tools: Option<&[Value]>,
+    answer_fields: &[(&str, &Value)],
     images: &crate::payload::Images,
 ) -> Result<Vec<bytes::Bytes>, String> {
     use crate::payload::Field;
@@ -546,6 +596,11 @@ fn encode_round(
     let fields = request
         .iter()
         .map(|(key, value)| (key.as_str(), Field::Value(value)))
+        .chain(
+            answer_fields
+                .iter()
+                .map(|(key, value)| (*key, Field::Value(value))),
+        )
         .chain([
             ("messages", Field::Array(messages)),
             ("stream", Field::Value(&STREAM)),
@@ -553,6 +608,30 @@ fn encode_round(
         .chain(tools.map(|tools| ("tools", Field::Array(tools))));
     crate::payload::encode_object(fields, images)
         .map_err(|err| format!("cannot encode the request for Ollama: {err}"))
+}
+
+/// Applies the client's `keep_alive` to `model` once the loop is over (it
+/// was left out of the last round, which might not have been the last):
+/// an empty `/api/generate`, which only sets how long the model stays
+/// loaded. In the background: the client does not wait for it.
+fn apply_keep_alive(ctx: &ChatContext, model: &str, keep_alive: &Value) {
+    let upstream = ctx.upstream.clone();
+    let body = json!({"model": model, "keep_alive": keep_alive, "stream": false});
+    let model = model.to_string();
+    tokio::spawn(async move {
+        match upstream
+            .post_json_read("/api/generate", &body, 64 * 1024)
+            .await
+        {
+            Ok((status, _)) if status.is_success() => {}
+            Ok((status, _)) => {
+                tracing::warn!(model = %model, %status, "Ollama refused the client's keep_alive")
+            }
+            Err(err) => {
+                tracing::warn!(model = %model, error = %err, "the client's keep_alive did not reach Ollama")
+            }
+        }
+    });
 }
 
 /// Runs oapd's calls with bounded parallelism; results in call order.

@@ -11,6 +11,7 @@
     reason = "test code: a failed assumption is a failed test, and tests read their own fixtures whole"
 )]
 
+mod answer;
 mod errors;
 mod hooks;
 mod mixed;
