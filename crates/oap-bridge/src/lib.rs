@@ -30,6 +30,7 @@ pub mod hooks;
 pub mod meta;
 pub mod mixed;
 pub mod payload;
+pub mod printed;
 pub mod sanitize;
 pub mod settings;
 pub mod state;

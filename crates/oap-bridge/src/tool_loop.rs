@@ -280,6 +280,9 @@ pub struct ChatContext {
     pub max_parallel_tools: usize,
     /// The mixed turns waiting for their client's follow-up, process-wide.
     pub mixed_turns: crate::mixed::MixedTurns,
+    /// Model-name prefixes whose calls printed into `content` are taken as
+    /// calls to oapd's tools (`tool_bridge.text_tool_calls`, `printed.rs`).
+    pub text_tool_calls: Vec<String>,
 }
 
 /// What the loop sends the client: chunks, or one error that ends it.
@@ -412,6 +415,7 @@ async fn drive(
         .and_then(Value::as_str)
         .unwrap_or_default()
         .to_string();
+    let prints_calls = crate::printed::model_prints_calls(&ctx.text_tool_calls, &model);
 
     let mut offer_tools = !all_tools.is_empty();
     loop {
@@ -453,10 +457,12 @@ async fn drive(
         };
         let formatting = format.is_some() && may_continue;
         let holding = hooks.holds_round(&start) || formatting;
+        // Content that may be a printed call waits until the round is over.
+        let hold_printed = prints_calls && may_continue;
         let (result, held_events) = if holding {
-            held_round(ctx, body).await
+            held_round(ctx, body, hold_printed).await
         } else {
-            (stream_round(ctx, body, out).await, Vec::new())
+            (stream_round(ctx, body, out, hold_printed).await, Vec::new())
         };
         let round = match result {
             Ok(round) => round,
@@ -484,15 +490,38 @@ async fn drive(
             }
         };
 
-        let (ours, theirs): (Vec<ToolCall>, Vec<ToolCall>) = round
-            .calls
-            .into_iter()
-            .partition(|call| by_name.contains_key(call.name.as_str()) || hooks.owns(&call.name));
+        let Round {
+            mut content,
+            thinking,
+            mut calls,
+            done,
+            held: printed_held,
+        } = round;
+        let is_ours = |name: &str| by_name.contains_key(name) || hooks.owns(name);
+        let mut printed = false;
+        if calls.is_empty() && may_continue {
+            // A call written as text (printed.rs): in the thinking of a
+            // model that answered nothing else, or as the whole content of
+            // a model that prints its calls.
+            if content.trim().is_empty() && !thinking.is_empty() {
+                if let Some(found) = crate::printed::thinking_calls(&thinking, &is_ours) {
+                    calls = found;
+                }
+            } else if prints_calls {
+                if let Some(found) = crate::printed::content_calls(&content, &is_ours) {
+                    calls = found;
+                    content.clear();
+                    printed = true;
+                }
+            }
+        }
+        let (ours, theirs): (Vec<ToolCall>, Vec<ToolCall>) =
+            calls.into_iter().partition(|call| is_ours(&call.name));
         let mut outcome = RoundOutcome {
             number: stats.rounds,
             held: holding,
             release_held: true,
-            content: round.content,
+            content,
             ours,
             theirs,
         };
@@ -507,6 +536,13 @@ async fn drive(
             }
         }
         if holding && outcome.release_held && !release(out, held_events).await {
+            return;
+        }
+        // Text held back as a possible printed call goes out unless it was one.
+        if !printed
+            && (!holding || outcome.release_held)
+            && !release(out, printed_held.into_iter().map(Event::Chunk).collect()).await
+        {
             return;
         }
         let RoundOutcome {
@@ -524,7 +560,7 @@ async fn drive(
             if let Some(keep_alive) = withheld_keep_alive {
                 apply_keep_alive(ctx, &model, keep_alive);
             }
-            finish(out, &model, round.done, handed_back, stats, hooks).await;
+            finish(out, &model, done, handed_back, stats, hooks).await;
             return;
         }
 
@@ -542,11 +578,16 @@ async fn drive(
         };
         hooks.results_seen(&results);
         let assistant_calls: Vec<Value> = ours.iter().map(ToolCall::to_ollama).collect();
-        messages.push(json!({
+        let mut assistant = json!({
             "role": "assistant",
             "content": content,
             "tool_calls": assistant_calls,
-        }));
+        });
+        if !thinking.is_empty() {
+            // The model's reasoning stays with its calls in the next round.
+            assistant["thinking"] = Value::from(thinking);
+        }
+        messages.push(assistant);
         for (call, result) in ours.iter().zip(results) {
             let mut message = json!({
                 "role": "tool",
@@ -572,7 +613,7 @@ async fn drive(
             if let Some(keep_alive) = withheld_keep_alive {
                 apply_keep_alive(ctx, &model, keep_alive);
             }
-            finish(out, &model, round.done, theirs, stats, hooks).await;
+            finish(out, &model, done, theirs, stats, hooks).await;
             return;
         }
         if out.is_closed() {
@@ -747,10 +788,11 @@ async fn finish(
 async fn held_round(
     ctx: &ChatContext,
     body: Vec<bytes::Bytes>,
+    hold_printed: bool,
 ) -> (Result<Round, RoundError>, Vec<Event>) {
     let (tx, mut rx) = mpsc::channel(64);
     let run = async move {
-        let result = stream_round(ctx, body, &tx).await;
+        let result = stream_round(ctx, body, &tx, hold_printed).await;
         drop(tx);
         result
     };
@@ -793,9 +835,13 @@ fn upstream_failed(message: impl Into<String>) -> RoundError {
 
 pub(crate) struct Round {
     content: String,
+    /// The streamed `thinking`, joined.
+    thinking: String,
     calls: Vec<ToolCall>,
     /// The upstream's final `done:true` chunk, held back from the client.
     done: Option<Value>,
+    /// Chunks held back as a possible printed call (`printed.rs`), not sent.
+    held: Vec<Value>,
 }
 
 /// One upstream call: forwards content as it arrives, holds back tool calls
@@ -804,6 +850,7 @@ pub(crate) async fn stream_round(
     ctx: &ChatContext,
     body: Vec<bytes::Bytes>,
     out: &mpsc::Sender<Event>,
+    hold_printed: bool,
 ) -> Result<Round, RoundError> {
     let response = match ctx.upstream.post_parts("/api/chat", body, None).await {
         Ok(response) => response,
@@ -830,6 +877,8 @@ pub(crate) async fn stream_round(
     let mut decoder = LineDecoder::new(MAX_UPSTREAM_LINE);
     let mut calls = ToolCallAccumulator::new();
     let mut content = String::new();
+    let mut thinking = String::new();
+    let mut holdback = crate::printed::Holdback::new(hold_printed);
     let mut done = None;
     while done.is_none() {
         let frame = tokio::select! {
@@ -874,6 +923,9 @@ pub(crate) async fn stream_round(
                 if let Some(text) = message.get("content").and_then(Value::as_str) {
                     content.push_str(text);
                 }
+                if let Some(text) = message.get("thinking").and_then(Value::as_str) {
+                    thinking.push_str(text);
+                }
             }
             if is_done {
                 // Text on the done chunk goes out on its own chunk, so the
@@ -882,15 +934,21 @@ pub(crate) async fn stream_round(
                     let mut piece = chunk.clone();
                     piece["done"] = Value::Bool(false);
                     strip_metrics(&mut piece);
-                    if out.send(Event::Chunk(piece)).await.is_err() {
-                        return Err(RoundError::ClientGone);
+                    for piece in holdback.pass(piece, &content) {
+                        if out.send(Event::Chunk(piece)).await.is_err() {
+                            return Err(RoundError::ClientGone);
+                        }
                     }
                 }
                 done = Some(chunk);
                 break;
             }
-            if has_visible_text(&chunk) && out.send(Event::Chunk(chunk)).await.is_err() {
-                return Err(RoundError::ClientGone);
+            if has_visible_text(&chunk) {
+                for piece in holdback.pass(chunk, &content) {
+                    if out.send(Event::Chunk(piece)).await.is_err() {
+                        return Err(RoundError::ClientGone);
+                    }
+                }
             }
         }
         if ended && done.is_none() {
@@ -901,8 +959,10 @@ pub(crate) async fn stream_round(
     }
     Ok(Round {
         content,
+        thinking,
         calls: calls.finish(),
         done,
+        held: holdback.into_held(),
     })
 }
 

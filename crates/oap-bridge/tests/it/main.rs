@@ -15,6 +15,7 @@ mod answer;
 mod errors;
 mod hooks;
 mod mixed;
+mod printed;
 mod rounds;
 
 use std::future::Future;
@@ -154,6 +155,7 @@ impl Bench {
             deadline: Duration::from_secs(20),
             max_parallel_tools: 2,
             mixed_turns: Default::default(),
+            text_tool_calls: vec!["gemma3".into()],
         });
         Bench { fake, runner, ctx }
     }
