@@ -1514,3 +1514,19 @@ fn crawler_mdns_is_off_by_default_and_set_by_file_or_env() {
     let e = err(yaml_env("", &[("OAP_CRAWLER_MDNS", "sometimes")]));
     assert!(e.to_string().contains("OAP_CRAWLER_MDNS"), "{e}");
 }
+
+#[test]
+fn text_tool_calls_names_model_prefixes() {
+    assert_eq!(
+        Config::default().tool_bridge.text_tool_calls,
+        ["gemma3", "llama3.2"]
+    );
+    let c = ok(yaml_env(
+        "tool_bridge:\n  text_tool_calls: []\n",
+        &[("OAP_TOOL_BRIDGE_TEXT_TOOL_CALLS", "gemma3,phi4-mini")],
+    ));
+    assert_eq!(c.tool_bridge.text_tool_calls, ["gemma3", "phi4-mini"]);
+    let (key, msg) = single_problem("tool_bridge:\n  text_tool_calls: [gemma3, 'llama 3']\n");
+    assert_eq!(key, "tool_bridge.text_tool_calls[1]");
+    assert!(msg.contains("model-name prefix"), "{msg}");
+}
