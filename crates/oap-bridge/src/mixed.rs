@@ -20,7 +20,9 @@
 //! The key covers the model, every message before the turn (role, content,
 //! calls, images by their bytes) and the client's calls (names and
 //! arguments, not the ids some clients drop), so a remembered turn cannot
-//! be spliced into another conversation. Entries are bounded in count,
+//! be spliced into another conversation. Images are hashed only when the
+//! rest matches (or a turn is remembered), so a chat with a large image
+//! pays nothing for this otherwise. Entries are bounded in count,
 //! bytes (each and together) and age, process-wide; a turn too large to
 //! remember is handed back as before, only without the splice.
 
@@ -49,6 +51,8 @@ pub struct Conversation([u8; 32]);
 
 struct Entry {
     key: [u8; 32],
+    /// The digest of the images before the turn ([`images_digest`]).
+    images: [u8; 32],
     at: Instant,
     bytes: usize,
     /// What the loop added, in order; the last assistant message holds
@@ -84,13 +88,14 @@ impl MixedTurns {
                     {
                         let prefix = hasher.clone().finalize().into();
                         let key = turn_key(&prefix, calls.iter().filter_map(wire_call));
-                        if let Some(added) = self.lookup(&key) {
+                        let before = messages.get(..index).unwrap_or_default();
+                        if let Some(added) = self.lookup(&key, || images_digest(before, images)) {
                             splices.push((index, added));
                         }
                     }
                 }
             }
-            field(&mut hasher, &canonical_message(message, images));
+            field(&mut hasher, &canonical_message(message));
         }
         // Back to front, so earlier indexes stay valid.
         for (index, added) in splices.into_iter().rev() {
@@ -101,8 +106,17 @@ impl MixedTurns {
 
     /// Remembers what the loop added to `conversation` (`added`: its
     /// earlier rounds, then the assistant message with oapd's calls of the
-    /// turn and their results) under the client's calls of that turn.
-    pub fn remember(&self, conversation: &Conversation, theirs: &[ToolCall], added: &[Value]) {
+    /// turn and their results) under the client's calls of that turn;
+    /// `sent` are the messages the loop began with (their images, in
+    /// order, are the conversation's).
+    pub fn remember(
+        &self,
+        conversation: &Conversation,
+        theirs: &[ToolCall],
+        added: &[Value],
+        sent: &[Value],
+        images: &Images,
+    ) {
         let bytes = added
             .iter()
             .map(|m| serde_json::to_vec(m).map(|v| v.len()).unwrap_or(usize::MAX))
@@ -119,6 +133,7 @@ impl MixedTurns {
             &conversation.0,
             theirs.iter().map(|c| (c.name.clone(), c.arguments.clone())),
         );
+        let images = images_digest(sent, images);
         let Ok(mut entries) = self.entries.lock() else {
             return;
         };
@@ -131,6 +146,7 @@ impl MixedTurns {
         }
         entries.push(Entry {
             key,
+            images,
             at: Instant::now(),
             bytes,
             added: added.to_vec(),
@@ -148,12 +164,15 @@ impl MixedTurns {
         self.len() == 0
     }
 
-    fn lookup(&self, key: &[u8; 32]) -> Option<Vec<Value>> {
-        let entries = self.entries.lock().ok()?;
-        entries
-            .iter()
-            .find(|e| &e.key == key && e.at.elapsed() < TTL)
-            .map(|e| e.added.clone())
+    fn lookup(&self, key: &[u8; 32], images: impl FnOnce() -> [u8; 32]) -> Option<Vec<Value>> {
+        let (expected, added) = {
+            let entries = self.entries.lock().ok()?;
+            let entry = entries
+                .iter()
+                .find(|e| &e.key == key && e.at.elapsed() < TTL)?;
+            (entry.images, entry.added.clone())
+        };
+        (images() == expected).then_some(added)
     }
 }
 
@@ -224,11 +243,28 @@ fn wire_call(call: &Value) -> Option<(String, Map<String, Value>)> {
     Some((name, arguments))
 }
 
-/// What of a message the key covers: role, content, calls (name and
-/// arguments) and images (a digest of each image's bytes). Fields clients
-/// drop or add on the way back (ids, indexes, `thinking`, `tool_name`) are
-/// left out.
-fn canonical_message(message: &Value, images: &Images) -> Vec<u8> {
+/// The images of `messages` in order, by their bytes (a placeholder's by
+/// the image it stands for).
+fn images_digest(messages: &[Value], images: &Images) -> [u8; 32] {
+    let mut hasher = Sha256::new();
+    for image in messages
+        .iter()
+        .filter_map(|m| m.get("images").and_then(Value::as_array))
+        .flatten()
+    {
+        match images.literal(image) {
+            Some(literal) => field(&mut hasher, literal),
+            None => field(&mut hasher, canonical(image).as_bytes()),
+        }
+    }
+    hasher.finalize().into()
+}
+
+/// What of a message the text key covers: role, content, calls (name and
+/// arguments) and the number of images (their bytes are in
+/// [`images_digest`]). Fields clients drop or add on the way back (ids,
+/// indexes, `thinking`, `tool_name`) are left out.
+fn canonical_message(message: &Value) -> Vec<u8> {
     let text = |key: &str| {
         message
             .get(key)
@@ -244,19 +280,10 @@ fn canonical_message(message: &Value, images: &Images) -> Vec<u8> {
         .filter_map(wire_call)
         .map(|(name, arguments)| Value::Array(vec![Value::from(name), Value::Object(arguments)]))
         .collect();
-    let pictures: Vec<Value> = message
+    let pictures = message
         .get("images")
         .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-        .map(|image| {
-            let bytes = match images.literal(image) {
-                Some(literal) => Sha256::digest(literal),
-                None => Sha256::digest(canonical(image).as_bytes()),
-            };
-            Value::from(format!("{bytes:x}"))
-        })
-        .collect();
+        .map_or(0, Vec::len);
     let normal = serde_json::json!([text("role"), text("content"), calls, pictures]);
     canonical(&normal).into_bytes()
 }
@@ -341,6 +368,8 @@ mod tests {
             &conversation,
             &[call("light", json!({"room": "hall", "on": true}))],
             &ours(),
+            user.as_array().unwrap(),
+            &Images::default(),
         );
         // The client echoes its call (keys in another order, no id) and its result.
         let mut follow = chat(json!([
@@ -375,6 +404,8 @@ mod tests {
             &conversation,
             &[call("light", json!({"on": true}))],
             &ours(),
+            &[json!({"role": "user", "content": "a"})],
+            &Images::default(),
         );
         for follow in [
             // Another user message before the same call.
@@ -395,6 +426,38 @@ mod tests {
     }
 
     #[test]
+    fn the_same_words_about_another_image_get_nothing() {
+        let turns = MixedTurns::default();
+        let parse = |image: &str, follow: bool| {
+            let mut messages =
+                vec![json!({"role": "user", "content": "what is it?", "images": [image]})];
+            if follow {
+                messages.push(json!({"role": "assistant", "content": "", "tool_calls": [
+                    {"function": {"name": "light", "arguments": {}}}]}));
+                messages.push(json!({"role": "tool", "content": "done"}));
+            }
+            let body = serde_json::to_vec(&json!({"model": "m", "messages": messages})).unwrap();
+            crate::payload::parse_chat(&bytes::Bytes::from(body)).unwrap()
+        };
+        let (mut first, images) = parse("QUJD", false);
+        let conversation = turns.enter(&mut first, &images).unwrap();
+        let sent = first["messages"].as_array().unwrap().clone();
+        turns.remember(
+            &conversation,
+            &[call("light", json!({}))],
+            &ours(),
+            &sent,
+            &images,
+        );
+        let (mut other, images) = parse("QUJE", true);
+        turns.enter(&mut other, &images);
+        assert_eq!(other["messages"].as_array().unwrap().len(), 3);
+        let (mut same, images) = parse("QUJD", true);
+        turns.enter(&mut same, &images);
+        assert_eq!(same["messages"].as_array().unwrap().len(), 4);
+    }
+
+    #[test]
     fn entries_are_bounded() {
         let turns = MixedTurns::default();
         for i in 0..(MAX_ENTRIES + 10) {
@@ -404,14 +467,26 @@ mod tests {
                     &Images::default(),
                 )
                 .unwrap();
-            turns.remember(&conversation, &[call("light", json!({}))], &ours());
+            turns.remember(
+                &conversation,
+                &[call("light", json!({}))],
+                &ours(),
+                &[],
+                &Images::default(),
+            );
         }
         assert_eq!(turns.len(), MAX_ENTRIES);
         let big = vec![json!({"role": "tool", "content": "x".repeat(MAX_ENTRY_BYTES)})];
         let conversation = turns
             .enter(&mut chat(json!([])), &Images::default())
             .unwrap();
-        turns.remember(&conversation, &[call("light", json!({}))], &big);
+        turns.remember(
+            &conversation,
+            &[call("light", json!({}))],
+            &big,
+            &[],
+            &Images::default(),
+        );
         assert_eq!(turns.len(), MAX_ENTRIES);
     }
 

@@ -608,6 +608,8 @@ async fn drive(
                     conversation,
                     &theirs,
                     messages.get(client_messages..).unwrap_or_default(),
+                    messages.get(..client_messages).unwrap_or_default(),
+                    &held.images,
                 );
             }
             if let Some(keep_alive) = withheld_keep_alive {
