@@ -305,3 +305,32 @@ def test_openai_mixed_turn_keeps_oapds_result_in_the_clients_history(oapd, fake)
     assert [c["function"]["name"] for c in follow[1]["tool_calls"]] == ["oap_wc", "get_weather"]
     assert follow[2]["tool_name"] == "oap_wc" and follow[2]["content"].strip() == "4"
     assert follow[3]["content"] == "cold"
+
+
+def test_ollama_stream_never_shows_a_call_a_small_model_printed(oapd, fake):
+    # gemma3 prints its call as JSON text instead of making it; oapd runs it
+    # and the app's stream shows only the answer.
+    printed = json.dumps({"name": "oap_wc", "parameters": WC_CALL["arguments"]})
+    pieces = ["```json\n", printed[:20], printed[20:], "\n```"]
+    fake.turns({"chunks": [{"content": p} for p in pieces]}, ECHO_TOOL)
+    client = ollama.Client(host=oapd)
+    parts = list(client.chat(model="gemma3:1b", messages=[{"role": "user", "content": TASK}], stream=True))
+    text = "".join(p.message.content or "" for p in parts)
+    assert text.strip() == "4"
+    assert parts[-1].done and [p.done for p in parts].count(True) == 1
+    sent = fake.chat_requests()
+    assert sent[1]["messages"][-2]["tool_calls"][0]["function"]["name"] == "oap_wc"
+    assert sent[1]["messages"][-2]["content"] == ""
+
+
+def test_openai_json_format_goes_only_to_the_answering_round(oapd, fake):
+    fake.turns({"chunks": [{"tool_calls": [WC_CALL]}]}, {"reply": "four words"}, {"reply": '{"words": 4}'})
+    client = openai.OpenAI(base_url=f"{oapd}/v1", api_key="unused")
+    completion = client.chat.completions.create(
+        model="qwen3:4b", messages=[{"role": "user", "content": TASK}], response_format={"type": "json_object"}
+    )
+    assert json.loads(completion.choices[0].message.content) == {"words": 4}
+    sent = fake.chat_requests()
+    assert len(sent) == 3
+    assert "format" not in sent[0] and "format" not in sent[1]
+    assert sent[2]["format"] == "json" and not offered(sent[2])
