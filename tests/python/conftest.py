@@ -24,6 +24,7 @@ SCRIPT = {
     "models": [
         {"name": "qwen3:4b", "capabilities": ["completion", "tools"]},
         {"name": "tiny", "capabilities": ["completion"]},
+        {"name": "gemma3:1b", "capabilities": ["completion", "tools"]},
     ],
     "turns": [],
 }

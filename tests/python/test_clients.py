@@ -258,3 +258,79 @@ def test_openai_responses_api_errors(oapd, fake):
     with pytest.raises(openai.BadRequestError) as raised:
         client.responses.create(model="qwen3:4b", input="hi", tools=[{"type": "web_search"}])
     assert "function tools" in str(raised.value)
+
+
+def weather_call(city):
+    return {"name": "get_weather", "arguments": {"city": city}}
+
+
+def test_ollama_mixed_turn_keeps_oapds_result_in_the_clients_history(oapd, fake):
+    # One turn calls oapd's wc and the app's get_weather; the app keeps its
+    # own history (the message objects the client returns) and sends its
+    # result back. The model must then see wc's result without wc running
+    # a second time.
+    fake.turns({"chunks": [{"tool_calls": [WC_CALL, weather_call("Paris")]}]}, {"reply": "Four words, sunny."})
+    client = ollama.Client(host=oapd)
+    messages = [{"role": "user", "content": TASK + " and tell me the weather in Paris"}]
+    response = client.chat(model="qwen3:4b", messages=messages, tools=[WEATHER_TOOL], stream=False)
+    assert [c.function.name for c in response.message.tool_calls] == ["get_weather"]
+    messages.append(response.message)
+    messages.append({"role": "tool", "content": "sunny", "tool_name": "get_weather"})
+    final = client.chat(model="qwen3:4b", messages=messages, tools=[WEATHER_TOOL], stream=False)
+    assert final.message.content == "Four words, sunny."
+    sent = fake.chat_requests()
+    assert len(sent) == 2, "oapd ran wc in the first request only"
+    follow = sent[1]["messages"]
+    assert [c["function"]["name"] for c in follow[1]["tool_calls"]] == ["oap_wc", "get_weather"]
+    assert follow[2]["role"] == "tool" and follow[2]["tool_name"] == "oap_wc"
+    assert follow[2]["content"].strip() == "4"
+    assert follow[3] == {"role": "tool", "content": "sunny", "tool_name": "get_weather"}
+
+
+def test_openai_mixed_turn_keeps_oapds_result_in_the_clients_history(oapd, fake):
+    fake.turns({"chunks": [{"tool_calls": [WC_CALL, weather_call("Paris")]}]}, {"reply": "Four words, cold."})
+    client = openai.OpenAI(base_url=f"{oapd}/v1", api_key="unused")
+    messages = [{"role": "system", "content": "You answer for the OpenAI app."},
+                {"role": "user", "content": TASK + " and tell me the weather in Paris"}]
+    completion = client.chat.completions.create(model="qwen3:4b", messages=messages, tools=[WEATHER_TOOL])
+    message = completion.choices[0].message
+    assert [c.function.name for c in message.tool_calls] == ["get_weather"]
+    messages.append(message)
+    messages.append({"role": "tool", "tool_call_id": message.tool_calls[0].id, "content": "cold"})
+    final = client.chat.completions.create(model="qwen3:4b", messages=messages, tools=[WEATHER_TOOL])
+    assert final.choices[0].message.content == "Four words, cold."
+    sent = fake.chat_requests()
+    assert len(sent) == 2
+    follow = sent[1]["messages"][1:]
+    assert [c["function"]["name"] for c in follow[1]["tool_calls"]] == ["oap_wc", "get_weather"]
+    assert follow[2]["tool_name"] == "oap_wc" and follow[2]["content"].strip() == "4"
+    assert follow[3]["content"] == "cold"
+
+
+def test_ollama_stream_never_shows_a_call_a_small_model_printed(oapd, fake):
+    # gemma3 prints its call as JSON text instead of making it; oapd runs it
+    # and the app's stream shows only the answer.
+    printed = json.dumps({"name": "oap_wc", "parameters": WC_CALL["arguments"]})
+    pieces = ["```json\n", printed[:20], printed[20:], "\n```"]
+    fake.turns({"chunks": [{"content": p} for p in pieces]}, ECHO_TOOL)
+    client = ollama.Client(host=oapd)
+    parts = list(client.chat(model="gemma3:1b", messages=[{"role": "user", "content": TASK}], stream=True))
+    text = "".join(p.message.content or "" for p in parts)
+    assert text.strip() == "4"
+    assert parts[-1].done and [p.done for p in parts].count(True) == 1
+    sent = fake.chat_requests()
+    assert sent[1]["messages"][-2]["tool_calls"][0]["function"]["name"] == "oap_wc"
+    assert sent[1]["messages"][-2]["content"] == ""
+
+
+def test_openai_json_format_goes_only_to_the_answering_round(oapd, fake):
+    fake.turns({"chunks": [{"tool_calls": [WC_CALL]}]}, {"reply": "four words"}, {"reply": '{"words": 4}'})
+    client = openai.OpenAI(base_url=f"{oapd}/v1", api_key="unused")
+    completion = client.chat.completions.create(
+        model="qwen3:4b", messages=[{"role": "user", "content": TASK}], response_format={"type": "json_object"}
+    )
+    assert json.loads(completion.choices[0].message.content) == {"words": 4}
+    sent = fake.chat_requests()
+    assert len(sent) == 3
+    assert "format" not in sent[0] and "format" not in sent[1]
+    assert sent[2]["format"] == "json" and not offered(sent[2])

@@ -19,6 +19,9 @@
 //!   `sanitize` (`UrlGuard`), `exposure` (budget fitting, `TokenReport`),
 //!   `experience` (the cache behind the tool source), `validation` (the
 //!   `oapd validate-model` checks and the gate).
+//! - `mixed` (a turn calling oapd's and the client's tools: oapd's part
+//!   spliced into the client's follow-up), `printed` (calls written as
+//!   text or into thinking).
 //! - `upstream` (the Ollama client), `payload` (chat bodies without copies),
 //!   `tools` (tool definitions from stored manifests), `tokens`, `state`,
 //!   `settings` (each feature's settings type).
@@ -28,7 +31,9 @@ pub mod exposure;
 pub mod forcing;
 pub mod hooks;
 pub mod meta;
+pub mod mixed;
 pub mod payload;
+pub mod printed;
 pub mod sanitize;
 pub mod settings;
 pub mod state;

@@ -74,6 +74,12 @@ impl Images {
         self.literals.iter().map(Bytes::len).sum()
     }
 
+    /// The literal (JSON string, quotes included) a placeholder stands
+    /// for; `None` for any other value.
+    pub(crate) fn literal(&self, value: &Value) -> Option<&Bytes> {
+        self.lookup(value)
+    }
+
     /// The literal a placeholder stands for.
     fn lookup(&self, value: &Value) -> Option<&Bytes> {
         let index = value.as_str()?.strip_prefix(PLACEHOLDER)?;

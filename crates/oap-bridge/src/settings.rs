@@ -128,6 +128,11 @@ pub struct ToolBridgeConfig {
     /// frame (an empty NDJSON delta, an SSE comment), so clients and proxies
     /// see a live connection while the model loads or a tool round runs.
     pub stream_keepalive: u64,
+    /// Model-name prefixes (`gemma3`, `llama3.2`, ...) whose tool calls
+    /// printed as text are taken as calls to oapd's own tools: the whole
+    /// answer a `{"name", "arguments"}` object or `<tool_call>` block naming
+    /// an offered tool of oapd's (see `printed.rs`); `[]` turns it off.
+    pub text_tool_calls: Vec<String>,
 }
 
 /// `tool_bridge.force`: a list of `{pattern, tool, case_insensitive}`; in
@@ -169,6 +174,7 @@ impl Default for ToolBridgeConfig {
             force: ForceRules::default(),
             stream_keepalive: 10,
             only_validated_models: false,
+            text_tool_calls: vec!["gemma3".into(), "llama3.2".into()],
         }
     }
 }

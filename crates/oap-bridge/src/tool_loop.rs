@@ -60,6 +60,10 @@ pub struct ChatOptions {
     pub max_rounds: u32,
     /// `stream`: NDJSON chunks when true, one JSON answer when false.
     pub stream: bool,
+    /// The conversation as the client sent it (`MixedTurns::enter`): set,
+    /// a turn that calls oapd's and the client's tools is remembered so
+    /// the client's follow-up carries oapd's result (`mixed.rs`).
+    pub conversation: Option<crate::mixed::Conversation>,
 }
 
 /// A client error in the request, answered with 400 before anything runs.
@@ -135,6 +139,7 @@ pub fn take_options(
         auto_execute,
         max_rounds,
         stream,
+        conversation: None,
     })
 }
 
@@ -273,6 +278,11 @@ pub struct ChatContext {
     pub deadline: Duration,
     /// Most tool calls of one round run at once (0 counts as 1).
     pub max_parallel_tools: usize,
+    /// The mixed turns waiting for their client's follow-up, process-wide.
+    pub mixed_turns: crate::mixed::MixedTurns,
+    /// Model-name prefixes whose calls printed into `content` are taken as
+    /// calls to oapd's tools (`tool_bridge.text_tool_calls`, `printed.rs`).
+    pub text_tool_calls: Vec<String>,
 }
 
 /// What the loop sends the client: chunks, or one error that ends it.
@@ -376,17 +386,36 @@ async fn drive(
     };
     let mut all_tools: Vec<Value> = tools.iter().map(|t| t.definition.clone()).collect();
     all_tools.extend(hooks.definitions());
+    // Whether oapd offers tools of its own (so a round may be followed by another).
+    let mut ours_offered = !all_tools.is_empty();
     all_tools.extend(client_tools.iter().cloned());
+    // `format` and `keep_alive` belong to the round that answers, which a
+    // round offering oapd's tools may not be:
+    // - `format` (grammar-constrained decoding) can keep the model from
+    //   calling a tool, so it is left out of such rounds and their events
+    //   are held back; when one answers without calling oapd's tools, its
+    //   answer is dropped and the question asked once more with `format`
+    //   and without oapd's tools (the client's stay offered);
+    // - `keep_alive` (say 0) would unload the model between rounds, so it
+    //   is left out of such rounds too; when one of them turns out to be
+    //   the last, the client's value is applied to the model afterwards
+    //   with an empty `/api/generate`, Ollama's way to set it alone.
+    let format = request.remove("format").filter(|v| !v.is_null());
+    let keep_alive = request.remove("keep_alive").filter(|v| !v.is_null());
+    let mut format_round = false;
     let mut messages: Vec<Value> = match request.remove("messages") {
         Some(Value::Array(messages)) => messages,
         _ => Vec::new(),
     };
     request.remove("stream");
+    // What the loop adds to the conversation starts here.
+    let client_messages = messages.len();
     let model = request
         .get("model")
         .and_then(Value::as_str)
         .unwrap_or_default()
         .to_string();
+    let prints_calls = crate::printed::model_prints_calls(&ctx.text_tool_calls, &model);
 
     let mut offer_tools = !all_tools.is_empty();
     loop {
@@ -394,8 +423,24 @@ async fn drive(
         let last_round = stats.rounds > options.max_rounds;
         // Without tools once rounds are used up: one last call, so the user
         // gets an answer instead of a dangling tool call.
-        let offered = (offer_tools && !last_round).then_some(all_tools.as_slice());
-        let body = match encode_round(request, &messages, offered, &held.images) {
+        let offered = if format_round {
+            (!client_tools.is_empty()).then_some(client_tools.as_slice())
+        } else {
+            (offer_tools && !last_round).then_some(all_tools.as_slice())
+        };
+        // After this round oapd may run a call and ask again.
+        let may_continue =
+            ours_offered && options.auto_execute && offered.is_some() && !format_round;
+        let answer_fields: Vec<(&str, &Value)> = if may_continue {
+            Vec::new()
+        } else {
+            [("format", &format), ("keep_alive", &keep_alive)]
+                .into_iter()
+                .filter_map(|(key, value)| value.as_ref().map(|v| (key, v)))
+                .collect()
+        };
+        let withheld_keep_alive = may_continue.then_some(keep_alive.as_ref()).flatten();
+        let body = match encode_round(request, &messages, offered, &answer_fields, &held.images) {
             Ok(body) => body,
             Err(message) => {
                 let _ = out
@@ -410,11 +455,14 @@ async fn drive(
             offers_tools: offered.is_some(),
             auto_execute: options.auto_execute,
         };
-        let holding = hooks.holds_round(&start);
+        let formatting = format.is_some() && may_continue;
+        let holding = hooks.holds_round(&start) || formatting;
+        // Content that may be a printed call waits until the round is over.
+        let hold_printed = prints_calls && may_continue;
         let (result, held_events) = if holding {
-            held_round(ctx, body).await
+            held_round(ctx, body, hold_printed).await
         } else {
-            (stream_round(ctx, body, out).await, Vec::new())
+            (stream_round(ctx, body, out, hold_printed).await, Vec::new())
         };
         let round = match result {
             Ok(round) => round,
@@ -430,6 +478,7 @@ async fn drive(
                 ctx.capabilities.remember(&model, false);
                 all_tools = client_tools.clone();
                 offer_tools = !all_tools.is_empty();
+                ours_offered = false;
                 stats.tools_injected = 0;
                 stats.rounds = 0;
                 hooks.tools_withdrawn();
@@ -441,20 +490,59 @@ async fn drive(
             }
         };
 
-        let (ours, theirs): (Vec<ToolCall>, Vec<ToolCall>) = round
-            .calls
-            .into_iter()
-            .partition(|call| by_name.contains_key(call.name.as_str()) || hooks.owns(&call.name));
+        let Round {
+            mut content,
+            thinking,
+            mut calls,
+            done,
+            held: printed_held,
+        } = round;
+        let is_ours = |name: &str| by_name.contains_key(name) || hooks.owns(name);
+        let mut printed = false;
+        if calls.is_empty() && may_continue {
+            // A call written as text (printed.rs): in the thinking of a
+            // model that answered nothing else, or as the whole content of
+            // a model that prints its calls.
+            if content.trim().is_empty() && !thinking.is_empty() {
+                if let Some(found) = crate::printed::thinking_calls(&thinking, &is_ours) {
+                    calls = found;
+                }
+            } else if prints_calls {
+                if let Some(found) = crate::printed::content_calls(&content, &is_ours) {
+                    calls = found;
+                    content.clear();
+                    printed = true;
+                }
+            }
+        }
+        let (ours, theirs): (Vec<ToolCall>, Vec<ToolCall>) =
+            calls.into_iter().partition(|call| is_ours(&call.name));
         let mut outcome = RoundOutcome {
             number: stats.rounds,
             held: holding,
             release_held: true,
-            content: round.content,
+            content,
             ours,
             theirs,
         };
         hooks.after_round(ctx, &model, &mut outcome).await;
+        if formatting && outcome.theirs.is_empty() {
+            // Unformatted text is not what the client asked for: a tool
+            // round's text is dropped, and an answer is asked for again.
+            outcome.release_held = false;
+            if outcome.ours.is_empty() {
+                format_round = true;
+                continue;
+            }
+        }
         if holding && outcome.release_held && !release(out, held_events).await {
+            return;
+        }
+        // Text held back as a possible printed call goes out unless it was one.
+        if !printed
+            && (!holding || outcome.release_held)
+            && !release(out, printed_held.into_iter().map(Event::Chunk).collect()).await
+        {
             return;
         }
         let RoundOutcome {
@@ -469,7 +557,10 @@ async fn drive(
             if !options.auto_execute {
                 handed_back.extend(ours);
             }
-            finish(out, &model, round.done, handed_back, stats, hooks).await;
+            if let Some(keep_alive) = withheld_keep_alive {
+                apply_keep_alive(ctx, &model, keep_alive);
+            }
+            finish(out, &model, done, handed_back, stats, hooks).await;
             return;
         }
 
@@ -487,11 +578,16 @@ async fn drive(
         };
         hooks.results_seen(&results);
         let assistant_calls: Vec<Value> = ours.iter().map(ToolCall::to_ollama).collect();
-        messages.push(json!({
+        let mut assistant = json!({
             "role": "assistant",
             "content": content,
             "tool_calls": assistant_calls,
-        }));
+        });
+        if !thinking.is_empty() {
+            // The model's reasoning stays with its calls in the next round.
+            assistant["thinking"] = Value::from(thinking);
+        }
+        messages.push(assistant);
         for (call, result) in ours.iter().zip(results) {
             let mut message = json!({
                 "role": "tool",
@@ -505,8 +601,21 @@ async fn drive(
         }
         if !theirs.is_empty() {
             // A turn that also called the client's tools: those go back to
-            // the client now, which continues the conversation itself.
-            finish(out, &model, round.done, theirs, stats, hooks).await;
+            // the client now, which continues the conversation itself; what
+            // oapd added waits for that follow-up (mixed.rs).
+            if let Some(conversation) = &options.conversation {
+                ctx.mixed_turns.remember(
+                    conversation,
+                    &theirs,
+                    messages.get(client_messages..).unwrap_or_default(),
+                    messages.get(..client_messages).unwrap_or_default(),
+                    &held.images,
+                );
+            }
+            if let Some(keep_alive) = withheld_keep_alive {
+                apply_keep_alive(ctx, &model, keep_alive);
+            }
+            finish(out, &model, done, theirs, stats, hooks).await;
             return;
         }
         if out.is_closed() {
@@ -522,6 +631,7 @@ fn encode_round(
     request: &Map<String, Value>,
     messages: &[Value],
     tools: Option<&[Value]>,
+    answer_fields: &[(&str, &Value)],
     images: &crate::payload::Images,
 ) -> Result<Vec<bytes::Bytes>, String> {
     use crate::payload::Field;
@@ -529,6 +639,11 @@ fn encode_round(
     let fields = request
         .iter()
         .map(|(key, value)| (key.as_str(), Field::Value(value)))
+        .chain(
+            answer_fields
+                .iter()
+                .map(|(key, value)| (*key, Field::Value(value))),
+        )
         .chain([
             ("messages", Field::Array(messages)),
             ("stream", Field::Value(&STREAM)),
@@ -536,6 +651,30 @@ fn encode_round(
         .chain(tools.map(|tools| ("tools", Field::Array(tools))));
     crate::payload::encode_object(fields, images)
         .map_err(|err| format!("cannot encode the request for Ollama: {err}"))
+}
+
+/// Applies the client's `keep_alive` to `model` once the loop is over (it
+/// was left out of the last round, which might not have been the last):
+/// an empty `/api/generate`, which only sets how long the model stays
+/// loaded. In the background: the client does not wait for it.
+fn apply_keep_alive(ctx: &ChatContext, model: &str, keep_alive: &Value) {
+    let upstream = ctx.upstream.clone();
+    let body = json!({"model": model, "keep_alive": keep_alive, "stream": false});
+    let model = model.to_string();
+    tokio::spawn(async move {
+        match upstream
+            .post_json_read("/api/generate", &body, 64 * 1024)
+            .await
+        {
+            Ok((status, _)) if status.is_success() => {}
+            Ok((status, _)) => {
+                tracing::warn!(model = %model, %status, "Ollama refused the client's keep_alive")
+            }
+            Err(err) => {
+                tracing::warn!(model = %model, error = %err, "the client's keep_alive did not reach Ollama")
+            }
+        }
+    });
 }
 
 /// Runs oapd's calls with bounded parallelism; results in call order.
@@ -651,10 +790,11 @@ async fn finish(
 async fn held_round(
     ctx: &ChatContext,
     body: Vec<bytes::Bytes>,
+    hold_printed: bool,
 ) -> (Result<Round, RoundError>, Vec<Event>) {
     let (tx, mut rx) = mpsc::channel(64);
     let run = async move {
-        let result = stream_round(ctx, body, &tx).await;
+        let result = stream_round(ctx, body, &tx, hold_printed).await;
         drop(tx);
         result
     };
@@ -697,9 +837,13 @@ fn upstream_failed(message: impl Into<String>) -> RoundError {
 
 pub(crate) struct Round {
     content: String,
+    /// The streamed `thinking`, joined.
+    thinking: String,
     calls: Vec<ToolCall>,
     /// The upstream's final `done:true` chunk, held back from the client.
     done: Option<Value>,
+    /// Chunks held back as a possible printed call (`printed.rs`), not sent.
+    held: Vec<Value>,
 }
 
 /// One upstream call: forwards content as it arrives, holds back tool calls
@@ -708,6 +852,7 @@ pub(crate) async fn stream_round(
     ctx: &ChatContext,
     body: Vec<bytes::Bytes>,
     out: &mpsc::Sender<Event>,
+    hold_printed: bool,
 ) -> Result<Round, RoundError> {
     let response = match ctx.upstream.post_parts("/api/chat", body, None).await {
         Ok(response) => response,
@@ -734,6 +879,8 @@ pub(crate) async fn stream_round(
     let mut decoder = LineDecoder::new(MAX_UPSTREAM_LINE);
     let mut calls = ToolCallAccumulator::new();
     let mut content = String::new();
+    let mut thinking = String::new();
+    let mut holdback = crate::printed::Holdback::new(hold_printed);
     let mut done = None;
     while done.is_none() {
         let frame = tokio::select! {
@@ -778,6 +925,9 @@ pub(crate) async fn stream_round(
                 if let Some(text) = message.get("content").and_then(Value::as_str) {
                     content.push_str(text);
                 }
+                if let Some(text) = message.get("thinking").and_then(Value::as_str) {
+                    thinking.push_str(text);
+                }
             }
             if is_done {
                 // Text on the done chunk goes out on its own chunk, so the
@@ -786,15 +936,21 @@ pub(crate) async fn stream_round(
                     let mut piece = chunk.clone();
                     piece["done"] = Value::Bool(false);
                     strip_metrics(&mut piece);
-                    if out.send(Event::Chunk(piece)).await.is_err() {
-                        return Err(RoundError::ClientGone);
+                    for piece in holdback.pass(piece, &content) {
+                        if out.send(Event::Chunk(piece)).await.is_err() {
+                            return Err(RoundError::ClientGone);
+                        }
                     }
                 }
                 done = Some(chunk);
                 break;
             }
-            if has_visible_text(&chunk) && out.send(Event::Chunk(chunk)).await.is_err() {
-                return Err(RoundError::ClientGone);
+            if has_visible_text(&chunk) {
+                for piece in holdback.pass(chunk, &content) {
+                    if out.send(Event::Chunk(piece)).await.is_err() {
+                        return Err(RoundError::ClientGone);
+                    }
+                }
             }
         }
         if ended && done.is_none() {
@@ -805,8 +961,10 @@ pub(crate) async fn stream_round(
     }
     Ok(Round {
         content,
+        thinking,
         calls: calls.finish(),
         done,
+        held: holdback.into_held(),
     })
 }
 
@@ -954,7 +1112,8 @@ mod tests {
                 top_k: 5,
                 auto_execute: false,
                 max_rounds: 3,
-                stream: true
+                stream: true,
+                conversation: None,
             }
         );
         assert!(r.keys().all(|k| !k.starts_with("oap_")));

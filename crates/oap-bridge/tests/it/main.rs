@@ -11,8 +11,11 @@
     reason = "test code: a failed assumption is a failed test, and tests read their own fixtures whole"
 )]
 
+mod answer;
 mod errors;
 mod hooks;
+mod mixed;
+mod printed;
 mod rounds;
 
 use std::future::Future;
@@ -112,6 +115,7 @@ pub fn options(max_rounds: u32) -> ChatOptions {
         auto_execute: true,
         max_rounds,
         stream: true,
+        conversation: None,
     }
 }
 
@@ -150,6 +154,8 @@ impl Bench {
             capabilities: Arc::new(Capabilities::default()),
             deadline: Duration::from_secs(20),
             max_parallel_tools: 2,
+            mixed_turns: Default::default(),
+            text_tool_calls: vec!["gemma3".into()],
         });
         Bench { fake, runner, ctx }
     }

@@ -220,6 +220,25 @@ fn tool_bridge(c: &mut Checker, tb: &ToolBridgeConfig, d: &DiscoveryConfig) {
             1_000_000,
         );
     }
+    if tb.text_tool_calls.len() > 64 {
+        c.fail(
+            "tool_bridge.text_tool_calls",
+            format!("lists {} models; at most 64", tb.text_tool_calls.len()),
+        );
+    }
+    for (i, prefix) in tb.text_tool_calls.iter().enumerate() {
+        if prefix.is_empty()
+            || prefix.len() > 256
+            || prefix
+                .chars()
+                .any(|ch| ch.is_control() || ch.is_whitespace())
+        {
+            c.fail(
+                format!("tool_bridge.text_tool_calls[{i}]"),
+                format!("must be a model-name prefix such as gemma3 (1 to 256 characters, no spaces), got {prefix:?}"),
+            );
+        }
+    }
 }
 
 fn experience(c: &mut Checker, ex: &ExperienceConfig) {

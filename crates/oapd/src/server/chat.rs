@@ -75,10 +75,11 @@ impl ChatService {
             images,
             permit: Some(Hold::new(permit)),
         };
-        let options = match bridge::take_options(&mut chat, &self.settings) {
+        let mut options = match bridge::take_options(&mut chat, &self.settings) {
             Ok(options) => options,
             Err(err) => return http::error(StatusCode::BAD_REQUEST, err.0),
         };
+        options.conversation = self.ctx.mixed_turns.enter(&mut chat, &held.images);
         let tools = match self.tools_for(&chat, &options).await {
             Ok(Some(tools)) => tools,
             Ok(None) => return self.forward_chat("/api/chat", chat, held).await,
@@ -133,10 +134,11 @@ impl ChatService {
                 chat.insert(key.clone(), value.clone());
             }
         }
-        let options = match bridge::take_options(&mut chat, &self.settings) {
+        let mut options = match bridge::take_options(&mut chat, &self.settings) {
             Ok(options) => options,
             Err(err) => return openai_error(StatusCode::BAD_REQUEST, &err.0),
         };
+        options.conversation = self.ctx.mixed_turns.enter(&mut chat, &Default::default());
         let tools = match self.tools_for(&chat, &options).await {
             Ok(tools) => tools,
             Err(response) => return response,

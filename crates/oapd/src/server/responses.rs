@@ -65,10 +65,11 @@ pub async fn handle(chat: &Arc<ChatService>, request: Request<Incoming>) -> Resp
         }
     }
     drop(chat_request);
-    let options = match bridge::take_options(&mut ollama, &chat.settings) {
+    let mut options = match bridge::take_options(&mut ollama, &chat.settings) {
         Ok(options) => options,
         Err(err) => return error(StatusCode::BAD_REQUEST, &err.0),
     };
+    options.conversation = chat.ctx.mixed_turns.enter(&mut ollama, &Default::default());
     let tools = match chat.tools_for(&ollama, &options).await {
         Ok(tools) => tools,
         Err(response) => return response,

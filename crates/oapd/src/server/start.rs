@@ -124,6 +124,8 @@ pub fn chat_service(
         capabilities: Arc::new(Capabilities::default()),
         deadline: Duration::from_secs(config.ollama.chat_deadline),
         max_parallel_tools: config.tools.max_parallel,
+        mixed_turns: Default::default(),
+        text_tool_calls: config.tool_bridge.text_tool_calls.clone(),
     };
     Ok(ChatService {
         engine: engine.clone(),

@@ -99,13 +99,27 @@ fn a_discovered_tool_is_executed_and_the_answer_streams_back() {
 
     let sent = upstream.fake.chat_requests();
     assert_eq!(sent.len(), 2);
-    // Every client field went through unchanged, the extension fields did not.
+    // Every client field went through unchanged, the extension fields did
+    // not; keep_alive waits for the answer (it could unload the model
+    // between rounds) and is then set on its own.
     for request in &sent {
         assert_eq!(request["options"]["num_ctx"], 8192);
-        assert_eq!(request["keep_alive"], "5m");
+        assert!(request.get("keep_alive").is_none(), "{request:#}");
         assert_eq!(request["think"], false);
         assert_eq!(request["stream"], true);
     }
+    let mut generate = Vec::new();
+    for _ in 0..1000 {
+        generate = upstream.fake.requests_to("/api/generate");
+        if !generate.is_empty() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert_eq!(generate.len(), 1, "the client's keep_alive was applied");
+    let body = generate[0].body.clone().unwrap();
+    assert_eq!(body["keep_alive"], "5m");
+    assert_eq!(body["model"], "qwen3:4b");
     let offered: Vec<&str> = sent[0]["tools"]
         .as_array()
         .expect("tools injected")

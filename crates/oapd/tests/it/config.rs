@@ -606,7 +606,7 @@ fn every_key_is_reachable_from_the_env() {
     // experience, mcp, mcp_server
     assert_eq!(
         vars.len(),
-        12 + 3 + 5 + 2 + 4 + 12 + 4 + 10 + 2 + 17 + 4 + 4 + 1
+        12 + 3 + 5 + 2 + 4 + 13 + 4 + 10 + 2 + 17 + 4 + 4 + 1
     );
     assert!(vars.contains(&(
         "OAP_TOOL_BRIDGE_DEFAULT_TOP_K".to_owned(),
@@ -1513,4 +1513,20 @@ fn crawler_mdns_is_off_by_default_and_set_by_file_or_env() {
     assert!(e.to_string().contains("crawler.mdns"), "{e}");
     let e = err(yaml_env("", &[("OAP_CRAWLER_MDNS", "sometimes")]));
     assert!(e.to_string().contains("OAP_CRAWLER_MDNS"), "{e}");
+}
+
+#[test]
+fn text_tool_calls_names_model_prefixes() {
+    assert_eq!(
+        Config::default().tool_bridge.text_tool_calls,
+        ["gemma3", "llama3.2"]
+    );
+    let c = ok(yaml_env(
+        "tool_bridge:\n  text_tool_calls: []\n",
+        &[("OAP_TOOL_BRIDGE_TEXT_TOOL_CALLS", "gemma3,phi4-mini")],
+    ));
+    assert_eq!(c.tool_bridge.text_tool_calls, ["gemma3", "phi4-mini"]);
+    let (key, msg) = single_problem("tool_bridge:\n  text_tool_calls: [gemma3, 'llama 3']\n");
+    assert_eq!(key, "tool_bridge.text_tool_calls[1]");
+    assert!(msg.contains("model-name prefix"), "{msg}");
 }
