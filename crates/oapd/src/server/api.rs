@@ -61,28 +61,28 @@ pub struct Api {
     pub mcp: Option<Arc<super::mcp::McpServer>>,
 }
 
-/// Ollama routes forwarded untouched (streamed both ways).
-const PASS_THROUGH: &[&str] = &[
-    "/api/version",
-    "/api/tags",
-    "/api/ps",
-    "/api/show",
-    "/api/generate",
-    "/api/embed",
-    "/api/embeddings",
-    "/api/pull",
-    "/api/push",
-    "/api/create",
-    "/api/copy",
-    "/api/delete",
-    "/api/status",
-    "/v1/models",
-];
-
-fn is_pass_through(path: &str) -> bool {
-    PASS_THROUGH.contains(&path)
-        || path.starts_with("/api/blobs/")
-        || path.starts_with("/v1/models/")
+/// Whether oapd answers `path` itself: its own API and the chat routes it
+/// bridges. Every other path is Ollama's and is forwarded untouched
+/// (streamed both ways), after the same Host, Origin and token checks.
+fn is_own_route(path: &str) -> bool {
+    const EXACT: &[&str] = &[
+        "/health",
+        "/mcp",
+        "/api/chat",
+        "/v1/chat",
+        "/v1/chat/completions",
+        "/v1/responses",
+        "/v1/discover",
+        "/v1/tools",
+        "/v1/mcp/status",
+        "/v1/crawl/status",
+    ];
+    const TREES: &[&str] = &["/v1/manifests", "/v1/validation", "/v1/experience"];
+    EXACT.contains(&path)
+        || TREES.iter().any(|tree| {
+            path.strip_prefix(tree)
+                .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
+        })
 }
 
 #[derive(Debug, Deserialize)]
@@ -95,12 +95,13 @@ struct DiscoverRequest {
 impl Handler for Api {
     fn bounded_by_request_timeout(&self, request: &Request<Incoming>) -> bool {
         let path = request.uri().path();
-        !(matches!(
-            path,
-            "/api/chat" | "/v1/chat" | "/v1/chat/completions" | "/v1/responses" | "/"
-        // An MCP tool call is bounded by the tool's own timeout.
-        | "/mcp"
-        ) || is_pass_through(path))
+        // Chats have ollama.chat_deadline, Ollama's routes ollama.timeout,
+        // and an MCP tool call the tool's own timeout.
+        is_own_route(path)
+            && !matches!(
+                path,
+                "/api/chat" | "/v1/chat" | "/v1/chat/completions" | "/v1/responses" | "/mcp"
+            )
     }
 
     async fn handle(self: Arc<Self>, request: Request<Incoming>) -> Response<Body> {
@@ -222,8 +223,7 @@ impl Api {
                     .await
             }
             ("/api/chat", _) | ("/v1/chat", _) | ("/v1/tools", _) => method_not_allowed("POST"),
-            ("/", &Method::GET) | ("/", &Method::HEAD) => self.chat.passthrough(request).await,
-            (p, _) if is_pass_through(p) => self.chat.passthrough(request).await,
+            (p, _) if !is_own_route(p) => self.chat.passthrough(request).await,
             ("/v1/validation", &Method::GET) => {
                 http::json(StatusCode::OK, &json_records(&self.chat.validation))
             }
@@ -284,6 +284,7 @@ impl Api {
                     method_not_allowed("GET")
                 }
             }
+            // Unreachable: every path is oapd's own or Ollama's.
             _ => http::error(StatusCode::NOT_FOUND, format!("no such endpoint: {path}")),
         };
         tracing::debug!(%method, %path, status = response.status().as_u16(), "request");

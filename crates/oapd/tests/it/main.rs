@@ -31,6 +31,7 @@ mod mcp_server;
 mod mdns;
 mod memory;
 mod parallel_tools;
+mod passthrough;
 mod responses;
 mod sandbox;
 mod slow_clients;
