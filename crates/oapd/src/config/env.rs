@@ -58,7 +58,7 @@ config_keys! {
         enabled, default_top_k, max_rounds, http_timeout, stdio_timeout, only_validated_models,
         tool_token_budget, exposure, url_policy, url_policy_tools, force, stream_keepalive,
     }
-    ollama { base_url, timeout, chat_deadline, max_request_bytes }
+    ollama { base_url, timeout, chat_deadline, max_request_bytes, ca_file, api_key }
     tools {
         credentials_file, allow_private, stdio_dirs, max_result_chars, max_response_bytes,
         max_parallel, sandbox, sandbox_read_paths, sandbox_spawn,

@@ -312,6 +312,21 @@ fn ollama(c: &mut Checker, o: &OllamaConfig, s: &ServerConfig) {
     if let Err(msg) = check_http_url(&o.base_url, false) {
         c.fail("ollama.base_url", msg);
     }
+    if let Some(key) = &o.api_key {
+        if key.trim().is_empty() || key.chars().any(char::is_control) {
+            // The message never repeats the secret.
+            c.fail(
+                "ollama.api_key",
+                "must be a non-empty token without control characters (it is sent as a header)",
+            );
+        }
+    }
+    if o.ca_file.is_some() && !o.base_url.to_ascii_lowercase().starts_with("https://") {
+        c.fail(
+            "ollama.ca_file",
+            "is only used with an https:// ollama.base_url",
+        );
+    }
 }
 
 fn log(c: &mut Checker, log: &LogConfig) {
