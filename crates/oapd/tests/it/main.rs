@@ -36,5 +36,6 @@ mod responses;
 mod sandbox;
 mod slow_clients;
 mod slow_upstream;
+mod upstream_tls;
 mod validation;
 mod watch;
