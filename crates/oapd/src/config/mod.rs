@@ -202,6 +202,11 @@ pub struct ServerConfig {
     /// Seconds in-flight requests may run after SIGTERM/SIGINT before they are
     /// cut (default 10); new connections are refused at once.
     pub shutdown_grace: u64,
+    /// Client addresses (IPs or CIDR ranges, e.g. `192.168.1.0/24`) that may
+    /// call without the bearer token, for clients that cannot send one.
+    /// Host and Origin checks still apply. Default: none.
+    #[serde(deserialize_with = "one_or_many")]
+    pub trusted_clients: Vec<String>,
 }
 
 impl Default for ServerConfig {
@@ -219,6 +224,7 @@ impl Default for ServerConfig {
             cors_origins: Vec::new(),
             allowed_hosts: Vec::new(),
             shutdown_grace: 10,
+            trusted_clients: Vec::new(),
         }
     }
 }
@@ -241,6 +247,7 @@ impl fmt::Debug for ServerConfig {
             .field("cors_origins", &self.cors_origins)
             .field("allowed_hosts", &self.allowed_hosts)
             .field("shutdown_grace", &self.shutdown_grace)
+            .field("trusted_clients", &self.trusted_clients)
             .finish()
     }
 }

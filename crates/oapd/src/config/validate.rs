@@ -76,6 +76,14 @@ fn server(c: &mut Checker, s: &ServerConfig) {
         1,
         s.max_body_bytes.max(1),
     );
+    for (i, range) in s.trusted_clients.iter().enumerate() {
+        if range.parse::<oap_exec::Cidr>().is_err() {
+            c.fail(
+                format!("server.trusted_clients[{i}]"),
+                format!("expected an address or CIDR range like 192.168.1.0/24, got {range:?}"),
+            );
+        }
+    }
     c.range("server.request_timeout", s.request_timeout, 1, 3600);
     c.range("server.header_read_timeout", s.header_read_timeout, 1, 3600);
     c.range("server.max_connections", s.max_connections, 1, 65_536);
