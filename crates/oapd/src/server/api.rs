@@ -32,6 +32,8 @@ pub struct ApiSettings {
     pub cors_origins: Vec<String>,
     /// `server.allowed_hosts`: extra Host names a loopback listener accepts.
     pub allowed_hosts: Vec<String>,
+    /// `server.trusted_clients`: client addresses that need no bearer token.
+    pub trusted_clients: Vec<oap_exec::Cidr>,
 }
 
 /// Whether the embedding model loaded (it is set up with the engine).
@@ -185,6 +187,9 @@ impl Api {
                 .insert("www-authenticate", HeaderValue::from_static("Bearer"));
             return response;
         }
+        // Operator actions need the token itself: a trusted address is
+        // enough to use oapd, not to administer it.
+        let operator = self.bearer_matches(&request);
         let path = request.uri().path().to_string();
         let method = request.method().clone();
         let response = match (path.as_str(), &method) {
@@ -242,10 +247,7 @@ impl Api {
                 let peer = request.extensions().get::<http::PeerAddr>().map(|p| p.0);
                 match &self.chat.experience {
                     Some(_) if m == Method::DELETE
-                        && !crate::server::experience::operator_allowed(
-                            self.settings.auth_token.is_some(),
-                            peer,
-                        ) =>
+                        && !crate::server::experience::operator_allowed(operator, peer) =>
                     {
                         http::error(
                             StatusCode::FORBIDDEN,
@@ -271,6 +273,14 @@ impl Api {
                 &super::crawl::status_json(self.crawler.as_deref(), self.crawler.is_some()),
             ),
             ("/v1/crawl/status", _) => method_not_allowed("GET"),
+            ("/v1/manifests/register", &Method::POST)
+                if self.settings.auth_token.is_some() && !operator =>
+            {
+                http::error(
+                    StatusCode::FORBIDDEN,
+                    "registration needs the operator's bearer token (a server.trusted_clients address is not enough)",
+                )
+            }
             ("/v1/manifests/register", &Method::POST) => {
                 super::crawl::register(self.clone(), request).await
             }
@@ -291,11 +301,29 @@ impl Api {
         response
     }
 
-    /// Constant-time comparison, so the token cannot be guessed byte by byte
-    /// from response timing.
+    /// Whether the request may use the API: no token is configured, it
+    /// carries the token, or it comes from a `server.trusted_clients` address.
     fn authorized(&self, request: &Request<Incoming>) -> bool {
-        let Some(expected) = &self.settings.auth_token else {
+        if self.settings.auth_token.is_none() || self.bearer_matches(request) {
             return true;
+        }
+        let Some(peer) = request.extensions().get::<http::PeerAddr>() else {
+            return false;
+        };
+        // A v4 client on a dual-stack listener shows as ::ffff:a.b.c.d.
+        let ip = peer.0.ip().to_canonical();
+        self.settings
+            .trusted_clients
+            .iter()
+            .any(|range| range.contains(ip))
+    }
+
+    /// Whether a token is configured and the request carries it.
+    /// Constant-time comparison, so the token cannot be guessed byte by
+    /// byte from response timing.
+    fn bearer_matches(&self, request: &Request<Incoming>) -> bool {
+        let Some(expected) = &self.settings.auth_token else {
+            return false;
         };
         let Some(given) = request
             .headers()

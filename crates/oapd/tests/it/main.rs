@@ -36,6 +36,7 @@ mod responses;
 mod sandbox;
 mod slow_clients;
 mod slow_upstream;
+mod trusted_clients;
 mod upstream_tls;
 mod validation;
 mod watch;
