@@ -18,6 +18,7 @@ mod support;
 
 mod bridge;
 mod config;
+mod context_window;
 mod crawl;
 mod daemon;
 mod experience;
