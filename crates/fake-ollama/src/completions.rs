@@ -27,7 +27,10 @@ pub fn model_of(body: &Map<String, Value>) -> Result<String, Refused> {
 pub fn model_not_found(model: &str) -> Refused {
     (
         404,
-        oap_wire::openai::openai_error(404, &format!("model \"{model}\" not found, try pulling it first")),
+        oap_wire::openai::openai_error(
+            404,
+            &format!("model \"{model}\" not found, try pulling it first"),
+        ),
     )
 }
 

@@ -1259,7 +1259,10 @@ fn openai_request(
 
 fn openai_embeddings(shared: &Shared, bytes: &Bytes) -> Response<Body> {
     openai_reply(openai_request(shared, bytes).and_then(|(body, spec)| {
-        let model = body.get("model").and_then(Value::as_str).unwrap_or_default();
+        let model = body
+            .get("model")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
         completions::embeddings(&body, model, embedding_dims(&spec))
     }))
 }
@@ -1269,7 +1272,10 @@ fn openai_completion(shared: &Shared, bytes: &Bytes) -> Response<Body> {
         Ok(found) => found,
         Err(refused) => return openai_reply(Err(refused)),
     };
-    let model = body.get("model").and_then(Value::as_str).unwrap_or_default();
+    let model = body
+        .get("model")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
     let reply = shared
         .state()
         .script

@@ -88,7 +88,9 @@ impl tower_service::Service<Uri> for UpstreamConnector {
     type Future = Pin<Box<dyn Future<Output = Result<Self::Response, BoxError>> + Send>>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
-        self.http.poll_ready(cx).map_err(|err| Box::new(err) as BoxError)
+        self.http
+            .poll_ready(cx)
+            .map_err(|err| Box::new(err) as BoxError)
     }
 
     fn call(&mut self, uri: Uri) -> Self::Future {

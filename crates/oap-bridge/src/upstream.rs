@@ -367,15 +367,18 @@ mod tests {
             ca_pem: Some(b"not pem".to_vec()),
             api_key: None,
         };
-        let err = Upstream::with_options("https://ollama.example.org", Duration::from_secs(1), &no_ca)
-            .err()
-            .unwrap();
+        let err =
+            Upstream::with_options("https://ollama.example.org", Duration::from_secs(1), &no_ca)
+                .err()
+                .unwrap();
         assert!(err.to_string().contains("ollama.ca_file"), "{err}");
         let control = UpstreamOptions {
             ca_pem: None,
             api_key: Some("a\nb".into()),
         };
-        assert!(Upstream::with_options("http://127.0.0.1:1", Duration::from_secs(1), &control).is_err());
+        assert!(
+            Upstream::with_options("http://127.0.0.1:1", Duration::from_secs(1), &control).is_err()
+        );
     }
 
     #[test]

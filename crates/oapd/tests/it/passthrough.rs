@@ -35,12 +35,19 @@ fn paths_oapd_does_not_serve_reach_ollama_with_their_query_and_answer() {
     // An arbitrary path: Ollama's own 404, relayed as Ollama sent it.
     let response = daemon.request("GET", "/api/me?x=1&next=%2Fhome", &auth, b"");
     assert_eq!(response.status, 404);
-    assert_eq!(String::from_utf8_lossy(&response.body), "404 page not found");
+    assert_eq!(
+        String::from_utf8_lossy(&response.body),
+        "404 page not found"
+    );
     let seen = upstream.fake.requests_to("/api/me");
     assert_eq!(seen.len(), 1);
     assert_eq!(seen[0].method, "GET");
     assert_eq!(seen[0].query.as_deref(), Some("x=1&next=%2Fhome"));
-    assert_eq!(seen[0].header("authorization"), None, "oapd's token stays with oapd");
+    assert_eq!(
+        seen[0].header("authorization"),
+        None,
+        "oapd's token stays with oapd"
+    );
     assert_eq!(
         seen[0].header("host"),
         Some(upstream.fake.addr().to_string().as_str())
@@ -54,7 +61,9 @@ fn paths_oapd_does_not_serve_reach_ollama_with_their_query_and_answer() {
         .unwrap()
         .contains("nope"));
     assert_eq!(
-        upstream.fake.requests_to("/v1/models/nope")[0].query.as_deref(),
+        upstream.fake.requests_to("/v1/models/nope")[0]
+            .query
+            .as_deref(),
         Some("verbose=1")
     );
 
@@ -110,11 +119,18 @@ fn a_page_cannot_reach_ollama_through_a_pass_through_path() {
     let foreign_origin = daemon.request(
         "POST",
         "/v1/embeddings",
-        &[("Origin", "http://evil.example"), ("Content-Type", "text/plain")],
+        &[
+            ("Origin", "http://evil.example"),
+            ("Content-Type", "text/plain"),
+        ],
         br#"{"model": "all-minilm", "input": "x"}"#,
     );
     assert_eq!(foreign_origin.status, 403);
-    assert!(upstream.fake.requests().is_empty(), "{:?}", upstream.fake.requests());
+    assert!(
+        upstream.fake.requests().is_empty(),
+        "{:?}",
+        upstream.fake.requests()
+    );
     let fine: Value = daemon
         .post_json("/v1/embeddings", r#"{"model": "all-minilm", "input": "x"}"#)
         .json();

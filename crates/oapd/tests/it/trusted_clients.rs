@@ -9,7 +9,12 @@ use std::net::IpAddr;
 
 const TOKEN: &str = "trusted-clients-token-0123456789ab";
 
-fn from(ip: &str, daemon: &support::Daemon, path: &str, headers: &[(&str, &str)]) -> support::Response {
+fn from(
+    ip: &str,
+    daemon: &support::Daemon,
+    path: &str,
+    headers: &[(&str, &str)],
+) -> support::Response {
     let raw = request_bytes("GET", path, &daemon.addr.to_string(), headers, b"");
     send_raw_from(ip.parse::<IpAddr>().unwrap(), daemon.addr, &raw).unwrap()
 }
@@ -27,12 +32,27 @@ fn a_trusted_address_needs_no_token_and_others_still_do() {
     assert!(stranger.error().contains("bearer token"));
     // With the token, any address is in.
     let bearer = format!("Bearer {TOKEN}");
-    let with_token = from("127.0.0.3", &daemon, "/v1/manifests", &[("Authorization", &bearer)]);
+    let with_token = from(
+        "127.0.0.3",
+        &daemon,
+        "/v1/manifests",
+        &[("Authorization", &bearer)],
+    );
     assert_eq!(with_token.status, 200);
     // A trusted address does not lift the Host and Origin checks.
-    let rebinding = from("127.0.0.2", &daemon, "/v1/manifests", &[("Host", "evil.example")]);
+    let rebinding = from(
+        "127.0.0.2",
+        &daemon,
+        "/v1/manifests",
+        &[("Host", "evil.example")],
+    );
     assert_eq!(rebinding.status, 403);
-    let page = from("127.0.0.2", &daemon, "/v1/manifests", &[("Origin", "http://evil.example")]);
+    let page = from(
+        "127.0.0.2",
+        &daemon,
+        "/v1/manifests",
+        &[("Origin", "http://evil.example")],
+    );
     assert_eq!(page.status, 403);
 }
 

@@ -98,14 +98,15 @@ fn an_https_ollama_whose_certificate_is_not_trusted_is_named_in_the_error() {
     let dir = tempfile::tempdir().unwrap();
     let ca_file = dir.path().join("wrong-ca.pem");
     std::fs::write(&ca_file, &other.ca_pem).unwrap();
-    let daemon = support::daemon()
-        .yaml(&config(&upstream, &ca_file))
-        .start();
+    let daemon = support::daemon().yaml(&config(&upstream, &ca_file)).start();
     let response = daemon.get("/api/tags");
     assert_eq!(response.status, 502);
     let error = response.error();
     assert!(
-        error.contains(&format!("cannot reach Ollama at {}", upstream.url("localhost"))),
+        error.contains(&format!(
+            "cannot reach Ollama at {}",
+            upstream.url("localhost")
+        )),
         "{error}"
     );
     assert!(error.contains("certificate"), "{error}");
@@ -118,9 +119,7 @@ fn a_ca_file_without_certificates_stops_start_up_with_the_key_named() {
     let dir = tempfile::tempdir().unwrap();
     let ca_file = dir.path().join("empty.pem");
     std::fs::write(&ca_file, "not a certificate\n").unwrap();
-    let yaml = format!(
-        "ollama:\n  base_url: \"https://localhost:1\"\n  ca_file: {ca_file:?}\n"
-    );
+    let yaml = format!("ollama:\n  base_url: \"https://localhost:1\"\n  ca_file: {ca_file:?}\n");
     let err = support::daemon()
         .yaml(&yaml)
         .try_start()
