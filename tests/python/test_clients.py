@@ -334,3 +334,27 @@ def test_openai_json_format_goes_only_to_the_answering_round(oapd, fake):
     assert len(sent) == 3
     assert "format" not in sent[0] and "format" not in sent[1]
     assert sent[2]["format"] == "json" and not offered(sent[2])
+
+
+def test_openai_embeddings_and_completions_pass_through(oapd, fake):
+    client = openai.OpenAI(base_url=f"{oapd}/v1", api_key="unused")
+    # The client asks for base64 by default and decodes it to floats.
+    embedded = client.embeddings.create(model="qwen3:4b", input=["one", "two"])
+    assert [e.index for e in embedded.data] == [0, 1]
+    assert len(embedded.data[0].embedding) > 1
+    assert all(isinstance(v, float) for v in embedded.data[0].embedding)
+    floats = client.embeddings.create(model="qwen3:4b", input="one", encoding_format="float")
+    assert floats.data[0].embedding == pytest.approx(embedded.data[0].embedding, rel=1e-6)
+    completion = client.completions.create(model="qwen3:4b", prompt="Say something")
+    assert completion.object == "text_completion"
+    assert completion.choices[0].text == "This is a fake generation."
+    streamed = client.completions.create(model="qwen3:4b", prompt="Say something", stream=True)
+    assert "".join(c.choices[0].text for c in streamed) == "This is a fake generation."
+    with pytest.raises(openai.NotFoundError):
+        client.embeddings.create(model="missing", input="one")
+
+
+def test_ollama_embed_and_generate_pass_through(oapd, fake):
+    client = ollama.Client(host=oapd)
+    assert len(client.embed(model="qwen3:4b", input=["one", "two"]).embeddings) == 2
+    assert client.generate(model="qwen3:4b", prompt="Say something").response == "This is a fake generation."

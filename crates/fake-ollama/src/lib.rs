@@ -30,6 +30,7 @@
 //! `POST /_fake/reset`, `GET /_fake/state`.
 
 // Even a test server never panics on what it is given: errors are values.
+mod completions;
 mod models;
 pub mod render;
 pub mod script;

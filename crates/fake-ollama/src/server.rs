@@ -25,6 +25,7 @@ use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 use tokio::task::{JoinHandle, JoinSet};
 
+use crate::completions;
 use crate::models;
 use crate::render::{self, Planned};
 use crate::script::{canonical_model, ModelSpec, Script, Turn};
@@ -607,11 +608,12 @@ async fn route(shared: &Shared, parts: &Parts, path: &str, bytes: &Bytes, seq: u
         "/api/delete" if *method == Method::DELETE => {
             with_body(bytes, |body| delete(shared, &body)).into()
         }
+        "/v1/embeddings" if post => openai_embeddings(shared, bytes).into(),
+        "/v1/completions" if post => openai_completion(shared, bytes).into(),
         "/" | "/api/version" | "/api/status" | "/api/tags" | "/api/ps" | "/v1/models"
         | "/api/show" | "/api/chat" | "/api/generate" | "/api/embed" | "/api/embeddings"
-        | "/api/pull" | "/api/push" | "/api/create" | "/api/copy" | "/api/delete" => {
-            method_not_allowed()
-        }
+        | "/api/pull" | "/api/push" | "/api/create" | "/api/copy" | "/api/delete"
+        | "/v1/embeddings" | "/v1/completions" => method_not_allowed(),
         _ => text(StatusCode::NOT_FOUND, "404 page not found").into(),
     }
 }
@@ -1219,6 +1221,77 @@ fn blob(shared: &Shared, method: &Method, digest: &str, bytes: &Bytes) -> Respon
         empty(StatusCode::CREATED)
     } else {
         text(StatusCode::METHOD_NOT_ALLOWED, "405 method not allowed")
+    }
+}
+
+/// An OpenAI-shaped `/v1` answer or refusal.
+fn openai_reply(result: Result<Value, completions::Refused>) -> Response<Body> {
+    match result {
+        Ok(value) => ok_json(value),
+        Err((status, value)) => json_response(
+            StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_REQUEST),
+            &value,
+        ),
+    }
+}
+
+/// The body and model of a `/v1` request; the model must exist.
+fn openai_request(
+    shared: &Shared,
+    bytes: &Bytes,
+) -> Result<(Map<String, Value>, ModelSpec), completions::Refused> {
+    let body = match serde_json::from_slice::<Value>(bytes) {
+        Ok(Value::Object(body)) => body,
+        _ => {
+            return Err((
+                400,
+                oap_wire::openai::openai_error(400, "invalid request body"),
+            ))
+        }
+    };
+    let model = completions::model_of(&body)?;
+    let spec = shared
+        .state()
+        .find_model(&model)
+        .ok_or_else(|| completions::model_not_found(&model))?;
+    Ok((body, spec))
+}
+
+fn openai_embeddings(shared: &Shared, bytes: &Bytes) -> Response<Body> {
+    openai_reply(openai_request(shared, bytes).and_then(|(body, spec)| {
+        let model = body
+            .get("model")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        completions::embeddings(&body, model, embedding_dims(&spec))
+    }))
+}
+
+fn openai_completion(shared: &Shared, bytes: &Bytes) -> Response<Body> {
+    let (body, _) = match openai_request(shared, bytes) {
+        Ok(found) => found,
+        Err(refused) => return openai_reply(Err(refused)),
+    };
+    let model = body
+        .get("model")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    let reply = shared
+        .state()
+        .script
+        .generate_reply
+        .clone()
+        .unwrap_or_else(|| "This is a fake generation.".into());
+    let created = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    match completions::completion(&body, model, &reply, created) {
+        Ok(completions::Completion::Whole(value)) => ok_json(value),
+        Ok(completions::Completion::Events(events)) => {
+            respond(StatusCode::OK, "text/event-stream", events)
+        }
+        Err(refused) => openai_reply(Err(refused)),
     }
 }
 

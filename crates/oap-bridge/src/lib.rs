@@ -26,6 +26,7 @@
 //!   `tools` (tool definitions from stored manifests), `tokens`, `state`,
 //!   `settings` (each feature's settings type).
 
+pub mod connect;
 pub mod experience;
 pub mod exposure;
 pub mod forcing;

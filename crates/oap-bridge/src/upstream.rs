@@ -1,6 +1,7 @@
-//! The connection to Ollama: a pooled HTTP/1 client, request forwarding
-//! with the Host header rewritten, and Ollama-shaped errors when Ollama
-//! cannot be reached.
+//! The connection to Ollama: a pooled HTTP/1 client (over TLS for an
+//! `https://` base URL), request forwarding with the Host header rewritten
+//! and the operator's upstream credential added, and Ollama-shaped errors
+//! when Ollama cannot be reached.
 //!
 //! Ollama listening on loopback refuses requests whose Host is not a
 //! loopback or local name (403), so every forwarded request carries the
@@ -13,7 +14,7 @@ use bytes::Bytes;
 use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
-use hyper::header::{HeaderName, HeaderValue, CONNECTION, HOST};
+use hyper::header::{HeaderName, HeaderValue, AUTHORIZATION, CONNECTION, HOST};
 use hyper::{HeaderMap, Method, Request, Response, StatusCode, Uri};
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
@@ -48,12 +49,20 @@ const HOP_BY_HOP: &[&str] = &[
 /// HTTP status the client gets, with the message as `{"error": ...}`.
 #[derive(Debug, thiserror::Error)]
 pub enum UpstreamError {
-    /// `ollama.base_url` is not `http://host[:port]`; config validation
-    /// rejects it at start.
-    #[error("ollama.base_url {0:?} is not an http URL with a host")]
+    /// `ollama.base_url` is not `http(s)://host[:port][/prefix]`; config
+    /// validation rejects it at start.
+    #[error("ollama.base_url {0:?} is not an http or https URL with a host")]
     BadBaseUrl(String),
-    /// Connecting or sending failed (Ollama down); 502.
-    #[error("cannot reach Ollama at {base}: {source}")]
+    /// The TLS settings for an `https://` upstream are unusable (a CA file
+    /// without certificates, a host that is no TLS name).
+    #[error("ollama.ca_file: {0}")]
+    Tls(String),
+    /// The upstream credential is not a valid header value.
+    #[error("ollama.api_key: not usable in an Authorization header (control characters?)")]
+    BadApiKey,
+    /// Connecting or sending failed (Ollama down, a TLS certificate it
+    /// cannot prove); 502. The message carries every cause.
+    #[error("cannot reach Ollama at {base}: {}", causes(source.as_ref()))]
     Unreachable {
         /// The base URL that was tried.
         base: String,
@@ -81,10 +90,47 @@ impl UpstreamError {
     }
 }
 
+/// An error and its causes, `: `-joined (hyper names only the outermost,
+/// "client error (Connect)"; the reason is further down).
+fn causes(err: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = err.to_string();
+    let mut next = err.source();
+    while let Some(cause) = next {
+        let message = cause.to_string();
+        if !text.contains(&message) {
+            text.push_str(": ");
+            text.push_str(&message);
+        }
+        next = cause.source();
+    }
+    text
+}
+
+/// How oapd reaches an Ollama behind a reverse proxy.
+#[derive(Clone, Default)]
+pub struct UpstreamOptions {
+    /// PEM certificates trusted besides the Mozilla roots (`ollama.ca_file`).
+    pub ca_pem: Option<Vec<u8>>,
+    /// Sent as `Authorization: Bearer <key>` on every request to Ollama
+    /// (`ollama.api_key`); never logged.
+    pub api_key: Option<String>,
+}
+
+impl std::fmt::Debug for UpstreamOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("UpstreamOptions")
+            .field("ca_pem", &self.ca_pem.as_ref().map(Vec::len))
+            .field("api_key", &self.api_key.as_ref().map(|_| "<redacted>"))
+            .finish()
+    }
+}
+
 /// A client for one Ollama server.
 #[derive(Clone)]
 pub struct Upstream {
-    client: Client<HttpConnector, Body>,
+    client: Client<crate::connect::UpstreamConnector, Body>,
+    /// `Authorization` for every request, from [`UpstreamOptions::api_key`].
+    authorization: Option<HeaderValue>,
     base: String,
     authority: HeaderValue,
     scheme_and_authority: String,
@@ -96,16 +142,39 @@ impl Upstream {
     /// A client for the Ollama at `base_url`, waiting `head_timeout` for
     /// each response head (bodies stream without a bound here).
     pub fn new(base_url: &str, head_timeout: Duration) -> Result<Upstream, UpstreamError> {
+        Upstream::with_options(base_url, head_timeout, &UpstreamOptions::default())
+    }
+
+    /// [`Upstream::new`] with a private CA and an upstream credential.
+    pub fn with_options(
+        base_url: &str,
+        head_timeout: Duration,
+        options: &UpstreamOptions,
+    ) -> Result<Upstream, UpstreamError> {
         let uri: Uri = base_url
             .parse()
             .map_err(|_| UpstreamError::BadBaseUrl(base_url.into()))?;
         let (Some(scheme), Some(authority)) = (uri.scheme_str(), uri.authority()) else {
             return Err(UpstreamError::BadBaseUrl(base_url.into()));
         };
-        if scheme != "http" {
-            // Ollama speaks plain HTTP; TLS to it would need a terminating proxy.
-            return Err(UpstreamError::BadBaseUrl(base_url.into()));
-        }
+        let tls = match scheme {
+            "http" => None,
+            // Ollama behind a TLS-terminating reverse proxy.
+            "https" => Some(
+                crate::connect::UpstreamTls::new(authority.host(), options.ca_pem.as_deref())
+                    .map_err(UpstreamError::Tls)?,
+            ),
+            _ => return Err(UpstreamError::BadBaseUrl(base_url.into())),
+        };
+        let authorization = match &options.api_key {
+            None => None,
+            Some(key) => {
+                let mut value = HeaderValue::from_str(&format!("Bearer {key}"))
+                    .map_err(|_| UpstreamError::BadApiKey)?;
+                value.set_sensitive(true);
+                Some(value)
+            }
+        };
         let authority_value = HeaderValue::from_str(authority.as_str())
             .map_err(|_| UpstreamError::BadBaseUrl(base_url.into()))?;
         let mut connector = HttpConnector::new();
@@ -114,10 +183,11 @@ impl Upstream {
         let client = Client::builder(TokioExecutor::new())
             .pool_idle_timeout(Duration::from_secs(60))
             .pool_max_idle_per_host(32)
-            .build(connector);
+            .build(crate::connect::UpstreamConnector::new(connector, tls));
         let path_prefix = uri.path().trim_end_matches('/');
         Ok(Upstream {
             client,
+            authorization,
             base: base_url.trim_end_matches('/').to_string(),
             authority: authority_value,
             scheme_and_authority: format!("{scheme}://{}{path_prefix}", authority.as_str()),
@@ -150,6 +220,11 @@ impl Upstream {
         let forwarded = request.headers_mut();
         copy_end_to_end_headers(headers, forwarded);
         forwarded.insert(HOST, self.authority.clone());
+        if let Some(authorization) = &self.authorization {
+            // The operator's credential for the proxy in front of Ollama
+            // wins over whatever the client sent.
+            forwarded.insert(AUTHORIZATION, authorization.clone());
+        }
         match tokio::time::timeout(self.head_timeout, self.client.request(request)).await {
             Ok(Ok(response)) => Ok(response),
             Ok(Err(err)) => Err(UpstreamError::Unreachable {
@@ -281,12 +356,29 @@ mod tests {
 
     #[test]
     fn base_urls_are_checked() {
-        for bad in ["", "ollama:11434", "https://example.com", "/api", "ftp://x"] {
+        for bad in ["", "ollama:11434", "/api", "ftp://x"] {
             assert!(Upstream::new(bad, Duration::from_secs(1)).is_err(), "{bad}");
         }
         let upstream = Upstream::new("http://127.0.0.1:11434/", Duration::from_secs(1)).unwrap();
         assert_eq!(upstream.base_url(), "http://127.0.0.1:11434");
         assert_eq!(upstream.authority, "127.0.0.1:11434");
+        assert!(Upstream::new("https://ollama.example.org/", Duration::from_secs(1)).is_ok());
+        let no_ca = UpstreamOptions {
+            ca_pem: Some(b"not pem".to_vec()),
+            api_key: None,
+        };
+        let err =
+            Upstream::with_options("https://ollama.example.org", Duration::from_secs(1), &no_ca)
+                .err()
+                .unwrap();
+        assert!(err.to_string().contains("ollama.ca_file"), "{err}");
+        let control = UpstreamOptions {
+            ca_pem: None,
+            api_key: Some("a\nb".into()),
+        };
+        assert!(
+            Upstream::with_options("http://127.0.0.1:1", Duration::from_secs(1), &control).is_err()
+        );
     }
 
     #[test]

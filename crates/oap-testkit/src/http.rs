@@ -196,3 +196,32 @@ fn dechunk(mut data: &[u8]) -> Option<Vec<u8>> {
         data = data.get(size + 2..)?;
     }
 }
+
+/// [`send_raw`] from the local address `from` (a client at 127.0.0.2 on
+/// the same machine, say).
+#[cfg(any(feature = "ollama", feature = "tls"))]
+pub fn send_raw_from(
+    from: std::net::IpAddr,
+    addr: SocketAddr,
+    raw: &[u8],
+) -> std::io::Result<Response> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_io()
+        .build()?;
+    let stream = runtime.block_on(async {
+        let socket = if addr.is_ipv4() {
+            tokio::net::TcpSocket::new_v4()?
+        } else {
+            tokio::net::TcpSocket::new_v6()?
+        };
+        socket.bind(SocketAddr::new(from, 0))?;
+        socket.connect(addr).await
+    })?;
+    let mut stream = stream.into_std()?;
+    stream.set_nonblocking(false)?;
+    stream.set_read_timeout(Some(Duration::from_secs(60)))?;
+    stream.write_all(raw)?;
+    let mut buf = Vec::new();
+    stream.read_to_end(&mut buf)?;
+    parse_response(&buf)
+}

@@ -6,7 +6,6 @@ use std::time::Duration;
 use anyhow::Context;
 
 use crate::config::Config;
-use oap_bridge::upstream::Upstream;
 
 /// `oapd validate-model`: runs the checks, prints the report, records the
 /// verdict. Exit code 0 on pass, 1 on a failed check, 2 when no verdict
@@ -18,11 +17,10 @@ pub fn run(
     timeout_secs: u64,
 ) -> anyhow::Result<std::process::ExitCode> {
     let check_timeout = Duration::from_secs(timeout_secs);
-    let upstream = Upstream::new(
-        &config.ollama.base_url,
+    let upstream = crate::server::start::upstream(
+        config,
         check_timeout.min(Duration::from_secs(config.ollama.timeout)),
-    )
-    .context("ollama.base_url")?;
+    )?;
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

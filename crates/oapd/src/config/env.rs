@@ -48,7 +48,7 @@ config_keys! {
     server {
         listen, max_body_bytes, max_inflight_body_bytes, max_task_bytes, request_timeout,
         header_read_timeout, max_connections, max_connections_per_client, auth_token,
-        cors_origins, allowed_hosts, shutdown_grace,
+        cors_origins, allowed_hosts, shutdown_grace, trusted_clients,
     }
     index { data_dir, vector_dtype, search_threads }
     embedding { enabled, model_dir, max_tokens, batch_size, threads }
@@ -59,7 +59,7 @@ config_keys! {
         tool_token_budget, exposure, url_policy, url_policy_tools, force, stream_keepalive,
         text_tool_calls,
     }
-    ollama { base_url, timeout, chat_deadline, max_request_bytes }
+    ollama { base_url, timeout, chat_deadline, max_request_bytes, ca_file, api_key }
     tools {
         credentials_file, ca_file, allow_private, stdio_dirs, max_result_chars, max_response_bytes,
         max_parallel, sandbox, sandbox_read_paths, sandbox_spawn,

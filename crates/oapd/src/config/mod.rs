@@ -202,6 +202,11 @@ pub struct ServerConfig {
     /// Seconds in-flight requests may run after SIGTERM/SIGINT before they are
     /// cut (default 10); new connections are refused at once.
     pub shutdown_grace: u64,
+    /// Client addresses (IPs or CIDR ranges, e.g. `192.168.1.0/24`) that may
+    /// call without the bearer token, for clients that cannot send one.
+    /// Host and Origin checks still apply. Default: none.
+    #[serde(deserialize_with = "one_or_many")]
+    pub trusted_clients: Vec<String>,
 }
 
 impl Default for ServerConfig {
@@ -219,6 +224,7 @@ impl Default for ServerConfig {
             cors_origins: Vec::new(),
             allowed_hosts: Vec::new(),
             shutdown_grace: 10,
+            trusted_clients: Vec::new(),
         }
     }
 }
@@ -241,6 +247,7 @@ impl fmt::Debug for ServerConfig {
             .field("cors_origins", &self.cors_origins)
             .field("allowed_hosts", &self.allowed_hosts)
             .field("shutdown_grace", &self.shutdown_grace)
+            .field("trusted_clients", &self.trusted_clients)
             .finish()
     }
 }
@@ -560,7 +567,7 @@ impl Default for ToolsConfig {
 }
 
 /// `ollama:` section.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct OllamaConfig {
     /// Base URL of the Ollama server (`http://` or `https://`, optionally with a path
@@ -575,6 +582,26 @@ pub struct OllamaConfig {
     /// Largest chat request body accepted, in bytes (default 64 MiB: chat
     /// requests carry base64 images).
     pub max_request_bytes: usize,
+    /// PEM file of CA certificates trusted for an `https://` `base_url`
+    /// besides the Mozilla roots (a private CA). Default: none.
+    pub ca_file: Option<PathBuf>,
+    /// Credential for a reverse proxy in front of Ollama, sent as
+    /// `Authorization: Bearer <api_key>` on every request to Ollama. Never
+    /// logged; redacted by `Debug` and [`Config::effective_yaml`]. Default: none.
+    pub api_key: Option<String>,
+}
+
+impl fmt::Debug for OllamaConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("OllamaConfig")
+            .field("base_url", &self.base_url)
+            .field("timeout", &self.timeout)
+            .field("chat_deadline", &self.chat_deadline)
+            .field("max_request_bytes", &self.max_request_bytes)
+            .field("ca_file", &self.ca_file)
+            .field("api_key", &self.api_key.as_ref().map(|_| REDACTED))
+            .finish()
+    }
 }
 
 impl Default for OllamaConfig {
@@ -584,6 +611,8 @@ impl Default for OllamaConfig {
             timeout: 300,
             chat_deadline: 300,
             max_request_bytes: 64 * 1024 * 1024,
+            ca_file: None,
+            api_key: None,
         }
     }
 }
@@ -768,6 +797,9 @@ impl Config {
         let mut shown = self.clone();
         if shown.server.auth_token.is_some() {
             shown.server.auth_token = Some(REDACTED.to_owned());
+        }
+        if shown.ollama.api_key.is_some() {
+            shown.ollama.api_key = Some(REDACTED.to_owned());
         }
         // MCP servers' headers and environments carry tokens and keys.
         for server in shown.mcp.servers.0.values_mut() {

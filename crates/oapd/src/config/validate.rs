@@ -76,6 +76,14 @@ fn server(c: &mut Checker, s: &ServerConfig) {
         1,
         s.max_body_bytes.max(1),
     );
+    for (i, range) in s.trusted_clients.iter().enumerate() {
+        if range.parse::<oap_exec::Cidr>().is_err() {
+            c.fail(
+                format!("server.trusted_clients[{i}]"),
+                format!("expected an address or CIDR range like 192.168.1.0/24, got {range:?}"),
+            );
+        }
+    }
     c.range("server.request_timeout", s.request_timeout, 1, 3600);
     c.range("server.header_read_timeout", s.header_read_timeout, 1, 3600);
     c.range("server.max_connections", s.max_connections, 1, 65_536);
@@ -330,6 +338,21 @@ fn ollama(c: &mut Checker, o: &OllamaConfig, s: &ServerConfig) {
     );
     if let Err(msg) = check_http_url(&o.base_url, false) {
         c.fail("ollama.base_url", msg);
+    }
+    if let Some(key) = &o.api_key {
+        if key.trim().is_empty() || key.chars().any(char::is_control) {
+            // The message never repeats the secret.
+            c.fail(
+                "ollama.api_key",
+                "must be a non-empty token without control characters (it is sent as a header)",
+            );
+        }
+    }
+    if o.ca_file.is_some() && !o.base_url.to_ascii_lowercase().starts_with("https://") {
+        c.fail(
+            "ollama.ca_file",
+            "is only used with an https:// ollama.base_url",
+        );
     }
 }
 

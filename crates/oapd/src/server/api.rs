@@ -32,6 +32,8 @@ pub struct ApiSettings {
     pub cors_origins: Vec<String>,
     /// `server.allowed_hosts`: extra Host names a loopback listener accepts.
     pub allowed_hosts: Vec<String>,
+    /// `server.trusted_clients`: client addresses that need no bearer token.
+    pub trusted_clients: Vec<oap_exec::Cidr>,
 }
 
 /// Whether the embedding model loaded (it is set up with the engine).
@@ -61,28 +63,28 @@ pub struct Api {
     pub mcp: Option<Arc<super::mcp::McpServer>>,
 }
 
-/// Ollama routes forwarded untouched (streamed both ways).
-const PASS_THROUGH: &[&str] = &[
-    "/api/version",
-    "/api/tags",
-    "/api/ps",
-    "/api/show",
-    "/api/generate",
-    "/api/embed",
-    "/api/embeddings",
-    "/api/pull",
-    "/api/push",
-    "/api/create",
-    "/api/copy",
-    "/api/delete",
-    "/api/status",
-    "/v1/models",
-];
-
-fn is_pass_through(path: &str) -> bool {
-    PASS_THROUGH.contains(&path)
-        || path.starts_with("/api/blobs/")
-        || path.starts_with("/v1/models/")
+/// Whether oapd answers `path` itself: its own API and the chat routes it
+/// bridges. Every other path is Ollama's and is forwarded untouched
+/// (streamed both ways), after the same Host, Origin and token checks.
+fn is_own_route(path: &str) -> bool {
+    const EXACT: &[&str] = &[
+        "/health",
+        "/mcp",
+        "/api/chat",
+        "/v1/chat",
+        "/v1/chat/completions",
+        "/v1/responses",
+        "/v1/discover",
+        "/v1/tools",
+        "/v1/mcp/status",
+        "/v1/crawl/status",
+    ];
+    const TREES: &[&str] = &["/v1/manifests", "/v1/validation", "/v1/experience"];
+    EXACT.contains(&path)
+        || TREES.iter().any(|tree| {
+            path.strip_prefix(tree)
+                .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
+        })
 }
 
 #[derive(Debug, Deserialize)]
@@ -95,12 +97,13 @@ struct DiscoverRequest {
 impl Handler for Api {
     fn bounded_by_request_timeout(&self, request: &Request<Incoming>) -> bool {
         let path = request.uri().path();
-        !(matches!(
-            path,
-            "/api/chat" | "/v1/chat" | "/v1/chat/completions" | "/v1/responses" | "/"
-        // An MCP tool call is bounded by the tool's own timeout.
-        | "/mcp"
-        ) || is_pass_through(path))
+        // Chats have ollama.chat_deadline, Ollama's routes ollama.timeout,
+        // and an MCP tool call the tool's own timeout.
+        is_own_route(path)
+            && !matches!(
+                path,
+                "/api/chat" | "/v1/chat" | "/v1/chat/completions" | "/v1/responses" | "/mcp"
+            )
     }
 
     async fn handle(self: Arc<Self>, request: Request<Incoming>) -> Response<Body> {
@@ -184,6 +187,9 @@ impl Api {
                 .insert("www-authenticate", HeaderValue::from_static("Bearer"));
             return response;
         }
+        // Operator actions need the token itself: a trusted address is
+        // enough to use oapd, not to administer it.
+        let operator = self.bearer_matches(&request);
         let path = request.uri().path().to_string();
         let method = request.method().clone();
         let response = match (path.as_str(), &method) {
@@ -222,8 +228,7 @@ impl Api {
                     .await
             }
             ("/api/chat", _) | ("/v1/chat", _) | ("/v1/tools", _) => method_not_allowed("POST"),
-            ("/", &Method::GET) | ("/", &Method::HEAD) => self.chat.passthrough(request).await,
-            (p, _) if is_pass_through(p) => self.chat.passthrough(request).await,
+            (p, _) if !is_own_route(p) => self.chat.passthrough(request).await,
             ("/v1/validation", &Method::GET) => {
                 http::json(StatusCode::OK, &json_records(&self.chat.validation))
             }
@@ -242,10 +247,7 @@ impl Api {
                 let peer = request.extensions().get::<http::PeerAddr>().map(|p| p.0);
                 match &self.chat.experience {
                     Some(_) if m == Method::DELETE
-                        && !crate::server::experience::operator_allowed(
-                            self.settings.auth_token.is_some(),
-                            peer,
-                        ) =>
+                        && !crate::server::experience::operator_allowed(operator, peer) =>
                     {
                         http::error(
                             StatusCode::FORBIDDEN,
@@ -271,6 +273,14 @@ impl Api {
                 &super::crawl::status_json(self.crawler.as_deref(), self.crawler.is_some()),
             ),
             ("/v1/crawl/status", _) => method_not_allowed("GET"),
+            ("/v1/manifests/register", &Method::POST)
+                if self.settings.auth_token.is_some() && !operator =>
+            {
+                http::error(
+                    StatusCode::FORBIDDEN,
+                    "registration needs the operator's bearer token (a server.trusted_clients address is not enough)",
+                )
+            }
             ("/v1/manifests/register", &Method::POST) => {
                 super::crawl::register(self.clone(), request).await
             }
@@ -284,17 +294,36 @@ impl Api {
                     method_not_allowed("GET")
                 }
             }
+            // Unreachable: every path is oapd's own or Ollama's.
             _ => http::error(StatusCode::NOT_FOUND, format!("no such endpoint: {path}")),
         };
         tracing::debug!(%method, %path, status = response.status().as_u16(), "request");
         response
     }
 
-    /// Constant-time comparison, so the token cannot be guessed byte by byte
-    /// from response timing.
+    /// Whether the request may use the API: no token is configured, it
+    /// carries the token, or it comes from a `server.trusted_clients` address.
     fn authorized(&self, request: &Request<Incoming>) -> bool {
-        let Some(expected) = &self.settings.auth_token else {
+        if self.settings.auth_token.is_none() || self.bearer_matches(request) {
             return true;
+        }
+        let Some(peer) = request.extensions().get::<http::PeerAddr>() else {
+            return false;
+        };
+        // A v4 client on a dual-stack listener shows as ::ffff:a.b.c.d.
+        let ip = peer.0.ip().to_canonical();
+        self.settings
+            .trusted_clients
+            .iter()
+            .any(|range| range.contains(ip))
+    }
+
+    /// Whether a token is configured and the request carries it.
+    /// Constant-time comparison, so the token cannot be guessed byte by
+    /// byte from response timing.
+    fn bearer_matches(&self, request: &Request<Incoming>) -> bool {
+        let Some(expected) = &self.settings.auth_token else {
+            return false;
         };
         let Some(given) = request
             .headers()

@@ -24,6 +24,10 @@ use tokio::sync::mpsc;
 
 use crate::http::{self, Body, BoxError};
 
+/// Tokens of the context window kept free for the model's answer when
+/// oapd's tools are fitted into it.
+const ANSWER_RESERVE_TOKENS: usize = 256;
+
 /// Chunks buffered between the loop and a slow client; back-pressure beyond
 /// it slows the loop (and so Ollama) instead of growing memory.
 const CHANNEL_DEPTH: usize = 64;
@@ -193,8 +197,59 @@ impl ChatService {
         chat: &mut Map<String, Value>,
         options: &ChatOptions,
     ) -> (Vec<InjectedTool>, Prepared) {
+        let tools = match tools {
+            Some(tools) if self.exposure.exposure != oap_bridge::ToolExposure::Meta => {
+                Some(self.fit_context(tools, chat))
+            }
+            other => other,
+        };
         let source: Arc<dyn ToolSource> = self.clone();
         oap_bridge::exposure::prepare(&self.exposure, &self.engine, source, tools, chat, options)
+    }
+
+    /// Shrinks oapd's tools (shorter, fewer, none) so that they, the
+    /// client's tools, the conversation and room for the answer fit the
+    /// context window: the request's `options.num_ctx`, else what
+    /// `/api/show` implies for the model, else Ollama's default. Ollama
+    /// would otherwise cut the start of the conversation to make room.
+    fn fit_context(
+        &self,
+        tools: Vec<InjectedTool>,
+        chat: &Map<String, Value>,
+    ) -> Vec<InjectedTool> {
+        if tools.is_empty() {
+            return tools;
+        }
+        let model = chat.get("model").and_then(Value::as_str).unwrap_or("");
+        let window = chat
+            .get("options")
+            .and_then(|o| o.get("num_ctx"))
+            .and_then(Value::as_u64)
+            .filter(|n| *n > 0)
+            .or_else(|| self.ctx.capabilities.window(model))
+            .unwrap_or(bridge::OLLAMA_DEFAULT_NUM_CTX);
+        let conversation =
+            conversation_tokens(chat) + oap_bridge::exposure::client_tool_tokens(chat);
+        let window = usize::try_from(window).unwrap_or(usize::MAX);
+        let room = window.saturating_sub(conversation.saturating_add(ANSWER_RESERVE_TOKENS));
+        let offered = tools.len();
+        // A budget of 0 means "unlimited" to fit_budget: no room is no tools.
+        let tools = if room == 0 {
+            Vec::new()
+        } else {
+            oap_bridge::exposure::fit_budget(tools, room).0
+        };
+        if tools.len() < offered {
+            tracing::info!(
+                window,
+                conversation_tokens = conversation,
+                room,
+                offered,
+                kept = tools.len(),
+                "oapd's tools shrunk to fit the context window"
+            );
+        }
+        tools
     }
 
     /// Starts the loop on its own task; the returned channel carries its events.
@@ -444,6 +499,31 @@ impl ToolSource for ChatService {
     ) -> BoxFuture<'_, Vec<InjectedTool>> {
         Box::pin(ChatService::tools_for_task(self, task, top_k, reserved))
     }
+}
+
+/// Estimated prompt tokens of a chat's messages: their text, tool calls
+/// and names, a few per message for the template; images are not text
+/// (their base64 would count a thousand times what the model sees).
+fn conversation_tokens(chat: &Map<String, Value>) -> usize {
+    use oap_bridge::tokens::estimate;
+    const PER_MESSAGE: usize = 4;
+    chat.get("messages")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_object)
+        .map(|message| {
+            message
+                .iter()
+                .filter(|(key, _)| key.as_str() != "images")
+                .map(|(_, value)| match value {
+                    Value::String(text) => estimate(text),
+                    other => estimate(&other.to_string()),
+                })
+                .sum::<usize>()
+                + PER_MESSAGE
+        })
+        .sum()
 }
 
 /// An upstream failure as Ollama itself would answer: `{"error": "..."}`,

@@ -49,11 +49,11 @@ fn not_found(id: &str) -> Response<Body> {
     )
 }
 
-/// Who may delete entries: anyone who passed the bearer token when one is
-/// configured; without a token only a loopback client (the operator on the
-/// box), never an unauthenticated LAN client.
-pub fn operator_allowed(token_configured: bool, peer: Option<std::net::SocketAddr>) -> bool {
-    token_configured || peer.is_some_and(|p| p.ip().is_loopback())
+/// Who may delete entries: a request carrying the configured bearer token;
+/// otherwise only a loopback client (the operator on the box), never an
+/// unauthenticated LAN client (nor one let in by `server.trusted_clients`).
+pub fn operator_allowed(carries_token: bool, peer: Option<std::net::SocketAddr>) -> bool {
+    carries_token || peer.is_some_and(|p| p.ip().is_loopback())
 }
 
 /// `/v1/experience` when the cache is off.

@@ -239,6 +239,13 @@ fn build_api(
             auth_token: config.server.auth_token.clone(),
             cors_origins: config.server.cors_origins.clone(),
             allowed_hosts: config.server.allowed_hosts.clone(),
+            trusted_clients: config
+                .server
+                .trusted_clients
+                .iter()
+                .map(|range| range.parse())
+                .collect::<Result<_, _>>()
+                .context("server.trusted_clients")?,
         },
         model,
         rebuilder,

@@ -101,17 +101,32 @@ pub fn start_crawler(
     Ok((crawler, tasks))
 }
 
+/// The client for `ollama.base_url`: TLS with `ollama.ca_file` for an
+/// `https://` URL, `ollama.api_key` on every request, each response head
+/// awaited at most `head_timeout`.
+pub fn upstream(config: &Config, head_timeout: Duration) -> anyhow::Result<Upstream> {
+    let o = &config.ollama;
+    let ca_pem = match &o.ca_file {
+        None => None,
+        Some(path) => Some(
+            crate::files::read_regular(path, crate::crawl::MAX_CA_FILE_BYTES)
+                .with_context(|| format!("ollama.ca_file: cannot read {}", path.display()))?,
+        ),
+    };
+    let options = oap_bridge::upstream::UpstreamOptions {
+        ca_pem,
+        api_key: o.api_key.clone(),
+    };
+    Upstream::with_options(&o.base_url, head_timeout, &options).context("ollama.base_url")
+}
+
 /// The chat bridge and pass-through wiring for `config`.
 pub fn chat_service(
     config: &Config,
     engine: Arc<Engine>,
     mcp: Option<oap_mcp::Hub>,
 ) -> anyhow::Result<ChatService> {
-    let upstream = Upstream::new(
-        &config.ollama.base_url,
-        Duration::from_secs(config.ollama.timeout),
-    )
-    .context("ollama.base_url")?;
+    let upstream = upstream(config, Duration::from_secs(config.ollama.timeout))?;
     let mut runner = crate::tools::ExecRunner::new(config).context("tool execution setup")?;
     if let Some(hub) = mcp {
         runner = runner.with_mcp(hub);

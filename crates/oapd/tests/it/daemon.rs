@@ -168,9 +168,15 @@ fn bad_requests_get_clear_json_errors_and_the_daemon_keeps_serving() {
         daemon.request("DELETE", "/v1/manifests", &[], b"").status,
         405
     );
+    // A path oapd does not serve is Ollama's: with no Ollama listening,
+    // the client is told so.
     let response = daemon.get("/v2/anything");
-    assert_eq!(response.status, 404);
-    assert!(response.error().contains("/v2/anything"));
+    assert_eq!(response.status, 502);
+    assert!(
+        response.error().contains("cannot reach Ollama"),
+        "{}",
+        response.error()
+    );
 
     // Garbage that is not HTTP at all.
     let _ = send_raw(daemon.addr, b"\x00\x01\x02 hello\r\n\r\n");
