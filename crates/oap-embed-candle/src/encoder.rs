@@ -43,7 +43,16 @@ impl Linear {
     }
 
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        x.matmul(&self.weight_t)?.broadcast_add(&self.bias)
+        // Computed as `(W x^T)^T`: the weight is then the left operand, read
+        // in place along its long output dimension (gemm's vector direction),
+        // and the few token rows are the narrow right operand. `x W^T` the
+        // other way round pads the token rows up to gemm's register tile.
+        self.weight_t
+            .t()?
+            .matmul(&x.t()?)?
+            .t()?
+            .contiguous()?
+            .broadcast_add(&self.bias)
     }
 }
 
