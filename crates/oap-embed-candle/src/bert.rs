@@ -2,7 +2,8 @@
 //!
 //! Pipeline (the same as sentence-transformers' `Transformer -> Pooling(mean)
 //! -> Normalize` for all-MiniLM-L6-v2, so scores match its published numbers):
-//! tokenize with truncation, run `BertModel`, average the token vectors that the
+//! tokenize with truncation, run the BERT encoder (`encoder.rs`, the network of
+//! candle-transformers' `BertModel`), average the token vectors that the
 //! attention mask marks as real, divide by the L2 norm.
 
 use std::fmt;
@@ -74,7 +75,7 @@ impl Default for EmbedOptions {
     }
 }
 
-/// Sentence embedder backed by candle-transformers' `BertModel` (CPU, F32).
+/// Sentence embedder: a BERT encoder on candle's CPU backend (F32).
 pub struct BertEmbedder {
     model: Encoder,
     tokenizer: Tokenizer,
