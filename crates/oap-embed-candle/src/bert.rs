@@ -2,7 +2,8 @@
 //!
 //! Pipeline (the same as sentence-transformers' `Transformer -> Pooling(mean)
 //! -> Normalize` for all-MiniLM-L6-v2, so scores match its published numbers):
-//! tokenize with truncation, run `BertModel`, average the token vectors that the
+//! tokenize with truncation, run the BERT encoder (`encoder.rs`, the network of
+//! candle-transformers' `BertModel`), average the token vectors that the
 //! attention mask marks as real, divide by the L2 norm.
 
 use std::fmt;
@@ -11,11 +12,13 @@ use std::time::Instant;
 
 use candle_core::{DType, Device, Tensor};
 use candle_nn::VarBuilder;
-use candle_transformers::models::bert::{BertModel, Config};
+use candle_transformers::models::bert::Config;
 use sha2::{Digest, Sha256};
 use tokenizers::{Encoding, Tokenizer, TruncationParams};
 
 use oap_embed::{EmbedError, Embedder};
+
+use crate::encoder::Encoder;
 
 /// File names of a sentence-transformers model directory, in the order they are
 /// hashed into the model id.
@@ -72,9 +75,9 @@ impl Default for EmbedOptions {
     }
 }
 
-/// Sentence embedder backed by candle-transformers' `BertModel` (CPU, F32).
+/// Sentence embedder: a BERT encoder on candle's CPU backend (F32).
 pub struct BertEmbedder {
-    model: BertModel,
+    model: Encoder,
     tokenizer: Tokenizer,
     device: Device,
     dim: usize,
@@ -197,7 +200,7 @@ impl BertEmbedder {
                 (digest, t.elapsed().as_secs_f64() * 1e3)
             });
             let model = VarBuilder::from_slice_safetensors(&weights, DType::F32, &device)
-                .and_then(|vb| BertModel::load(vb, &cfg));
+                .and_then(|vb| Encoder::load(vb, &cfg));
             let (digest, hash_ms) = match hasher.join() {
                 Ok(r) => r,
                 Err(panic) => std::panic::resume_unwind(panic),
@@ -320,18 +323,23 @@ impl BertEmbedder {
             ids[r * cols..r * cols + len].copy_from_slice(enc.get_ids());
             mask[r * cols..r * cols + len].fill(1);
         }
-        let ids = Tensor::from_vec(ids, (rows, cols), &self.device)?;
-        let mask = Tensor::from_vec(mask, (rows, cols), &self.device)?;
-        let type_ids = ids.zeros_like()?;
-        // Padded keys get a -inf-like bias inside BertModel, so real tokens never
-        // attend to padding and their hidden states do not depend on batch shape.
-        let hidden = self.model.forward(&ids, &type_ids, Some(&mask))?; // [B, T, D]
-        let m = mask.to_dtype(DType::F32)?.unsqueeze(2)?; // [B, T, 1]
-        let summed = hidden.broadcast_mul(&m)?.sum(1)?; // [B, D]
-                                                        // Same clamp as sentence-transformers' mean pooling: no 0/0 for a row
-                                                        // without tokens.
-        let counts = m.sum(1)?.clamp(1e-9f32, f32::MAX)?; // [B, 1]
-        let pooled: Vec<Vec<f32>> = summed.broadcast_div(&counts)?.to_vec2()?;
+        // A batch without padding (a single query, or texts of one length)
+        // needs no mask: every token is real.
+        let padded = batch.iter().any(|e| e.len() != cols);
+        let hidden = self
+            .model
+            .forward(&ids, rows, cols, padded.then_some(&mask[..]))?
+            .reshape((rows, cols, self.dim))?; // [B, T, D]
+        let pooled: Vec<Vec<f32>> = if padded {
+            let m = Tensor::from_vec(mask, (rows, cols, 1), &self.device)?.to_dtype(DType::F32)?;
+            let summed = hidden.broadcast_mul(&m)?.sum(1)?; // [B, D]
+                                                            // Same clamp as sentence-transformers' mean pooling: no 0/0 for a
+                                                            // row without tokens.
+            let counts = m.sum(1)?.clamp(1e-9f32, f32::MAX)?; // [B, 1]
+            summed.broadcast_div(&counts)?.to_vec2()?
+        } else {
+            hidden.mean(1)?.to_vec2()?
+        };
         Ok(pooled.into_iter().map(l2_normalise).collect())
     }
 }

@@ -10,5 +10,6 @@
 //! compiling any of this.
 
 mod bert;
+mod encoder;
 
 pub use bert::{BertEmbedder, EmbedOptions};

@@ -402,3 +402,75 @@ fn background_embedding_matches_and_runs_in_the_idle_class() {
     );
     assert!(e.embed_background(&[]).unwrap().is_empty());
 }
+
+/// candle-transformers' own `BertModel` over the same files, pooled and
+/// normalised like sentence-transformers: the reference the embedder's
+/// encoder (fused query/key/value, pre-transposed weights, no mask for an
+/// unpadded batch) must reproduce.
+fn reference_vectors(texts: &[&str]) -> Vec<Vec<f32>> {
+    use candle_core::{DType, Device, Tensor};
+    use candle_transformers::models::bert::{BertModel, Config};
+
+    let dir = require_model();
+    let cfg: Config = serde_json::from_slice(&fs::read(dir.join("config.json")).unwrap()).unwrap();
+    let weights = fs::read(dir.join("model.safetensors")).unwrap();
+    let vb =
+        candle_nn::VarBuilder::from_slice_safetensors(&weights, DType::F32, &Device::Cpu).unwrap();
+    let model = BertModel::load(vb, &cfg).unwrap();
+    let mut tokenizer = tokenizers::Tokenizer::from_file(dir.join("tokenizer.json")).unwrap();
+    tokenizer.with_padding(None);
+    tokenizer
+        .with_truncation(Some(tokenizers::TruncationParams {
+            max_length: 256,
+            ..Default::default()
+        }))
+        .unwrap();
+    texts
+        .iter()
+        .map(|t| {
+            let enc = tokenizer.encode(*t, true).unwrap();
+            let ids = Tensor::new(enc.get_ids(), &Device::Cpu)
+                .unwrap()
+                .unsqueeze(0)
+                .unwrap();
+            let hidden = model
+                .forward(&ids, &ids.zeros_like().unwrap(), None)
+                .unwrap();
+            let v: Vec<f32> = hidden
+                .mean(1)
+                .unwrap()
+                .squeeze(0)
+                .unwrap()
+                .to_vec1()
+                .unwrap();
+            let n = norm(&v).max(1e-12);
+            v.iter().map(|x| (f64::from(*x) / n) as f32).collect()
+        })
+        .collect()
+}
+
+#[test]
+fn encoder_matches_candle_bert_model() {
+    let e = embedder();
+    let long = words(300);
+    let texts = [
+        "how many words are in this sentence",
+        "convert a png image to pdf",
+        "Ünïcödé façade — naïve café 東京",
+        "a",
+        long.as_str(),
+    ];
+    let reference = reference_vectors(&texts);
+    // Alone (no padding, no mask) and as one padded batch (with a mask).
+    let batch = e.embed(&texts).unwrap();
+    let mut worst = 0f32;
+    for ((t, r), b) in texts.iter().zip(&reference).zip(&batch) {
+        let single = e.embed_one(t).unwrap();
+        worst = worst.max(max_abs_diff(&single, r)).max(max_abs_diff(b, r));
+        assert!(
+            max_abs_diff(&single, r) < 1e-5 && max_abs_diff(b, r) < 1e-5,
+            "{t:?} differs from BertModel's vector"
+        );
+    }
+    println!("max |encoder - BertModel| = {worst:e}");
+}

@@ -1,0 +1,238 @@
+//! The BERT encoder, written for sentence embedding on a small CPU.
+//!
+//! The same network as candle-transformers' `BertModel` (absolute position
+//! embeddings, post-norm layers, the activation the config names), with three differences that
+//! matter for one short query on two cores:
+//!
+//! - query, key and value are one fused linear layer (one matmul instead of
+//!   three per layer);
+//! - every linear layer works on a 2-D `[tokens, features]` tensor with its
+//!   weight stored pre-transposed (`[in, out]`, contiguous), so no matmul
+//!   transposes or broadcasts a weight per call;
+//! - a single text runs without an attention mask (there is no padding to
+//!   hide), which skips building and adding the mask.
+
+use candle_core::{DType, Device, Module, Result, Tensor};
+use candle_nn::{Embedding, LayerNorm, VarBuilder};
+use candle_transformers::models::bert::{Config, HiddenAct};
+
+/// A linear layer `y = x W^T + b` on a 2-D input.
+struct Linear {
+    /// `W^T`, `[in, out]`, contiguous.
+    weight_t: Tensor,
+    bias: Tensor,
+}
+
+impl Linear {
+    /// Loads `weight` (`[out, in]`) and `bias` (`[out]`) from one or more
+    /// prefixes; several prefixes are stacked along the output dimension
+    /// (the fused query/key/value layer).
+    fn load(vbs: &[VarBuilder], in_dim: usize, out_dim: usize) -> Result<Self> {
+        let mut weights = Vec::with_capacity(vbs.len());
+        let mut biases = Vec::with_capacity(vbs.len());
+        for vb in vbs {
+            weights.push(vb.get((out_dim, in_dim), "weight")?);
+            biases.push(vb.get(out_dim, "bias")?);
+        }
+        let w = Tensor::cat(&weights, 0)?; // [out * n, in]
+        let bias = Tensor::cat(&biases, 0)?;
+        Ok(Self {
+            weight_t: w.t()?.contiguous()?,
+            bias,
+        })
+    }
+
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        // Computed as `(W x^T)^T`: the weight is then the left operand, read
+        // in place along its long output dimension (gemm's vector direction),
+        // and the few token rows are the narrow right operand. `x W^T` the
+        // other way round pads the token rows up to gemm's register tile.
+        self.weight_t
+            .t()?
+            .matmul(&x.t()?)?
+            .t()?
+            .contiguous()?
+            .broadcast_add(&self.bias)
+    }
+}
+
+struct Layer {
+    qkv: Linear,
+    attn_out: Linear,
+    attn_norm: LayerNorm,
+    up: Linear,
+    down: Linear,
+    out_norm: LayerNorm,
+}
+
+/// The encoder: token ids in, last hidden states out.
+pub(crate) struct Encoder {
+    word: Embedding,
+    position: Tensor,
+    token_type0: Tensor,
+    emb_norm: LayerNorm,
+    layers: Vec<Layer>,
+    heads: usize,
+    head_dim: usize,
+    hidden: usize,
+    act: HiddenAct,
+    device: Device,
+}
+
+fn layer_norm(vb: VarBuilder, dim: usize, eps: f64) -> Result<LayerNorm> {
+    Ok(LayerNorm::new(
+        vb.get(dim, "weight")?,
+        vb.get(dim, "bias")?,
+        eps,
+    ))
+}
+
+impl Encoder {
+    /// Loads the weights candle-transformers' `BertModel` would load (with
+    /// or without a `bert.` / `<model_type>.` prefix).
+    pub(crate) fn load(vb: VarBuilder, cfg: &Config) -> Result<Self> {
+        let vb = if vb.contains_tensor("bert.embeddings.word_embeddings.weight") {
+            vb.pp("bert")
+        } else if let Some(prefix) = cfg
+            .model_type
+            .as_deref()
+            .filter(|p| vb.contains_tensor(&format!("{p}.embeddings.word_embeddings.weight")))
+        {
+            vb.pp(prefix)
+        } else {
+            vb
+        };
+        let d = cfg.hidden_size;
+        let eps = cfg.layer_norm_eps;
+        let emb = vb.pp("embeddings");
+        let word = Embedding::new(
+            emb.pp("word_embeddings")
+                .get((cfg.vocab_size, d), "weight")?,
+            d,
+        );
+        let position = emb
+            .pp("position_embeddings")
+            .get((cfg.max_position_embeddings, d), "weight")?;
+        let token_type0 = emb
+            .pp("token_type_embeddings")
+            .get((cfg.type_vocab_size, d), "weight")?
+            .narrow(0, 0, 1)?
+            .contiguous()?;
+        let emb_norm = layer_norm(emb.pp("LayerNorm"), d, eps)?;
+        let mut layers = Vec::with_capacity(cfg.num_hidden_layers);
+        for i in 0..cfg.num_hidden_layers {
+            let l = vb.pp(format!("encoder.layer.{i}"));
+            let att = l.pp("attention");
+            let s = att.pp("self");
+            layers.push(Layer {
+                qkv: Linear::load(&[s.pp("query"), s.pp("key"), s.pp("value")], d, d)?,
+                attn_out: Linear::load(&[att.pp("output").pp("dense")], d, d)?,
+                attn_norm: layer_norm(att.pp("output").pp("LayerNorm"), d, eps)?,
+                up: Linear::load(
+                    &[l.pp("intermediate").pp("dense")],
+                    d,
+                    cfg.intermediate_size,
+                )?,
+                down: Linear::load(&[l.pp("output").pp("dense")], cfg.intermediate_size, d)?,
+                out_norm: layer_norm(l.pp("output").pp("LayerNorm"), d, eps)?,
+            });
+        }
+        Ok(Self {
+            word,
+            position,
+            token_type0,
+            emb_norm,
+            layers,
+            heads: cfg.num_attention_heads,
+            head_dim: d / cfg.num_attention_heads,
+            hidden: d,
+            act: cfg.hidden_act,
+            device: vb.device().clone(),
+        })
+    }
+
+    /// Hidden states `[rows * cols, hidden]` for `rows` sequences of `cols`
+    /// token ids each (row-major). `mask` (same shape as `ids`, 1 for a real
+    /// token, 0 for padding) is needed only when some row is padded.
+    pub(crate) fn forward(
+        &self,
+        ids: &[u32],
+        rows: usize,
+        cols: usize,
+        mask: Option<&[u32]>,
+    ) -> Result<Tensor> {
+        let ids = Tensor::from_slice(ids, rows * cols, &self.device)?;
+        // Embeddings: word + position + token type 0, then LayerNorm.
+        let x = self
+            .word
+            .forward(&ids)?
+            .reshape((rows, cols, self.hidden))?;
+        let pos = self.position.narrow(0, 0, cols)?;
+        let x = x
+            .broadcast_add(&pos)?
+            .broadcast_add(&self.token_type0)?
+            .reshape((rows * cols, self.hidden))?;
+        let mut x = self.emb_norm.forward(&x)?;
+
+        // Padded keys get the same large negative bias BertModel adds, so a
+        // real token never attends to padding.
+        let bias = match mask {
+            Some(mask) => {
+                let m = Tensor::from_slice(mask, (rows, 1, 1, cols), &self.device)?
+                    .to_dtype(DType::F32)?;
+                Some(((1.0 - m)? * f64::from(f32::MIN))?)
+            }
+            None => None,
+        };
+        let scale = 1.0 / (self.head_dim as f64).sqrt();
+        for layer in &self.layers {
+            x = self.layer(layer, &x, rows, cols, bias.as_ref(), scale)?;
+        }
+        Ok(x)
+    }
+
+    fn layer(
+        &self,
+        layer: &Layer,
+        x: &Tensor,
+        rows: usize,
+        cols: usize,
+        bias: Option<&Tensor>,
+        scale: f64,
+    ) -> Result<Tensor> {
+        let (h, hd, d) = (self.heads, self.head_dim, self.hidden);
+        let qkv = layer.qkv.forward(x)?; // [R*C, 3D]
+        let qkv = qkv.reshape((rows, cols, 3, h, hd))?;
+        let split = |i: usize| -> Result<Tensor> {
+            // [R, C, H, hd] -> [R, H, C, hd]
+            qkv.narrow(2, i, 1)?
+                .squeeze(2)?
+                .transpose(1, 2)?
+                .contiguous()
+        };
+        let q = split(0)?;
+        let k = split(1)?;
+        let v = split(2)?;
+        let scores = (q.matmul(&k.t()?)? * scale)?; // [R, H, C, C]
+        let scores = match bias {
+            Some(b) => scores.broadcast_add(b)?,
+            None => scores,
+        };
+        let probs = candle_nn::ops::softmax_last_dim(&scores)?;
+        let ctx = probs
+            .matmul(&v)? // [R, H, C, hd]
+            .transpose(1, 2)?
+            .contiguous()?
+            .reshape((rows * cols, d))?;
+        let attn = layer.attn_out.forward(&ctx)?;
+        let x = layer.attn_norm.forward(&(attn + x)?)?;
+        let up = layer.up.forward(&x)?;
+        let up = match self.act {
+            HiddenAct::Gelu => up.gelu_erf()?,
+            HiddenAct::GeluApproximate => up.gelu()?,
+            HiddenAct::Relu => up.relu()?,
+        };
+        let down = layer.down.forward(&up)?;
+        layer.out_norm.forward(&(down + x)?)
+    }
+}
