@@ -214,7 +214,11 @@ impl std::fmt::Debug for Executor {
     }
 }
 
-fn tls_config(extra: &[CertificateDer<'static>]) -> Result<Arc<rustls::ClientConfig>, ExecError> {
+/// The TLS client configuration of every outbound client: rustls with ring,
+/// the compiled-in Mozilla roots plus `extra`, HTTP/1.1.
+pub fn tls_config(
+    extra: &[CertificateDer<'static>],
+) -> Result<Arc<rustls::ClientConfig>, ExecError> {
     let mut roots = rustls::RootCertStore::empty();
     roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
     for cert in extra {

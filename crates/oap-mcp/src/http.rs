@@ -91,20 +91,7 @@ impl Client {
         }
         let tls = match &ctx.tls {
             Some(tls) => tls.clone(),
-            None => {
-                let roots = rustls::RootCertStore {
-                    roots: webpki_roots::TLS_SERVER_ROOTS.to_vec(),
-                };
-                Arc::new(
-                    rustls::ClientConfig::builder_with_provider(Arc::new(
-                        rustls::crypto::ring::default_provider(),
-                    ))
-                    .with_safe_default_protocol_versions()
-                    .map_err(|e| e.to_string())?
-                    .with_root_certificates(roots)
-                    .with_no_client_auth(),
-                )
-            }
+            None => oap_exec::tls_config(&[]).map_err(|e| e.to_string())?,
         };
         Ok(Self {
             resolver: ctx.resolver.clone(),
