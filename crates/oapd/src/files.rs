@@ -54,6 +54,17 @@ pub fn describe(ft: FileType) -> &'static str {
     }
 }
 
+/// Largest CA bundle read for `ollama.ca_file`, `tools.ca_file` and
+/// `crawler.ca_file` (a PEM bundle of every public root is about 200 KiB).
+pub const MAX_CA_FILE_BYTES: u64 = 1 << 20;
+
+/// Reads the PEM bundle the operator configured under `key` (for example
+/// `tools.ca_file`); the error names the key and the path.
+pub fn read_ca_file(key: &str, path: &Path) -> anyhow::Result<Vec<u8>> {
+    read_regular(path, MAX_CA_FILE_BYTES)
+        .map_err(|e| anyhow::anyhow!("{key}: cannot read {}: {e}", path.display()))
+}
+
 /// Reads `path` (symbolic links followed) if it is a regular file of at
 /// most `cap` bytes.
 #[allow(

@@ -117,8 +117,7 @@ impl ExecRunner {
             executor = executor.with_credentials(store);
         }
         if let Some(path) = &tools.ca_file {
-            let pem = crate::files::read_regular(path, crate::crawl::MAX_CA_FILE_BYTES)
-                .with_context(|| format!("tools.ca_file: cannot read {}", path.display()))?;
+            let pem = crate::files::read_ca_file("tools.ca_file", path)?;
             executor = executor
                 .with_extra_roots_pem(&pem)
                 .with_context(|| format!("tools.ca_file {}", path.display()))?;

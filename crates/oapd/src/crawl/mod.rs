@@ -26,10 +26,6 @@ pub mod txt_dns;
 /// Largest seeds file read.
 pub const MAX_SEEDS_FILE_BYTES: u64 = 1 << 20;
 
-/// Largest `crawler.ca_file` read (a PEM bundle of every public root is
-/// about 200 KiB).
-pub const MAX_CA_FILE_BYTES: u64 = 1 << 20;
-
 /// `crawler.hosts` first, then the system resolver.
 struct HostsResolver {
     table: HashMap<String, IpAddr>,
@@ -82,8 +78,7 @@ pub fn build_for(config: &Config, internet: bool) -> anyhow::Result<Crawler> {
         table: table.clone(),
     }));
     if let Some(ca_file) = &c.ca_file {
-        let pem = crate::files::read_regular(ca_file, MAX_CA_FILE_BYTES)
-            .with_context(|| format!("crawler.ca_file: cannot read {}", ca_file.display()))?;
+        let pem = crate::files::read_ca_file("crawler.ca_file", ca_file)?;
         executor = executor
             .with_extra_roots_pem(&pem)
             .with_context(|| format!("crawler.ca_file {}", ca_file.display()))?;

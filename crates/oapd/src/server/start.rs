@@ -108,10 +108,7 @@ pub fn upstream(config: &Config, head_timeout: Duration) -> anyhow::Result<Upstr
     let o = &config.ollama;
     let ca_pem = match &o.ca_file {
         None => None,
-        Some(path) => Some(
-            crate::files::read_regular(path, crate::crawl::MAX_CA_FILE_BYTES)
-                .with_context(|| format!("ollama.ca_file: cannot read {}", path.display()))?,
-        ),
+        Some(path) => Some(crate::files::read_ca_file("ollama.ca_file", path)?),
     };
     let options = oap_bridge::upstream::UpstreamOptions {
         ca_pem,
