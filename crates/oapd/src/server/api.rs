@@ -63,28 +63,75 @@ pub struct Api {
     pub mcp: Option<Arc<super::mcp::McpServer>>,
 }
 
-/// Whether oapd answers `path` itself: its own API and the chat routes it
-/// bridges. Every other path is Ollama's and is forwarded untouched
+/// The endpoint a path names: one table for routing and for which
+/// deadline bounds a request. oapd answers its own API and the chat routes
+/// it bridges; every other path is Ollama's and is forwarded untouched
 /// (streamed both ways), after the same Host, Origin and token checks.
-fn is_own_route(path: &str) -> bool {
-    const EXACT: &[&str] = &[
-        "/health",
-        "/mcp",
-        "/api/chat",
-        "/v1/chat",
-        "/v1/chat/completions",
-        "/v1/responses",
-        "/v1/discover",
-        "/v1/tools",
-        "/v1/mcp/status",
-        "/v1/crawl/status",
-    ];
-    const TREES: &[&str] = &["/v1/manifests", "/v1/validation", "/v1/experience"];
-    EXACT.contains(&path)
-        || TREES.iter().any(|tree| {
-            path.strip_prefix(tree)
-                .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
-        })
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Route {
+    Health,
+    Discover,
+    Mcp,
+    /// `/api/chat`, Ollama's own chat.
+    OllamaChat,
+    /// `/v1/chat`, the same chat under oapd's API.
+    BridgeChat,
+    OpenAiChat,
+    Responses,
+    Tools,
+    McpStatus,
+    CrawlStatus,
+    Register,
+    Manifests,
+    /// `/v1/manifests/<id>`.
+    Manifest,
+    Validation,
+    /// `/v1/validation/<model>`.
+    ValidationRecord,
+    /// `/v1/experience` and everything under it.
+    Experience,
+    /// Anything else: Ollama's.
+    Ollama,
+}
+
+impl Route {
+    fn of(path: &str) -> Route {
+        match path {
+            "/health" => Route::Health,
+            "/v1/discover" => Route::Discover,
+            "/mcp" => Route::Mcp,
+            "/api/chat" => Route::OllamaChat,
+            "/v1/chat" => Route::BridgeChat,
+            "/v1/chat/completions" => Route::OpenAiChat,
+            "/v1/responses" => Route::Responses,
+            "/v1/tools" => Route::Tools,
+            "/v1/mcp/status" => Route::McpStatus,
+            "/v1/crawl/status" => Route::CrawlStatus,
+            "/v1/manifests/register" => Route::Register,
+            "/v1/manifests" => Route::Manifests,
+            "/v1/validation" => Route::Validation,
+            "/v1/experience" => Route::Experience,
+            p if p.starts_with("/v1/manifests/") => Route::Manifest,
+            p if p.starts_with("/v1/validation/") => Route::ValidationRecord,
+            p if p.starts_with("/v1/experience/") => Route::Experience,
+            _ => Route::Ollama,
+        }
+    }
+
+    /// Whether `server.request_timeout` bounds the request. Chats have
+    /// `ollama.chat_deadline`, Ollama's routes `ollama.timeout`, and an MCP
+    /// tool call the tool's own timeout.
+    fn bounded_by_request_timeout(self) -> bool {
+        !matches!(
+            self,
+            Route::OllamaChat
+                | Route::BridgeChat
+                | Route::OpenAiChat
+                | Route::Responses
+                | Route::Mcp
+                | Route::Ollama
+        )
+    }
 }
 
 #[derive(Debug, Deserialize)]
@@ -96,14 +143,7 @@ struct DiscoverRequest {
 
 impl Handler for Api {
     fn bounded_by_request_timeout(&self, request: &Request<Incoming>) -> bool {
-        let path = request.uri().path();
-        // Chats have ollama.chat_deadline, Ollama's routes ollama.timeout,
-        // and an MCP tool call the tool's own timeout.
-        is_own_route(path)
-            && !matches!(
-                path,
-                "/api/chat" | "/v1/chat" | "/v1/chat/completions" | "/v1/responses" | "/mcp"
-            )
+        Route::of(request.uri().path()).bounded_by_request_timeout()
     }
 
     async fn handle(self: Arc<Self>, request: Request<Incoming>) -> Response<Body> {
@@ -192,12 +232,12 @@ impl Api {
         let operator = self.bearer_matches(&request);
         let path = request.uri().path().to_string();
         let method = request.method().clone();
-        let response = match (path.as_str(), &method) {
-            ("/health", &Method::GET) => self.health(),
-            ("/health", _) => method_not_allowed("GET"),
-            ("/v1/discover", &Method::POST) => self.discover(request).await,
-            ("/v1/discover", _) => method_not_allowed("POST"),
-            ("/mcp", m) => match &self.mcp {
+        let response = match (Route::of(&path), &method) {
+            (Route::Health, &Method::GET) => self.health(),
+            (Route::Health, _) => method_not_allowed("GET"),
+            (Route::Discover, &Method::POST) => self.discover(request).await,
+            (Route::Discover, _) => method_not_allowed("POST"),
+            (Route::Mcp, m) => match &self.mcp {
                 None => http::error(
                     StatusCode::NOT_FOUND,
                     "the MCP server is disabled (mcp_server.enabled: false)",
@@ -206,44 +246,43 @@ impl Api {
                 Some(_) if m != Method::POST => method_not_allowed("POST"),
                 Some(mcp) => mcp.handle(request).await,
             },
-            ("/api/chat", &Method::POST) => self.chat.ollama_chat(request).await,
-            ("/v1/chat", &Method::POST) | ("/v1/tools", &Method::POST)
-                if !self.chat.settings.enabled =>
+            (Route::OllamaChat, &Method::POST) => self.chat.ollama_chat(request).await,
+            (Route::BridgeChat | Route::Tools, &Method::POST) if !self.chat.settings.enabled =>
             {
                 http::error(
                     StatusCode::NOT_FOUND,
                     "the tool bridge is disabled (tool_bridge.enabled: false)",
                 )
             }
-            ("/v1/chat", &Method::POST) => self.chat.ollama_chat(request).await,
-            ("/v1/chat/completions", &Method::POST) => self.chat.openai_chat(request).await,
-            ("/v1/chat/completions", _) => method_not_allowed("POST"),
-            ("/v1/responses", &Method::POST) => {
+            (Route::BridgeChat, &Method::POST) => self.chat.ollama_chat(request).await,
+            (Route::OpenAiChat, &Method::POST) => self.chat.openai_chat(request).await,
+            (Route::OpenAiChat, _) => method_not_allowed("POST"),
+            (Route::Responses, &Method::POST) => {
                 crate::server::responses::handle(&self.chat, request).await
             }
-            ("/v1/responses", _) => method_not_allowed("POST"),
-            ("/v1/tools", &Method::POST) => {
+            (Route::Responses, _) => method_not_allowed("POST"),
+            (Route::Tools, &Method::POST) => {
                 self.chat
                     .tools_endpoint(request, self.settings.max_task_bytes)
                     .await
             }
-            ("/api/chat", _) | ("/v1/chat", _) | ("/v1/tools", _) => method_not_allowed("POST"),
-            (p, _) if !is_own_route(p) => self.chat.passthrough(request).await,
-            ("/v1/validation", &Method::GET) => {
+            (Route::OllamaChat | Route::BridgeChat | Route::Tools, _) => method_not_allowed("POST"),
+            (Route::Ollama, _) => self.chat.passthrough(request).await,
+            (Route::Validation, &Method::GET) => {
                 http::json(StatusCode::OK, &json_records(&self.chat.validation))
             }
-            ("/v1/validation", _) => method_not_allowed("GET"),
-            (p, m) if p.starts_with("/v1/validation/") => {
+            (Route::Validation, _) => method_not_allowed("GET"),
+            (Route::ValidationRecord, m) => {
                 if m == Method::GET {
                     validation_record(
                         &self.chat.validation,
-                        &percent_decode(p.strip_prefix("/v1/validation/").unwrap_or_default()),
+                        &percent_decode(path.strip_prefix("/v1/validation/").unwrap_or_default()),
                     )
                 } else {
                     method_not_allowed("GET")
                 }
             }
-            (p, m) if p == "/v1/experience" || p.starts_with("/v1/experience/") => {
+            (Route::Experience, m) => {
                 let peer = request.extensions().get::<http::PeerAddr>().map(|p| p.0);
                 match &self.chat.experience {
                     Some(_) if m == Method::DELETE
@@ -258,44 +297,41 @@ impl Api {
                         crate::server::experience::route(
                             experience,
                             m,
-                            p.strip_prefix("/v1/experience").unwrap_or_default(),
+                            path.strip_prefix("/v1/experience").unwrap_or_default(),
                         )
                     }
                     None => crate::server::experience::disabled(),
                 }
             }
-            ("/v1/mcp/status", &Method::GET) => {
+            (Route::McpStatus, &Method::GET) => {
                 http::json(StatusCode::OK, &self.mcp_servers.status())
             }
-            ("/v1/mcp/status", _) => method_not_allowed("GET"),
-            ("/v1/crawl/status", &Method::GET) => http::json(
+            (Route::McpStatus, _) => method_not_allowed("GET"),
+            (Route::CrawlStatus, &Method::GET) => http::json(
                 StatusCode::OK,
                 &super::crawl::status_json(self.crawler.as_deref(), self.crawler.is_some()),
             ),
-            ("/v1/crawl/status", _) => method_not_allowed("GET"),
-            ("/v1/manifests/register", &Method::POST)
-                if self.settings.auth_token.is_some() && !operator =>
+            (Route::CrawlStatus, _) => method_not_allowed("GET"),
+            (Route::Register, &Method::POST) if self.settings.auth_token.is_some() && !operator =>
             {
                 http::error(
                     StatusCode::FORBIDDEN,
                     "registration needs the operator's bearer token (a server.trusted_clients address is not enough)",
                 )
             }
-            ("/v1/manifests/register", &Method::POST) => {
+            (Route::Register, &Method::POST) => {
                 super::crawl::register(self.clone(), request).await
             }
-            ("/v1/manifests/register", _) => method_not_allowed("POST"),
-            ("/v1/manifests", &Method::GET) => self.list(),
-            ("/v1/manifests", _) => method_not_allowed("GET"),
-            (p, m) if p.starts_with("/v1/manifests/") => {
+            (Route::Register, _) => method_not_allowed("POST"),
+            (Route::Manifests, &Method::GET) => self.list(),
+            (Route::Manifests, _) => method_not_allowed("GET"),
+            (Route::Manifest, m) => {
                 if m == Method::GET {
-                    self.get_manifest(p.strip_prefix("/v1/manifests/").unwrap_or_default())
+                    self.get_manifest(path.strip_prefix("/v1/manifests/").unwrap_or_default())
                 } else {
                     method_not_allowed("GET")
                 }
             }
-            // Unreachable: every path is oapd's own or Ollama's.
-            _ => http::error(StatusCode::NOT_FOUND, format!("no such endpoint: {path}")),
         };
         tracing::debug!(%method, %path, status = response.status().as_u16(), "request");
         response
