@@ -14,6 +14,8 @@
 //! - [`resolver`]: a stub name resolver for oap-exec's executor;
 //! - [`manifest_web`]: fake manifest publishers for crawler tests;
 //! - [`mdns_device`]: a LAN device advertising manifests over mDNS;
+//! - [`script_server`]: a loopback server run as a child script (the MCP
+//!   SDK's echo server), over TLS with a [`pki`] certificate;
 //! - [`stats`] and [`rss`]: percentiles and resident memory, for benchmarks.
 
 #![allow(
@@ -39,6 +41,7 @@ pub mod pki;
 #[cfg(feature = "exec")]
 pub mod resolver;
 pub mod rss;
+pub mod script_server;
 #[cfg(feature = "tls")]
 pub mod server;
 pub mod stats;

@@ -1,49 +1,20 @@
 //! URL servers: the SDK's echo server over streamable HTTP on loopback, and
 //! the address rule refusing a name that resolves to loopback.
 
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
 use std::sync::Arc;
 
 use oap_mcp::{Hub, State};
 use oap_testkit::resolver::StubResolver;
+use oap_testkit::script_server::ScriptServer;
 use serde_json::{json, Map};
 
 use crate::common::*;
 
-/// The SDK echo server over streamable HTTP; killed on drop.
-struct HttpServer {
-    child: Child,
-    port: u16,
-}
-
-impl HttpServer {
-    fn start(python: &str, mode: &str) -> Self {
-        Self::start_with(python, &[mode])
-    }
-
-    fn start_with(python: &str, args: &[&str]) -> Self {
-        let mut child = Command::new(python)
-            .arg(script("echo_server.py"))
-            .args(args)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        let port = line.trim().strip_prefix("PORT ").unwrap().parse().unwrap();
-        Self { child, port }
-    }
-}
-
-impl Drop for HttpServer {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+/// The SDK echo server over streamable HTTP (`mode` "http") or legacy SSE
+/// ("sse"); killed on drop.
+fn echo_server(python: &str, mode: &str) -> ScriptServer {
+    ScriptServer::start(python, Path::new(&script("echo_server.py")), &[mode])
 }
 
 #[tokio::test]
@@ -52,7 +23,7 @@ async fn streamable_http_on_loopback_with_local_trust() {
         available("the MCP Python SDK (target/pyclients)", false);
         return;
     };
-    let server = HttpServer::start(&python, "http");
+    let server = echo_server(&python, "http");
     let hub = hub();
     hub.apply(vec![spec(
         "web",
@@ -74,20 +45,11 @@ async fn streamable_http_on_loopback_with_local_trust() {
     hub.shutdown().await;
 }
 
-/// The echo server over TLS with a certificate from a fresh test CA; the
-/// PEM files live as long as the returned directory.
-fn https_server(python: &str) -> (HttpServer, oap_testkit::pki::Pki, tempfile::TempDir) {
+/// The echo server over TLS with a certificate from a fresh test CA.
+fn https_server(python: &str) -> (ScriptServer, oap_testkit::pki::Pki) {
     let pki = oap_testkit::pki::Pki::new(&["127.0.0.1"]);
-    let dir = tempfile::tempdir().unwrap();
-    let cert = dir.path().join("cert.pem");
-    let key = dir.path().join("key.pem");
-    std::fs::write(&cert, &pki.cert_pem).unwrap();
-    std::fs::write(&key, &pki.key_pem).unwrap();
-    let server = HttpServer::start_with(
-        python,
-        &["https", cert.to_str().unwrap(), key.to_str().unwrap()],
-    );
-    (server, pki, dir)
+    let server = ScriptServer::start_tls(python, Path::new(&script("echo_server.py")), &pki);
+    (server, pki)
 }
 
 #[tokio::test]
@@ -96,7 +58,7 @@ async fn streamable_http_over_tls_trusts_the_operators_ca() {
         available("the MCP Python SDK (target/pyclients)", false);
         return;
     };
-    let (server, pki, _dir) = https_server(&python);
+    let (server, pki) = https_server(&python);
     // The TLS configuration the daemon hands the hub: the HTTP tools'
     // executor with the operator's CA file added.
     let executor = oap_exec::Executor::new(oap_exec::ExecPolicy::default())
@@ -129,7 +91,7 @@ async fn a_certificate_from_an_unknown_ca_fails_the_server_with_a_tls_error() {
         available("the MCP Python SDK (target/pyclients)", false);
         return;
     };
-    let (server, _pki, _dir) = https_server(&python);
+    let (server, _pki) = https_server(&python);
     // Only the built-in Mozilla roots: the test CA is not among them.
     let hub = hub();
     hub.apply(vec![spec(
@@ -188,7 +150,7 @@ async fn legacy_sse_on_loopback_with_local_trust() {
         available("the MCP Python SDK (target/pyclients)", false);
         return;
     };
-    let server = HttpServer::start(&python, "sse");
+    let server = echo_server(&python, "sse");
     let hub = hub();
     hub.apply(vec![spec(
         "old",

@@ -566,50 +566,16 @@ fn an_mcp_servers_tool_is_discovered_and_invoked_through_oapds_own_mcp_endpoint(
     assert!(text.contains("on"), "the missing argument is named: {text}");
 }
 
-/// The SDK's echo server over TLS with a certificate of a fresh test CA;
-/// killed on drop.
-struct HttpsEchoServer {
-    child: std::process::Child,
-    port: u16,
-}
-
-impl HttpsEchoServer {
-    fn start(python: &str, pki: &oap_testkit::pki::Pki, dir: &Path) -> Self {
-        use std::io::BufRead;
-        let cert = dir.join("cert.pem");
-        let key = dir.join("key.pem");
-        std::fs::write(&cert, &pki.cert_pem).unwrap();
-        std::fs::write(&key, &pki.key_pem).unwrap();
-        let mut child = std::process::Command::new(python)
-            .arg(repo().join("tests/mcp/echo_server.py"))
-            .arg("https")
-            .args([&cert, &key])
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .unwrap();
-        let mut line = String::new();
-        std::io::BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        let port = line.trim().strip_prefix("PORT ").unwrap().parse().unwrap();
-        Self { child, port }
-    }
-}
-
-impl Drop for HttpsEchoServer {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 #[test]
 fn an_https_server_signed_by_the_operators_ca_is_indexed() {
     let Some(python) = sdk_python() else { return };
     let state = tempfile::tempdir().unwrap();
     let pki = oap_testkit::pki::Pki::new(&["127.0.0.1"]);
-    let server = HttpsEchoServer::start(&python, &pki, state.path());
+    let server = oap_testkit::script_server::ScriptServer::start_tls(
+        &python,
+        &repo().join("tests/mcp/echo_server.py"),
+        &pki,
+    );
     let ca_file = state.path().join("lan-ca.pem");
     std::fs::write(&ca_file, &pki.ca_pem).unwrap();
     let daemon = support::daemon()
