@@ -192,6 +192,11 @@ fn print_usage() {
 
 /// Workspace root: xtask lives one level below it.
 pub(crate) fn repo_root() -> PathBuf {
-    let manifest = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    // `cargo run` (the `cargo xtask` alias) sets the variable at run time
+    // too: read it first, so a binary built in another checkout sharing
+    // this target directory (CI's clone) still works on this one.
+    let manifest = std::env::var_os("CARGO_MANIFEST_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")));
     manifest.parent().map(PathBuf::from).unwrap_or(manifest)
 }
