@@ -214,7 +214,8 @@ def render(node, rng, lang):
         r = spec["range"]
         number = rng.randrange(int(r.get("from", 0)), int(r.get("to", 100)) + 1,
                                int(r.get("step", 1)))
-        return f"{number}%" if r.get("type") == "percentage" else str(number)
+        # Templates write the unit themselves ("{brightness}[%| percent]").
+        return str(number)
     return rng.choice(SAMPLES.get(node[1], DEFAULT_SAMPLES))
 
 
@@ -241,7 +242,10 @@ def build_ha(zf):
                 tree = parse_template(template)
                 for draw in range(DRAWS):
                     rng = random.Random(f"{SALT}:{name}:{template}:{draw}")
-                    text = re.sub(r"\s+", " ", render(tree, rng, lang)).strip()
+                    # ";" separates the parts of a hassil permutation, drawn
+                    # here in the order written.
+                    text = render(tree, rng, lang).replace(";", " ")
+                    text = re.sub(r"\s+", " ", text).strip()
                     if text and text.lower() not in seen:
                         seen.add(text.lower())
                         tasks.append({"query": text, "tools": [name]})
