@@ -1,6 +1,8 @@
-//! Retrieval quality benchmark: Recall@1/3/5 and MRR of the lexical, dense
-//! and hybrid modes over a labelled task set, plus how well the "no fitting
-//! capability" threshold separates negatives from positives.
+//! Retrieval quality benchmark: Recall@1/3/5, MRR and nDCG@10 of the
+//! lexical, dense and hybrid modes over a labelled task set (hybrid twice:
+//! abstaining on the cosine alone, as before lexical evidence counted, and
+//! the default), plus how well the "no fitting capability" score separates
+//! no-fit queries from fitting ones (AUROC, share abstained of each).
 //!
 //! ```text
 //! oap-bench retrieval \
@@ -27,7 +29,9 @@
 //! - `--embed-cache FILE`: reuse embeddings across runs (speeds up the BFCL
 //!   corpus; latency is still measured with the uncached model);
 //! - `--dump FILE`: per task, the top 32 hybrid candidates with their score
-//!   parts, as JSON lines, for offline analysis.
+//!   parts, as JSON lines, for offline analysis (`bench/fit_abstention.py`);
+//! - `--split tuning|evaluation`: only that half of a held-out corpus
+//!   (`bench/public_corpus.py`).
 //!
 //! R@k counts a task as hit if any expected name is in the top k (the
 //! source harness's reading); `all@3` is recall over the expected names.
@@ -429,9 +433,21 @@ pub fn run(args: Args) -> anyhow::Result<RetrievalReport> {
         args.lexical_weights.clone()
     };
     let mut runs: Vec<(String, Mode, Scoring)> = Vec::new();
-    for mode in [Mode::Lexical, Mode::Dense, Mode::Hybrid] {
+    for mode in [Mode::Lexical, Mode::Dense] {
         runs.push((format!("{mode:?}"), mode, config.scoring.clone()));
     }
+    // Hybrid as it was before abstention counted lexical evidence, then the
+    // default configuration.
+    let cosine_abstention = Scoring {
+        abstention_lexical_weight: 0.0,
+        ..config.scoring.clone()
+    };
+    runs.push((
+        "Hybrid (cosine abstention)".into(),
+        Mode::Hybrid,
+        cosine_abstention,
+    ));
+    runs.push(("Hybrid".into(), Mode::Hybrid, config.scoring.clone()));
     for &w in weights.iter().skip(1) {
         let scoring = Scoring {
             lexical_weight: w,
@@ -464,7 +480,7 @@ pub fn run(args: Args) -> anyhow::Result<RetrievalReport> {
                 .collect();
             let top = scored
                 .first()
-                .map_or(f32::MIN, |s| scoring.abstention_score(&s.1));
+                .map_or(f32::MIN, |s| scoring.abstention_score(*mode, &s.1));
             let accepted = scored.first().is_some_and(|s| scoring.accepts(*mode, &s.1));
             if expected.is_empty() {
                 tally.negatives += 1;
