@@ -1,6 +1,9 @@
-//! `cargo xtask bench-retrieval [--bfcl-only|--shared-only]`: retrieval
-//! quality (`oap-bench retrieval`) on the shared task set and on the
-//! BFCL-derived corpus.
+//! `cargo xtask bench-retrieval [--bfcl-only|--shared-only|--public-only]`:
+//! retrieval quality (`oap-bench retrieval`) on the shared task set, on the
+//! BFCL-derived corpus and on the held-out public corpora
+//! (bench/public_corpus.py: Home Assistant intents, NESTFUL), whose
+//! `evaluation` split is what docs/BENCHMARKS.md reports and whose `tuning`
+//! split is the only one tuning may read.
 
 use std::path::Path;
 use std::process::Command;
@@ -22,7 +25,15 @@ pub fn run(args: &[String]) -> Result<()> {
         Ok(())
     };
     let only = args.first().map(String::as_str);
-    if only != Some("--bfcl-only") {
+    if let Some(flag) =
+        only.filter(|f| !matches!(*f, "--bfcl-only" | "--shared-only" | "--public-only"))
+    {
+        anyhow::bail!(
+            "bench-retrieval: unknown option {flag} (--bfcl-only, --shared-only, --public-only)"
+        );
+    }
+    let wants = |corpus: &str| only.is_none() || only == Some(corpus);
+    if wants("--shared-only") {
         println!(
             "== corpus (a): bench/discovery-tasks.jsonl over tests/fixtures/reference-manifests"
         );
@@ -40,7 +51,7 @@ pub fn run(args: &[String]) -> Result<()> {
             "--curve",
         ]))?;
     }
-    if only != Some("--shared-only") {
+    if wants("--bfcl-only") {
         let out = root.join("target/bench/bfcl");
         if !Path::new(&out).join("tasks.jsonl").is_file() {
             run_in_root(
@@ -67,6 +78,30 @@ pub fn run(args: &[String]) -> Result<()> {
                 .arg("--dir")
                 .arg(out.join("manifests")),
         )?;
+    }
+    if wants("--public-only") {
+        for corpus in ["ha-intents", "nestful"] {
+            let out = root.join("target/bench").join(corpus);
+            if !Path::new(&out).join("tasks.jsonl").is_file() {
+                run_in_root(
+                    Command::new("python3")
+                        .arg("bench/public_corpus.py")
+                        .args(["--corpus", corpus, "--out"])
+                        .arg(&out),
+                )?;
+            }
+            for split in ["evaluation", "tuning"] {
+                println!("== corpus {corpus}, {split} split (bench/public_corpus.py)");
+                eval(
+                    bench_run::command(&bin, "retrieval")
+                        .arg("--tasks")
+                        .arg(out.join("tasks.jsonl"))
+                        .arg("--dir")
+                        .arg(out.join("manifests"))
+                        .args(["--split", split]),
+                )?;
+            }
+        }
     }
     Ok(())
 }

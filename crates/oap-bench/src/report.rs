@@ -558,6 +558,9 @@ pub struct ModeRow {
     pub recall_at_5: f64,
     /// Mean reciprocal rank.
     pub mrr: f64,
+    /// nDCG@10, binary relevance.
+    #[serde(default)]
+    pub ndcg_at_10: f64,
     /// Recall over all expected names at 3.
     pub all_at_3: f64,
     /// Negative tasks.
@@ -628,20 +631,27 @@ impl RetrievalReport {
     /// The report as the tables developers read.
     pub fn table(&self) -> String {
         let mut out = String::from(
-            "\n| mode | R@1 | R@3 | R@5 | MRR | all@3 | neg. rejected | pos. matched right \
-             | pos. rejected | AUROC(top score) | p50 ms |\n|---|---|---|---|---|---|---|---|---|---|---|\n",
+            "\n| mode | R@1 | R@3 | R@5 | MRR | nDCG@10 | all@3 | no-fit abstained | pos. matched right \
+             | fitting abstained | AUROC(abstention score) | p50 ms |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n",
         );
         for m in &self.modes {
+            let abstained = if m.negatives > 0 {
+                format!(" ({:.3})", m.negatives_rejected as f64 / m.negatives as f64)
+            } else {
+                String::new()
+            };
             out.push_str(&format!(
-                "| {} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} | {}/{} | {:.3} | {:.3} | {:.3} | {} |\n",
+                "| {} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} | {}/{}{} | {:.3} | {:.3} | {:.3} | {} |\n",
                 m.label,
                 m.recall_at_1,
                 m.recall_at_3,
                 m.recall_at_5,
                 m.mrr,
+                m.ndcg_at_10,
                 m.all_at_3,
                 m.negatives_rejected,
                 m.negatives,
+                abstained,
                 m.positives_matched_right,
                 m.positives_rejected,
                 m.auroc,

@@ -1,6 +1,8 @@
-//! Retrieval quality benchmark: Recall@1/3/5 and MRR of the lexical, dense
-//! and hybrid modes over a labelled task set, plus how well the "no fitting
-//! capability" threshold separates negatives from positives.
+//! Retrieval quality benchmark: Recall@1/3/5, MRR and nDCG@10 of the
+//! lexical, dense and hybrid modes over a labelled task set (hybrid twice:
+//! abstaining on the cosine alone, as before lexical evidence counted, and
+//! the default), plus how well the "no fitting capability" score separates
+//! no-fit queries from fitting ones (AUROC, share abstained of each).
 //!
 //! ```text
 //! oap-bench retrieval \
@@ -27,7 +29,9 @@
 //! - `--embed-cache FILE`: reuse embeddings across runs (speeds up the BFCL
 //!   corpus; latency is still measured with the uncached model);
 //! - `--dump FILE`: per task, the top 32 hybrid candidates with their score
-//!   parts, as JSON lines, for offline analysis.
+//!   parts, as JSON lines, for offline analysis (`bench/fit_abstention.py`);
+//! - `--split tuning|evaluation`: only that half of a held-out corpus
+//!   (`bench/public_corpus.py`).
 //!
 //! R@k counts a task as hit if any expected name is in the top k (the
 //! source harness's reading); `all@3` is recall over the expected names.
@@ -58,6 +62,8 @@ struct Task {
     id: String,
     query: String,
     expected: Vec<String>,
+    /// `tuning` or `evaluation` in the held-out corpora (bench/public_corpus.py).
+    split: Option<String>,
 }
 
 /// Recall@k, MRR and abstention of the three retrieval modes.
@@ -115,6 +121,10 @@ pub struct Args {
     /// JSON lines.
     #[arg(long)]
     dump: Option<PathBuf>,
+    /// Only the tasks of this split (`tuning` or `evaluation`; tasks
+    /// without a `split` field are left out).
+    #[arg(long)]
+    split: Option<String>,
 }
 
 fn load_tasks(path: &PathBuf) -> Result<Vec<Task>, String> {
@@ -137,6 +147,7 @@ fn load_tasks(path: &PathBuf) -> Result<Vec<Task>, String> {
                         .collect()
                 })
                 .unwrap_or_default(),
+            split: v["split"].as_str().map(str::to_string),
         });
     }
     Ok(tasks)
@@ -246,6 +257,7 @@ struct Tally {
     hits: [usize; 3], // @1, @3, @5
     all_at_3: f64,
     mrr: f64,
+    ndcg_at_10: f64,
     negatives: usize,
     negatives_rejected: usize,
     positives_matched_right: usize,
@@ -268,6 +280,7 @@ impl Tally {
             recall_at_3: self.hits[1] as f64 / p,
             recall_at_5: self.hits[2] as f64 / p,
             mrr: self.mrr / p,
+            ndcg_at_10: self.ndcg_at_10 / p,
             all_at_3: self.all_at_3 / p,
             negatives: self.negatives,
             negatives_rejected: self.negatives_rejected,
@@ -276,6 +289,29 @@ impl Tally {
             auroc: auroc(&scores),
             p50_ms,
         }
+    }
+}
+
+/// nDCG@10 with binary relevance: each expected name counts once, at the
+/// first rank it is found; the ideal ranking lists every expected name first.
+fn ndcg_at_10(found: &[String], expected: &[String]) -> f64 {
+    let gain = |rank: usize| 1.0 / (rank as f64 + 2.0).log2();
+    let mut seen: Vec<&String> = Vec::new();
+    let mut dcg = 0.0;
+    for (rank, name) in found.iter().take(10).enumerate() {
+        if expected.contains(name) && !seen.contains(&name) {
+            seen.push(name);
+            dcg += gain(rank);
+        }
+    }
+    let mut unique: Vec<&String> = expected.iter().collect();
+    unique.sort();
+    unique.dedup();
+    let ideal: f64 = (0..unique.len().min(10)).map(gain).sum();
+    if ideal > 0.0 {
+        dcg / ideal
+    } else {
+        0.0
     }
 }
 
@@ -302,7 +338,16 @@ fn auroc(scores: &[(f32, bool)]) -> f64 {
 
 /// Evaluates the task set.
 pub fn run(args: Args) -> anyhow::Result<RetrievalReport> {
-    let tasks = load_tasks(&args.tasks).map_err(anyhow::Error::msg)?;
+    let mut tasks = load_tasks(&args.tasks).map_err(anyhow::Error::msg)?;
+    if let Some(split) = &args.split {
+        tasks.retain(|t| t.split.as_deref() == Some(split.as_str()));
+        if tasks.is_empty() {
+            anyhow::bail!(
+                "--split {split}: no task of {} has it",
+                args.tasks.display()
+            );
+        }
+    }
     let model: Arc<dyn Embedder> = Arc::new(
         BertEmbedder::load(&args.model, EmbedOptions::default())
             .map_err(|e| anyhow::anyhow!("model: {e}"))?,
@@ -388,9 +433,21 @@ pub fn run(args: Args) -> anyhow::Result<RetrievalReport> {
         args.lexical_weights.clone()
     };
     let mut runs: Vec<(String, Mode, Scoring)> = Vec::new();
-    for mode in [Mode::Lexical, Mode::Dense, Mode::Hybrid] {
+    for mode in [Mode::Lexical, Mode::Dense] {
         runs.push((format!("{mode:?}"), mode, config.scoring.clone()));
     }
+    // Hybrid as it was before abstention counted lexical evidence, then the
+    // default configuration.
+    let cosine_abstention = Scoring {
+        abstention_lexical_weight: 0.0,
+        ..config.scoring.clone()
+    };
+    runs.push((
+        "Hybrid (cosine abstention)".into(),
+        Mode::Hybrid,
+        cosine_abstention,
+    ));
+    runs.push(("Hybrid".into(), Mode::Hybrid, config.scoring.clone()));
     for &w in weights.iter().skip(1) {
         let scoring = Scoring {
             lexical_weight: w,
@@ -416,14 +473,14 @@ pub fn run(args: Args) -> anyhow::Result<RetrievalReport> {
         let expected: Vec<String> = task.expected.iter().map(|e| display(e)).collect();
         let soft = args.soft_negatives.contains(&task.id);
         for ((label, mode, scoring), tally) in runs.iter().zip(tallies.iter_mut()) {
-            let scored = scoring::rank(&index, scoring, *mode, Some(&vector), &terms, 5);
+            let scored = scoring::rank(&index, scoring, *mode, Some(&vector), &terms, 10);
             let found: Vec<String> = scored
                 .iter()
                 .map(|(doc, _)| display(names.get(*doc as usize).map_or("", |n| n.as_str())))
                 .collect();
             let top = scored
                 .first()
-                .map_or(f32::MIN, |s| scoring.abstention_score(&s.1));
+                .map_or(f32::MIN, |s| scoring.abstention_score(*mode, &s.1));
             let accepted = scored.first().is_some_and(|s| scoring.accepts(*mode, &s.1));
             if expected.is_empty() {
                 tally.negatives += 1;
@@ -457,6 +514,7 @@ pub fn run(args: Args) -> anyhow::Result<RetrievalReport> {
             if let Some(r) = rank {
                 tally.mrr += 1.0 / (r + 1) as f64;
             }
+            tally.ndcg_at_10 += ndcg_at_10(&found, &expected);
             match (accepted, rank) {
                 (false, _) => tally.positives_rejected += 1,
                 (true, Some(0)) => tally.positives_matched_right += 1,

@@ -26,6 +26,21 @@ use crate::query::QueryOptions;
 /// the embedding without bound.
 pub const MAX_LEXICAL: f32 = 2.0;
 
+/// How much lexical evidence counts towards "a capability fits" in hybrid
+/// mode: the abstention score is the best candidate's cosine plus this
+/// weight times its lexical evidence, the evidence capped at
+/// [`ABSTENTION_MAX_LEXICAL`] (so words can lift a cosine by 0.09 at most).
+/// Fitted on tuning data only (the shared task set and the tuning splits of
+/// the held-out corpora) with `bench/fit_abstention.py`; docs/BENCHMARKS.md
+/// has the figures. Both parts depend on the best candidate alone, not on
+/// how many other manifests the catalog holds.
+pub const ABSTENTION_LEXICAL_WEIGHT: f32 = 0.15;
+
+/// Lexical evidence beyond this many perfectly specific terms adds nothing
+/// to the abstention score: one shared rare word is evidence that the query
+/// is about the capability, a query repeating its words is not more so.
+pub const ABSTENTION_MAX_LEXICAL: f32 = 0.6;
+
 /// Which retrieval signals are used.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -64,6 +79,9 @@ pub struct Scoring {
     /// capability); their descriptions may differ more. Above 1.0 turns
     /// this off.
     pub variant_similarity: f32,
+    /// Weight of the lexical evidence in the hybrid abstention score
+    /// ([`ABSTENTION_LEXICAL_WEIGHT`]; 0 compares the cosine alone).
+    pub abstention_lexical_weight: f32,
     /// How a task is turned into retrieval text (see [`crate::query`]).
     pub query: QueryOptions,
 }
@@ -79,6 +97,7 @@ impl Default for Scoring {
             min_score_lexical: 0.20,
             duplicate_similarity: 0.95,
             variant_similarity: 0.80,
+            abstention_lexical_weight: ABSTENTION_LEXICAL_WEIGHT,
             query: QueryOptions::default(),
         }
     }
@@ -95,15 +114,26 @@ impl Scoring {
     }
 
     /// The number the "no fitting capability" threshold is compared with:
-    /// the best candidate's cosine whenever there is one, its lexical
-    /// evidence otherwise. Lexical evidence helps to order candidates that
-    /// are all plausible, but it is poor evidence that any of them fits:
-    /// "play a song" shares words with a playlist API, "translate" with
-    /// `tr`. On the reference task set the cosine separates negatives from
-    /// positives far better than the fused score (AUROC 0.95 against 0.85,
-    /// docs/BENCHMARKS.md).
-    pub fn abstention_score(&self, parts: &ScoreParts) -> f32 {
-        parts.dense.unwrap_or(parts.lexical)
+    /// the best candidate's cosine whenever there is one (in hybrid mode
+    /// plus a little of its lexical evidence, capped), its lexical evidence
+    /// otherwise. Lexical evidence helps to order candidates that are all
+    /// plausible, but it is poor evidence that any of them fits: "play a
+    /// song" shares words with a playlist API, "translate" with `tr`. On
+    /// the reference task set the cosine separates negatives from positives
+    /// far better than the fused score (AUROC 0.95 against 0.91); a capped
+    /// share of the words keeps that and lets "how many words are in this
+    /// sentence" (cosine 0.26 with `wc`, one specific word) through
+    /// (docs/BENCHMARKS.md).
+    pub fn abstention_score(&self, mode: Mode, parts: &ScoreParts) -> f32 {
+        match (mode, parts.dense) {
+            (_, None) => parts.lexical,
+            (Mode::Hybrid, Some(dense)) => {
+                dense
+                    + self.abstention_lexical_weight
+                        * parts.lexical.clamp(0.0, ABSTENTION_MAX_LEXICAL)
+            }
+            (_, Some(dense)) => dense,
+        }
     }
 
     /// Whether the best candidate, scored in `mode`, is a match.
@@ -113,7 +143,7 @@ impl Scoring {
             (_, None) => self.min_score_lexical,
             (mode, Some(_)) => self.threshold(mode),
         };
-        self.abstention_score(parts) >= threshold
+        self.abstention_score(mode, parts) >= threshold
     }
 }
 
@@ -449,12 +479,32 @@ mod tests {
     #[test]
     fn abstention_uses_the_cosine_when_there_is_one() {
         let scoring = Scoring::default();
+        // Words lift a cosine by at most weight * cap, however many match.
+        let lift = ABSTENTION_LEXICAL_WEIGHT * ABSTENTION_MAX_LEXICAL;
         let strong_words = ScoreParts {
-            dense: Some(scoring.min_score_hybrid - 0.05),
+            dense: Some(scoring.min_score_hybrid - lift - 0.01),
             lexical: MAX_LEXICAL,
             fused: 1.0,
         };
         assert!(!scoring.accepts(Mode::Hybrid, &strong_words));
+        // One specific word is enough to lift a cosine just below the
+        // threshold, in hybrid mode only.
+        let one_word = ScoreParts {
+            dense: Some(scoring.min_score_hybrid - 0.03),
+            lexical: 0.5,
+            fused: 0.5,
+        };
+        assert!(scoring.accepts(Mode::Hybrid, &one_word));
+        let dense_only = Scoring {
+            min_score_dense: scoring.min_score_hybrid,
+            ..scoring.clone()
+        };
+        assert!(!dense_only.accepts(Mode::Dense, &one_word));
+        let cosine_only = Scoring {
+            abstention_lexical_weight: 0.0,
+            ..scoring.clone()
+        };
+        assert!(!cosine_only.accepts(Mode::Hybrid, &one_word));
         let fits = ScoreParts {
             dense: Some(scoring.min_score_hybrid + 0.01),
             lexical: 0.0,

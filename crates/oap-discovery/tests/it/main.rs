@@ -10,5 +10,6 @@
     reason = "test code: a failed assumption is a failed test, and tests read their own fixtures whole"
 )]
 
+mod abstention;
 mod engine;
 mod mcp;

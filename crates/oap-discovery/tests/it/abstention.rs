@@ -1,0 +1,95 @@
+//! "Nothing fits" against the bundled tools with the real model: a tool's
+//! own kind of request finds it first, requests no bundled tool serves get
+//! no match, and a short request naming one specific word of a tool (`wc`'s
+//! "words") is matched although its cosine alone is below the threshold.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use oap_discovery::{Engine, EngineConfig, Source};
+
+use crate::engine::Counting;
+
+fn bundled_dir() -> PathBuf {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../manifests/bundled");
+    assert!(
+        dir.is_dir(),
+        "bundled manifests not found at {}",
+        dir.display()
+    );
+    dir
+}
+
+fn bundled_engine(data: &Path) -> Engine {
+    let model: Arc<dyn oap_embed::Embedder> = Counting::new();
+    let (engine, report) = Engine::open(
+        EngineConfig::new(data),
+        vec![Source::Dir(bundled_dir())],
+        Some(model),
+    )
+    .expect("engine opens");
+    assert!(report.problems.is_empty(), "{:?}", report.problems);
+    engine
+}
+
+#[test]
+fn a_tools_own_kind_of_request_finds_it_first_and_matches() {
+    let data = tempfile::tempdir().unwrap();
+    let engine = bundled_engine(data.path());
+    for (query, tool) in [
+        ("what is 17 times 23", "bc"),
+        ("align this text into neat columns", "column"),
+        (
+            "extract the third field from each line separated by commas",
+            "cut",
+        ),
+        ("what is today's date", "date"),
+        ("find the lines containing error in this log", "grep"),
+        ("get the name field from this JSON", "jq"),
+        ("show me the manual page for tar", "man"),
+        ("merge these two lists side by side line by line", "paste"),
+        (
+            "replace every occurrence of foo with bar in this text",
+            "sed",
+        ),
+        ("convert this text to uppercase", "tr"),
+        ("how many words are in this sentence", "wc"),
+    ] {
+        let found = engine.discover(query, 3).unwrap();
+        let best = found.best.as_ref().map(|b| (b.name.as_str(), b.score));
+        assert_eq!(
+            best.map(|b| b.0),
+            Some(tool),
+            "{query:?}: match {best:?}, candidates {:?}",
+            found
+                .candidates
+                .iter()
+                .map(|c| (&c.name, c.scores))
+                .collect::<Vec<_>>()
+        );
+    }
+}
+
+#[test]
+fn requests_no_bundled_tool_serves_get_no_match() {
+    let data = tempfile::tempdir().unwrap();
+    let engine = bundled_engine(data.path());
+    for query in [
+        // Shares "table" with `column`: one word is not enough.
+        "book a table for two at an italian restaurant tonight",
+        "book me a flight to Lisbon next Tuesday",
+        "turn on the kitchen lights",
+        "what's the weather like in Paris tomorrow",
+        "play some jazz in the living room",
+        "send an email to my boss saying I'm late",
+    ] {
+        let found = engine.discover(query, 3).unwrap();
+        assert!(
+            found.best.is_none(),
+            "{query:?}: expected no match, got {:?} (threshold {})",
+            found.best.map(|b| (b.name, b.scores)),
+            found.meta.threshold
+        );
+        assert!(!found.candidates.is_empty(), "candidates are still listed");
+    }
+}
