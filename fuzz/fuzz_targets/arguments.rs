@@ -16,8 +16,12 @@ struct Input {
     args: Map<String, Value>,
 }
 
-const TYPES: &[&str] = &["string", "integer", "number", "boolean", "array", "object", "null", "weird"];
-const NAMES: &[&str] = &["q", "x", "city", "count", "text", "input", "args", "command", "units"];
+const TYPES: &[&str] = &[
+    "string", "integer", "number", "boolean", "array", "object", "null", "weird",
+];
+const NAMES: &[&str] = &[
+    "q", "x", "city", "count", "text", "input", "args", "command", "units",
+];
 
 fn schema(u: &mut Unstructured<'_>, depth: u32) -> arbitrary::Result<Value> {
     if u.ratio(1, 16)? {
@@ -32,7 +36,11 @@ fn schema(u: &mut Unstructured<'_>, depth: u32) -> arbitrary::Result<Value> {
         let n = u.int_in_range(0..=4)?;
         let mut values = Vec::new();
         for _ in 0..n {
-            values.push(if u.ratio(3, 4)? { Value::from(*u.choose(NAMES)?) } else { json(u, 0)? });
+            values.push(if u.ratio(3, 4)? {
+                Value::from(*u.choose(NAMES)?)
+            } else {
+                json(u, 0)?
+            });
         }
         s.insert("enum".into(), Value::Array(values));
     }
@@ -44,7 +52,11 @@ fn schema(u: &mut Unstructured<'_>, depth: u32) -> arbitrary::Result<Value> {
         let mut props = Map::new();
         let mut required = Vec::new();
         for _ in 0..n {
-            let name = if u.ratio(7, 8)? { (*u.choose(NAMES)?).to_string() } else { u.arbitrary()? };
+            let name = if u.ratio(7, 8)? {
+                (*u.choose(NAMES)?).to_string()
+            } else {
+                u.arbitrary()?
+            };
             if u.arbitrary()? {
                 required.push(Value::from(name.clone()));
             }
@@ -91,7 +103,11 @@ fuzz_target!(|input: Input| {
         input.schema,
         first.arguments
     );
-    assert_eq!(second.arguments, first.arguments, "coercion is not idempotent\nschema {}", input.schema);
+    assert_eq!(
+        second.arguments, first.arguments,
+        "coercion is not idempotent\nschema {}",
+        input.schema
+    );
     assert_eq!(
         oap_manifest::check_arguments(&input.schema, &input.args),
         Ok(first.arguments)

@@ -25,8 +25,20 @@ use oap_exec::{AddressClass, BoxFuture};
 #[derive(Debug, Arbitrary)]
 enum Input {
     Domain(String),
-    Txt { domain: String, records: Vec<String>, error: Option<u8> },
-    Mdns { instance: String, suffix: bool, fullname: String, port: u16, addresses: Vec<IpAddr>, path: Option<Vec<u8>>, txt_bytes: u16 },
+    Txt {
+        domain: String,
+        records: Vec<String>,
+        error: Option<u8>,
+    },
+    Mdns {
+        instance: String,
+        suffix: bool,
+        fullname: String,
+        port: u16,
+        addresses: Vec<IpAddr>,
+        path: Option<Vec<u8>>,
+        txt_bytes: u16,
+    },
     State(Vec<u8>),
 }
 
@@ -49,18 +61,34 @@ fn ready<F: Future>(f: F) -> F::Output {
 }
 
 fuzz_target!(|data: &[u8]| {
-    let Ok(input) = Input::arbitrary_take_rest(Unstructured::new(data)) else { return };
+    let Ok(input) = Input::arbitrary_take_rest(Unstructured::new(data)) else {
+        return;
+    };
     match input {
         Input::Domain(raw) => {
             if let Ok(domain) = normalize_domain(&raw) {
-                assert_eq!(normalize_domain(&domain).as_deref(), Ok(domain.as_str()), "not idempotent");
-                assert!(!domain.contains(['/', '@', '?', '#', ' ']) && !domain.contains("://"), "{domain}");
+                assert_eq!(
+                    normalize_domain(&domain).as_deref(),
+                    Ok(domain.as_str()),
+                    "not idempotent"
+                );
+                assert!(
+                    !domain.contains(['/', '@', '?', '#', ' ']) && !domain.contains("://"),
+                    "{domain}"
+                );
                 let host = domain.rsplit_once(':').map_or(domain.as_str(), |(h, _)| h);
-                assert!(host.parse::<IpAddr>().is_err(), "an address accepted as a domain: {domain}");
+                assert!(
+                    host.parse::<IpAddr>().is_err(),
+                    "an address accepted as a domain: {domain}"
+                );
                 assert_eq!(domain, domain.to_ascii_lowercase());
             }
         }
-        Input::Txt { domain, records, error } => {
+        Input::Txt {
+            domain,
+            records,
+            error,
+        } => {
             let answer = match error {
                 None => Ok(records.clone()),
                 Some(0) => Err(io::ErrorKind::NotFound),
@@ -80,11 +108,30 @@ fuzz_target!(|data: &[u8]| {
             }
             assert_eq!(ready(check(None, &domain)), TxtHint::NotChecked);
         }
-        Input::Mdns { instance, suffix, fullname, port, addresses, path, txt_bytes } => {
-            let fullname = if suffix { format!("{instance}._oap._tcp.local.") } else { fullname };
-            let service = AdvertisedService { fullname, port, addresses, path, txt_bytes: usize::from(txt_bytes) };
+        Input::Mdns {
+            instance,
+            suffix,
+            fullname,
+            port,
+            addresses,
+            path,
+            txt_bytes,
+        } => {
+            let fullname = if suffix {
+                format!("{instance}._oap._tcp.local.")
+            } else {
+                fullname
+            };
+            let service = AdvertisedService {
+                fullname,
+                port,
+                addresses,
+                path,
+                txt_bytes: usize::from(txt_bytes),
+            };
             if let Ok(target) = lan_target(&service) {
-                let url = url::Url::parse(&target.url).expect("an accepted advertisement gives a URL");
+                let url =
+                    url::Url::parse(&target.url).expect("an accepted advertisement gives a URL");
                 assert_eq!(url.scheme(), "http");
                 assert_eq!(url.port_or_known_default(), Some(port));
                 assert_ne!(port, 0);
@@ -94,10 +141,20 @@ fuzz_target!(|data: &[u8]| {
                 };
                 assert_eq!(url.host_str(), Some(host.as_str()), "{}", target.url);
                 assert!(service.addresses.contains(&target.address));
-                assert!(matches!(oap_exec::classify(target.address), AddressClass::Private | AddressClass::Global));
+                assert!(matches!(
+                    oap_exec::classify(target.address),
+                    AddressClass::Private | AddressClass::Global
+                ));
                 assert!(target.path.starts_with('/') && !target.path.starts_with("//"));
                 assert!(target.key.ends_with(".local"));
-                assert!(target.key.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.'), "{}", target.key);
+                assert!(
+                    target.key.bytes().all(|b| b.is_ascii_lowercase()
+                        || b.is_ascii_digit()
+                        || b == b'-'
+                        || b == b'.'),
+                    "{}",
+                    target.key
+                );
             }
         }
         Input::State(bytes) => {

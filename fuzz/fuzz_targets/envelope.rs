@@ -12,8 +12,14 @@ fuzz_target!(|data: &[u8]| {
     let dir = oap_fuzz::scratch();
     let path = dir.join("input.json");
     std::fs::write(&path, data).unwrap();
-    let Ok(doc) = read_envelope_at(&path) else { return };
-    assert!(data.len() <= MAX_ENVELOPE_BYTES, "{} bytes read past the cap", data.len());
+    let Ok(doc) = read_envelope_at(&path) else {
+        return;
+    };
+    assert!(
+        data.len() <= MAX_ENVELOPE_BYTES,
+        "{} bytes read past the cap",
+        data.len()
+    );
     let name = envelope_name(&doc.host);
     assert!(!name.contains('/') && name != "." && name != "..", "{name}");
     let sub = dir.join("out");

@@ -13,10 +13,16 @@ use libfuzzer_sys::fuzz_target;
 use oap_exec::{split_words, CredentialStore};
 
 fuzz_target!(|data: &[u8]| {
-    let Some((&mode, rest)) = data.split_first() else { return };
+    let Some((&mode, rest)) = data.split_first() else {
+        return;
+    };
     match mode % 3 {
         0 | 1 => {
-            let name = if mode % 3 == 0 { "credentials.yaml" } else { "credentials.json" };
+            let name = if mode % 3 == 0 {
+                "credentials.yaml"
+            } else {
+                "credentials.json"
+            };
             let path = oap_fuzz::scratch().join(name);
             std::fs::write(&path, rest).unwrap();
             std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
@@ -27,18 +33,29 @@ fuzz_target!(|data: &[u8]| {
                     for d in &domains {
                         let secret = store.get(d).expect("a listed host has a secret").secret();
                         assert!(!secret.is_empty());
-                        assert!(store.get(&format!("{}.", d.to_ascii_uppercase())).is_some(), "{d}");
+                        assert!(
+                            store.get(&format!("{}.", d.to_ascii_uppercase())).is_some(),
+                            "{d}"
+                        );
                     }
                 }
                 Err(e) => assert!(!e.to_string().is_empty()),
             }
         }
         _ => {
-            let Ok(text) = std::str::from_utf8(rest) else { return };
+            let Ok(text) = std::str::from_utf8(rest) else {
+                return;
+            };
             let Ok(words) = split_words(text) else { return };
-            let quoted: Vec<String> =
-                words.iter().map(|w| format!("'{}'", w.replace('\'', "'\\''"))).collect();
-            assert_eq!(split_words(&quoted.join(" ")).as_ref(), Ok(&words), "{text:?}");
+            let quoted: Vec<String> = words
+                .iter()
+                .map(|w| format!("'{}'", w.replace('\'', "'\\''")))
+                .collect();
+            assert_eq!(
+                split_words(&quoted.join(" ")).as_ref(),
+                Ok(&words),
+                "{text:?}"
+            );
         }
     }
 });

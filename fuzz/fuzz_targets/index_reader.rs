@@ -13,7 +13,13 @@ use oap_index::{DocInput, Index, IndexWriter, RowInput, VectorDtype};
 #[derive(Debug)]
 enum Input {
     Raw(Vec<u8>),
-    Damaged { dim: usize, dtype: VectorDtype, docs: Vec<DocInput>, damage: Vec<(u32, u8)>, truncate: Option<u32> },
+    Damaged {
+        dim: usize,
+        dtype: VectorDtype,
+        docs: Vec<DocInput>,
+        damage: Vec<(u32, u8)>,
+        truncate: Option<u32>,
+    },
 }
 
 impl<'a> Arbitrary<'a> for Input {
@@ -22,7 +28,11 @@ impl<'a> Arbitrary<'a> for Input {
             return Ok(Input::Raw(u.arbitrary()?));
         }
         let dim = u.int_in_range(1..=8)?;
-        let dtype = if u.arbitrary()? { VectorDtype::F32 } else { VectorDtype::I8 };
+        let dtype = if u.arbitrary()? {
+            VectorDtype::F32
+        } else {
+            VectorDtype::I8
+        };
         let mut docs = Vec::new();
         for d in 0..u.int_in_range(0..=5)? {
             let mut rows = Vec::new();
@@ -35,15 +45,33 @@ impl<'a> Arbitrary<'a> for Input {
                 if norm > 0.0 {
                     vector.iter_mut().for_each(|x| *x /= norm);
                 }
-                rows.push(RowInput { key: u.arbitrary()?, weight: f32::from(u.int_in_range(0u8..=4)?) / 2.0, vector });
+                rows.push(RowInput {
+                    key: u.arbitrary()?,
+                    weight: f32::from(u.int_in_range(0u8..=4)?) / 2.0,
+                    vector,
+                });
             }
             let mut lexical = Vec::new();
             for _ in 0..u.int_in_range(0..=4)? {
-                lexical.push(((*u.choose(&["weather", "time", "city", "a"])?).to_string(), 1.0));
+                lexical.push((
+                    (*u.choose(&["weather", "time", "city", "a"])?).to_string(),
+                    1.0,
+                ));
             }
-            docs.push(DocInput { id: format!("doc{d}"), record: u.arbitrary()?, rows, lexical });
+            docs.push(DocInput {
+                id: format!("doc{d}"),
+                record: u.arbitrary()?,
+                rows,
+                lexical,
+            });
         }
-        Ok(Input::Damaged { dim, dtype, docs, damage: u.arbitrary()?, truncate: u.arbitrary()? })
+        Ok(Input::Damaged {
+            dim,
+            dtype,
+            docs,
+            damage: u.arbitrary()?,
+            truncate: u.arbitrary()?,
+        })
     }
 }
 
@@ -51,8 +79,16 @@ fuzz_target!(|input: Input| {
     let path = oap_fuzz::scratch().join("fuzz.idx");
     let bytes = match input {
         Input::Raw(bytes) => bytes,
-        Input::Damaged { dim, dtype, docs, damage, truncate } => {
-            let Ok(mut writer) = IndexWriter::new(dim, dtype, b"{}".to_vec()) else { return };
+        Input::Damaged {
+            dim,
+            dtype,
+            docs,
+            damage,
+            truncate,
+        } => {
+            let Ok(mut writer) = IndexWriter::new(dim, dtype, b"{}".to_vec()) else {
+                return;
+            };
             for doc in docs {
                 if writer.add(doc).is_err() {
                     return;
@@ -88,14 +124,21 @@ fn check(path: &std::path::Path) {
     let mut rows = 0;
     for doc in 0..len as u32 {
         let id = index.doc_id(doc).expect("every doc below len has an id");
-        assert_eq!(index.find(id).map(|d| index.doc_id(d) == Some(id)), Some(true));
+        assert_eq!(
+            index.find(id).map(|d| index.doc_id(d) == Some(id)),
+            Some(true)
+        );
         let _ = index.record(doc).expect("every doc below len has a record");
         for row in index.rows_of(doc) {
             assert_eq!(row.vector.len(), dim);
             rows += 1;
         }
     }
-    assert!(rows <= index.rows(), "{rows} rows read, {} in the header", index.rows());
+    assert!(
+        rows <= index.rows(),
+        "{rows} rows read, {} in the header",
+        index.rows()
+    );
     assert!(index.doc_id(len as u32).is_none() && index.record(len as u32).is_none());
     for r in 0..index.rows() {
         let row = index.row_at(r).expect("every row below rows() is readable");

@@ -12,7 +12,10 @@ use serde_json::Value;
 fuzz_target!(|data: &[u8]| {
     let parsed = oap_manifest::parse(data);
     if data.len() > MAX_MANIFEST_BYTES {
-        assert!(matches!(parsed, Err(ManifestError::TooLarge { .. })), "over the cap");
+        assert!(
+            matches!(parsed, Err(ManifestError::TooLarge { .. })),
+            "over the cap"
+        );
         return;
     }
     let parsed = match parsed {
@@ -28,23 +31,35 @@ fuzz_target!(|data: &[u8]| {
             return;
         }
     };
-    assert!(depth_of(&serde_json::from_slice::<Value>(strip_bom(data)).unwrap()) <= MAX_JSON_DEPTH + 1);
+    assert!(
+        depth_of(&serde_json::from_slice::<Value>(strip_bom(data)).unwrap()) <= MAX_JSON_DEPTH + 1
+    );
     let manifest = &parsed.manifest;
 
     // parse -> serialise -> parse is stable.
     let text = serde_json::to_vec(manifest).unwrap();
     let again = match oap_manifest::parse(&text) {
         Ok(again) => again,
-        Err(e) => panic!("re-parse of a serialised manifest failed: {e}\n{}", String::from_utf8_lossy(&text)),
+        Err(e) => panic!(
+            "re-parse of a serialised manifest failed: {e}\n{}",
+            String::from_utf8_lossy(&text)
+        ),
     };
     assert_eq!(&again.manifest, manifest, "round trip changed the manifest");
 
     // Tool conversion.
     let name = oap_manifest::tool_name(&manifest.name);
-    assert!(name.chars().count() <= MAX_TOOL_NAME_CHARS, "tool name over the cap: {name}");
+    assert!(
+        name.chars().count() <= MAX_TOOL_NAME_CHARS,
+        "tool name over the cap: {name}"
+    );
     let tool = oap_manifest::to_tool(manifest, &name);
     let params = oap_manifest::tool_parameters(manifest);
-    assert_eq!(params.get("type").and_then(Value::as_str), Some("object"), "{params}");
+    assert_eq!(
+        params.get("type").and_then(Value::as_str),
+        Some("object"),
+        "{params}"
+    );
     let (tools, registry) = oap_manifest::tools_and_registry(&[("fuzz.example", manifest)], &[]);
     assert_eq!(tools.len(), 1);
     assert_eq!(registry.len(), 1);

@@ -13,9 +13,13 @@ use oap_mcp::{canonical, content_hash, result_text};
 use serde_json::Value;
 
 fuzz_target!(|data: &[u8]| {
-    let Some((&mode, rest)) = data.split_first() else { return };
+    let Some((&mode, rest)) = data.split_first() else {
+        return;
+    };
     if mode % 2 == 0 {
-        let file = parse(rest, "mcp.json", |var| (var.len() < 8).then(|| format!("v-{var}")));
+        let file = parse(rest, "mcp.json", |var| {
+            (var.len() < 8).then(|| format!("v-{var}"))
+        });
         assert!(file.servers.len() <= MAX_SERVERS);
         for spec in &file.servers {
             assert!(valid_name(&spec.name), "{:?}", spec.name);
@@ -23,14 +27,23 @@ fuzz_target!(|data: &[u8]| {
             let _ = spec.transport.kind();
         }
         for problem in &file.problems {
-            assert!(!problem.message.is_empty() && !problem.path.is_empty(), "{problem:?}");
+            assert!(
+                !problem.message.is_empty() && !problem.path.is_empty(),
+                "{problem:?}"
+            );
         }
         return;
     }
-    let Ok(value) = serde_json::from_slice::<Value>(rest) else { return };
+    let Ok(value) = serde_json::from_slice::<Value>(rest) else {
+        return;
+    };
     let cap = usize::from(mode) * 4;
     let text = result_text(&value, cap);
-    assert!(text.chars().count() <= cap.max(1) + 64, "{} chars over a {cap} cap", text.chars().count());
+    assert!(
+        text.chars().count() <= cap.max(1) + 64,
+        "{} chars over a {cap} cap",
+        text.chars().count()
+    );
     let c = canonical(&value);
     assert_eq!(canonical(&c), c);
     assert_eq!(content_hash(&c), content_hash(&value));

@@ -25,8 +25,14 @@ fn decode(limit: usize, pieces: &[&[u8]]) -> Result<Vec<Vec<u8>>, LineError> {
 }
 
 fuzz_target!(|data: &[u8]| {
-    let [limit, stride, bytes @ ..] = data else { return };
-    let input = Input { limit: *limit, cuts: oap_fuzz::cuts(bytes.len(), *stride), bytes: bytes.to_vec() };
+    let [limit, stride, bytes @ ..] = data else {
+        return;
+    };
+    let input = Input {
+        limit: *limit,
+        cuts: oap_fuzz::cuts(bytes.len(), *stride),
+        bytes: bytes.to_vec(),
+    };
     let limit = usize::from(input.limit) * 8;
     let whole = decode(limit, &[&input.bytes]);
     let pieces = oap_fuzz::split(&input.bytes, &input.cuts);
@@ -38,13 +44,31 @@ fuzz_target!(|data: &[u8]| {
     let expected: Vec<Vec<u8>> = segments
         .iter()
         .enumerate()
-        .map(|(i, l)| if i < last { l.strip_suffix(b"\r").unwrap_or(l) } else { l }.to_vec())
+        .map(|(i, l)| {
+            if i < last {
+                l.strip_suffix(b"\r").unwrap_or(l)
+            } else {
+                l
+            }
+            .to_vec()
+        })
         .filter(|l| !l.iter().all(u8::is_ascii_whitespace))
         .collect();
-    let longest = input.bytes.split(|&b| b == b'\n').map(<[u8]>::len).max().unwrap_or(0);
+    let longest = input
+        .bytes
+        .split(|&b| b == b'\n')
+        .map(<[u8]>::len)
+        .max()
+        .unwrap_or(0);
     if longest > limit {
-        assert!(whole.is_err(), "a {longest}-byte line passed a {limit}-byte cap");
-        assert!(split.is_err(), "a {longest}-byte line passed a {limit}-byte cap in pieces");
+        assert!(
+            whole.is_err(),
+            "a {longest}-byte line passed a {limit}-byte cap"
+        );
+        assert!(
+            split.is_err(),
+            "a {longest}-byte line passed a {limit}-byte cap in pieces"
+        );
         return;
     }
     assert_eq!(whole.as_ref(), Ok(&expected));

@@ -17,7 +17,9 @@ fuzz_target!(|data: &[u8]| {
     let value = match data.split_first() {
         Some((0xff, rest)) => {
             let mut u = Unstructured::new(rest);
-            let Ok(mut map) = oap_fuzz::object(&mut u, 4) else { return };
+            let Ok(mut map) = oap_fuzz::object(&mut u, 4) else {
+                return;
+            };
             if u.ratio(3, 4).unwrap_or(true) {
                 map.insert("model".into(), Value::from("m"));
             }
@@ -45,9 +47,20 @@ fuzz_target!(|data: &[u8]| {
 fn check(result: Result<Value, oap_wire::WireError>, what: &str) {
     match result {
         Ok(out) => {
-            assert!(out.get("model").and_then(Value::as_str).is_some_and(|m| !m.trim().is_empty()), "{what}: {out}");
-            assert!(out.get("messages").is_some_and(Value::is_array), "{what}: {out}");
-            assert!(out.get("stream").is_some_and(Value::is_boolean), "{what}: {out}");
+            assert!(
+                out.get("model")
+                    .and_then(Value::as_str)
+                    .is_some_and(|m| !m.trim().is_empty()),
+                "{what}: {out}"
+            );
+            assert!(
+                out.get("messages").is_some_and(Value::is_array),
+                "{what}: {out}"
+            );
+            assert!(
+                out.get("stream").is_some_and(Value::is_boolean),
+                "{what}: {out}"
+            );
         }
         Err(e) => {
             assert!(!e.to_string().is_empty());

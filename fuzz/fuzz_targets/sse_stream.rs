@@ -21,7 +21,10 @@ fn decode(pieces: &[&[u8]]) -> Vec<String> {
 
 fuzz_target!(|data: &[u8]| {
     let [stride, bytes @ ..] = data else { return };
-    let input = Input { cuts: oap_fuzz::cuts(bytes.len(), *stride), bytes: bytes.to_vec() };
+    let input = Input {
+        cuts: oap_fuzz::cuts(bytes.len(), *stride),
+        bytes: bytes.to_vec(),
+    };
     let whole = decode(&[&input.bytes]);
     let split = decode(&oap_fuzz::split(&input.bytes, &input.cuts));
     assert_eq!(whole, split, "pieces changed the events");

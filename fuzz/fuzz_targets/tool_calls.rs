@@ -24,7 +24,11 @@ struct Call {
 
 #[derive(Debug)]
 enum Input {
-    Model { calls: Vec<Call>, order: Vec<u8>, with_ids: bool },
+    Model {
+        calls: Vec<Call>,
+        order: Vec<u8>,
+        with_ids: bool,
+    },
     Free(Vec<Value>),
 }
 
@@ -45,7 +49,11 @@ impl<'a> Arbitrary<'a> for Input {
                     cuts: u.arbitrary()?,
                 });
             }
-            Ok(Input::Model { calls, order: u.arbitrary()?, with_ids: u.arbitrary()? })
+            Ok(Input::Model {
+                calls,
+                order: u.arbitrary()?,
+                with_ids: u.arbitrary()?,
+            })
         } else {
             let n = u.int_in_range(0..=12)?;
             let mut chunks = Vec::with_capacity(n);
@@ -66,7 +74,14 @@ fn free_chunk(u: &mut Unstructured<'_>) -> arbitrary::Result<Value> {
     for _ in 0..u.int_in_range(0..=3)? {
         let mut function = Map::new();
         if u.arbitrary()? {
-            function.insert("index".into(), if u.ratio(7, 8)? { Value::from(u.int_in_range(0..=3u64)?) } else { oap_fuzz::json(u, 0)? });
+            function.insert(
+                "index".into(),
+                if u.ratio(7, 8)? {
+                    Value::from(u.int_in_range(0..=3u64)?)
+                } else {
+                    oap_fuzz::json(u, 0)?
+                },
+            );
         }
         if u.arbitrary()? {
             function.insert("name".into(), Value::from(*u.choose(&["f", "g", "", " "])?));
@@ -74,15 +89,28 @@ fn free_chunk(u: &mut Unstructured<'_>) -> arbitrary::Result<Value> {
         if u.arbitrary()? {
             let args = match u.int_in_range(0..=3)? {
                 0 => Value::Object(oap_fuzz::object(u, 1)?),
-                1 => Value::from(*u.choose(&["{", "}", "\"", "{\"x\":", "1", "{}", "\"{}\"", "[1]", ""])?),
+                1 => Value::from(
+                    *u.choose(&["{", "}", "\"", "{\"x\":", "1", "{}", "\"{}\"", "[1]", ""])?,
+                ),
                 2 => Value::String(u.arbitrary()?),
                 _ => oap_fuzz::json(u, 1)?,
             };
-            function.insert(if u.ratio(7, 8)? { "arguments" } else { "parameters" }.into(), args);
+            function.insert(
+                if u.ratio(7, 8)? {
+                    "arguments"
+                } else {
+                    "parameters"
+                }
+                .into(),
+                args,
+            );
         }
         let mut call = Map::new();
         if u.ratio(1, 3)? {
-            call.insert("id".into(), Value::from(*u.choose(&["call_a", "call_b", ""])?));
+            call.insert(
+                "id".into(),
+                Value::from(*u.choose(&["call_a", "call_b", ""])?),
+            );
         }
         call.insert("function".into(), Value::Object(function));
         calls.push(Value::Object(call));
@@ -137,7 +165,9 @@ fn model_chunks(calls: &[Call], order: &[u8], with_ids: bool) -> Vec<Value> {
     let mut chunks = Vec::new();
     let mut pick = order.iter().copied().cycle();
     while queues.iter().any(|q| !q.is_empty()) {
-        let open: Vec<usize> = (0..queues.len()).filter(|&i| !queues[i].is_empty()).collect();
+        let open: Vec<usize> = (0..queues.len())
+            .filter(|&i| !queues[i].is_empty())
+            .collect();
         let i = open[usize::from(pick.next().unwrap_or(0)) % open.len()];
         let piece = queues[i].pop().unwrap();
         chunks.push(json!({"model": "m", "message": {"role": "assistant", "content": "", "tool_calls": [piece]}, "done": false}));
@@ -150,14 +180,27 @@ fn model_chunks(calls: &[Call], order: &[u8], with_ids: bool) -> Vec<Value> {
 fn emitted(events: &[StreamEvent]) -> Vec<(u64, String, String, String)> {
     let mut out = Vec::new();
     for event in events {
-        let StreamEvent::Data(data) = event else { continue };
-        let Some(calls) = data.pointer("/choices/0/delta/tool_calls").and_then(Value::as_array) else { continue };
+        let StreamEvent::Data(data) = event else {
+            continue;
+        };
+        let Some(calls) = data
+            .pointer("/choices/0/delta/tool_calls")
+            .and_then(Value::as_array)
+        else {
+            continue;
+        };
         for call in calls {
             out.push((
                 call["index"].as_u64().unwrap(),
                 call["id"].as_str().unwrap_or_default().to_string(),
-                call.pointer("/function/name").and_then(Value::as_str).unwrap_or_default().to_string(),
-                call.pointer("/function/arguments").and_then(Value::as_str).unwrap_or_default().to_string(),
+                call.pointer("/function/name")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default()
+                    .to_string(),
+                call.pointer("/function/arguments")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default()
+                    .to_string(),
             ));
         }
     }
@@ -174,7 +217,10 @@ fn run(chunks: &[Value]) -> (Vec<oap_wire::ToolCall>, Vec<StreamEvent>) {
     }
     events.extend(translator.finish_events());
     assert!(translator.is_finished());
-    let dones = events.iter().filter(|e| matches!(e, StreamEvent::Done)).count();
+    let dones = events
+        .iter()
+        .filter(|e| matches!(e, StreamEvent::Done))
+        .count();
     assert_eq!(dones, 1, "the stream ends exactly once");
     assert_eq!(events.last(), Some(&StreamEvent::Done));
     let calls = acc.finish();
@@ -186,7 +232,10 @@ fn run(chunks: &[Value]) -> (Vec<oap_wire::ToolCall>, Vec<StreamEvent>) {
     assert!(sent.len() <= MAX_TOOL_CALLS);
     let mut seen = HashSet::new();
     for (index, ..) in &sent {
-        assert!(seen.insert(*index), "call index {index} emitted twice: {sent:?}");
+        assert!(
+            seen.insert(*index),
+            "call index {index} emitted twice: {sent:?}"
+        );
     }
     (calls, events)
 }
@@ -201,38 +250,67 @@ fuzz_target!(|data: &[u8]| {
         run(&chunks);
         return;
     }
-    let Ok(input) = Input::arbitrary_take_rest(Unstructured::new(data)) else { return };
+    let Ok(input) = Input::arbitrary_take_rest(Unstructured::new(data)) else {
+        return;
+    };
     check(input);
 });
 
 fn check(input: Input) {
     match input {
-    Input::Free(chunks) => {
-        run(&chunks);
+        Input::Free(chunks) => {
+            run(&chunks);
+        }
+        Input::Model {
+            calls,
+            order,
+            with_ids,
+        } => {
+            let chunks = model_chunks(&calls, &order, with_ids);
+            let (got, events) = run(&chunks);
+            let mut want: Vec<(String, String)> = calls
+                .iter()
+                .map(|c| {
+                    (
+                        c.name.clone(),
+                        Value::Object(c.arguments.clone()).to_string(),
+                    )
+                })
+                .collect();
+            want.sort();
+            // Calls come back in the order their first pieces arrived.
+            let mut have: Vec<(String, String)> = got
+                .iter()
+                .map(|c| {
+                    (
+                        c.name.clone(),
+                        Value::Object(c.arguments.clone()).to_string(),
+                    )
+                })
+                .collect();
+            have.sort();
+            assert_eq!(
+                have, want,
+                "accumulator lost or changed a call\nchunks {chunks:?}"
+            );
+            assert!(got.iter().all(|c| c.arguments_error.is_none()));
+            let sent = emitted(&events);
+            assert!(
+                sent.iter().all(|s| !s.1.is_empty()),
+                "a call without an id: {sent:?}"
+            );
+            let mut sent: Vec<(String, String)> = sent
+                .into_iter()
+                .map(|(_, _, name, args)| {
+                    let args: Value = serde_json::from_str(&args).unwrap();
+                    (name, args.to_string())
+                })
+                .collect();
+            sent.sort();
+            assert_eq!(
+                sent, want,
+                "translator lost or changed a call\nchunks {chunks:?}"
+            );
+        }
     }
-    Input::Model { calls, order, with_ids } => {
-        let chunks = model_chunks(&calls, &order, with_ids);
-        let (got, events) = run(&chunks);
-        let mut want: Vec<(String, String)> =
-            calls.iter().map(|c| (c.name.clone(), Value::Object(c.arguments.clone()).to_string())).collect();
-        want.sort();
-        // Calls come back in the order their first pieces arrived.
-        let mut have: Vec<(String, String)> =
-            got.iter().map(|c| (c.name.clone(), Value::Object(c.arguments.clone()).to_string())).collect();
-        have.sort();
-        assert_eq!(have, want, "accumulator lost or changed a call\nchunks {chunks:?}");
-        assert!(got.iter().all(|c| c.arguments_error.is_none()));
-        let sent = emitted(&events);
-        assert!(sent.iter().all(|s| !s.1.is_empty()), "a call without an id: {sent:?}");
-        let mut sent: Vec<(String, String)> = sent
-            .into_iter()
-            .map(|(_, _, name, args)| {
-                let args: Value = serde_json::from_str(&args).unwrap();
-                (name, args.to_string())
-            })
-            .collect();
-        sent.sort();
-        assert_eq!(sent, want, "translator lost or changed a call\nchunks {chunks:?}");
-    }
-}
 }

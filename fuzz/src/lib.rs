@@ -8,12 +8,52 @@ use serde_json::{Map, Number, Value};
 /// Keys the structure-aware targets draw from, so generated objects hit the
 /// fields the parsers look at instead of random names.
 pub const KEYS: &[&str] = &[
-    "model", "messages", "role", "content", "tool_calls", "function", "name", "arguments",
-    "parameters", "index", "id", "type", "tools", "tool_choice", "stream", "done", "message",
-    "done_reason", "input", "instructions", "text", "items", "properties", "required", "enum",
-    "description", "format", "default", "additionalProperties", "minimum", "maximum", "images",
-    "options", "temperature", "max_tokens", "stream_options", "include_usage", "output",
-    "call_id", "function_call", "functions", "response_format", "think", "thinking", "x", "q",
+    "model",
+    "messages",
+    "role",
+    "content",
+    "tool_calls",
+    "function",
+    "name",
+    "arguments",
+    "parameters",
+    "index",
+    "id",
+    "type",
+    "tools",
+    "tool_choice",
+    "stream",
+    "done",
+    "message",
+    "done_reason",
+    "input",
+    "instructions",
+    "text",
+    "items",
+    "properties",
+    "required",
+    "enum",
+    "description",
+    "format",
+    "default",
+    "additionalProperties",
+    "minimum",
+    "maximum",
+    "images",
+    "options",
+    "temperature",
+    "max_tokens",
+    "stream_options",
+    "include_usage",
+    "output",
+    "call_id",
+    "function_call",
+    "functions",
+    "response_format",
+    "think",
+    "thinking",
+    "x",
+    "q",
 ];
 
 /// A JSON value at most `depth` levels deep, keys mostly from [`KEYS`].
@@ -98,7 +138,7 @@ pub fn scratch() -> &'static std::path::Path {
             .or_else(|_| tempfile::tempdir())
             .unwrap_or_else(|e| panic!("scratch dir: {e}"))
     })
-        .path()
+    .path()
 }
 
 /// Cut points for [`split`]: pieces of a size that starts at `stride + 1`
