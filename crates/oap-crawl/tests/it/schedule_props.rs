@@ -9,14 +9,20 @@ use oap_crawl::ScheduleSettings;
 use proptest::prelude::*;
 
 fn settings() -> impl Strategy<Value = ScheduleSettings> {
-    (0u64..=86_400_000, 0u64..=864_000_000, 0.0f64..=1.0, 0u32..=20).prop_map(
-        |(base_ms, interval_ms, jitter, max_failures)| ScheduleSettings {
-            interval: Duration::from_millis(interval_ms),
-            jitter,
-            retry_base: Duration::from_millis(base_ms),
-            max_failures,
-        },
+    (
+        0u64..=86_400_000,
+        0u64..=864_000_000,
+        0.0f64..=1.0,
+        0u32..=20,
     )
+        .prop_map(
+            |(base_ms, interval_ms, jitter, max_failures)| ScheduleSettings {
+                interval: Duration::from_millis(interval_ms),
+                jitter,
+                retry_base: Duration::from_millis(base_ms),
+                max_failures,
+            },
+        )
 }
 
 proptest! {

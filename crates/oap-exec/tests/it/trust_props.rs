@@ -12,7 +12,12 @@ fn v4() -> impl Strategy<Value = Ipv4Addr> {
     // Half uniform, half inside the special ranges, so each class is hit.
     prop_oneof![
         any::<u32>().prop_map(Ipv4Addr::from),
-        (prop::sample::select(vec![0u8, 10, 100, 127, 169, 172, 192, 198, 203, 224, 240, 255]), any::<[u8; 3]>())
+        (
+            prop::sample::select(vec![
+                0u8, 10, 100, 127, 169, 172, 192, 198, 203, 224, 240, 255
+            ]),
+            any::<[u8; 3]>()
+        )
             .prop_map(|(a, [b, c, d])| Ipv4Addr::new(a, b, c, d)),
     ]
 }
@@ -20,7 +25,13 @@ fn v4() -> impl Strategy<Value = Ipv4Addr> {
 fn v6() -> impl Strategy<Value = Ipv6Addr> {
     prop_oneof![
         any::<u128>().prop_map(Ipv6Addr::from),
-        (prop::sample::select(vec![0u16, 0x64, 0x100, 0x2001, 0x2002, 0x2a00, 0x3fff, 0xfc00, 0xfd12, 0xfe80, 0xfec0, 0xff02]), any::<u128>())
+        (
+            prop::sample::select(vec![
+                0u16, 0x64, 0x100, 0x2001, 0x2002, 0x2a00, 0x3fff, 0xfc00, 0xfd12, 0xfe80, 0xfec0,
+                0xff02
+            ]),
+            any::<u128>()
+        )
             .prop_map(|(top, rest)| Ipv6Addr::from((u128::from(top) << 112) | (rest >> 16))),
     ]
 }

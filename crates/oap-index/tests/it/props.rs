@@ -2,7 +2,9 @@
 //! computed from the documents as written, and top-k selection against a
 //! full sort of every document's score (score desc, then doc asc).
 
-use oap_index::{DocInput, Hit, Index, IndexWriter, RowInput, SearchConfig, VectorDtype, BM25_B, BM25_K1};
+use oap_index::{
+    DocInput, Hit, Index, IndexWriter, RowInput, SearchConfig, VectorDtype, BM25_B, BM25_K1,
+};
 use proptest::prelude::*;
 
 const TERMS: &[&str] = &["weather", "time", "city", "news", "stock", "zip"];
@@ -25,10 +27,17 @@ fn unit(v: Vec<f32>) -> Vec<f32> {
 }
 
 fn corpus(dim: usize) -> impl Strategy<Value = Vec<Doc>> {
-    let row = (0.0f32..=2.0, prop::collection::vec(-1.0f32..=1.0, dim)).prop_map(|(w, v)| (w, unit(v)));
+    let row =
+        (0.0f32..=2.0, prop::collection::vec(-1.0f32..=1.0, dim)).prop_map(|(w, v)| (w, unit(v)));
     let doc = (
         prop::collection::vec(row, 0..4),
-        prop::collection::vec((0..TERMS.len(), prop_oneof![Just(1.0f32), Just(0.5), Just(2.0)]), 0..6),
+        prop::collection::vec(
+            (
+                0..TERMS.len(),
+                prop_oneof![Just(1.0f32), Just(0.5), Just(2.0)],
+            ),
+            0..6,
+        ),
     )
         .prop_map(|(rows, lexical)| Doc { rows, lexical });
     prop::collection::vec(doc, 0..24)
@@ -40,8 +49,20 @@ fn build(dim: usize, docs: &[Doc]) -> (tempfile::TempDir, Index) {
         w.add(DocInput {
             id: format!("doc{i}"),
             record: Vec::new(),
-            rows: d.rows.iter().map(|(weight, v)| RowInput { key: [0; 16], weight: *weight, vector: v.clone() }).collect(),
-            lexical: d.lexical.iter().map(|(t, wt)| (TERMS[*t].to_string(), *wt)).collect(),
+            rows: d
+                .rows
+                .iter()
+                .map(|(weight, v)| RowInput {
+                    key: [0; 16],
+                    weight: *weight,
+                    vector: v.clone(),
+                })
+                .collect(),
+            lexical: d
+                .lexical
+                .iter()
+                .map(|(t, wt)| (TERMS[*t].to_string(), *wt))
+                .collect(),
         })
         .unwrap();
     }
