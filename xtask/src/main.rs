@@ -21,6 +21,7 @@ mod bench_retrieval;
 mod bench_run;
 mod bench_tokens;
 mod cross;
+mod fuzz;
 mod image;
 mod model;
 mod net;
@@ -50,6 +51,13 @@ const COMMANDS: &[Command] = &[
         usage: "test [CARGO TEST ARGS...]\n      \
                 fetch the model and run the whole test suite (release profile)",
         run: tasks::test,
+    },
+    Command {
+        name: "fuzz",
+        usage: "fuzz TARGET...|--all|--list [--seconds N] [-- LIBFUZZER ARGS]\n      \
+                coverage-guided fuzzing (libFuzzer, stable toolchain) of the parsers\n      \
+                of outside input, N seconds per target (default 60); fails on a crash",
+        run: fuzz::run,
     },
     Command {
         name: "bench-retrieval",

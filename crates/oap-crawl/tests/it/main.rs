@@ -15,3 +15,4 @@ mod common;
 
 mod crawl;
 mod lan;
+mod schedule_props;

@@ -16,3 +16,4 @@ mod common;
 mod credentials;
 mod http;
 mod stdio;
+mod trust_props;

@@ -15,5 +15,6 @@ mod common;
 mod corruption;
 mod dense;
 mod lexical;
+mod props;
 mod roundtrip;
 mod tokenize;
