@@ -25,6 +25,7 @@ SCRIPT = {
         {"name": "qwen3:4b", "capabilities": ["completion", "tools"]},
         {"name": "tiny", "capabilities": ["completion"]},
         {"name": "gemma3:1b", "capabilities": ["completion", "tools"]},
+        {"name": "qwen3:8b", "capabilities": ["completion", "tools", "thinking"]},
     ],
     "turns": [],
 }
