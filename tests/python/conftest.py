@@ -25,6 +25,7 @@ SCRIPT = {
         {"name": "qwen3:4b", "capabilities": ["completion", "tools"]},
         {"name": "tiny", "capabilities": ["completion"]},
         {"name": "gemma3:1b", "capabilities": ["completion", "tools"]},
+        {"name": "qwen3:8b", "capabilities": ["completion", "tools", "thinking"]},
     ],
     "turns": [],
 }
@@ -54,26 +55,31 @@ class Fake:
     def reset(self):
         http_json("POST", f"{self.url}/_fake/reset", {})
 
+    def requests(self, path):
+        return http_json("GET", f"{self.url}/_fake/requests?path={path}")
+
     def chat_requests(self):
         return [r["body"] for r in http_json("GET", f"{self.url}/_fake/requests?path=/api/chat")]
 
 
-@pytest.fixture(scope="session")
-def fake():
+def launch_fake(script):
+    """Starts the fake on a free loopback port; returns (process, Fake)."""
     binary = TARGET / "fake-ollama"
     assert binary.is_file(), f"{binary} missing: build with `cargo build --release -p fake-ollama`"
-    script = Path(tempfile.mkdtemp()) / "script.json"
-    script.write_text(json.dumps(SCRIPT))
-    process = subprocess.Popen([str(binary), "--script", str(script), "--port", "0"], stdout=subprocess.PIPE, text=True)
+    path = Path(tempfile.mkdtemp()) / "script.json"
+    path.write_text(json.dumps(script))
+    process = subprocess.Popen([str(binary), "--script", str(path), "--port", "0"], stdout=subprocess.PIPE, text=True)
     address = process.stdout.readline().strip()
     assert address, "fake-ollama printed no address"
-    yield Fake(f"http://{address}")
-    process.kill()
-    process.wait()
+    return process, Fake(f"http://{address}")
 
 
-@pytest.fixture(scope="session")
-def oapd(fake):
+def launch_oapd(fake_url, extra_config="", server_config="", extra_listen=()):
+    """Starts the real daemon in front of `fake_url` with a fresh data dir;
+    `server_config` is YAML lines added to its `server:` section,
+    `extra_config` whole sections appended, `extra_listen` more addresses
+    to listen on. Returns (process, url) once
+    /health answers (without a token: 127.0.0.1 must be trusted when one is set)."""
     binary = TARGET / "oapd"
     assert binary.is_file(), f"{binary} missing: build with `cargo build --release -p oapd`"
     assert (MODEL_DIR / "model.safetensors").is_file(), "model missing: run `cargo xtask fetch-model`"
@@ -81,13 +87,12 @@ def oapd(fake):
     port = free_port()
     config = state / "config.yaml"
     config.write_text(
-        f"server:\n  listen: ['127.0.0.1:{port}']\n"
-        f"index:\n  data_dir: {json.dumps(str(state / 'data'))}\n"
+        f"server:\n  listen: {json.dumps([f'127.0.0.1:{port}', *extra_listen])}\n"
+        + server_config
+        + f"index:\n  data_dir: {json.dumps(str(state / 'data'))}\n"
         f"embedding:\n  model_dir: {json.dumps(str(MODEL_DIR))}\n"
-        f"ollama:\n  base_url: {json.dumps(fake.url)}\n"
-        # Keep-alives after one second of silence, so the slow-model tests
-        # see them without waiting long.
-        f"tool_bridge:\n  stream_keepalive: 1\n"
+        f"ollama:\n  base_url: {json.dumps(fake_url)}\n"
+        + extra_config
     )
     env = {k: v for k, v in os.environ.items() if not k.startswith("OAP_")}
     log = open(state / "oapd.log", "w")
@@ -102,6 +107,22 @@ def oapd(fake):
             assert process.poll() is None, (state / "oapd.log").read_text()
             assert time.time() < deadline, "oapd did not become ready"
             time.sleep(0.1)
+    return process, url
+
+
+@pytest.fixture(scope="session")
+def fake():
+    process, handle = launch_fake(SCRIPT)
+    yield handle
+    process.kill()
+    process.wait()
+
+
+@pytest.fixture(scope="session")
+def oapd(fake):
+    # Keep-alives after one second of silence, so the slow-model tests see
+    # them without waiting long.
+    process, url = launch_oapd(fake.url, "tool_bridge:\n  stream_keepalive: 1\n")
     yield url
     process.terminate()
     process.wait(timeout=20)

@@ -358,3 +358,35 @@ def test_ollama_embed_and_generate_pass_through(oapd, fake):
     client = ollama.Client(host=oapd)
     assert len(client.embed(model="qwen3:4b", input=["one", "two"]).embeddings) == 2
     assert client.generate(model="qwen3:4b", prompt="Say something").response == "This is a fake generation."
+
+
+def test_ollama_think_and_format_the_way_home_assistant_sends_them(oapd, fake):
+    # Home Assistant's newer Ollama integration (its agents' "think" option,
+    # its AI tasks' structured output) calls the same client this way: its
+    # own tools, stream, keep_alive in seconds, num_ctx, think and a JSON
+    # schema as format. (The HA release in test_home_assistant.py predates
+    # both; this is the request it would send.)
+    schema = {"type": "object", "properties": {"words": {"type": "integer"}}, "required": ["words"]}
+    fake.turns(
+        {"chunks": [{"thinking": "Counting needs wc. "}, {"tool_calls": [WC_CALL]}]},
+        {"chunks": [{"thinking": "wc said 4. "}, {"content": "four words"}]},
+        {"chunks": [{"thinking": "As JSON. "}, {"content": '{"words": 4}'}]},
+    )
+    client = ollama.Client(host=oapd)
+    parts = list(client.chat(
+        model="qwen3:8b", messages=[{"role": "user", "content": TASK}], tools=[WEATHER_TOOL], stream=True,
+        keep_alive="-1s", options={"num_ctx": 8192}, think=True, format=schema,
+    ))
+    thinking = "".join(p.message.thinking or "" for p in parts)
+    assert "As JSON." in thinking
+    assert json.loads("".join(p.message.content or "" for p in parts)) == {"words": 4}
+    assert not any(p.message.tool_calls for p in parts)
+    sent = fake.chat_requests()
+    assert len(sent) == 3
+    assert all(r["think"] is True for r in sent)
+    assert all(r["options"]["num_ctx"] == 8192 for r in sent)
+    # format only where the model answers without oapd's tools on offer.
+    assert "format" not in sent[0] and "format" not in sent[1]
+    assert sent[2]["format"] == schema
+    # The thinking of the call stays with it in the next round.
+    assert sent[1]["messages"][-2]["thinking"] == "Counting needs wc. "

@@ -22,6 +22,7 @@ mod bench_run;
 mod bench_tokens;
 mod cross;
 mod fuzz;
+mod home_assistant;
 mod image;
 mod model;
 mod net;
@@ -78,6 +79,13 @@ const COMMANDS: &[Command] = &[
                 latency oapd adds in front of a fake Ollama (and the Python\n      \
                 peer ollama-mcp-bridge), first-chunk time, RSS over 100k requests",
         run: bench_proxy::run,
+    },
+    Command {
+        name: "bench-ha",
+        usage: "bench-ha [--runs N] [--warmup N]\n      \
+                one Home Assistant voice turn (real HA core, its Ollama\n      \
+                integration) through oapd vs direct to a fake Ollama, p50/p90",
+        run: home_assistant::bench,
     },
     Command {
         name: "bench-mcp",

@@ -110,8 +110,9 @@ pub(crate) fn python_venv() -> anyhow::Result<()> {
     )
 }
 
-/// The real `ollama` and `openai` Python packages against the real daemon
-/// and the scripted fake Ollama (tests/python), in a venv under target/.
+/// The real `ollama` and `openai` Python packages, and Home Assistant core,
+/// against the real daemon and the scripted fake Ollama (tests/python), in
+/// venvs under target/.
 fn python_clients() -> anyhow::Result<()> {
     let root = repo_root();
     run_in_root(cargo().args([
@@ -124,6 +125,17 @@ fn python_clients() -> anyhow::Result<()> {
         "--bins",
     ]))?;
     python_venv()?;
+    let started = std::time::Instant::now();
+    let ha = crate::home_assistant::venv()?;
+    println!(
+        "Home Assistant venv ready in {:.0} s",
+        started.elapsed().as_secs_f64()
+    );
     let python = root.join("target/pyclients/bin/python");
-    run_in_root(Command::new(&python).args(["-m", "pytest", "-q", "tests/python"]))
+    run_in_root(
+        Command::new(&python)
+            .args(["-m", "pytest", "-q", "tests/python"])
+            .env("OAPD_HA_VENV", ha)
+            .env("OAPD_REQUIRE_HA", "1"),
+    )
 }

@@ -1,0 +1,152 @@
+"""Home Assistant core, the real one from PyPI, talking to oapd as its Ollama.
+
+HA runs headless from its own venv (target/ha-venv, made by `cargo xtask
+test`; OAPD_HA_VENV points elsewhere) with a temporary config dir and a
+template light. The test onboards it, adds the Ollama integration through
+HA's config-flow API pointed at oapd (which stands in front of the scripted
+fake Ollama and lets 127.0.0.1 in without its token, the documented LAN
+set-up), selects the Assist API, and talks to it through HA's conversation
+API. The model is scripted; HA's tools, HA's tool loop and oapd's tool (the
+bundled `wc`) are real.
+"""
+
+import json
+import os
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+import home_assistant
+from conftest import REPO, free_port, http_json, launch_fake, launch_oapd
+from home_assistant import LIGHT, wait_for
+
+HA_VENV = Path(os.environ.get("OAPD_HA_VENV", REPO / "target" / "ha-venv"))
+HASS = HA_VENV / "bin" / "hass"
+# Not installed in the fake before HA comes: HA's set-up pulls it.
+MODEL = "llama3.1:latest"
+TOKEN = "ha-suite-token-that-home-assistant-never-sends"
+WC_CALL = {"name": "oap_wc", "arguments": {"args": "-w", "stdin": "one two three four"}}
+TURN_ON = {"name": "HassTurnOn", "arguments": {"name": "Kitchen Lights", "domain": ["light"]}}
+
+if not HASS.is_file():
+    if os.environ.get("OAPD_REQUIRE_HA") == "1":
+        raise RuntimeError(f"{HASS} missing: `cargo xtask test` makes the Home Assistant venv")
+    pytest.skip(f"{HASS} missing: `cargo xtask test` makes the Home Assistant venv", allow_module_level=True)
+
+
+@pytest.fixture(scope="module")
+def stack():
+    """fake Ollama <- oapd (token set, 127.0.0.1 trusted) <- Home Assistant,
+    onboarded, with the Ollama integration set up through its config flow
+    and the Assist API selected. Yields (fake, oapd url, HA, agent id,
+    oapd's untrusted ::1 url)."""
+    fake_process, fake = launch_fake({
+        "models": [{"name": "qwen3:4b", "capabilities": ["completion", "tools"]}],
+        "turns": [],
+    })
+    processes = [fake_process]
+    try:
+        v6_port = free_port()
+        oapd_process, oapd = launch_oapd(
+            fake.url,
+            server_config=f"  auth_token: {TOKEN}\n  trusted_clients: ['127.0.0.1/32']\n",
+            # Loopback too, but not trusted: a client there needs the token.
+            extra_listen=[f"[::1]:{v6_port}"],
+        )
+        processes.append(oapd_process)
+        hass_process, ha, _ = home_assistant.start(HASS)
+        processes.append(hass_process)
+        agent = home_assistant.add_ollama(ha, oapd, MODEL)
+        yield fake, oapd, ha, agent, f"http://[::1]:{v6_port}"
+    finally:
+        for process in reversed(processes):
+            home_assistant.stop(process)
+
+
+@pytest.fixture
+def home(stack):
+    fake, oapd, ha, agent, untrusted = stack
+    # Not a reset: that would forget the model HA pulled.
+    http_json("DELETE", f"{fake.url}/_fake/requests")
+    ha.call("POST", "/api/services/light/turn_off", {"entity_id": LIGHT})
+    wait_for("the light to be off", lambda: ha.state(LIGHT) == "off")
+    yield fake, ha, agent
+    assert http_json("GET", f"{fake.url}/_fake/turns")["remaining"] == 0, "a scripted model turn was not used"
+
+
+def speech(result):
+    return result["response"]["speech"]["plain"]["speech"]
+
+
+def offered(request):
+    return [t["function"]["name"] for t in request.get("tools") or []]
+
+
+def test_set_up_lists_and_pulls_the_model_through_oapd(stack):
+    fake, oapd, ha, agent, untrusted = stack
+    # HA listed the models (config flow, then entry set-up and reloads) and,
+    # the model missing, pulled it: all through oapd, which let 127.0.0.1 in
+    # without its token and did not pass its token on.
+    tags = fake.requests("/api/tags")
+    assert len(tags) >= 2 and all(r["status"] == 200 for r in tags)
+    pulls = fake.requests("/api/pull")
+    assert [r["body"]["model"] for r in pulls] == [MODEL]
+    assert pulls[0]["status"] == 200
+    assert all("authorization" not in r["headers"] for r in tags + pulls)
+    models = [m["model"] for m in http_json("GET", f"{fake.url}/api/tags")["models"]]
+    assert MODEL in models
+    # The token is still required of every other address: ::1 is not in
+    # trusted_clients, so there the same request needs it.
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(f"{untrusted}/api/tags", timeout=10)
+    assert refused.value.code == 401
+    request = urllib.request.Request(f"{untrusted}/api/tags", headers={"Authorization": f"Bearer {TOKEN}"})
+    with urllib.request.urlopen(request, timeout=10) as response:
+        assert MODEL in [m["model"] for m in json.loads(response.read())["models"]]
+
+
+def test_ha_tool_call_comes_back_to_ha_which_turns_the_light_on(home):
+    fake, ha, agent = home
+    fake.turns({"chunks": [{"tool_calls": [TURN_ON]}]}, {"reply": "The kitchen lights are on."})
+    result = ha.process(agent, "turn on the kitchen lights")
+    assert speech(result) == "The kitchen lights are on."
+    assert ha.state(LIGHT) == "on"
+    sent = fake.chat_requests()
+    assert len(sent) == 2
+    assert "HassTurnOn" in offered(sent[0])
+    # HA's second round: its own call and the result of running it.
+    follow = sent[1]["messages"]
+    assert [c["function"]["name"] for c in follow[-2]["tool_calls"]] == ["HassTurnOn"]
+    assert follow[-1]["role"] == "tool"
+    assert "Kitchen Lights" in follow[-1]["content"]
+
+
+def test_oapd_tool_runs_in_oapd_and_ha_sees_only_the_answer(home):
+    fake, ha, agent = home
+    fake.turns({"chunks": [{"tool_calls": [WC_CALL]}]}, {"echo": "last_tool"})
+    result = ha.process(agent, "count the words in this text: one two three four")
+    assert speech(result).strip() == "4"
+    sent = fake.chat_requests()
+    # Had HA seen oap_wc it would have answered the model "unknown tool"
+    # in a third round.
+    assert len(sent) == 2
+    assert "oap_wc" in offered(sent[0]) and "HassTurnOn" in offered(sent[0])
+    assert sent[1]["messages"][-1]["role"] == "tool" and sent[1]["messages"][-1]["content"].strip() == "4"
+    assert ha.state(LIGHT) == "off"
+
+
+def test_mixed_turn_runs_oapds_tool_once_and_ha_runs_its_own(home):
+    fake, ha, agent = home
+    fake.turns({"chunks": [{"tool_calls": [WC_CALL, TURN_ON]}]}, {"reply": "Four words, and the lights are on."})
+    result = ha.process(agent, "count the words in this text: one two three four, and turn on the kitchen lights")
+    assert speech(result) == "Four words, and the lights are on."
+    assert ha.state(LIGHT) == "on"
+    sent = fake.chat_requests()
+    assert len(sent) == 2, "oapd ran wc in the first request only"
+    follow = sent[1]["messages"]
+    calls = [c["function"]["name"] for c in follow[-3]["tool_calls"]]
+    assert calls == ["oap_wc", "HassTurnOn"]
+    assert follow[-2]["role"] == "tool" and follow[-2]["content"].strip() == "4"
+    assert follow[-1]["role"] == "tool" and "Kitchen Lights" in follow[-1]["content"]

@@ -1,0 +1,222 @@
+//! Home Assistant core for the end-to-end suite: a venv under
+//! target/ha-venv with tests/python/home-assistant.txt installed (every
+//! package pinned), on a CPython 3.13 found on the machine or, when there is
+//! none, built from Debian's source of it (the upstream tarball, checked by
+//! sha256) into target/python3.13.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{bail, Context};
+use sha2::{Digest, Sha256};
+
+use crate::repo_root;
+use crate::tasks::run_in_root;
+
+/// The CPython 3.13 source Debian ships (trixie's python3.13), used only
+/// when the machine has no CPython 3.13.
+const SOURCE_URL: &str =
+    "http://deb.debian.org/debian/pool/main/p/python3.13/python3.13_3.13.5.orig.tar.xz";
+const SOURCE_SHA256: &str = "93e583f243454e6e9e4588ca2c2662206ad961659863277afcdb96801647d640";
+
+/// Where the venv's pins are recorded: the venv is reused while they match.
+const STAMP: &str = "oapd-pins.sha256";
+
+/// Makes (or reuses) target/ha-venv and returns its path.
+pub(crate) fn venv() -> anyhow::Result<PathBuf> {
+    let root = repo_root();
+    let venv = root.join("target/ha-venv");
+    let pins = std::fs::read(root.join("tests/python/home-assistant.txt"))
+        .context("reading tests/python/home-assistant.txt")?;
+    let python = python()?;
+    let want = format!(
+        "{}  {}\n",
+        hex::encode(Sha256::digest(&pins)),
+        python.display()
+    );
+    let stamp = venv.join(STAMP);
+    if venv.join("bin/hass").is_file() && std::fs::read_to_string(&stamp).ok() == Some(want.clone())
+    {
+        println!("Home Assistant venv {} is up to date", venv.display());
+        return Ok(venv);
+    }
+    if venv.exists() {
+        std::fs::remove_dir_all(&venv).with_context(|| format!("removing {}", venv.display()))?;
+    }
+    run_in_root(Command::new(&python).args(["-m", "venv"]).arg(&venv))?;
+    run_in_root(
+        Command::new(venv.join("bin/python"))
+            .args([
+                "-m",
+                "pip",
+                "install",
+                "--quiet",
+                "--disable-pip-version-check",
+                "-r",
+            ])
+            .arg(root.join("tests/python/home-assistant.txt")),
+    )?;
+    std::fs::write(&stamp, want)?;
+    Ok(venv)
+}
+
+/// A CPython 3.13: `OAPD_HA_PYTHON` if set (`source` forces the build),
+/// else `python3.13` on PATH, else pyenv's, else target/python3.13 (built
+/// here before), else built now.
+fn python() -> anyhow::Result<PathBuf> {
+    let root = repo_root();
+    let built = root.join("target/python3.13/bin/python3.13");
+    match std::env::var("OAPD_HA_PYTHON") {
+        Ok(forced) if forced == "source" => {
+            if !is_python_313(&built) {
+                build(&root.join("target/python3.13"))?;
+            }
+            return Ok(built);
+        }
+        Ok(given) => {
+            let given = PathBuf::from(given);
+            if !is_python_313(&given) {
+                bail!("OAPD_HA_PYTHON={} is not a CPython 3.13", given.display());
+            }
+            return Ok(given);
+        }
+        Err(_) => {}
+    }
+    let mut candidates = vec![PathBuf::from("python3.13")];
+    let pyenv = std::env::var_os("PYENV_ROOT")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|home| Path::new(&home).join(".pyenv")));
+    if let Some(versions) = pyenv.map(|p| p.join("versions")) {
+        let mut found: Vec<PathBuf> = std::fs::read_dir(versions)
+            .map(|dir| {
+                dir.flatten()
+                    .filter(|e| e.file_name().to_string_lossy().starts_with("3.13"))
+                    .map(|e| e.path().join("bin/python3.13"))
+                    .collect()
+            })
+            .unwrap_or_default();
+        found.sort();
+        candidates.extend(found.into_iter().rev());
+    }
+    candidates.push(built.clone());
+    if let Some(found) = candidates.into_iter().find(|c| is_python_313(c)) {
+        return Ok(found);
+    }
+    println!("no CPython 3.13 on this machine: building one from Debian's source");
+    build(&root.join("target/python3.13"))?;
+    Ok(built)
+}
+
+fn is_python_313(python: &Path) -> bool {
+    Command::new(python)
+        .args([
+            "-c",
+            "import sys, ssl, sqlite3, zlib, ctypes; sys.exit(sys.version_info[:2] != (3, 13))",
+        ])
+        .output()
+        .map(|out| out.status.success())
+        .unwrap_or(false)
+}
+
+/// Downloads, checks and builds CPython 3.13 into `prefix` (no PGO: a
+/// few minutes on two cores instead of half an hour).
+fn build(prefix: &Path) -> anyhow::Result<()> {
+    let work = tempfile::tempdir()?;
+    let tarball = work.path().join("python3.13.orig.tar.xz");
+    run_in_root(
+        Command::new("curl")
+            .args([
+                "--fail",
+                "--silent",
+                "--show-error",
+                "--location",
+                "--output",
+            ])
+            .arg(&tarball)
+            .arg(SOURCE_URL),
+    )?;
+    let got = hex::encode(Sha256::digest(std::fs::read(&tarball)?));
+    if got != SOURCE_SHA256 {
+        bail!("{SOURCE_URL} has sha256 {got}, expected {SOURCE_SHA256}");
+    }
+    let source = work.path().join("src");
+    std::fs::create_dir_all(&source)?;
+    run_in_root(
+        Command::new("tar")
+            .arg("xJf")
+            .arg(&tarball)
+            .arg("-C")
+            .arg(&source)
+            .arg("--strip-components=1"),
+    )?;
+    let jobs = std::thread::available_parallelism().map_or(2, |n| n.get());
+    let mut configure = Command::new("./configure");
+    configure
+        .arg(format!("--prefix={}", prefix.display()))
+        .args(["--disable-test-modules", "--with-ensurepip=no"])
+        .current_dir(&source);
+    in_dir(&mut configure)?;
+    in_dir(
+        Command::new("make")
+            .arg(format!("-j{jobs}"))
+            .current_dir(&source),
+    )?;
+    in_dir(Command::new("make").arg("install").current_dir(&source))?;
+    let built = prefix.join("bin/python3.13");
+    if !is_python_313(&built) {
+        bail!(
+            "the CPython built in {} lacks a module Home Assistant needs (ssl, sqlite3, zlib, ctypes: \
+             apt-get install libssl-dev libsqlite3-dev zlib1g-dev libffi-dev)",
+            prefix.display()
+        );
+    }
+    Ok(())
+}
+
+/// Runs a command in its own directory (quietly: output only on failure).
+fn in_dir(command: &mut Command) -> anyhow::Result<()> {
+    let shown = format!("{command:?}");
+    println!("$ {shown}");
+    let out = command
+        .output()
+        .with_context(|| format!("cannot start {shown}"))?;
+    if !out.status.success() {
+        let tail = |bytes: &[u8]| {
+            let text = String::from_utf8_lossy(bytes).into_owned();
+            let lines: Vec<&str> = text.lines().collect();
+            lines[lines.len().saturating_sub(30)..].join("\n")
+        };
+        bail!(
+            "{shown} failed: {}\n{}\n{}",
+            out.status,
+            tail(&out.stdout),
+            tail(&out.stderr)
+        );
+    }
+    Ok(())
+}
+
+/// `cargo xtask bench-ha [--runs N]`: one Home Assistant voice turn
+/// through oapd vs straight to the fake Ollama, interleaved in one run
+/// (bench/ha_turn.py).
+pub fn bench(args: &[String]) -> anyhow::Result<()> {
+    crate::model::run(&[])?;
+    run_in_root(crate::tasks::cargo().args([
+        "build",
+        "--release",
+        "--package",
+        "oapd",
+        "--package",
+        "fake-ollama",
+        "--bins",
+    ]))?;
+    crate::tasks::python_venv()?;
+    let venv = venv()?;
+    let root = repo_root();
+    run_in_root(
+        Command::new(root.join("target/pyclients/bin/python"))
+            .arg(root.join("bench/ha_turn.py"))
+            .args(args)
+            .env("OAPD_HA_VENV", venv),
+    )
+}
