@@ -115,15 +115,18 @@ pub(crate) fn python_venv() -> anyhow::Result<()> {
 /// venvs under target/.
 fn python_clients() -> anyhow::Result<()> {
     let root = repo_root();
-    run_in_root(cargo().args([
-        "build",
-        "--release",
-        "--package",
-        "oapd",
-        "--package",
-        "fake-ollama",
-        "--bins",
-    ]))?;
+    // `cargo test --release --workspace` just built both binaries (their
+    // integration tests run them). A separate `cargo build -p oapd -p
+    // fake-ollama` resolves features differently and would compile the TLS
+    // stack and the daemon a second time (minutes on two cores).
+    for bin in ["oapd", "fake-ollama"] {
+        let path = root.join("target/release").join(bin);
+        anyhow::ensure!(
+            path.is_file(),
+            "{} is missing: the workspace test build should have made it",
+            path.display()
+        );
+    }
     python_venv()?;
     let started = std::time::Instant::now();
     let ha = crate::home_assistant::venv()?;
