@@ -281,8 +281,8 @@ mod tests {
     use super::*;
 
     /// Deterministic pseudo-random floats in [-1, 1).
-    fn values(n: usize, seed: u32) -> Vec<f32> {
-        let mut s = seed.wrapping_mul(2_654_435_761).wrapping_add(1);
+    fn values(n: usize, salt: u32) -> Vec<f32> {
+        let mut s = salt.wrapping_mul(2_654_435_761).wrapping_add(1);
         (0..n)
             .map(|_| {
                 s ^= s << 13;
