@@ -15,44 +15,49 @@
 use candle_core::{DType, Device, Module, Result, Tensor};
 use candle_nn::{Embedding, LayerNorm, VarBuilder};
 use candle_transformers::models::bert::{Config, HiddenAct};
+use pulp::Arch;
 
-/// A linear layer `y = x W^T + b` on a 2-D input.
+use crate::kernel::{panel_width, Act, Packed};
+
+/// A linear layer `y = act(x W^T + b)` on a 2-D input, on the panel-packed
+/// weights of `kernel.rs`.
 struct Linear {
-    /// `W^T`, `[in, out]`, contiguous.
-    weight_t: Tensor,
-    bias: Tensor,
+    packed: Packed,
 }
 
 impl Linear {
     /// Loads `weight` (`[out, in]`) and `bias` (`[out]`) from one or more
     /// prefixes; several prefixes are stacked along the output dimension
     /// (the fused query/key/value layer).
-    fn load(vbs: &[VarBuilder], in_dim: usize, out_dim: usize) -> Result<Self> {
+    fn load(vbs: &[VarBuilder], in_dim: usize, out_dim: usize, width: usize) -> Result<Self> {
         let mut weights = Vec::with_capacity(vbs.len());
         let mut biases = Vec::with_capacity(vbs.len());
         for vb in vbs {
             weights.push(vb.get((out_dim, in_dim), "weight")?);
             biases.push(vb.get(out_dim, "bias")?);
         }
-        let w = Tensor::cat(&weights, 0)?; // [out * n, in]
-        let bias = Tensor::cat(&biases, 0)?;
-        Ok(Self {
-            weight_t: w.t()?.contiguous()?,
-            bias,
-        })
+        let w = Tensor::cat(&weights, 0)?.flatten_all()?.to_vec1::<f32>()?; // [out * n, in]
+        let bias = Tensor::cat(&biases, 0)?.to_vec1::<f32>()?;
+        let packed = Packed::new(&w, &bias, bias.len(), in_dim, width).ok_or_else(|| {
+            candle_core::Error::msg("linear layer: weight and bias sizes disagree")
+        })?;
+        Ok(Self { packed })
     }
 
-    fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        // Computed as `(W x^T)^T`: the weight is then the left operand, read
-        // in place along its long output dimension (gemm's vector direction),
-        // and the few token rows are the narrow right operand. `x W^T` the
-        // other way round pads the token rows up to gemm's register tile.
-        self.weight_t
-            .t()?
-            .matmul(&x.t()?)?
-            .t()?
-            .contiguous()?
-            .broadcast_add(&self.bias)
+    fn forward(&self, arch: Arch, x: &Tensor, act: Act) -> Result<Tensor> {
+        let (m, k) = x.dims2()?;
+        if k != self.packed.k() {
+            candle_core::bail!(
+                "linear layer: input has {k} features, weight takes {}",
+                self.packed.k()
+            );
+        }
+        let xs = x.flatten_all()?.to_vec1::<f32>()?;
+        let y = self
+            .packed
+            .forward(arch, &xs, m, act)
+            .ok_or_else(|| candle_core::Error::msg("linear layer: shape mismatch"))?;
+        Tensor::from_vec(y, (m, self.packed.n()), x.device())
     }
 }
 
@@ -77,6 +82,8 @@ pub(crate) struct Encoder {
     hidden: usize,
     act: HiddenAct,
     device: Device,
+    /// The SIMD level detected at load; the weights are packed for it.
+    arch: Arch,
 }
 
 fn layer_norm(vb: VarBuilder, dim: usize, eps: f64) -> Result<LayerNorm> {
@@ -119,21 +126,29 @@ impl Encoder {
             .narrow(0, 0, 1)?
             .contiguous()?;
         let emb_norm = layer_norm(emb.pp("LayerNorm"), d, eps)?;
+        let arch = Arch::new();
+        let width = panel_width(arch);
         let mut layers = Vec::with_capacity(cfg.num_hidden_layers);
         for i in 0..cfg.num_hidden_layers {
             let l = vb.pp(format!("encoder.layer.{i}"));
             let att = l.pp("attention");
             let s = att.pp("self");
             layers.push(Layer {
-                qkv: Linear::load(&[s.pp("query"), s.pp("key"), s.pp("value")], d, d)?,
-                attn_out: Linear::load(&[att.pp("output").pp("dense")], d, d)?,
+                qkv: Linear::load(&[s.pp("query"), s.pp("key"), s.pp("value")], d, d, width)?,
+                attn_out: Linear::load(&[att.pp("output").pp("dense")], d, d, width)?,
                 attn_norm: layer_norm(att.pp("output").pp("LayerNorm"), d, eps)?,
                 up: Linear::load(
                     &[l.pp("intermediate").pp("dense")],
                     d,
                     cfg.intermediate_size,
+                    width,
                 )?,
-                down: Linear::load(&[l.pp("output").pp("dense")], cfg.intermediate_size, d)?,
+                down: Linear::load(
+                    &[l.pp("output").pp("dense")],
+                    cfg.intermediate_size,
+                    d,
+                    width,
+                )?,
                 out_norm: layer_norm(l.pp("output").pp("LayerNorm"), d, eps)?,
             });
         }
@@ -148,6 +163,7 @@ impl Encoder {
             hidden: d,
             act: cfg.hidden_act,
             device: vb.device().clone(),
+            arch,
         })
     }
 
@@ -201,7 +217,8 @@ impl Encoder {
         scale: f64,
     ) -> Result<Tensor> {
         let (h, hd, d) = (self.heads, self.head_dim, self.hidden);
-        let qkv = layer.qkv.forward(x)?; // [R*C, 3D]
+        let arch = self.arch;
+        let qkv = layer.qkv.forward(arch, x, Act::Identity)?; // [R*C, 3D]
         let qkv = qkv.reshape((rows, cols, 3, h, hd))?;
         let split = |i: usize| -> Result<Tensor> {
             // [R, C, H, hd] -> [R, H, C, hd]
@@ -224,15 +241,16 @@ impl Encoder {
             .transpose(1, 2)?
             .contiguous()?
             .reshape((rows * cols, d))?;
-        let attn = layer.attn_out.forward(&ctx)?;
+        let attn = layer.attn_out.forward(arch, &ctx, Act::Identity)?;
         let x = layer.attn_norm.forward(&(attn + x)?)?;
-        let up = layer.up.forward(&x)?;
+        // The exact GELU runs inside the matmul's output pass; the others
+        // are rare in sentence-transformers models and stay candle ops.
         let up = match self.act {
-            HiddenAct::Gelu => up.gelu_erf()?,
-            HiddenAct::GeluApproximate => up.gelu()?,
-            HiddenAct::Relu => up.relu()?,
+            HiddenAct::Gelu => layer.up.forward(arch, &x, Act::GeluErf)?,
+            HiddenAct::GeluApproximate => layer.up.forward(arch, &x, Act::Identity)?.gelu()?,
+            HiddenAct::Relu => layer.up.forward(arch, &x, Act::Identity)?.relu()?,
         };
-        let down = layer.down.forward(&up)?;
+        let down = layer.down.forward(arch, &up, Act::Identity)?;
         layer.out_norm.forward(&(down + x)?)
     }
 }

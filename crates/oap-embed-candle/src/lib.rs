@@ -11,5 +11,6 @@
 
 mod bert;
 mod encoder;
+mod kernel;
 
 pub use bert::{BertEmbedder, EmbedOptions};
