@@ -240,7 +240,8 @@ impl StreamWriter {
         self
     }
 
-    /// Bytes of postings buffered in memory right now (never above the cap).
+    /// Bytes of postings buffered in memory right now (never above the cap,
+    /// which is also the buffer's allocation).
     pub fn buffered_posting_bytes(&self) -> usize {
         self.pending.len() * RUN_ENTRY_LEN
     }
@@ -347,6 +348,15 @@ impl StreamWriter {
                 if let Some(count) = self.term_counts.get_mut(t as usize) {
                     *count += 1;
                 }
+                // Spilled before it would grow past the cap (a document's
+                // postings may straddle two runs; the merge orders them).
+                let cap = self.posting_buffer / RUN_ENTRY_LEN;
+                if self.pending.len() >= cap {
+                    self.spill_run()?;
+                }
+                if self.pending.capacity() == 0 {
+                    self.pending.reserve_exact(cap);
+                }
                 self.pending.push(RunEntry {
                     term: t,
                     doc: doc_idx,
@@ -356,9 +366,6 @@ impl StreamWriter {
             }
         }
         self.doc_lens.push(doc_len);
-        if self.buffered_posting_bytes() >= self.posting_buffer {
-            self.spill_run()?;
-        }
         Ok(())
     }
 
@@ -370,9 +377,9 @@ impl StreamWriter {
         }
         let names = &self.term_names;
         let name = |t: u32| names.get(t as usize).map_or(&[][..], |n| n.as_bytes());
-        // Stable: within a term the documents stay in the ascending order
-        // they were added in.
-        self.pending.sort_by(|a, b| name(a.term).cmp(name(b.term)));
+        // In place (no merge buffer); (term, document) pairs are unique.
+        self.pending
+            .sort_unstable_by(|a, b| name(a.term).cmp(name(b.term)).then(a.doc.cmp(&b.doc)));
         let start = self.postings.len;
         self.postings.write(bytemuck::cast_slice(&self.pending))?;
         self.runs.push((start, self.pending.len() as u64));
@@ -817,7 +824,7 @@ mod tests {
             .with_posting_buffer(buffer);
         for d in docs {
             stream.add(d.clone()).unwrap();
-            assert!(stream.buffered_posting_bytes() < buffer.max(RUN_ENTRY_LEN));
+            assert!(stream.buffered_posting_bytes() <= buffer.max(RUN_ENTRY_LEN));
         }
         let runs = stream.spilled_runs();
         let stats = stream.finish().unwrap();
