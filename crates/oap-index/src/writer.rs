@@ -70,6 +70,8 @@ pub struct WriteStats {
 /// dtype (4 B/component for f32, 1 B for i8), and written straight from that buffer,
 /// so writing 1M x 384 f32 rows needs ~1.5 GB, not 3 GB. Use [`IndexWriter::reserve`]
 /// when the size is known to avoid the transient 2x of `Vec` growth.
+/// [`crate::StreamWriter`] writes the same bytes holding only a bounded part
+/// of the index in memory.
 pub struct IndexWriter {
     dim: usize,
     dtype: VectorDtype,
