@@ -12,7 +12,7 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use arc_swap::ArcSwap;
 use oap_embed::Embedder;
-use oap_index::{DocInput, Index, IndexError, IndexWriter, RowInput, VectorDtype};
+use oap_index::{DocInput, Index, IndexError, RowInput, StreamWriter, VectorDtype};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
@@ -831,52 +831,21 @@ fn build_index(
     // Vectors embedded by this build.
     let mut fresh: HashMap<[u8; 16], Vec<f32>> = HashMap::new();
 
-    struct PlannedDoc {
-        record: Vec<u8>,
-        id: String,
-        rows: Vec<(document::RowText, [u8; 16])>,
-        lexical: Vec<(String, f32)>,
-    }
-    let mut planned = Vec::with_capacity(catalog.entries.len());
+    // First pass: only the texts that need embedding are kept. Records and
+    // terms are made in the second pass, one manifest at a time, and go
+    // straight to the writer, so the whole index is never assembled in
+    // memory (at 10,000 manifests that was most of a rebuild's peak).
     let mut to_embed: Vec<String> = Vec::new();
-    let mut queued: HashSet<[u8; 16]> = HashSet::new();
-    for entry in &catalog.entries {
-        let record = StoredRecord {
-            id: entry.id.clone(),
-            trust: entry.trust,
-            origin: entry.origin.clone(),
-            content_hash: entry.content_hash.clone(),
-            manifest: serde_json::to_value(&entry.manifest).unwrap_or(serde_json::Value::Null),
-            warnings: entry.warnings.iter().map(|w| w.to_string()).collect(),
-            unhealthy: entry.unhealthy.clone(),
-            mcp: entry.mcp.clone(),
-        };
-        let record = match serde_json::to_vec(&record) {
-            Ok(bytes) => bytes,
-            Err(err) => {
-                tracing::error!(id = %entry.id, error = %err, "cannot serialise record, skipping");
-                continue;
+    if let Some(model_id) = &model_id {
+        let mut queued: HashSet<[u8; 16]> = HashSet::new();
+        for entry in &catalog.entries {
+            for row in document::rows(&entry.manifest, config.row_weights) {
+                let key = document::row_key(model_id, &row.text);
+                if !reusable.contains_key(&key) && queued.insert(key) {
+                    to_embed.push(row.text);
+                }
             }
-        };
-        let rows = match &model_id {
-            Some(model_id) => document::rows(&entry.manifest, config.row_weights)
-                .into_iter()
-                .map(|row| {
-                    let key = document::row_key(model_id, &row.text);
-                    if !reusable.contains_key(&key) && queued.insert(key) {
-                        to_embed.push(row.text.clone());
-                    }
-                    (row, key)
-                })
-                .collect(),
-            None => Vec::new(),
-        };
-        planned.push(PlannedDoc {
-            record,
-            id: entry.id.clone(),
-            rows,
-            lexical: document::lexical_terms(&entry.manifest),
-        });
+        }
     }
 
     let mut embedded_rows = 0;
@@ -902,6 +871,7 @@ fn build_index(
             embedded_rows += batch.len();
         }
     }
+    drop(to_embed);
 
     let meta = IndexMeta {
         format: "oapd-index".into(),
@@ -914,48 +884,71 @@ fn build_index(
             .unwrap_or(0),
     };
     let meta = serde_json::to_vec(&meta).unwrap_or_default();
-    let mut writer = IndexWriter::new(dim, config.dtype, meta)?;
-    writer.reserve(planned.len(), planned.iter().map(|d| d.rows.len()).sum());
+    let path = config.index_path();
+    // Records, vectors and postings go to temporary files next to the index
+    // as they come; the writer removes them whatever happens.
+    let mut writer = StreamWriter::create(&path, dim, config.dtype, meta)?;
     let mut rows_total = 0;
-    let docs = planned.len();
-    for doc in planned {
-        let mut rows = Vec::with_capacity(doc.rows.len());
-        for (row, key) in doc.rows {
-            let vector = match fresh.get(&key) {
-                Some(vector) => vector.clone(),
-                None => {
-                    let old = reusable
-                        .get(&key)
-                        .zip(previous)
-                        .and_then(|(&r, previous)| previous.row_at(r));
-                    match old {
-                        Some(old) => {
-                            reused_rows += 1;
-                            old.vector
+    let mut docs = 0;
+    for entry in &catalog.entries {
+        let record = StoredRecord {
+            id: entry.id.clone(),
+            trust: entry.trust,
+            origin: entry.origin.clone(),
+            content_hash: entry.content_hash.clone(),
+            manifest: serde_json::to_value(&entry.manifest).unwrap_or(serde_json::Value::Null),
+            warnings: entry.warnings.iter().map(|w| w.to_string()).collect(),
+            unhealthy: entry.unhealthy.clone(),
+            mcp: entry.mcp.clone(),
+        };
+        let record = match serde_json::to_vec(&record) {
+            Ok(bytes) => bytes,
+            Err(err) => {
+                tracing::error!(id = %entry.id, error = %err, "cannot serialise record, skipping");
+                continue;
+            }
+        };
+        let mut rows = Vec::new();
+        if let Some(model_id) = &model_id {
+            for row in document::rows(&entry.manifest, config.row_weights) {
+                let key = document::row_key(model_id, &row.text);
+                let vector = match fresh.get(&key) {
+                    Some(vector) => vector.clone(),
+                    None => {
+                        let old = reusable
+                            .get(&key)
+                            .zip(previous)
+                            .and_then(|(&r, previous)| previous.row_at(r));
+                        match old {
+                            Some(old) => {
+                                reused_rows += 1;
+                                old.vector
+                            }
+                            None => continue,
                         }
-                        None => continue,
                     }
-                }
-            };
-            rows.push(RowInput {
-                key,
-                weight: row.weight,
-                vector,
-            });
+                };
+                rows.push(RowInput {
+                    key,
+                    weight: row.weight,
+                    vector,
+                });
+            }
         }
         rows_total += rows.len();
         writer.add(DocInput {
-            id: doc.id,
-            record: doc.record,
+            id: entry.id.clone(),
+            record,
             rows,
-            lexical: doc.lexical,
+            lexical: document::lexical_terms(&entry.manifest),
         })?;
+        docs += 1;
     }
-    let path = config.index_path();
+    drop(fresh);
     // Writing and then mapping (and populating) a file of tens of MB:
     // each is one step that should not start under a running query.
     yield_to_queries();
-    writer.write_atomic(&path)?;
+    writer.finish()?;
     yield_to_queries();
     let index = open_index(config, &path)?;
     tracing::info!(

@@ -9,6 +9,10 @@
 //!   its on-disk dtype) and [`IndexWriter::write_atomic`] writes `<path>.tmp`, fsyncs,
 //!   renames over `<path>` and fsyncs the directory (`oap-store`'s atomic write), so
 //!   readers see either the old or the new file and a mapped old file stays valid.
+//! * [`StreamWriter`] writes the same file from a stream of documents with bounded
+//!   memory: records, vectors and postings go to temporary files next to the index as
+//!   documents arrive (postings as sorted runs, merged at the end), and the file is
+//!   assembled from them through the same atomic write.
 //! * [`Index::open`] maps the file and validates every byte of it (header crc, section
 //!   crcs, offsets, counts, sort orders) before any query runs, so queries can rely on
 //!   the invariants and a torn or hostile file becomes [`IndexError::Corrupt`].
@@ -28,6 +32,7 @@ mod error;
 mod format;
 mod reader;
 mod search;
+mod stream;
 mod tokenize;
 mod writer;
 
@@ -35,6 +40,7 @@ pub use error::IndexError;
 pub use format::{MAX_DIM, MAX_ID_LEN, MAX_META_LEN, MAX_RECORD_LEN, MAX_TERM_LEN};
 pub use reader::{Index, RowRef, Rows, SearchConfig, PARALLEL_MIN_ROWS};
 pub use search::{BM25_B, BM25_K1};
+pub use stream::{StreamWriter, DEFAULT_POSTING_BUFFER};
 pub use tokenize::{is_stopword, stem, tokenize, MAX_TOKEN_CHARS};
 pub use writer::{DocInput, IndexWriter, RowInput, WriteStats};
 

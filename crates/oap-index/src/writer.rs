@@ -70,6 +70,8 @@ pub struct WriteStats {
 /// dtype (4 B/component for f32, 1 B for i8), and written straight from that buffer,
 /// so writing 1M x 384 f32 rows needs ~1.5 GB, not 3 GB. Use [`IndexWriter::reserve`]
 /// when the size is known to avoid the transient 2x of `Vec` growth.
+/// [`crate::StreamWriter`] writes the same bytes holding only a bounded part
+/// of the index in memory.
 pub struct IndexWriter {
     dim: usize,
     dtype: VectorDtype,
@@ -102,6 +104,109 @@ pub(crate) fn quantize_into(v: &[f32], out: &mut Vec<i8>) -> f32 {
             .map(|x| (x * inv).round().clamp(-127.0, 127.0) as i8),
     );
     max_abs / 127.0
+}
+
+/// Checks one document against the caps and the writer's state (`docs` added so
+/// far, `ids` taken); shared by both writers so they accept exactly the same input.
+#[allow(
+    clippy::too_many_arguments,
+    reason = "the parts of one destructured DocInput"
+)]
+pub(crate) fn check_doc(
+    dim: usize,
+    docs: usize,
+    ids: &HashSet<String>,
+    id: &str,
+    record: &[u8],
+    rows: &[RowInput],
+    lexical: &[(String, f32)],
+) -> Result<(), IndexError> {
+    if docs >= (u32::MAX - 1) as usize {
+        return Err(IndexError::invalid("index is full (2^32 - 2 documents)"));
+    }
+    if id.is_empty() {
+        return Err(IndexError::invalid("document id is empty"));
+    }
+    if id.len() > MAX_ID_LEN {
+        return Err(IndexError::TooLarge {
+            what: "document id",
+            len: id.len(),
+            max: MAX_ID_LEN,
+        });
+    }
+    if ids.contains(id) {
+        return Err(IndexError::DuplicateId { id: id.to_string() });
+    }
+    if record.len() > MAX_RECORD_LEN {
+        return Err(IndexError::TooLarge {
+            what: "record",
+            len: record.len(),
+            max: MAX_RECORD_LEN,
+        });
+    }
+    for (i, row) in rows.iter().enumerate() {
+        if row.vector.len() != dim {
+            return Err(IndexError::DimMismatch {
+                expected: dim,
+                got: row.vector.len(),
+            });
+        }
+        if let Some(j) = row.vector.iter().position(|x| !x.is_finite()) {
+            return Err(IndexError::invalid(format!(
+                "document {id:?} row {i} component {j} is not finite"
+            )));
+        }
+        if !row.weight.is_finite() || row.weight < 0.0 {
+            return Err(IndexError::invalid(format!(
+                "document {id:?} row {i} weight {} is not a finite non-negative number",
+                row.weight
+            )));
+        }
+    }
+    for (term, w) in lexical {
+        if term.is_empty() {
+            return Err(IndexError::invalid(format!(
+                "document {id:?} has an empty lexical term"
+            )));
+        }
+        if term.len() > MAX_TERM_LEN {
+            return Err(IndexError::TooLarge {
+                what: "term",
+                len: term.len(),
+                max: MAX_TERM_LEN,
+            });
+        }
+        if !w.is_finite() || *w < 0.0 {
+            return Err(IndexError::invalid(format!(
+                "document {id:?} term {term:?} weight {w} is not a finite non-negative number"
+            )));
+        }
+    }
+
+    Ok(())
+}
+
+/// A document's BM25 term frequencies, summed per term in first-occurrence order
+/// (deterministic f32 sums), and its weighted length.
+pub(crate) fn term_frequencies(lexical: &[(String, f32)]) -> (Vec<(String, f32)>, f32) {
+    let mut tf: Vec<(String, f32)> = Vec::new();
+    let mut slot: HashMap<&str, usize> = HashMap::new();
+    let mut doc_len = 0f32;
+    for (term, w) in lexical {
+        doc_len += *w;
+        match slot.get(term.as_str()) {
+            Some(&i) => {
+                if let Some(e) = tf.get_mut(i) {
+                    e.1 += *w;
+                }
+            }
+            None => {
+                slot.insert(term.as_str(), tf.len());
+                tf.push((term.clone(), *w));
+            }
+        }
+    }
+    (tf, doc_len)
 }
 
 impl std::fmt::Debug for IndexWriter {
@@ -207,67 +312,15 @@ impl IndexWriter {
             rows,
             lexical,
         } = doc;
-        if self.doc_lens.len() >= (u32::MAX - 1) as usize {
-            return Err(IndexError::invalid("index is full (2^32 - 2 documents)"));
-        }
-        if id.is_empty() {
-            return Err(IndexError::invalid("document id is empty"));
-        }
-        if id.len() > MAX_ID_LEN {
-            return Err(IndexError::TooLarge {
-                what: "document id",
-                len: id.len(),
-                max: MAX_ID_LEN,
-            });
-        }
-        if self.ids.contains(&id) {
-            return Err(IndexError::DuplicateId { id });
-        }
-        if record.len() > MAX_RECORD_LEN {
-            return Err(IndexError::TooLarge {
-                what: "record",
-                len: record.len(),
-                max: MAX_RECORD_LEN,
-            });
-        }
-        for (i, row) in rows.iter().enumerate() {
-            if row.vector.len() != self.dim {
-                return Err(IndexError::DimMismatch {
-                    expected: self.dim,
-                    got: row.vector.len(),
-                });
-            }
-            if let Some(j) = row.vector.iter().position(|x| !x.is_finite()) {
-                return Err(IndexError::invalid(format!(
-                    "document {id:?} row {i} component {j} is not finite"
-                )));
-            }
-            if !row.weight.is_finite() || row.weight < 0.0 {
-                return Err(IndexError::invalid(format!(
-                    "document {id:?} row {i} weight {} is not a finite non-negative number",
-                    row.weight
-                )));
-            }
-        }
-        for (term, w) in &lexical {
-            if term.is_empty() {
-                return Err(IndexError::invalid(format!(
-                    "document {id:?} has an empty lexical term"
-                )));
-            }
-            if term.len() > MAX_TERM_LEN {
-                return Err(IndexError::TooLarge {
-                    what: "term",
-                    len: term.len(),
-                    max: MAX_TERM_LEN,
-                });
-            }
-            if !w.is_finite() || *w < 0.0 {
-                return Err(IndexError::invalid(format!(
-                    "document {id:?} term {term:?} weight {w} is not a finite non-negative number"
-                )));
-            }
-        }
+        check_doc(
+            self.dim,
+            self.doc_lens.len(),
+            &self.ids,
+            &id,
+            &record,
+            &rows,
+            &lexical,
+        )?;
 
         // All checks passed: mutate.
         let doc_idx = self.doc_lens.len() as u32;
@@ -293,24 +346,7 @@ impl IndexWriter {
         }
         self.row_offsets.push(self.row_meta.len() as u64);
 
-        // Sum weights per term in first-occurrence order (deterministic f32 sums).
-        let mut tf: Vec<(String, f32)> = Vec::new();
-        let mut slot: HashMap<&str, usize> = HashMap::new();
-        let mut doc_len = 0f32;
-        for (term, w) in &lexical {
-            doc_len += *w;
-            match slot.get(term.as_str()) {
-                Some(&i) => {
-                    if let Some(e) = tf.get_mut(i) {
-                        e.1 += *w;
-                    }
-                }
-                None => {
-                    slot.insert(term.as_str(), tf.len());
-                    tf.push((term.clone(), *w));
-                }
-            }
-        }
+        let (tf, doc_len) = term_frequencies(&lexical);
         for (term, f) in tf {
             if f > 0.0 {
                 self.postings.entry(term).or_default().push(Posting {
@@ -402,10 +438,7 @@ impl IndexWriter {
         let written = oap_store::write_atomic_with(path, TempName::Fixed, |file| {
             write_sections(file, &header, &entries, &secs)
         })
-        .map_err(|err| match err {
-            StoreError::Io { op, path, source } => IndexError::Io { op, path, source },
-            other => IndexError::invalid(other.to_string()),
-        })?;
+        .map_err(store_error)?;
         let dir_synced = written.dir_synced;
         if !dir_synced {
             tracing::warn!(path = %path.display(), "fsync of index directory failed; rename may not be durable");
@@ -439,6 +472,14 @@ impl IndexWriter {
             (Some(&s), Some(&e)) => self.id_bytes.get(s as usize..e as usize).unwrap_or(&[]),
             _ => &[],
         }
+    }
+}
+
+/// The index's error for a failed atomic write.
+pub(crate) fn store_error(err: StoreError) -> IndexError {
+    match err {
+        StoreError::Io { op, path, source } => IndexError::Io { op, path, source },
+        other => IndexError::invalid(other.to_string()),
     }
 }
 

@@ -584,6 +584,14 @@ fn a_failed_rebuild_is_remembered_until_one_succeeds_and_the_old_index_serves() 
         assert_eq!(failure.error, err.to_string());
         assert!(failure.error.contains(".tmp"), "{}", failure.error);
     }
+    // The stream writer's temporary files went with the failed writes.
+    let index_file = oap_discovery::engine::INDEX_FILE;
+    let mut left: Vec<String> = fs::read_dir(data.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    left.sort();
+    assert_eq!(left, [index_file.to_string(), format!("{index_file}.tmp")]);
     // Nothing already indexed is lost; the new manifest is not there yet.
     assert_eq!(engine.stats().docs, 2);
     let found = engine
