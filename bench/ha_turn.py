@@ -53,7 +53,7 @@ def main():
     parser.add_argument("--runs", type=int, default=30)
     parser.add_argument("--warmup", type=int, default=3)
     args = parser.parse_args()
-    hass = Path(os.environ.get("OAPD_HA_VENV", REPO / "target" / "ha-venv")) / "bin" / "hass"
+    hass = Path(os.environ.get("OAPD_HA_VENV", REPO / "target" / "ha-venv")) / "bin" / "python"
     processes = []
     try:
         fake_process, fake = launch_fake({

@@ -117,16 +117,18 @@ def answers(probe):
 
 
 
-def start(hass, log_name="hass.log"):
-    """Starts `hass` (the venv's bin/hass) on a free loopback port with a
-    fresh config dir, waits for it to serve and onboards it. Returns
+def start(python, log_name="hass.log"):
+    """Starts Home Assistant as `python -m homeassistant` (`python` is the
+    venv's bin/python; its console scripts name the path the venv was made
+    at, which a shared target directory may not keep) on a free loopback
+    port with a fresh config dir, waits for it to serve and onboards it. Returns
     (process, HomeAssistant with an owner's token, config dir)."""
     config = Path(tempfile.mkdtemp())
     port = free_port()
     (config / "configuration.yaml").write_text(CONFIGURATION.format(port=port))
     log = open(config / log_name, "w")
     process = subprocess.Popen(
-        [str(hass), "--config", str(config), "--skip-pip", "--log-file", str(config / "home-assistant.log")],
+        [str(python), "-m", "homeassistant", "--config", str(config), "--skip-pip", "--log-file", str(config / "home-assistant.log")],
         stdout=log, stderr=subprocess.STDOUT, env={k: v for k, v in os.environ.items() if not k.startswith("OAP_")},
     )
     ha = HomeAssistant(f"http://127.0.0.1:{port}")

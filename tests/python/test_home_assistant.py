@@ -23,7 +23,7 @@ from conftest import REPO, free_port, http_json, launch_fake, launch_oapd
 from home_assistant import LIGHT, wait_for
 
 HA_VENV = Path(os.environ.get("OAPD_HA_VENV", REPO / "target" / "ha-venv"))
-HASS = HA_VENV / "bin" / "hass"
+HASS = HA_VENV / "bin" / "python"
 # Not installed in the fake before HA comes: HA's set-up pulls it.
 MODEL = "llama3.1:latest"
 TOKEN = "ha-suite-token-that-home-assistant-never-sends"
