@@ -44,17 +44,9 @@ pub(crate) fn venv() -> anyhow::Result<PathBuf> {
         std::fs::remove_dir_all(&venv).with_context(|| format!("removing {}", venv.display()))?;
     }
     run_in_root(Command::new(&python).args(["-m", "venv"]).arg(&venv))?;
-    run_in_root(
-        Command::new(venv.join("bin/python"))
-            .args([
-                "-m",
-                "pip",
-                "install",
-                "--quiet",
-                "--disable-pip-version-check",
-                "-r",
-            ])
-            .arg(root.join("tests/python/home-assistant.txt")),
+    crate::tasks::pip_install(
+        &venv.join("bin/python"),
+        &root.join("tests/python/home-assistant.txt"),
     )?;
     std::fs::write(&stamp, want)?;
     Ok(venv)

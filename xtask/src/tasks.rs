@@ -96,8 +96,16 @@ pub(crate) fn python_venv() -> anyhow::Result<()> {
     if !python.is_file() {
         run_in_root(Command::new("python3").args(["-m", "venv"]).arg(&venv))?;
     }
+    pip_install(&python, &root.join("tests/python/requirements.txt"))
+}
+
+/// `python -m pip install -r requirements` (quietly), for the test venvs.
+pub(crate) fn pip_install(
+    python: &std::path::Path,
+    requirements: &std::path::Path,
+) -> anyhow::Result<()> {
     run_in_root(
-        Command::new(&python)
+        Command::new(python)
             .args([
                 "-m",
                 "pip",
@@ -106,7 +114,7 @@ pub(crate) fn python_venv() -> anyhow::Result<()> {
                 "--disable-pip-version-check",
                 "-r",
             ])
-            .arg(root.join("tests/python/requirements.txt")),
+            .arg(requirements),
     )
 }
 
