@@ -51,6 +51,16 @@ pub fn run(args: &[String]) -> Result<()> {
             "--curve",
         ]))?;
     }
+    // A corpus built by a bench script: its tasks.jsonl and manifests/.
+    let corpus_at = |out: &Path| {
+        let mut command = bench_run::command(&bin, "retrieval");
+        command
+            .arg("--tasks")
+            .arg(out.join("tasks.jsonl"))
+            .arg("--dir")
+            .arg(out.join("manifests"));
+        command
+    };
     if wants("--bfcl-only") {
         let out = root.join("target/bench/bfcl");
         if !Path::new(&out).join("tasks.jsonl").is_file() {
@@ -62,22 +72,9 @@ pub fn run(args: &[String]) -> Result<()> {
             )?;
         }
         println!("== corpus (b): BFCL v4 multiple/live_multiple/parallel_multiple (base names)");
-        eval(
-            bench_run::command(&bin, "retrieval")
-                .arg("--tasks")
-                .arg(out.join("tasks.jsonl"))
-                .arg("--dir")
-                .arg(out.join("manifests"))
-                .args(["--base-names", "--curve"]),
-        )?;
+        eval(corpus_at(&out).args(["--base-names", "--curve"]))?;
         println!("== corpus (b), exact manifest names (secondary)");
-        eval(
-            bench_run::command(&bin, "retrieval")
-                .arg("--tasks")
-                .arg(out.join("tasks.jsonl"))
-                .arg("--dir")
-                .arg(out.join("manifests")),
-        )?;
+        eval(&mut corpus_at(&out))?;
     }
     if wants("--public-only") {
         for corpus in ["ha-intents", "nestful"] {
@@ -92,14 +89,7 @@ pub fn run(args: &[String]) -> Result<()> {
             }
             for split in ["evaluation", "tuning"] {
                 println!("== corpus {corpus}, {split} split (bench/public_corpus.py)");
-                eval(
-                    bench_run::command(&bin, "retrieval")
-                        .arg("--tasks")
-                        .arg(out.join("tasks.jsonl"))
-                        .arg("--dir")
-                        .arg(out.join("manifests"))
-                        .args(["--split", split]),
-                )?;
+                eval(corpus_at(&out).args(["--split", split]))?;
             }
         }
     }

@@ -62,8 +62,9 @@ const COMMANDS: &[Command] = &[
     },
     Command {
         name: "bench-retrieval",
-        usage: "bench-retrieval [--shared-only|--bfcl-only]\n      \
-                Recall@k and MRR on the shared task set and the BFCL corpus",
+        usage: "bench-retrieval [--shared-only|--bfcl-only|--public-only]\n      \
+                Recall@k, MRR, nDCG@10 and abstention on the shared task set, the BFCL corpus\n      \
+                and the held-out public corpora",
         run: bench_retrieval::run,
     },
     Command {
