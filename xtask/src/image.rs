@@ -283,6 +283,8 @@ fn build_image(options: &Options) -> Result<()> {
         }
     }
 
+    check_bundled_tools(&tree)?;
+
     let boot = tree.join("boot");
     fs::copy(only_match(&boot, "vmlinuz-")?, layout.kernel())?;
     fs::copy(only_match(&boot, "initrd.img-")?, layout.initrd())?;
@@ -674,6 +676,92 @@ fn wait_with_deadline(child: &mut Child, limit: Duration) -> Result<String> {
         }
         std::thread::sleep(Duration::from_millis(500));
     }
+}
+
+/// Where the .deb puts the bundled manifests, inside the root filesystem.
+const BUNDLED_IN_TREE: &str = "usr/share/oapd/manifests";
+/// Directories a stdio tool's bare program name is looked up in (the
+/// daemon's own search path for bundled tools).
+const PROGRAM_DIRS: &[&str] = &["usr/local/bin", "usr/bin", "bin", "usr/sbin", "sbin"];
+
+/// Fails the build when a bundled manifest's program is not an executable
+/// file in the image: the model would be offered a tool that cannot run
+/// (the .deb only recommends their packages, and `dpkg -i` skips those).
+fn check_bundled_tools(tree: &Path) -> Result<()> {
+    let dir = tree.join(BUNDLED_IN_TREE);
+    let mut missing = Vec::new();
+    let mut checked = 0;
+    for entry in fs::read_dir(&dir).with_context(|| format!("cannot list {}", dir.display()))? {
+        let path = entry?.path();
+        if path.extension().and_then(|e| e.to_str()) != Some("json") {
+            continue;
+        }
+        let text = fs::read_to_string(&path)?;
+        let manifest: serde_json::Value = serde_json::from_str(&text)
+            .with_context(|| format!("{} is not JSON", path.display()))?;
+        let invoke = &manifest["invoke"];
+        if invoke["method"].as_str() != Some("stdio") {
+            continue;
+        }
+        let Some(program) = invoke["url"].as_str() else {
+            bail!("{}: a stdio tool without invoke.url", path.display());
+        };
+        checked += 1;
+        if !program_in_tree(tree, program) {
+            missing.push(format!(
+                "{} (from {})",
+                program,
+                path.file_name()
+                    .map_or_else(String::new, |n| n.to_string_lossy().into_owned())
+            ));
+        }
+    }
+    ensure!(
+        missing.is_empty(),
+        "bundled tools missing from the image (add their packages to image/packages-common.txt): {}",
+        missing.join(", ")
+    );
+    println!("image: the {checked} bundled stdio tools are all in the root filesystem");
+    Ok(())
+}
+
+/// Whether `program` (a bare name or an absolute path) is an executable
+/// regular file in `tree`, following symlinks inside the tree (Debian's
+/// alternatives are absolute links such as /usr/bin/awk -> /etc/alternatives/awk).
+fn program_in_tree(tree: &Path, program: &str) -> bool {
+    let candidates: Vec<PathBuf> = match program.strip_prefix('/') {
+        Some(absolute) => vec![tree.join(absolute)],
+        None => PROGRAM_DIRS
+            .iter()
+            .map(|d| tree.join(d).join(program))
+            .collect(),
+    };
+    candidates
+        .into_iter()
+        .any(|path| executable_in_tree(tree, path))
+}
+
+fn executable_in_tree(tree: &Path, mut path: PathBuf) -> bool {
+    for _ in 0..16 {
+        let Ok(meta) = fs::symlink_metadata(&path) else {
+            return false;
+        };
+        if meta.file_type().is_symlink() {
+            let Ok(target) = fs::read_link(&path) else {
+                return false;
+            };
+            path = match target.strip_prefix("/") {
+                Ok(absolute) => tree.join(absolute),
+                Err(_) => match path.parent() {
+                    Some(parent) => parent.join(target),
+                    None => return false,
+                },
+            };
+            continue;
+        }
+        return meta.is_file() && meta.permissions().mode() & 0o111 != 0;
+    }
+    false
 }
 
 fn write_package_list(layout: &Layout, tree: &Path) -> Result<()> {
@@ -1468,4 +1556,56 @@ fn dechunk(mut rest: &str) -> String {
         rest = next.trim_start_matches("\r\n");
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::symlink;
+
+    fn executable(path: &Path) {
+        fs::create_dir_all(path.parent().unwrap()).unwrap();
+        fs::write(path, "#!/bin/sh\n").unwrap();
+        fs::set_permissions(path, fs::Permissions::from_mode(0o755)).unwrap();
+    }
+
+    fn manifest(tree: &Path, name: &str, method: &str, url: &str) {
+        let dir = tree.join(BUNDLED_IN_TREE);
+        fs::create_dir_all(&dir).unwrap();
+        let text = serde_json::json!({"name": name, "invoke": {"method": method, "url": url}});
+        fs::write(dir.join(format!("{name}.json")), text.to_string()).unwrap();
+    }
+
+    #[test]
+    fn programs_are_found_through_absolute_links_inside_the_tree() {
+        let tree = tempfile::tempdir().unwrap();
+        let tree = tree.path();
+        executable(&tree.join("usr/bin/mawk"));
+        fs::create_dir_all(tree.join("etc/alternatives")).unwrap();
+        symlink("/usr/bin/mawk", tree.join("etc/alternatives/awk")).unwrap();
+        symlink("/etc/alternatives/awk", tree.join("usr/bin/awk")).unwrap();
+        fs::write(tree.join("usr/bin/notexec"), "data").unwrap();
+        symlink("/nowhere/x", tree.join("usr/bin/dangling")).unwrap();
+
+        assert!(program_in_tree(tree, "awk"));
+        assert!(program_in_tree(tree, "/usr/bin/mawk"));
+        assert!(!program_in_tree(tree, "column"));
+        assert!(!program_in_tree(tree, "notexec"));
+        assert!(!program_in_tree(tree, "dangling"));
+    }
+
+    #[test]
+    fn a_bundled_tool_missing_from_the_tree_fails_the_build_naming_it() {
+        let tree = tempfile::tempdir().unwrap();
+        let tree = tree.path();
+        executable(&tree.join("usr/bin/wc"));
+        manifest(tree, "wc", "stdio", "wc");
+        manifest(tree, "weather", "GET", "https://example.invalid/w");
+        check_bundled_tools(tree).unwrap();
+
+        manifest(tree, "column", "stdio", "column");
+        let err = check_bundled_tools(tree).unwrap_err().to_string();
+        assert!(err.contains("column (from column.json)"), "{err}");
+        assert!(!err.contains("wc"), "{err}");
+    }
 }
