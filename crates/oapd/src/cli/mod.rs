@@ -32,6 +32,11 @@ pub struct Cli {
 
     #[command(subcommand)]
     command: Command,
+
+    /// What became of an `OAP_CONFIG` in the environment (the old name of
+    /// `OAPD_CONFIG`), logged once logging is set up.
+    #[arg(skip)]
+    legacy_config_variable: Option<String>,
 }
 
 /// What oapd does this run.
@@ -101,9 +106,41 @@ pub enum ManifestCommand {
     },
 }
 
+/// The config file's variable before it was named `OAPD_CONFIG`.
+const LEGACY_CONFIG_VARIABLE: &str = "OAP_CONFIG";
+/// The config file's variable (clap reads it for `--config`).
+const CONFIG_VARIABLE: &str = "OAPD_CONFIG";
+
+/// Accepts the config path under its old name: when only `OAP_CONFIG` is
+/// set, it becomes `OAPD_CONFIG` for this run. Returns the warning to log.
+/// Must run before any thread exists (it may set a variable).
+fn adopt_legacy_config_variable() -> Option<String> {
+    let legacy = std::env::var_os(LEGACY_CONFIG_VARIABLE)?;
+    match std::env::var_os(CONFIG_VARIABLE) {
+        None => {
+            std::env::set_var(CONFIG_VARIABLE, &legacy);
+            Some(format!(
+                "{LEGACY_CONFIG_VARIABLE} is deprecated: read it as {CONFIG_VARIABLE}; \
+                 rename it to {CONFIG_VARIABLE}"
+            ))
+        }
+        Some(current) if current == legacy => Some(format!(
+            "{LEGACY_CONFIG_VARIABLE} is deprecated and set to the same file as \
+             {CONFIG_VARIABLE}: remove it"
+        )),
+        Some(_) => Some(format!(
+            "{LEGACY_CONFIG_VARIABLE} ignored: {CONFIG_VARIABLE} is set and names \
+             another file; remove {LEGACY_CONFIG_VARIABLE}"
+        )),
+    }
+}
+
 /// Parses the command line and runs it; errors are printed, not returned.
 pub fn main() -> ExitCode {
-    let cli = Cli::parse();
+    // Single-threaded here: nothing else reads the environment yet.
+    let legacy_config_variable = adopt_legacy_config_variable();
+    let mut cli = Cli::parse();
+    cli.legacy_config_variable = legacy_config_variable;
     match run(cli) {
         Ok(code) => code,
         Err(err) => {
@@ -120,6 +157,9 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Manifest {
             command: ManifestCommand::Lint { files },
         } => {
+            if let Some(warning) = &cli.legacy_config_variable {
+                eprintln!("oapd: warning: {warning}");
+            }
             let mut stdout = std::io::stdout().lock();
             let any_error = lint::lint(&files, &mut stdout)?;
             Ok(if any_error {
@@ -132,6 +172,9 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             let loaded = Config::load(cli.config.as_deref(), crate::config::process_env())?;
             pin_compute_threads(loaded.config.embedding.threads);
             crate::logging::init(&loaded.config.log);
+            if let Some(warning) = &cli.legacy_config_variable {
+                tracing::warn!(warning = %warning, "configuration");
+            }
             for warning in &loaded.warnings {
                 tracing::warn!(warning = %warning, "configuration");
             }

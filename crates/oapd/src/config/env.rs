@@ -14,8 +14,9 @@ use super::{
 /// Prefix of every environment variable that configures `oapd`.
 pub const ENV_PREFIX: &str = "OAP_";
 
-/// `OAP_*` variables that are not config keys (they are read elsewhere, e.g. the
-/// path of the config file itself) and are therefore skipped without a warning.
+/// `OAP_*` variables that are not config keys (they are read elsewhere:
+/// `OAP_CONFIG` is the config file's old variable, taken by the command line
+/// with its own deprecation warning) and are therefore skipped here.
 pub const NON_CONFIG_ENV_VARS: &[&str] = &["OAP_CONFIG"];
 
 macro_rules! config_keys {

@@ -734,3 +734,46 @@ fn cors_allows_only_configured_origins_and_preflights_need_no_token() {
     );
     assert_eq!(other.header("access-control-allow-origin"), None);
 }
+
+#[test]
+fn the_old_config_variable_is_read_with_a_deprecation_warning() {
+    let dir = tempfile::tempdir().unwrap();
+    let old = dir.path().join("old.yaml");
+    let new = dir.path().join("new.yaml");
+    std::fs::write(&old, "server:\n  listen: [\"127.0.0.1:18991\"]\n").unwrap();
+    std::fs::write(&new, "server:\n  listen: [\"127.0.0.1:18992\"]\n").unwrap();
+
+    // Only the old name: its file is read, and the operator is told to rename it.
+    let mut command = support::oapd();
+    command.env("OAP_CONFIG", &old).arg("config");
+    let output = output_within(&mut command, "`oapd config`");
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr),
+    );
+    assert!(output.status.success(), "{stderr}");
+    assert!(stdout.contains("127.0.0.1:18991"), "{stdout}");
+    assert!(
+        stderr.contains("OAP_CONFIG is deprecated: read it as OAPD_CONFIG"),
+        "{stderr}"
+    );
+
+    // Both names, different files: the current name wins, the old one is named as ignored.
+    let mut command = support::oapd();
+    command
+        .env("OAP_CONFIG", &old)
+        .env("OAPD_CONFIG", &new)
+        .arg("config");
+    let output = output_within(&mut command, "`oapd config`");
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr),
+    );
+    assert!(output.status.success(), "{stderr}");
+    assert!(stdout.contains("127.0.0.1:18992"), "{stdout}");
+    assert!(!stdout.contains("127.0.0.1:18991"), "{stdout}");
+    assert!(
+        stderr.contains("OAP_CONFIG ignored: OAPD_CONFIG is set and names another file"),
+        "{stderr}"
+    );
+}
