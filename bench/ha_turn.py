@@ -1,9 +1,9 @@
 """One Home Assistant voice turn through oapd vs straight to Ollama (the
 scripted fake), in the same run: `cargo xtask bench-ha [--runs N]`.
 
-One HA (real core, from target/ha-venv) gets two Ollama config entries for
-the same model: one pointed at oapd in front of the fake, one at the fake
-itself. A turn is HA's conversation API handling "turn on the kitchen
+One HA (real core, from target/ha-venv) gets two Ollama config entries,
+each with a conversation agent for the same model: one pointed at oapd in
+front of the fake, one at the fake itself. A turn is HA's conversation API handling "turn on the kitchen
 lights": the model calls HassTurnOn, HA runs it (the light turns on), HA's
 second round gets the answer. The two agents take turns (the order
 alternating), the light is switched off between turns (not timed), and the
@@ -68,8 +68,8 @@ def main():
         hass_process, ha, _ = home_assistant.start(hass)
         processes.append(hass_process)
         paths = {
-            "through oapd": home_assistant.add_ollama(ha, oapd, MODEL),
-            "direct to the fake": home_assistant.add_ollama(ha, fake.url, MODEL),
+            name: home_assistant.add_agent(ha, home_assistant.add_ollama(ha, url), MODEL, name)
+            for name, url in (("through oapd", oapd), ("direct to the fake", fake.url))
         }
         for _ in range(args.warmup):
             for agent in paths.values():

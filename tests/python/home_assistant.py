@@ -1,7 +1,9 @@
 """Home Assistant core run headless for tests and benchmarks: a temporary
 config dir with a template light, onboarding, the Ollama integration added
-through HA's own config-flow API, and its conversation API. Standard
-library only (it runs under any Python; HA itself runs from its venv)."""
+through HA's own config-flow API, and its conversation and service APIs. Standard
+library only (it runs under any Python; HA itself runs from its venv).
+Home Assistant 2026 keeps an integration's agents as config subentries:
+the config flow adds the server, a subentry flow each agent or AI task."""
 
 import json
 import os
@@ -90,6 +92,11 @@ class HomeAssistant:
     def state(self, entity_id):
         return self.call("GET", f"/api/states/{entity_id}")["state"]
 
+    def service(self, domain, service, body):
+        """Calls a service that returns data; returns that data."""
+        result = self.call("POST", f"/api/services/{domain}/{service}?return_response", body, timeout=120)
+        return result["service_response"]
+
     def process(self, agent_id, text, conversation_id=None):
         body = {"text": text, "agent_id": agent_id, "language": "en"}
         if conversation_id:
@@ -153,53 +160,69 @@ def stop(process):
         process.wait()
 
 
-def agents(ha):
-    """The conversation entities that may control the home (Assist API)."""
+def agents(ha, domain="conversation"):
+    """The entities of `domain`; for conversation agents, those that may
+    control the home (Assist API)."""
     return {
         state["entity_id"]
         for state in ha.call("GET", "/api/states")
-        if state["entity_id"].startswith("conversation.")
-        and state["attributes"].get("supported_features", 0) & 1
+        if state["entity_id"].startswith(f"{domain}.")
+        and (domain != "conversation" or state["attributes"].get("supported_features", 0) & 1)
     }
 
 
-def add_ollama(ha, url, model):
-    """The Ollama integration's own config flow, as the UI drives it: the
-    server's URL, then the model (pulled when the server lacks it, HA
-    showing progress meanwhile); then the options flow selects the Assist
-    API. Returns the new conversation agent's entity id."""
-    before = agents(ha)
-    step = ha.call("POST", "/api/config/config_entries/flow", {"handler": "ollama", "show_advanced_options": False})
-    assert step["type"] == "form" and step["step_id"] == "user", step
-    step = ha.flow(step, {"url": url})
-    assert step["type"] == "form" and not step.get("errors"), step
-    step = ha.flow(step, {"model": model})
+def finish(ha, step, path):
+    """Follows a flow's progress steps (a model pull, HA showing its
+    progress meanwhile) until the flow is done."""
     deadline = time.time() + 60
     while step["type"] in ("progress", "progress_done"):
         assert time.time() < deadline, f"the pull did not finish: {step}"
         if step["type"] == "progress":
             time.sleep(0.2)
-            step = ha.call("GET", f"/api/config/config_entries/flow/{step['flow_id']}")
+            step = ha.call("GET", f"{path}/{step['flow_id']}")
         else:
-            step = ha.flow(step, {})
+            step = ha.call("POST", f"{path}/{step['flow_id']}", {})
     assert step["type"] == "create_entry", step
+    return step
 
+
+def add_ollama(ha, url):
+    """The Ollama integration's own config flow, as the UI drives it: the
+    server's URL, which HA checks by listing its models. Returns the
+    loaded config entry's id; its agents are subentries (`add_agent`)."""
+    step = ha.call("POST", "/api/config/config_entries/flow", {"handler": "ollama", "show_advanced_options": False})
+    assert step["type"] == "form" and step["step_id"] == "user", step
+    step = ha.flow(step, {"url": url})
+    assert step["type"] == "create_entry", step
     entry_id = step["result"]["entry_id"]
+    wait_for("the Ollama config entry", lambda: loaded(ha, entry_id))
+    return entry_id
 
-    def loaded():
-        entries = ha.call("GET", "/api/config/config_entries/entry?domain=ollama")
-        return any(e["entry_id"] == entry_id and e["state"] == "loaded" for e in entries)
 
-    wait_for("the Ollama config entry", loaded)
-    options = ha.call("POST", "/api/config/config_entries/options/flow", {"handler": entry_id})
-    done = ha.call("POST", f"/api/config/config_entries/options/flow/{options['flow_id']}",
-                   {"llm_hass_api": "assist", "max_history": 20, "num_ctx": 8192, "keep_alive": -1})
-    assert done["type"] == "create_entry", done
+def loaded(ha, entry_id):
+    entries = ha.call("GET", "/api/config/config_entries/entry?domain=ollama")
+    return any(e["entry_id"] == entry_id and e["state"] == "loaded" for e in entries)
 
-    def new_agent():
-        # The entry reloads with the new options; its entity then supports
-        # control (feature 1).
-        fresh = agents(ha) - before - {"conversation.home_assistant"}
-        return loaded() and len(fresh) == 1 and fresh.pop()
 
-    return wait_for("the Ollama conversation agent with the Assist API", new_agent)
+def add_agent(ha, entry_id, model, name, kind="conversation", **options):
+    """A subentry of the Ollama entry, as "Add conversation agent" / "Add
+    AI task" in the UI: a name and the model (pulled when the server lacks
+    it), for a conversation agent the Assist API and `options` (say
+    think=True). Returns the new entity's id (conversation.* that may
+    control the home, or ai_task.*)."""
+    domain = "conversation" if kind == "conversation" else "ai_task"
+    before = agents(ha, domain)
+    path = "/api/config/config_entries/subentries/flow"
+    step = ha.call("POST", path, {"handler": [entry_id, kind]})
+    assert step["type"] == "form" and step["step_id"] == "set_options", step
+    body = {"name": name, "model": model, "num_ctx": 8192, "max_history": 20, "keep_alive": -1, **options}
+    if kind == "conversation":
+        body["llm_hass_api"] = ["assist"]
+    finish(ha, ha.call("POST", f"{path}/{step['flow_id']}", body), path)
+
+    def new_entity():
+        # The entry reloads with its new subentry, whose entity then shows.
+        fresh = agents(ha, domain) - before - {"conversation.home_assistant"}
+        return loaded(ha, entry_id) and len(fresh) == 1 and fresh.pop()
+
+    return wait_for(f"the Ollama {kind} entity {name!r}", new_entity)

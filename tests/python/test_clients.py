@@ -361,11 +361,10 @@ def test_ollama_embed_and_generate_pass_through(oapd, fake):
 
 
 def test_ollama_think_and_format_the_way_home_assistant_sends_them(oapd, fake):
-    # Home Assistant's newer Ollama integration (its agents' "think" option,
-    # its AI tasks' structured output) calls the same client this way: its
-    # own tools, stream, keep_alive in seconds, num_ctx, think and a JSON
-    # schema as format. (The HA release in test_home_assistant.py predates
-    # both; this is the request it would send.)
+    # Home Assistant's Ollama integration (its agents' "think" option, its
+    # AI tasks' structured output) calls the same client this way: its own
+    # tools, stream, keep_alive in seconds, num_ctx, think and a JSON schema
+    # as format. (test_home_assistant.py sends both from HA itself.)
     schema = {"type": "object", "properties": {"words": {"type": "integer"}}, "required": ["words"]}
     fake.turns(
         {"chunks": [{"thinking": "Counting needs wc. "}, {"tool_calls": [WC_CALL]}]},

@@ -5,9 +5,11 @@ test`; OAPD_HA_VENV points elsewhere) with a temporary config dir and a
 template light. The test onboards it, adds the Ollama integration through
 HA's config-flow API pointed at oapd (which stands in front of the scripted
 fake Ollama and lets 127.0.0.1 in without its token, the documented LAN
-set-up), selects the Assist API, and talks to it through HA's conversation
-API. The model is scripted; HA's tools, HA's tool loop and oapd's tool (the
-bundled `wc`) are real.
+set-up), then through subentry flows two conversation agents with the
+Assist API (one with "think" on) and an AI task, and talks to them through
+HA's conversation API and its `ai_task.generate_data` service. The model is
+scripted; HA's tools, HA's tool loop and oapd's tool (the bundled `wc`) are
+real.
 """
 
 import json
@@ -26,6 +28,8 @@ HA_VENV = Path(os.environ.get("OAPD_HA_VENV", REPO / "target" / "ha-venv"))
 HASS = HA_VENV / "bin" / "python"
 # Not installed in the fake before HA comes: HA's set-up pulls it.
 MODEL = "llama3.1:latest"
+# Installed, and able to think: the agent with "think" on uses it.
+THINKER = "qwen3:8b"
 TOKEN = "ha-suite-token-that-home-assistant-never-sends"
 WC_CALL = {"name": "oap_wc", "arguments": {"args": "-w", "stdin": "one two three four"}}
 TURN_ON = {"name": "HassTurnOn", "arguments": {"name": "Kitchen Lights", "domain": ["light"]}}
@@ -40,10 +44,14 @@ if not HASS.is_file():
 def stack():
     """fake Ollama <- oapd (token set, 127.0.0.1 trusted) <- Home Assistant,
     onboarded, with the Ollama integration set up through its config flow
-    and the Assist API selected. Yields (fake, oapd url, HA, agent id,
-    oapd's untrusted ::1 url)."""
+    and, through subentry flows, a conversation agent with the Assist API,
+    one more with "think" on, and an AI task. Yields (fake, oapd url, HA,
+    entities by role, oapd's untrusted ::1 url)."""
     fake_process, fake = launch_fake({
-        "models": [{"name": "qwen3:4b", "capabilities": ["completion", "tools"]}],
+        "models": [
+            {"name": "qwen3:4b", "capabilities": ["completion", "tools"]},
+            {"name": THINKER, "capabilities": ["completion", "tools", "thinking"]},
+        ],
         "turns": [],
     })
     processes = [fake_process]
@@ -58,8 +66,13 @@ def stack():
         processes.append(oapd_process)
         hass_process, ha, _ = home_assistant.start(HASS)
         processes.append(hass_process)
-        agent = home_assistant.add_ollama(ha, oapd, MODEL)
-        yield fake, oapd, ha, agent, f"http://[::1]:{v6_port}"
+        entry = home_assistant.add_ollama(ha, oapd)
+        entities = {
+            "agent": home_assistant.add_agent(ha, entry, MODEL, "Ollama"),
+            "thinker": home_assistant.add_agent(ha, entry, THINKER, "Ollama thinking", think=True),
+            "task": home_assistant.add_agent(ha, entry, MODEL, "Ollama task", kind="ai_task_data"),
+        }
+        yield fake, oapd, ha, entities, f"http://[::1]:{v6_port}"
     finally:
         for process in reversed(processes):
             home_assistant.stop(process)
@@ -67,12 +80,12 @@ def stack():
 
 @pytest.fixture
 def home(stack):
-    fake, oapd, ha, agent, untrusted = stack
+    fake, oapd, ha, entities, untrusted = stack
     # Not a reset: that would forget the model HA pulled.
     http_json("DELETE", f"{fake.url}/_fake/requests")
     ha.call("POST", "/api/services/light/turn_off", {"entity_id": LIGHT})
     wait_for("the light to be off", lambda: ha.state(LIGHT) == "off")
-    yield fake, ha, agent
+    yield fake, ha, entities
     assert http_json("GET", f"{fake.url}/_fake/turns")["remaining"] == 0, "a scripted model turn was not used"
 
 
@@ -85,7 +98,7 @@ def offered(request):
 
 
 def test_set_up_lists_and_pulls_the_model_through_oapd(stack):
-    fake, oapd, ha, agent, untrusted = stack
+    fake, oapd, ha, entities, untrusted = stack
     # HA listed the models (config flow, then entry set-up and reloads) and,
     # the model missing, pulled it: all through oapd, which let 127.0.0.1 in
     # without its token and did not pass its token on.
@@ -108,7 +121,8 @@ def test_set_up_lists_and_pulls_the_model_through_oapd(stack):
 
 
 def test_ha_tool_call_comes_back_to_ha_which_turns_the_light_on(home):
-    fake, ha, agent = home
+    fake, ha, entities = home
+    agent = entities["agent"]
     fake.turns({"chunks": [{"tool_calls": [TURN_ON]}]}, {"reply": "The kitchen lights are on."})
     result = ha.process(agent, "turn on the kitchen lights")
     assert speech(result) == "The kitchen lights are on."
@@ -124,7 +138,8 @@ def test_ha_tool_call_comes_back_to_ha_which_turns_the_light_on(home):
 
 
 def test_oapd_tool_runs_in_oapd_and_ha_sees_only_the_answer(home):
-    fake, ha, agent = home
+    fake, ha, entities = home
+    agent = entities["agent"]
     fake.turns({"chunks": [{"tool_calls": [WC_CALL]}]}, {"echo": "last_tool"})
     result = ha.process(agent, "count the words in this text: one two three four")
     assert speech(result).strip() == "4"
@@ -138,7 +153,8 @@ def test_oapd_tool_runs_in_oapd_and_ha_sees_only_the_answer(home):
 
 
 def test_mixed_turn_runs_oapds_tool_once_and_ha_runs_its_own(home):
-    fake, ha, agent = home
+    fake, ha, entities = home
+    agent = entities["agent"]
     fake.turns({"chunks": [{"tool_calls": [WC_CALL, TURN_ON]}]}, {"reply": "Four words, and the lights are on."})
     result = ha.process(agent, "count the words in this text: one two three four, and turn on the kitchen lights")
     assert speech(result) == "Four words, and the lights are on."
@@ -150,3 +166,52 @@ def test_mixed_turn_runs_oapds_tool_once_and_ha_runs_its_own(home):
     assert calls == ["oap_wc", "HassTurnOn"]
     assert follow[-2]["role"] == "tool" and follow[-2]["content"].strip() == "4"
     assert follow[-1]["role"] == "tool" and "Kitchen Lights" in follow[-1]["content"]
+
+
+def test_think_goes_to_every_round_and_the_thinking_comes_back_to_ha(home):
+    fake, ha, entities = home
+    fake.turns(
+        {"chunks": [{"thinking": "Words first: wc. "}, {"tool_calls": [WC_CALL]}]},
+        {"chunks": [{"thinking": "Now the lights. "}, {"tool_calls": [TURN_ON]}]},
+        {"chunks": [{"thinking": "Both done. "}, {"content": "Four words, and the lights are on."}]},
+    )
+    result = ha.process(entities["thinker"], "count the words in this text: one two three four, then turn on the kitchen lights")
+    assert speech(result) == "Four words, and the lights are on."
+    assert ha.state(LIGHT) == "on"
+    sent = fake.chat_requests()
+    # oapd's round (wc), the one whose call goes back to HA, and HA's next.
+    assert len(sent) == 3
+    assert all(r["model"] == THINKER and r["think"] is True for r in sent)
+    assert "oap_wc" in offered(sent[0]) and "HassTurnOn" in offered(sent[0])
+    # HA kept the thinking that came with its call and sent it back with it.
+    follow = sent[2]["messages"]
+    assert [c["function"]["name"] for c in follow[-2]["tool_calls"]] == ["HassTurnOn"]
+    assert "Now the lights." in follow[-2]["thinking"]
+    assert follow[-1]["role"] == "tool" and "Kitchen Lights" in follow[-1]["content"]
+
+
+def test_ai_task_structure_reaches_the_answering_round_as_format(home):
+    fake, ha, entities = home
+    fake.turns(
+        {"chunks": [{"tool_calls": [WC_CALL]}]},
+        # Asked with oapd's tools on offer and no format: dropped, asked again.
+        {"reply": "There are four words."},
+        {"reply": '{"words": 4}'},
+    )
+    data = ha.service("ai_task", "generate_data", {
+        "task_name": "word count",
+        "entity_id": entities["task"],
+        "instructions": "count the words in this text: one two three four",
+        "structure": {"words": {"description": "How many words", "required": True, "selector": {"number": {}}}},
+    })
+    assert data["data"] == {"words": 4}
+    sent = fake.chat_requests()
+    assert len(sent) == 3
+    assert "oap_wc" in offered(sent[0])
+    assert "format" not in sent[0] and "format" not in sent[1]
+    schema = sent[2]["format"]
+    assert schema["type"] == "object" and "words" in schema["properties"] and schema["required"] == ["words"]
+    # The answering round offers none of oapd's tools (HA's AI task has none).
+    assert not offered(sent[2])
+    assert sent[2]["messages"][-1]["role"] == "tool" and sent[2]["messages"][-1]["content"].strip() == "4"
+    assert ha.state(LIGHT) == "off"

@@ -46,19 +46,43 @@ pub fn run(args: &[String]) -> anyhow::Result<()> {
 /// `cargo xtask test [CARGO TEST ARGS...]`: the whole test suite, in
 /// release mode (candle inference in a debug build is too slow to test, and
 /// one profile means one build).
+///
+/// Without ARGS the Python side (the MCP servers' packages, the client venv,
+/// Home Assistant's venv and, if the machine has no CPython new enough for
+/// it, that CPython's build) is made on a thread of its own while the
+/// workspace's tests compile: mostly downloads and unpacking next to a
+/// compile. Both are done before any test runs.
 pub fn test(args: &[String]) -> anyhow::Result<()> {
     fetch_model()?;
-    mcp_servers()?;
-    run_in_root(
-        cargo()
+    let workspace_tests = || {
+        let mut command = cargo();
+        command
             .args(["test", "--release", "--workspace"])
-            .env("OAPD_REQUIRE_MCP_SERVERS", "1")
-            .args(args),
-    )?;
-    if args.is_empty() {
-        python_clients()?;
+            .env("OAPD_REQUIRE_MCP_SERVERS", "1");
+        command
+    };
+    if !args.is_empty() {
+        mcp_servers()?;
+        return run_in_root(workspace_tests().args(args));
     }
-    Ok(())
+    let python_side = std::thread::spawn(|| -> anyhow::Result<std::path::PathBuf> {
+        let started = std::time::Instant::now();
+        mcp_servers()?;
+        let ha = crate::home_assistant::venv()?;
+        println!(
+            "the Python side (MCP servers, client venv, Home Assistant venv) ready in {:.0} s",
+            started.elapsed().as_secs_f64()
+        );
+        Ok(ha)
+    });
+    let built = run_in_root(workspace_tests().arg("--no-run"));
+    let prepared = python_side
+        .join()
+        .map_err(|_| anyhow::anyhow!("the thread preparing the Python side panicked"))?;
+    built?;
+    let ha = prepared?;
+    run_in_root(&mut workspace_tests())?;
+    python_clients(&ha)
 }
 
 /// The real MCP servers oap-mcp's tests drive: the pinned npm packages of
@@ -118,10 +142,10 @@ pub(crate) fn pip_install(
     )
 }
 
-/// The real `ollama` and `openai` Python packages, and Home Assistant core,
-/// against the real daemon and the scripted fake Ollama (tests/python), in
-/// venvs under target/.
-fn python_clients() -> anyhow::Result<()> {
+/// The real `ollama` and `openai` Python packages, and Home Assistant core
+/// (from the venv at `ha`), against the real daemon and the scripted fake
+/// Ollama (tests/python), in venvs under target/.
+fn python_clients(ha: &std::path::Path) -> anyhow::Result<()> {
     let root = repo_root();
     // `cargo test --release --workspace` just built both binaries (their
     // integration tests run them). A separate `cargo build -p oapd -p
@@ -135,13 +159,6 @@ fn python_clients() -> anyhow::Result<()> {
             path.display()
         );
     }
-    python_venv()?;
-    let started = std::time::Instant::now();
-    let ha = crate::home_assistant::venv()?;
-    println!(
-        "Home Assistant venv ready in {:.0} s",
-        started.elapsed().as_secs_f64()
-    );
     let python = root.join("target/pyclients/bin/python");
     run_in_root(
         Command::new(&python)
