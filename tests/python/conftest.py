@@ -37,9 +37,12 @@ def free_port():
         return s.getsockname()[1]
 
 
-def http_json(method, url, body=None):
+def http_json(method, url, body=None, token=None):
     data = None if body is None else json.dumps(body).encode()
-    request = urllib.request.Request(url, data=data, method=method, headers={"Content-Type": "application/json"})
+    headers = {"Content-Type": "application/json"}
+    if token:
+        headers["Authorization"] = f"Bearer {token}"
+    request = urllib.request.Request(url, data=data, method=method, headers=headers)
     with urllib.request.urlopen(request, timeout=30) as response:
         text = response.read()
         return json.loads(text) if text else None
@@ -74,12 +77,13 @@ def launch_fake(script):
     return process, Fake(f"http://{address}")
 
 
-def launch_oapd(fake_url, extra_config="", server_config="", extra_listen=()):
+def launch_oapd(fake_url, extra_config="", server_config="", extra_listen=(), token=None):
     """Starts the real daemon in front of `fake_url` with a fresh data dir;
     `server_config` is YAML lines added to its `server:` section,
     `extra_config` whole sections appended, `extra_listen` more addresses
-    to listen on. Returns (process, url) once
-    /health answers (without a token: 127.0.0.1 must be trusted when one is set)."""
+    to listen on. Returns (process, url) once /health answers (with
+    `token` as the bearer token when given; without one, 127.0.0.1 must be
+    trusted when the config sets a token)."""
     binary = TARGET / "oapd"
     assert binary.is_file(), f"{binary} missing: build with `cargo build --release -p oapd`"
     assert (MODEL_DIR / "model.safetensors").is_file(), "model missing: run `cargo xtask fetch-model`"
@@ -101,7 +105,7 @@ def launch_oapd(fake_url, extra_config="", server_config="", extra_listen=()):
     deadline = time.time() + 120
     while True:
         try:
-            http_json("GET", f"{url}/health")
+            http_json("GET", f"{url}/health", token=token)
             break
         except Exception:
             assert process.poll() is None, (state / "oapd.log").read_text()

@@ -164,6 +164,8 @@ fn python_clients(ha: &std::path::Path) -> anyhow::Result<()> {
         Command::new(&python)
             .args(["-m", "pytest", "-q", "tests/python"])
             .env("OAPD_HA_VENV", ha)
-            .env("OAPD_REQUIRE_HA", "1"),
+            .env("OAPD_REQUIRE_HA", "1")
+            // The status page's test drives Debian's headless Chromium.
+            .env("OAPD_REQUIRE_BROWSER", "1"),
     )
 }

@@ -248,6 +248,24 @@ pub struct RebuildFailure {
     pub since_unix: u64,
 }
 
+/// How the last index build ended (the one at start-up, or the last
+/// rebuild), for the status page: when, whether it worked, what it served.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct LastBuild {
+    /// When it finished (milliseconds since the Unix epoch).
+    pub finished_unix_ms: u64,
+    /// Whether it succeeded; a failed rebuild leaves the old index serving.
+    pub ok: bool,
+    /// Manifests served once it ended (the old index's after a failure).
+    pub manifests: usize,
+    /// Wall time of the load and build, in milliseconds.
+    pub elapsed_ms: f64,
+    /// Nothing had changed: the existing index was kept as it was.
+    pub reused_index: bool,
+    /// Why it failed.
+    pub error: Option<String>,
+}
+
 /// Size and state, for `/health`.
 #[derive(Debug, Clone, Serialize)]
 pub struct EngineStats {
@@ -281,6 +299,8 @@ pub struct Engine {
     build_lock: Mutex<()>,
     /// Set while the last rebuild failed (see [`Engine::rebuild_failure`]).
     failure: Mutex<Option<RebuildFailure>>,
+    /// How the last build ended (see [`Engine::last_build`]).
+    last_build: Mutex<LastBuild>,
     /// Queries in flight; a background rebuild waits for them between units
     /// of work (see `activity`).
     activity: QueryActivity,
@@ -351,6 +371,14 @@ impl Engine {
         built.problems = catalog.problems;
         built.collisions = catalog.collisions;
         built.elapsed_ms = started.elapsed().as_secs_f64() * 1e3;
+        let last_build = LastBuild {
+            finished_unix_ms: unix_now_ms(),
+            ok: true,
+            manifests: index.len(),
+            elapsed_ms: built.elapsed_ms,
+            reused_index: built.reused_index,
+            error: None,
+        };
         let snapshot = Snapshot { index, model_id };
         let engine = Engine {
             config,
@@ -359,6 +387,7 @@ impl Engine {
             snapshot: ArcSwap::from_pointee(snapshot),
             build_lock: Mutex::new(()),
             failure: Mutex::new(None),
+            last_build: Mutex::new(last_build),
             activity: QueryActivity::default(),
         };
         Ok((engine, built))
@@ -410,8 +439,15 @@ impl Engine {
         self.failure.lock().ok().and_then(|f| f.clone())
     }
 
+    /// How the last build ended: the one at start-up until a rebuild
+    /// finishes, then the last rebuild, failed or not.
+    pub fn last_build(&self) -> Option<LastBuild> {
+        self.last_build.lock().ok().map(|last| last.clone())
+    }
+
     fn rebuild_inner(&self, force: bool, priority: Priority) -> Result<BuildReport, EngineError> {
         let guard = self.build_lock.lock();
+        let started = Instant::now();
         let result = match &guard {
             Ok(_) => self.rebuild_locked(force, priority),
             Err(_) => Err(EngineError::Poisoned),
@@ -426,6 +462,16 @@ impl Engine {
                     consecutive: previous.as_ref().map_or(0, |p| p.consecutive) + 1,
                     since_unix: previous.map_or_else(unix_now, |p| p.since_unix),
                 }),
+            };
+        }
+        if let Ok(mut last) = self.last_build.lock() {
+            *last = LastBuild {
+                finished_unix_ms: unix_now_ms(),
+                ok: result.is_ok(),
+                manifests: self.snapshot.load().index.len(),
+                elapsed_ms: started.elapsed().as_secs_f64() * 1e3,
+                reused_index: result.as_ref().is_ok_and(|report| report.reused_index),
+                error: result.as_ref().err().map(ToString::to_string),
             };
         }
         drop(guard);
@@ -970,6 +1016,13 @@ fn build_index(
             ..BuildReport::default()
         },
     ))
+}
+
+fn unix_now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+        .unwrap_or(0)
 }
 
 fn unix_now() -> u64 {

@@ -19,6 +19,6 @@ pub use catalog::{
 };
 pub use engine::{
     BuildReport, Candidate, DiscoverError, Discovery, Engine, EngineConfig, EngineError,
-    EngineStats, ManifestSummary, Priority, RebuildFailure, StoredRecord,
+    EngineStats, LastBuild, ManifestSummary, Priority, RebuildFailure, StoredRecord,
 };
 pub use scoring::{Mode, ScoreParts, Scoring};

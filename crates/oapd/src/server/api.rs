@@ -1,4 +1,5 @@
-//! The discovery API: `/v1/discover`, `/v1/manifests`, `/health`.
+//! The router and the discovery API: `/v1/discover`, `/v1/manifests`,
+//! `/health`; the status page (`/ui`, `/v1/status`) is routed here too.
 //!
 //! Every error is JSON `{"error": "..."}` with a status that says whose fault
 //! it is; bad input never reaches the engine and never disturbs the index.
@@ -6,7 +7,7 @@
 use std::sync::Arc;
 
 use hyper::body::Incoming;
-use hyper::header::{HeaderValue, ALLOW, AUTHORIZATION, ORIGIN};
+use hyper::header::{HeaderValue, ALLOW, ORIGIN};
 use hyper::{Method, Request, Response, StatusCode};
 use oap_discovery::{DiscoverError, Engine};
 use serde::Deserialize;
@@ -90,6 +91,10 @@ enum Route {
     ValidationRecord,
     /// `/v1/experience` and everything under it.
     Experience,
+    /// `/v1/status`, the status page's state.
+    Status,
+    /// `/ui` and its files under `/ui/`: the status page.
+    Ui,
     /// Anything else: Ollama's.
     Ollama,
 }
@@ -111,6 +116,9 @@ impl Route {
             "/v1/manifests" => Route::Manifests,
             "/v1/validation" => Route::Validation,
             "/v1/experience" => Route::Experience,
+            "/v1/status" => Route::Status,
+            "/ui" => Route::Ui,
+            p if p.starts_with("/ui/") => Route::Ui,
             p if p.starts_with("/v1/manifests/") => Route::Manifest,
             p if p.starts_with("/v1/validation/") => Route::ValidationRecord,
             p if p.starts_with("/v1/experience/") => Route::Experience,
@@ -217,7 +225,12 @@ impl Api {
     }
 
     async fn route(self: Arc<Self>, request: Request<Incoming>) -> Response<Body> {
+        let path = request.uri().path().to_string();
         if !self.authorized(&request) {
+            if Route::of(&path) == Route::Ui {
+                // A browser asks the operator for Basic credentials.
+                return super::ui::unauthorized();
+            }
             let mut response = http::error(
                 StatusCode::UNAUTHORIZED,
                 "missing or wrong bearer token (Authorization: Bearer <token>)",
@@ -229,8 +242,7 @@ impl Api {
         }
         // Operator actions need the token itself: a trusted address is
         // enough to use oapd, not to administer it.
-        let operator = self.bearer_matches(&request);
-        let path = request.uri().path().to_string();
+        let operator = self.carries_token(&request);
         let method = request.method().clone();
         let response = match (Route::of(&path), &method) {
             (Route::Health, &Method::GET) => self.health(),
@@ -323,6 +335,10 @@ impl Api {
                 super::crawl::register(self.clone(), request).await
             }
             (Route::Register, _) => method_not_allowed("POST"),
+            (Route::Status, &Method::GET) => super::status::handle(&self).await,
+            (Route::Status, _) => method_not_allowed("GET"),
+            (Route::Ui, &Method::GET) => super::ui::serve(&path),
+            (Route::Ui, _) => method_not_allowed("GET"),
             (Route::Manifests, &Method::GET) => self.list(),
             (Route::Manifests, _) => method_not_allowed("GET"),
             (Route::Manifest, m) => {
@@ -340,7 +356,7 @@ impl Api {
     /// Whether the request may use the API: no token is configured, it
     /// carries the token, or it comes from a `server.trusted_clients` address.
     fn authorized(&self, request: &Request<Incoming>) -> bool {
-        if self.settings.auth_token.is_none() || self.bearer_matches(request) {
+        if self.settings.auth_token.is_none() || self.carries_token(request) {
             return true;
         }
         let Some(peer) = request.extensions().get::<http::PeerAddr>() else {
@@ -354,23 +370,12 @@ impl Api {
             .any(|range| range.contains(ip))
     }
 
-    /// Whether a token is configured and the request carries it.
-    /// Constant-time comparison, so the token cannot be guessed byte by
-    /// byte from response timing.
-    fn bearer_matches(&self, request: &Request<Incoming>) -> bool {
-        let Some(expected) = &self.settings.auth_token else {
-            return false;
-        };
-        let Some(given) = request
-            .headers()
-            .get(AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .and_then(bearer_credentials)
-        else {
-            return false;
-        };
-        let (a, b) = (expected.as_bytes(), given.trim().as_bytes());
-        a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+    /// Whether a token is configured and the request carries it, as a
+    /// bearer token or as a browser's Basic password ([`super::auth`]).
+    fn carries_token(&self, request: &Request<Incoming>) -> bool {
+        self.settings.auth_token.as_deref().is_some_and(|token| {
+            super::auth::carries_token(request.headers(), request.method(), token)
+        })
     }
 
     fn health(&self) -> Response<Body> {
@@ -509,15 +514,6 @@ impl Api {
             None => http::error(StatusCode::NOT_FOUND, format!("no manifest with id {id:?}")),
         }
     }
-}
-
-/// The credentials of an `Authorization: Bearer <token>` value; the scheme
-/// name is case-insensitive (RFC 9110 §11.1).
-fn bearer_credentials(value: &str) -> Option<&str> {
-    let (scheme, credentials) = value.trim_start().split_once(' ')?;
-    scheme
-        .eq_ignore_ascii_case("bearer")
-        .then_some(credentials.trim())
 }
 
 fn json_records(gate: &oap_bridge::validation::ValidationGate) -> serde_json::Value {

@@ -2,11 +2,13 @@
 //! around the tool loop ([`chat`], [`responses`], [`streaming`],
 //! [`experience`]) and the crawler's endpoints ([`crawl`]), the MCP server
 //! at `/mcp` ([`mcp`]), the connection shell ([`http`], [`head`]), who may
-//! talk to it ([`guard`]), what it starts per engine generation ([`start`]),
+//! talk to it ([`guard`], [`auth`]), the operator's status page ([`ui`],
+//! [`status`]), what it starts per engine generation ([`start`]),
 //! and the process lifecycle that starts, reloads and stops it
 //! ([`lifecycle`]). [`render`] formats answers for the terminal.
 
 pub mod api;
+pub mod auth;
 pub mod chat;
 pub mod crawl;
 pub mod experience;
@@ -18,7 +20,9 @@ pub mod mcp;
 pub mod render;
 pub mod responses;
 pub mod start;
+pub mod status;
 pub mod streaming;
+pub mod ui;
 
 use crate::config::Config;
 

@@ -37,6 +37,7 @@ mod responses;
 mod sandbox;
 mod slow_clients;
 mod slow_upstream;
+mod status_page;
 mod trusted_clients;
 mod upstream_tls;
 mod validation;
