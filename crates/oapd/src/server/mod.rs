@@ -4,7 +4,8 @@
 //! at `/mcp` ([`mcp`]), the connection shell ([`http`], [`head`]), who may
 //! talk to it ([`guard`]), what it starts per engine generation ([`start`]),
 //! and the process lifecycle that starts, reloads and stops it
-//! ([`lifecycle`]). [`render`] formats answers for the terminal.
+//! ([`lifecycle`]). [`observe`] gives every request its id and keeps the
+//! recent bridged requests. [`render`] formats answers for the terminal.
 
 pub mod api;
 pub mod chat;
@@ -15,6 +16,7 @@ pub mod head;
 pub mod http;
 pub mod lifecycle;
 pub mod mcp;
+pub mod observe;
 pub mod render;
 pub mod responses;
 pub mod start;
