@@ -816,14 +816,16 @@ async fn run_calls_timed(
                 Some(schema) => match oap_manifest::tool::check_arguments(&schema, &call.arguments)
                 {
                     Ok(arguments) => arguments,
-                    Err(problems) => return ToolResult {
-                        content: format!(
+                    Err(problems) => {
+                        return ToolResult {
+                            content: format!(
                             "Error: {} was not called: {}. Fix the arguments and call it again.",
                             call.name,
                             problems.join("; ")
                         ),
-                        ok: false,
-                    },
+                            ok: false,
+                        }
+                    }
                 },
                 None => call.arguments.clone(),
             };
@@ -1280,6 +1282,27 @@ mod tests {
             .unwrap_err()
             .contains("boom"));
         assert!(aggregate(&chunks[..2]).is_err());
+    }
+
+    #[test]
+    fn a_result_names_its_outcome_in_a_word() {
+        let result = |ok: bool, content: &str| ToolResult {
+            content: content.into(),
+            ok,
+        };
+        assert_eq!(result(true, "4").outcome(), "ok");
+        let timed_out =
+            "Error: `wc` timed out after 10s; it and everything it started were killed.";
+        assert_eq!(result(false, timed_out).outcome(), "timeout");
+        for refused in [
+            "Error: oap_wc was not called: text is required. Fix the arguments and call it again.",
+            "Error: unknown tool 'x'",
+            "Error: refused to connect to h (10.0.0.1): it is a private-network address",
+        ] {
+            assert_eq!(result(false, refused).outcome(), "refused", "{refused}");
+        }
+        let failed = "Error: `grep` failed (exit status 2)";
+        assert_eq!(result(false, failed).outcome(), "error");
     }
 
     #[test]

@@ -68,7 +68,9 @@ fn secret() -> String {
 
 #[test]
 fn every_answer_carries_a_request_id_the_clients_when_usable() {
-    let daemon = support::daemon().start_with_auth(TOKEN);
+    let daemon = support::daemon()
+        .server("auth_token", &format!("{TOKEN:?}"))
+        .start_with_auth(TOKEN);
     let bearer = format!("Bearer {TOKEN}");
     let auth = ("Authorization", bearer.as_str());
     // Errors too: 401 without the token, 404, 405, 413.
@@ -314,6 +316,7 @@ fn metrics_count_a_discovery_and_a_bridged_chat_with_a_tool_call() {
     let upstream = fake(wc_script());
     let daemon = support::daemon()
         .yaml(&format!("ollama:\n  base_url: {:?}\n", upstream.fake.url()))
+        .server("auth_token", &format!("{TOKEN:?}"))
         .start_with_auth(TOKEN);
     let bearer = format!("Bearer {TOKEN}");
     let auth = [("Authorization", bearer.as_str())];
@@ -499,12 +502,13 @@ fn recent_requests_show_rounds_and_calls_without_content() {
     let text = body.to_string();
     assert!(!text.contains(&secret), "content in /v1/requests: {text}");
     let entry = &body["requests"][0];
-    let keys: Vec<&str> = entry
+    let mut keys: Vec<&str> = entry
         .as_object()
         .unwrap()
         .keys()
         .map(String::as_str)
         .collect();
+    keys.sort_unstable();
     assert_eq!(keys, RECORD_KEYS, "{entry:#}");
     assert_eq!(entry["id"], id.as_str());
     assert_eq!(entry["route"], "/api/chat");
@@ -529,12 +533,13 @@ fn recent_requests_show_rounds_and_calls_without_content() {
     assert_eq!(rounds[0]["number"], 1);
     assert_eq!(rounds[1]["number"], 2);
     let call = &rounds[0]["calls"][0];
-    let call_keys: Vec<&str> = call
+    let mut call_keys: Vec<&str> = call
         .as_object()
         .unwrap()
         .keys()
         .map(String::as_str)
         .collect();
+    call_keys.sort_unstable();
     assert_eq!(call_keys, ["duration_ms", "name", "outcome"]);
     assert_eq!(call["name"], "oap_wc");
     assert_eq!(call["outcome"], "ok");
@@ -709,7 +714,7 @@ fn chats_with_a_secret(secret: &str, rust_log: &str, log_content: bool) -> Strin
     let sent = upstream.fake.chat_requests();
     let results: Vec<String> = sent
         .iter()
-        .map(|r| support::last_message(r))
+        .map(support::last_message)
         .filter(|m| m["role"] == "tool")
         .map(|m| m["content"].as_str().unwrap().to_string())
         .collect();
