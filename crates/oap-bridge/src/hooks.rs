@@ -17,11 +17,14 @@
 //!    and whether held events go out;
 //! 4. run calls: [`Hook::run_calls`] runs the round's calls instead of the
 //!    loop (the first hook that answers wins);
-//! 5. results seen: [`Hook::results_seen`] reads the tool results;
+//! 5. results seen: [`Hook::call_finished`] hears each call's outcome and
+//!    duration (observation: metrics, the recent-requests list), then
+//!    [`Hook::results_seen`] reads the tool results;
 //! 6. output: [`Hook::output_filter`] gives a filter every event passes
 //!    on its way to the client; [`Hook::finish`] annotates the final chunk.
 
 use std::collections::HashMap;
+use std::time::Duration;
 
 use futures_util::future::BoxFuture;
 use oap_wire::ToolCall;
@@ -61,6 +64,20 @@ pub struct RoundOutcome {
     pub ours: Vec<ToolCall>,
     /// Calls to the client's own tools, handed back to it.
     pub theirs: Vec<ToolCall>,
+}
+
+/// One of oapd's calls, run: what [`Hook::call_finished`] hears.
+#[derive(Debug, Clone, Copy)]
+pub struct CallReport<'a> {
+    /// The round the call was made in, 1 for the first.
+    pub round: u32,
+    /// The name the model called.
+    pub name: &'a str,
+    /// What it came to.
+    pub result: &'a ToolResult,
+    /// How long it ran (calls a hook runs itself are timed together: each
+    /// gets the time of the whole batch).
+    pub elapsed: Duration,
 }
 
 /// Sees every event on its way to the client, in order.
@@ -111,6 +128,11 @@ pub trait Hook: Send + Sync {
     ) -> Option<BoxFuture<'a, Vec<ToolResult>>> {
         None
     }
+
+    /// One of oapd's calls is over: its name, outcome and duration. For
+    /// observers; called for every call of a round, in call order, before
+    /// [`Hook::results_seen`].
+    fn call_finished(&self, _report: &CallReport<'_>) {}
 
     /// The results of the calls oapd ran in a round.
     fn results_seen(&self, _results: &[ToolResult]) {}
@@ -190,6 +212,10 @@ impl Hooks {
         self.0
             .iter()
             .find_map(|hook| hook.run_calls(ctx, tools, calls))
+    }
+
+    pub(crate) fn call_finished(&self, report: &CallReport<'_>) {
+        self.0.iter().for_each(|hook| hook.call_finished(report));
     }
 
     pub(crate) fn results_seen(&self, results: &[ToolResult]) {

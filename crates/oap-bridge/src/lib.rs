@@ -12,7 +12,7 @@
 //!   `tools_withdrawn`), before a round (`holds_round`), after a round
 //!   (`after_round`: change the calls, drop the held answer), run calls
 //!   (`run_calls`: the first hook that answers runs them), results seen
-//!   (`results_seen`), output (`output_filter` on every event to the
+//!   (`call_finished` per call with its duration, then `results_seen`), output (`output_filter` on every event to the
 //!   client, `finish` on the final chunk). `exposure::prepare` builds the
 //!   list and documents its order.
 //! - Features: `forcing` (`ForceHook`), `meta` (`MetaSession`),
@@ -44,7 +44,7 @@ pub mod tools;
 pub mod upstream;
 pub mod validation;
 
-pub use hooks::{Hook, Hooks, OutputFilter, RoundOutcome, RoundStart, ToolsByName};
+pub use hooks::{CallReport, Hook, Hooks, OutputFilter, RoundOutcome, RoundStart, ToolsByName};
 pub use settings::{
     ExperienceConfig, ForceRule, ForceRules, ToolBridgeConfig, ToolExposure, UrlPolicy,
 };

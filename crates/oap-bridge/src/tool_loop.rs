@@ -25,7 +25,7 @@ use oap_wire::{LineDecoder, ToolCall, ToolCallAccumulator};
 use serde_json::{json, Map, Value};
 use tokio::sync::mpsc;
 
-use crate::hooks::{Hooks, RoundOutcome, RoundStart, ToolsByName};
+use crate::hooks::{CallReport, Hooks, RoundOutcome, RoundStart, ToolsByName};
 use crate::payload::Held;
 use crate::upstream::{Upstream, UpstreamError};
 
@@ -275,6 +275,36 @@ pub struct ToolResult {
     pub content: String,
     /// False on a failed execution (non-zero exit, timeout, refused call).
     pub ok: bool,
+}
+
+impl ToolResult {
+    /// What the call came to, in a word: `ok`, `timeout` (the tool or its
+    /// server did not answer in time), `refused` (not run: arguments that
+    /// do not fit the schema, an unknown tool, an address or program the
+    /// policy refuses, the sandbox) or `error` (it ran and failed). Read
+    /// from the text the executor writes for the model.
+    pub fn outcome(&self) -> &'static str {
+        if self.ok {
+            return "ok";
+        }
+        let text = self.content.get(..512).unwrap_or(self.content.as_str());
+        if text.contains("timed out") || text.contains("did not answer within") {
+            "timeout"
+        } else if [
+            "refus",
+            "was not called",
+            "unknown tool",
+            "were not usable",
+            "not configured",
+        ]
+        .iter()
+        .any(|needle| text.contains(needle))
+        {
+            "refused"
+        } else {
+            "error"
+        }
+    }
 }
 
 /// Runs oapd's tools (the daemon plugs in the real executor; the trait
@@ -611,15 +641,32 @@ async fn drive(
         // Run oapd's calls (bounded parallelism, results in call order).
         // A client that goes away cancels them: dropping the futures kills
         // the tools' process groups and closes their connections.
-        let results = tokio::select! {
-            results = async {
+        let timed = tokio::select! {
+            timed = async {
                 match hooks.run_calls(ctx, &by_name, &ours) {
-                    Some(run) => run.await,
-                    None => run_calls(ctx, &by_name, &ours).await,
+                    Some(run) => {
+                        let started = Instant::now();
+                        let results = run.await;
+                        let elapsed = started.elapsed();
+                        results
+                            .into_iter()
+                            .map(|result| (result, elapsed))
+                            .collect::<Vec<_>>()
+                    }
+                    None => run_calls_timed(ctx, &by_name, &ours).await,
                 }
-            } => results,
+            } => timed,
             _ = out.closed() => return,
         };
+        for (call, (result, elapsed)) in ours.iter().zip(&timed) {
+            hooks.call_finished(&CallReport {
+                round: stats.rounds,
+                name: &call.name,
+                result,
+                elapsed: *elapsed,
+            });
+        }
+        let results: Vec<ToolResult> = timed.into_iter().map(|(result, _)| result).collect();
         hooks.results_seen(&results);
         let assistant_calls: Vec<Value> = ours.iter().map(ToolCall::to_ollama).collect();
         let mut assistant = json!({
@@ -729,8 +776,21 @@ pub async fn run_calls(
     by_name: &ToolsByName<'_>,
     calls: &[ToolCall],
 ) -> Vec<ToolResult> {
+    run_calls_timed(ctx, by_name, calls)
+        .await
+        .into_iter()
+        .map(|(result, _)| result)
+        .collect()
+}
+
+/// [`run_calls`], each result with how long its call took.
+async fn run_calls_timed(
+    ctx: &ChatContext,
+    by_name: &ToolsByName<'_>,
+    calls: &[ToolCall],
+) -> Vec<(ToolResult, Duration)> {
     use futures_util::stream::{self, StreamExt};
-    type Job = std::pin::Pin<Box<dyn std::future::Future<Output = ToolResult> + Send>>;
+    type Job = std::pin::Pin<Box<dyn std::future::Future<Output = (ToolResult, Duration)> + Send>>;
     let mut jobs: Vec<Job> = Vec::with_capacity(calls.len());
     for call in calls {
         let injected = by_name.get(call.name.as_str());
@@ -739,7 +799,7 @@ pub async fn run_calls(
         let runner = ctx.runner.clone();
         let call = call.clone();
         let on_result = injected.and_then(|t| t.on_result.clone());
-        jobs.push(Box::pin(async move {
+        let job = async move {
             let Some((record, manifest)) = tool else {
                 return ToolResult {
                     content: format!("Error: unknown tool '{}'", call.name),
@@ -753,15 +813,16 @@ pub async fn run_calls(
                 };
             }
             let arguments = match schema {
-                Some(schema) => match oap_manifest::tool::check_arguments(&schema, &call.arguments) {
+                Some(schema) => match oap_manifest::tool::check_arguments(&schema, &call.arguments)
+                {
                     Ok(arguments) => arguments,
                     Err(problems) => {
                         return ToolResult {
                             content: format!(
-                                "Error: {} was not called: {}. Fix the arguments and call it again.",
-                                call.name,
-                                problems.join("; ")
-                            ),
+                            "Error: {} was not called: {}. Fix the arguments and call it again.",
+                            call.name,
+                            problems.join("; ")
+                        ),
                             ok: false,
                         }
                     }
@@ -773,6 +834,11 @@ pub async fn run_calls(
                 hook(&arguments, result.ok);
             }
             result
+        };
+        jobs.push(Box::pin(async move {
+            let started = Instant::now();
+            let result = job.await;
+            (result, started.elapsed())
         }));
     }
     stream::iter(jobs)
@@ -1216,6 +1282,27 @@ mod tests {
             .unwrap_err()
             .contains("boom"));
         assert!(aggregate(&chunks[..2]).is_err());
+    }
+
+    #[test]
+    fn a_result_names_its_outcome_in_a_word() {
+        let result = |ok: bool, content: &str| ToolResult {
+            content: content.into(),
+            ok,
+        };
+        assert_eq!(result(true, "4").outcome(), "ok");
+        let timed_out =
+            "Error: `wc` timed out after 10s; it and everything it started were killed.";
+        assert_eq!(result(false, timed_out).outcome(), "timeout");
+        for refused in [
+            "Error: oap_wc was not called: text is required. Fix the arguments and call it again.",
+            "Error: unknown tool 'x'",
+            "Error: refused to connect to h (10.0.0.1): it is a private-network address",
+        ] {
+            assert_eq!(result(false, refused).outcome(), "refused", "{refused}");
+        }
+        let failed = "Error: `grep` failed (exit status 2)";
+        assert_eq!(result(false, failed).outcome(), "error");
     }
 
     #[test]

@@ -8,7 +8,8 @@
 //! upstream's own authority as Host, whatever the LAN client sent.
 
 use std::convert::Infallible;
-use std::time::Duration;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http_body_util::combinators::BoxBody;
@@ -31,6 +32,9 @@ pub fn full(bytes: impl Into<Bytes>) -> Body {
         .map_err(|never: Infallible| match never {})
         .boxed()
 }
+
+/// The header that carries the request id to Ollama.
+pub const X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 
 /// Headers that describe one hop, never forwarded (RFC 9110 §7.6.1).
 const HOP_BY_HOP: &[&str] = &[
@@ -88,6 +92,18 @@ impl UpstreamError {
             _ => StatusCode::BAD_GATEWAY,
         }
     }
+
+    /// A short name of the kind of failure, for metrics labels.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            UpstreamError::BadBaseUrl(_) | UpstreamError::Tls(_) | UpstreamError::BadApiKey => {
+                "config"
+            }
+            UpstreamError::Unreachable { .. } => "unreachable",
+            UpstreamError::Timeout(_) => "timeout",
+            UpstreamError::Request(_) => "request",
+        }
+    }
 }
 
 /// An error and its causes, `: `-joined (hyper names only the outermost,
@@ -125,9 +141,53 @@ impl std::fmt::Debug for UpstreamOptions {
     }
 }
 
+tokio::task_local! {
+    /// The id of the request being served (the daemon sets it around each
+    /// request and the tool loop's task): every request to Ollama carries
+    /// it as `X-Request-Id`, so an operator can match Ollama's log lines
+    /// with oapd's.
+    pub static REQUEST_ID: Arc<str>;
+}
+
+/// The id of the request being served, if the daemon set one.
+pub fn current_request_id() -> Option<Arc<str>> {
+    REQUEST_ID.try_with(Arc::clone).ok()
+}
+
+/// What one request to Ollama came to, for metrics: which kind of request
+/// (`chat`, `show`, `generate`, `other`: a bounded set, never the raw
+/// path), how long until its response head, and its status or why it failed.
+#[derive(Debug, Clone, Copy)]
+pub struct UpstreamExchange<'a> {
+    /// `chat`, `show`, `generate` or `other`.
+    pub endpoint: &'static str,
+    /// Time to the response head (or to the failure).
+    pub elapsed: Duration,
+    /// The response status, or the error.
+    pub result: Result<StatusCode, &'a UpstreamError>,
+}
+
+/// Told about every request to Ollama ([`Upstream::with_observer`]).
+pub type UpstreamObserver = Arc<dyn Fn(&UpstreamExchange<'_>) + Send + Sync>;
+
+/// A bounded label for an upstream path.
+fn endpoint_of(path_and_query: &str) -> &'static str {
+    let path = path_and_query
+        .split_once('?')
+        .map_or(path_and_query, |(path, _)| path);
+    match path {
+        "/api/chat" => "chat",
+        "/api/show" => "show",
+        "/api/generate" => "generate",
+        _ => "other",
+    }
+}
+
 /// A client for one Ollama server.
 #[derive(Clone)]
 pub struct Upstream {
+    /// Told about every exchange (metrics); `None`: nobody listens.
+    observer: Option<UpstreamObserver>,
     client: Client<crate::connect::UpstreamConnector, Body>,
     /// `Authorization` for every request, from [`UpstreamOptions::api_key`].
     authorization: Option<HeaderValue>,
@@ -186,6 +246,7 @@ impl Upstream {
             .build(crate::connect::UpstreamConnector::new(connector, tls));
         let path_prefix = uri.path().trim_end_matches('/');
         Ok(Upstream {
+            observer: None,
             client,
             authorization,
             base: base_url.trim_end_matches('/').to_string(),
@@ -193,6 +254,12 @@ impl Upstream {
             scheme_and_authority: format!("{scheme}://{}{path_prefix}", authority.as_str()),
             head_timeout,
         })
+    }
+
+    /// This client, telling `observer` about every request it sends.
+    pub fn with_observer(mut self, observer: UpstreamObserver) -> Upstream {
+        self.observer = Some(observer);
+        self
     }
 
     /// The base URL, for messages and logs.
@@ -225,14 +292,29 @@ impl Upstream {
             // wins over whatever the client sent.
             forwarded.insert(AUTHORIZATION, authorization.clone());
         }
-        match tokio::time::timeout(self.head_timeout, self.client.request(request)).await {
-            Ok(Ok(response)) => Ok(response),
-            Ok(Err(err)) => Err(UpstreamError::Unreachable {
-                base: self.base.clone(),
-                source: Box::new(err),
-            }),
-            Err(_) => Err(UpstreamError::Timeout(self.head_timeout)),
+        // The request's own id wins over one the client sent: it was
+        // checked, and it is the one in oapd's log lines.
+        if let Some(id) = current_request_id().and_then(|id| HeaderValue::from_str(&id).ok()) {
+            forwarded.insert(X_REQUEST_ID, id);
         }
+        let started = Instant::now();
+        let result =
+            match tokio::time::timeout(self.head_timeout, self.client.request(request)).await {
+                Ok(Ok(response)) => Ok(response),
+                Ok(Err(err)) => Err(UpstreamError::Unreachable {
+                    base: self.base.clone(),
+                    source: Box::new(err),
+                }),
+                Err(_) => Err(UpstreamError::Timeout(self.head_timeout)),
+            };
+        if let Some(observer) = &self.observer {
+            observer(&UpstreamExchange {
+                endpoint: endpoint_of(path_and_query),
+                elapsed: started.elapsed(),
+                result: result.as_ref().map(Response::status),
+            });
+        }
+        result
     }
 
     /// POSTs a JSON body and returns the response, body streaming.

@@ -152,7 +152,13 @@ pub struct Crawler {
     pub(crate) lan_refusals: Mutex<std::collections::VecDeque<crate::mdns::LanRefusalRecord>>,
     /// One pass at a time (the schedule loop, `register`, the CLI).
     pass: tokio::sync::Mutex<()>,
+    /// Told the outcome of every fetch (metrics).
+    on_fetch: Option<FetchObserver>,
 }
+
+/// Told the outcome of every fetch, as one of `not_modified`, `unchanged`,
+/// `updated`, `store_failed`, `failed` ([`Crawler::with_fetch_observer`]).
+pub type FetchObserver = Arc<dyn Fn(&'static str) + Send + Sync>;
 
 impl Crawler {
     /// A crawler over the schedule stored in `settings.state_path` (a damaged
@@ -173,6 +179,19 @@ impl Crawler {
             schedule: Mutex::new(schedule),
             lan_refusals: Mutex::new(std::collections::VecDeque::new()),
             pass: tokio::sync::Mutex::new(()),
+            on_fetch: None,
+        }
+    }
+
+    /// This crawler, telling `observer` the outcome of every fetch.
+    pub fn with_fetch_observer(mut self, observer: FetchObserver) -> Self {
+        self.on_fetch = Some(observer);
+        self
+    }
+
+    fn fetched(&self, outcome: &'static str) {
+        if let Some(observer) = &self.on_fetch {
+            observer(outcome);
         }
     }
 
@@ -492,6 +511,7 @@ impl Crawler {
         match outcome {
             DomainOutcome::NotModified(rewrite) => {
                 report.unchanged += 1;
+                self.fetched("not_modified");
                 state.last_result = Some("not modified".into());
                 if let Some(doc) = rewrite {
                     state.health = Some(health_text(&doc));
@@ -516,12 +536,14 @@ impl Crawler {
                         .is_some_and(|d| d.body == doc.body && d.unhealthy == doc.unhealthy);
                 if same {
                     report.unchanged += 1;
+                    self.fetched("unchanged");
                     state.last_result = Some("unchanged".into());
                 } else {
                     match envelope::write_envelope(dir, &doc) {
                         Ok(_) => {
                             changed = true;
                             report.updated += 1;
+                            self.fetched("updated");
                             state.last_result = Some("updated".into());
                             state.content_hash = Some(hash);
                             state.manifest_id =
@@ -532,6 +554,7 @@ impl Crawler {
                         Err(err) => {
                             // Nothing stored changed; try again soon.
                             report.failed += 1;
+                            self.fetched("store_failed");
                             let message = format!("cannot store the manifest: {err}");
                             report.errors.push((domain.to_string(), message.clone()));
                             state.last_result = Some(format!("error: {message}"));
@@ -549,6 +572,7 @@ impl Crawler {
             }
             DomainOutcome::Failed(message) => {
                 report.failed += 1;
+                self.fetched("failed");
                 report.errors.push((domain.to_string(), message.clone()));
                 state.consecutive_failures = state.consecutive_failures.saturating_add(1);
                 state.last_result = Some(format!("error: {message}"));

@@ -732,7 +732,11 @@ impl Executor {
                 }
                 sent_credential = true;
             }
-            debug!(%method, url = %url, credential = sent_credential, hop = hops, "sending");
+            // The URL carries the model's arguments (path and query).
+            debug!(%method, host = url.host_str().unwrap_or_default(),
+                   credential = sent_credential, hop = hops, "sending");
+            debug!(target: crate::CONTENT_LOG_TARGET, %method,
+                   url = %crate::content_excerpt(url.as_str()), "sending");
             let mut exchange = self
                 .exchange(&addrs, &hop_url, &method, &hop_headers, body.as_ref())
                 .await?;
@@ -781,7 +785,11 @@ impl Executor {
                         body = None;
                         headers.remove(header::CONTENT_TYPE);
                     }
-                    debug!(%status, from = %url, to = %next, "redirect");
+                    debug!(%status, from = url.host_str().unwrap_or_default(),
+                           to = next.host_str().unwrap_or_default(), "redirect");
+                    debug!(target: crate::CONTENT_LOG_TARGET, %status,
+                           from = %crate::content_excerpt(url.as_str()),
+                           to = %crate::content_excerpt(next.as_str()), "redirect");
                     url = next;
                     continue;
                 }

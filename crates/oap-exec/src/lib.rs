@@ -138,7 +138,7 @@ use oap_manifest::{InvokeKind, Manifest};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::CertificateDer;
 use serde_json::{Map, Value};
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 pub use credentials::{Credential, CredentialError, CredentialStore, MAX_CREDENTIALS_FILE_BYTES};
 pub use error::ExecError;
@@ -152,6 +152,27 @@ pub use stdio::{confine_command, limit_command};
 pub use words::{split_words, WordsError};
 
 use error::ToolError;
+
+/// The tracing target of every log line that carries content: a model's
+/// arguments (a stdio tool's argv, an HTTP tool's URL and query string) or
+/// a tool's output. Such lines are debug only and cut to
+/// [`CONTENT_LOG_CHARS`]; the daemon turns the target off unless the
+/// operator opts in (`server.log_content`). Lines of any other target never
+/// carry content.
+pub const CONTENT_LOG_TARGET: &str = "oap_content";
+
+/// Characters of a content value a debug line shows.
+pub const CONTENT_LOG_CHARS: usize = 256;
+
+/// `text` cut to [`CONTENT_LOG_CHARS`] characters, for a content line.
+pub fn content_excerpt(text: &str) -> String {
+    let mut chars = text.chars();
+    let mut excerpt: String = chars.by_ref().take(CONTENT_LOG_CHARS).collect();
+    if chars.next().is_some() {
+        excerpt.push_str("[...]");
+    }
+    excerpt
+}
 
 /// The result of one tool call.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -346,13 +367,17 @@ impl Executor {
         };
         let elapsed = started.elapsed();
         let content = truncate_chars(reply.content, self.policy.max_result_chars);
+        // The detail names the argv or URL the model's arguments made, and
+        // may quote the tool's answer: content, for debug lines only.
         if reply.ok {
             info!(tool = %manifest.name, %trust, elapsed_ms = elapsed.as_millis() as u64,
-                  detail = reply.detail.as_deref().unwrap_or(""), "tool call succeeded");
+                  "tool call succeeded");
         } else {
             warn!(tool = %manifest.name, %trust, elapsed_ms = elapsed.as_millis() as u64,
-                  detail = reply.detail.as_deref().unwrap_or(""), "tool call failed");
+                  "tool call failed");
         }
+        debug!(target: CONTENT_LOG_TARGET, tool = %manifest.name,
+               detail = %content_excerpt(reply.detail.as_deref().unwrap_or("")), "tool call");
         ToolOutcome {
             content,
             ok: reply.ok,

@@ -477,7 +477,9 @@ impl Executor {
                 confinement.enter()
             });
         }
-        debug!(program = %program.display(), ?argv, "spawning");
+        debug!(program = %program.display(), args = argv.len(), "spawning");
+        debug!(target: crate::CONTENT_LOG_TARGET, program = %program.display(),
+               argv = %crate::content_excerpt(&format!("{argv:?}")), "spawning");
         let mut child = cmd.spawn().map_err(spawn_err)?;
         let Some(pid) = child.id().and_then(|id| i32::try_from(id).ok()) else {
             return Err(spawn_err(std::io::Error::other("child has no pid")));

@@ -12,7 +12,7 @@ use nix::unistd::Pid;
 use oap_exec::StdioLimits;
 use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::process::{Child, ChildStdin, ChildStdout, Command};
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use crate::servers_file::SandboxSpec;
 
@@ -237,11 +237,12 @@ async fn drain_stderr(server: String, mut pipe: impl AsyncRead + Unpin) {
     let mut line: Vec<u8> = Vec::new();
     let mut dropped = 0usize;
     let flush = |line: &mut Vec<u8>, dropped: &mut usize| {
+        // A server may echo the calls it gets (the model's arguments) or
+        // their results on stderr: content, for debug lines only.
         let text = String::from_utf8_lossy(line);
-        if *dropped > 0 {
-            warn!(server = %server, "stderr: {} [{} more bytes]", text.trim_end(), dropped);
-        } else if !text.trim().is_empty() {
-            info!(server = %server, "stderr: {}", text.trim_end());
+        if !text.trim().is_empty() || *dropped > 0 {
+            debug!(target: oap_exec::CONTENT_LOG_TARGET, server = %server, dropped = *dropped,
+                   "stderr: {}", oap_exec::content_excerpt(text.trim_end()));
         }
         line.clear();
         *dropped = 0;

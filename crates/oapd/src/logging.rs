@@ -30,10 +30,13 @@ const JOURNAL_FIELD_PREFIX: &str = "OAPD";
 /// for command output; under systemd (`log.format: journald`, or `text`
 /// with stderr connected to the journal) they go to journald natively, with
 /// every tracing field as a journal field.
-pub fn init(config: &LogConfig) {
+pub fn init(config: &LogConfig, log_content: bool) {
     let filter = || {
-        EnvFilter::try_from_default_env()
-            .unwrap_or_else(|_| EnvFilter::new(format!("{},hyper=warn", config.level)))
+        content_filter(
+            EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| EnvFilter::new(format!("{},hyper=warn", config.level))),
+            log_content,
+        )
     };
     let journald_wanted = match config.format {
         LogFormat::Journald => true,
@@ -73,6 +76,31 @@ pub fn init(config: &LogConfig) {
     if let Some(err) = journald_error {
         tracing::warn!(error = %err, "journald is not reachable; logging to stderr");
     }
+}
+
+/// How much of a content value a debug line shows.
+pub use oap_exec::CONTENT_LOG_CHARS;
+/// The target of every log line that carries content: message text, a
+/// model's tool arguments (a stdio tool's argv, an HTTP tool's URL with its
+/// query string), tool output. Such lines are debug only, cut to
+/// [`CONTENT_LOG_CHARS`], and written only with `server.log_content: true`.
+pub use oap_exec::CONTENT_LOG_TARGET;
+
+/// `filter` with content lines off unless `log_content`: the directive is
+/// more specific than any level a `RUST_LOG` sets for all targets, so
+/// `RUST_LOG=debug` alone never shows content. Libraries that would log
+/// request or message bodies at debug (rmcp) are held at info likewise.
+pub fn content_filter(filter: EnvFilter, log_content: bool) -> EnvFilter {
+    if log_content {
+        return filter;
+    }
+    let mut filter = filter;
+    for directive in [format!("{CONTENT_LOG_TARGET}=off"), "rmcp=info".to_string()] {
+        if let Ok(directive) = directive.parse() {
+            filter = filter.add_directive(directive);
+        }
+    }
+    filter
 }
 
 /// The plain-text subscriber: tracing's usual line format (time, level,

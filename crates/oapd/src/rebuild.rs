@@ -92,6 +92,7 @@ impl Rebuilder {
     pub async fn rebuild(self: &Arc<Self>, why: &str) -> bool {
         let engine = self.engine.clone();
         let outcome = tokio::task::spawn_blocking(move || engine.rebuild(false)).await;
+        crate::metrics::get().rebuild(matches!(outcome, Ok(Ok(_))));
         match outcome {
             Ok(Ok(report)) => {
                 self.set_retry(None);

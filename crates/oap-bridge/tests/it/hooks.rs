@@ -6,7 +6,9 @@ use std::sync::{Arc, Mutex};
 
 use fake_ollama::{Script, Turn};
 use futures_util::future::BoxFuture;
-use oap_bridge::hooks::{Hook, Hooks, OutputFilter, RoundOutcome, RoundStart, ToolsByName};
+use oap_bridge::hooks::{
+    CallReport, Hook, Hooks, OutputFilter, RoundOutcome, RoundStart, ToolsByName,
+};
 use oap_bridge::{ChatContext, Event, ToolResult};
 use oap_wire::ToolCall;
 use serde_json::{json, Value};
@@ -247,4 +249,55 @@ async fn a_held_round_can_be_dropped_and_replaced_by_a_call() {
         r#"ran echo with {"text":"insisted"}"#
     );
     bench.fake.shutdown().await;
+}
+
+/// A call as an observer heard it: round, name, outcome.
+type Heard = (u32, String, &'static str);
+
+/// Hears every call oapd ran: round, name, outcome, and whether it was timed.
+#[derive(Default)]
+struct Observer {
+    heard: Arc<Mutex<Vec<Heard>>>,
+    timed: Arc<AtomicUsize>,
+}
+
+impl Hook for Observer {
+    fn call_finished(&self, report: &CallReport<'_>) {
+        self.heard.lock().unwrap().push((
+            report.round,
+            report.name.to_string(),
+            report.result.outcome(),
+        ));
+        if report.elapsed > std::time::Duration::ZERO {
+            self.timed.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+}
+
+#[tokio::test]
+async fn an_observer_hears_each_call_with_its_round_outcome_and_duration() {
+    let bench = Bench::start(
+        Script::new()
+            .turn(Turn::tool_call("echo", json!({"text": "a"})))
+            .turn(Turn::tool_call("echo", json!({"text": "b"})))
+            .turn(Turn::reply("done")),
+    )
+    .await;
+    let hook = Observer::default();
+    let (heard, timed) = (hook.heard.clone(), hook.timed.clone());
+    let events = bench
+        .run(
+            request("echo a"),
+            vec![tool("echo")],
+            options(3),
+            Hooks::new(vec![Box::new(hook)]),
+        )
+        .await;
+    assert_eq!(content(&chunks(&events)), "done");
+    assert_eq!(
+        *heard.lock().unwrap(),
+        vec![(1, "echo".to_string(), "ok"), (2, "echo".to_string(), "ok")]
+    );
+    assert_eq!(timed.load(Ordering::SeqCst), 2);
+    assert_eq!(bench.runner.calls().len(), 2);
 }

@@ -171,7 +171,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         command => {
             let loaded = Config::load(cli.config.as_deref(), crate::config::process_env())?;
             pin_compute_threads(loaded.config.embedding.threads);
-            crate::logging::init(&loaded.config.log);
+            crate::logging::init(&loaded.config.log, loaded.config.server.log_content);
             if let Some(warning) = &cli.legacy_config_variable {
                 tracing::warn!(warning = %warning, "configuration");
             }

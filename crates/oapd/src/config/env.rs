@@ -49,7 +49,8 @@ config_keys! {
     server {
         listen, max_body_bytes, max_inflight_body_bytes, max_task_bytes, request_timeout,
         header_read_timeout, max_connections, max_connections_per_client, auth_token,
-        cors_origins, allowed_hosts, shutdown_grace, trusted_clients,
+        cors_origins, allowed_hosts, shutdown_grace, trusted_clients, recent_requests,
+        log_content,
     }
     index { data_dir, vector_dtype, search_threads }
     embedding { enabled, model_dir, max_tokens, batch_size, threads }

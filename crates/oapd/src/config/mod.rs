@@ -150,6 +150,9 @@ impl Default for McpConfig {
 #[serde(transparent)]
 pub struct McpServers(pub serde_json::Map<String, serde_json::Value>);
 
+/// Largest `server.recent_requests`.
+pub const MAX_RECENT_REQUESTS: usize = 1000;
+
 /// `server:` section.
 #[derive(Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -207,6 +210,13 @@ pub struct ServerConfig {
     /// Host and Origin checks still apply. Default: none.
     #[serde(deserialize_with = "one_or_many")]
     pub trusted_clients: Vec<String>,
+    /// Bridged requests `GET /v1/requests` keeps, newest first (default 50,
+    /// at most 1000; 0 turns the list off). Names, outcomes and times only.
+    pub recent_requests: usize,
+    /// Whether message content, tool arguments and results may appear in
+    /// debug log lines (truncated) and as `messages_preview` in
+    /// `/v1/requests` (default false: never, at any log level).
+    pub log_content: bool,
 }
 
 impl Default for ServerConfig {
@@ -225,6 +235,8 @@ impl Default for ServerConfig {
             allowed_hosts: Vec::new(),
             shutdown_grace: 10,
             trusted_clients: Vec::new(),
+            recent_requests: 50,
+            log_content: false,
         }
     }
 }
@@ -248,6 +260,8 @@ impl fmt::Debug for ServerConfig {
             .field("allowed_hosts", &self.allowed_hosts)
             .field("shutdown_grace", &self.shutdown_grace)
             .field("trusted_clients", &self.trusted_clients)
+            .field("recent_requests", &self.recent_requests)
+            .field("log_content", &self.log_content)
             .finish()
     }
 }

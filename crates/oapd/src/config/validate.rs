@@ -94,6 +94,12 @@ fn server(c: &mut Checker, s: &ServerConfig) {
         65_536,
     );
     c.range("server.shutdown_grace", s.shutdown_grace, 1, 3600);
+    c.range(
+        "server.recent_requests",
+        s.recent_requests,
+        0,
+        super::MAX_RECENT_REQUESTS,
+    );
     if let Some(token) = &s.auth_token {
         if token.is_empty() {
             c.fail(

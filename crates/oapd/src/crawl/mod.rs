@@ -98,7 +98,11 @@ pub fn build_for(config: &Config, internet: bool) -> anyhow::Result<Crawler> {
         let local = table.keys().cloned();
         Arc::new(txt_dns::DnsTxtResolver::new(local)) as Arc<dyn oap_crawl::TxtResolver>
     });
-    Ok(Crawler::new(settings, Arc::new(executor), txt))
+    Ok(
+        Crawler::new(settings, Arc::new(executor), txt).with_fetch_observer(Arc::new(|outcome| {
+            crate::metrics::get().crawl_fetch(outcome)
+        })),
+    )
 }
 
 /// The remote-manifest source for the engine.

@@ -1,5 +1,7 @@
 //! The router and the discovery API: `/v1/discover`, `/v1/manifests`,
-//! `/health`; the status page (`/ui`, `/v1/status`) is routed here too.
+//! `/health`; what the daemon tells about itself (`/metrics`,
+//! `/v1/requests`) and the status page (`/ui`, `/v1/status`) are routed
+//! here too.
 //!
 //! Every error is JSON `{"error": "..."}` with a status that says whose fault
 //! it is; bad input never reaches the engine and never disturbs the index.
@@ -95,6 +97,10 @@ enum Route {
     Status,
     /// `/ui` and its files under `/ui/`: the status page.
     Ui,
+    /// `/metrics`, Prometheus' text format.
+    Metrics,
+    /// `/v1/requests`, the recent bridged requests.
+    Requests,
     /// Anything else: Ollama's.
     Ollama,
 }
@@ -119,10 +125,41 @@ impl Route {
             "/v1/status" => Route::Status,
             "/ui" => Route::Ui,
             p if p.starts_with("/ui/") => Route::Ui,
+            "/metrics" => Route::Metrics,
+            "/v1/requests" => Route::Requests,
             p if p.starts_with("/v1/manifests/") => Route::Manifest,
             p if p.starts_with("/v1/validation/") => Route::ValidationRecord,
             p if p.starts_with("/v1/experience/") => Route::Experience,
             _ => Route::Ollama,
+        }
+    }
+
+    /// The route's name in metrics and `/v1/requests`: its path, with
+    /// `{id}` or `{model}` for the variable part, and `ollama` for every
+    /// path passed through (a bounded set, whatever clients send).
+    fn name(self) -> &'static str {
+        match self {
+            Route::Health => "/health",
+            Route::Discover => "/v1/discover",
+            Route::Mcp => "/mcp",
+            Route::OllamaChat => "/api/chat",
+            Route::BridgeChat => "/v1/chat",
+            Route::OpenAiChat => "/v1/chat/completions",
+            Route::Responses => "/v1/responses",
+            Route::Tools => "/v1/tools",
+            Route::McpStatus => "/v1/mcp/status",
+            Route::CrawlStatus => "/v1/crawl/status",
+            Route::Register => "/v1/manifests/register",
+            Route::Manifests => "/v1/manifests",
+            Route::Manifest => "/v1/manifests/{id}",
+            Route::Validation => "/v1/validation",
+            Route::ValidationRecord => "/v1/validation/{model}",
+            Route::Experience => "/v1/experience",
+            Route::Status => "/v1/status",
+            Route::Ui => "/ui",
+            Route::Metrics => "/metrics",
+            Route::Requests => "/v1/requests",
+            Route::Ollama => "ollama",
         }
     }
 
@@ -152,6 +189,10 @@ struct DiscoverRequest {
 impl Handler for Api {
     fn bounded_by_request_timeout(&self, request: &Request<Incoming>) -> bool {
         Route::of(request.uri().path()).bounded_by_request_timeout()
+    }
+
+    fn route_name(&self, request: &Request<Incoming>) -> &'static str {
+        Route::of(request.uri().path()).name()
     }
 
     async fn handle(self: Arc<Self>, request: Request<Incoming>) -> Response<Body> {
@@ -339,6 +380,10 @@ impl Api {
             (Route::Status, _) => method_not_allowed("GET"),
             (Route::Ui, &Method::GET) => super::ui::serve(&path),
             (Route::Ui, _) => method_not_allowed("GET"),
+            (Route::Metrics, &Method::GET) => self.metrics(),
+            (Route::Metrics, _) => method_not_allowed("GET"),
+            (Route::Requests, &Method::GET) => recent_requests(),
+            (Route::Requests, _) => method_not_allowed("GET"),
             (Route::Manifests, &Method::GET) => self.list(),
             (Route::Manifests, _) => method_not_allowed("GET"),
             (Route::Manifest, m) => {
@@ -482,10 +527,14 @@ impl Api {
             },
         };
         let engine = self.engine.clone();
+        let started = std::time::Instant::now();
         // Embedding is CPU work: keep it off the async workers.
         let result = tokio::task::spawn_blocking(move || engine.discover(&task, top_k)).await;
         match result {
-            Ok(Ok(discovery)) => http::json(StatusCode::OK, &discovery),
+            Ok(Ok(discovery)) => {
+                crate::metrics::get().discovery("api", started.elapsed(), discovery.best.is_none());
+                http::json(StatusCode::OK, &discovery)
+            }
             Ok(Err(DiscoverError::EmptyTask)) => {
                 http::error(StatusCode::BAD_REQUEST, "task: must not be empty")
             }
@@ -500,6 +549,32 @@ impl Api {
                 tracing::error!(error = %err, "discovery task panicked");
                 http::error(StatusCode::INTERNAL_SERVER_ERROR, "discovery failed")
             }
+        }
+    }
+
+    /// `GET /metrics`: the Prometheus text, gauges read now.
+    fn metrics(&self) -> Response<Body> {
+        let stats = self.engine.stats();
+        let budget = http::body_budget();
+        let snapshot = crate::metrics::Snapshot {
+            index_manifests: stats.docs as u64,
+            index_bytes: stats.index_bytes,
+            inflight_body_bytes: budget.in_flight() as u64,
+            inflight_body_capacity: budget.capacity() as u64,
+        };
+        match crate::metrics::get().render(snapshot) {
+            Ok(text) => {
+                let mut response = Response::new(http::full(text));
+                response.headers_mut().insert(
+                    hyper::header::CONTENT_TYPE,
+                    HeaderValue::from_static(crate::metrics::CONTENT_TYPE),
+                );
+                response
+            }
+            Err(_) => http::error(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "cannot encode the metrics",
+            ),
         }
     }
 
@@ -531,6 +606,18 @@ fn validation_record(gate: &oap_bridge::validation::ValidationGate, model: &str)
             format!("no validation record for model {model:?} (run `oapd validate-model --model {model}`)"),
         ),
     }
+}
+
+/// `GET /v1/requests`: the recent bridged requests, newest first.
+fn recent_requests() -> Response<Body> {
+    let recent = super::observe::recent();
+    if !recent.enabled() {
+        return http::error(
+            StatusCode::NOT_FOUND,
+            "the list of recent requests is off (server.recent_requests: 0)",
+        );
+    }
+    http::json(StatusCode::OK, &recent.json())
 }
 
 fn method_not_allowed(allow: &'static str) -> Response<Body> {

@@ -269,16 +269,22 @@ impl ChatService {
             "tools offered"
         );
         let (tx, rx) = mpsc::channel(CHANNEL_DEPTH);
-        let hooks: Hooks = prepared.hooks;
-        tokio::spawn(bridge::run_loop(
-            self.ctx.clone(),
-            chat,
-            tools,
-            options,
-            hooks,
-            held,
-            tx,
-        ));
+        let mut hooks: Hooks = prepared.hooks;
+        // Last, so it sees what the other hooks decided and what the
+        // client gets.
+        let model = chat.get("model").and_then(Value::as_str).unwrap_or("");
+        let names = tools.iter().map(|tool| tool.name.clone()).collect();
+        hooks.push(Box::new(crate::server::observe::Observer::new(
+            model, names, &chat,
+        )));
+        let run = bridge::run_loop(self.ctx.clone(), chat, tools, options, hooks, held, tx);
+        // The loop's task is still this request: its log lines carry the
+        // request id, and so do its requests to Ollama.
+        let run = tracing::Instrument::in_current_span(run);
+        match oap_bridge::upstream::current_request_id() {
+            Some(id) => tokio::spawn(oap_bridge::upstream::REQUEST_ID.scope(id, run)),
+            None => tokio::spawn(run),
+        };
         rx
     }
 
@@ -346,9 +352,17 @@ impl ChatService {
         reserved: Vec<String>,
     ) -> Vec<InjectedTool> {
         let engine = self.engine.clone();
+        let started = std::time::Instant::now();
         let found = tokio::task::spawn_blocking(move || engine.discover(&task, top_k)).await;
         let discovery = match found {
-            Ok(Ok(discovery)) => discovery,
+            Ok(Ok(discovery)) => {
+                crate::metrics::get().discovery(
+                    "chat",
+                    started.elapsed(),
+                    discovery.best.is_none(),
+                );
+                discovery
+            }
             Ok(Err(err)) => {
                 tracing::warn!(error = %err, "discovery failed; no tools injected");
                 return Vec::new();

@@ -32,6 +32,9 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 
 use super::head::{self, Head};
+use super::observe::RequestInfo;
+use oap_bridge::upstream::X_REQUEST_ID;
+use tracing::Instrument;
 
 /// The error type of response bodies and of the server's plumbing.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -79,6 +82,12 @@ pub trait Handler: Send + Sync + 'static {
     /// opt out.
     fn bounded_by_request_timeout(&self, _request: &Request<Incoming>) -> bool {
         true
+    }
+
+    /// The name of the request's route, for metrics and logs: one of a
+    /// fixed set (the route table's), never the raw path.
+    fn route_name(&self, _request: &Request<Incoming>) -> &'static str {
+        "other"
     }
 }
 
@@ -767,6 +776,13 @@ impl Connection {
                 request.extensions_mut().insert(LocalAddr(local));
             }
             let handler = handler.clone();
+            // Every request has an id: in a span around all it logs, sent
+            // to Ollama with it, and in the answer, errors included.
+            let info = RequestInfo::start(request.headers(), handler.route_name(&request));
+            let id = info.id.clone();
+            let route = info.route;
+            let started = info.started;
+            let span = tracing::info_span!("request", request_id = %id);
             // Chats and Ollama pass-through have their own deadlines
             // (ollama.chat_deadline, ollama.timeout): a model loading
             // from an SD card takes longer than any local route.
@@ -777,7 +793,7 @@ impl Connection {
                 reading: Arc::new(AtomicBool::new(false)),
             };
             let reading = clock.reading.clone();
-            BODY_CLOCK.scope(clock, async move {
+            let served = BODY_CLOCK.scope(clock, async move {
                 if !bounded {
                     return Ok::<_, Infallible>(handler.handle(request).await);
                 }
@@ -799,7 +815,20 @@ impl Connection {
                         ),
                     };
                 Ok::<_, Infallible>(response)
-            })
+            });
+            let served = oap_bridge::upstream::REQUEST_ID.scope(id.clone(), info.scope(served));
+            async move {
+                let mut response = served.instrument(span).await?;
+                if let Ok(value) = HeaderValue::from_str(&id) {
+                    response.headers_mut().insert(X_REQUEST_ID, value);
+                }
+                crate::metrics::get().http_request(
+                    route,
+                    response.status().as_u16(),
+                    started.elapsed(),
+                );
+                Ok::<_, Infallible>(response)
+            }
         });
         let io = TokioIo::new(head::Prefixed::new(prefix, self.stream));
         let connection = http1::Builder::new()

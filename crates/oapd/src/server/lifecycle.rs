@@ -77,6 +77,10 @@ impl Handler for LiveApi {
     fn bounded_by_request_timeout(&self, request: &Request<Incoming>) -> bool {
         self.current.load().bounded_by_request_timeout(request)
     }
+
+    fn route_name(&self, request: &Request<Incoming>) -> &'static str {
+        self.current.load().route_name(request)
+    }
 }
 
 /// What STATUS= says; sent again whenever it changes.
@@ -217,6 +221,7 @@ fn build_api(
     // One budget for every connection and handler generation; a reload
     // changes its size, bodies in flight keep their shares.
     http::body_budget().set_capacity(config.server.max_inflight_body_bytes);
+    super::observe::recent().configure(config.server.recent_requests, config.server.log_content);
     let mcp = config.mcp_server.enabled.then(|| {
         Arc::new(super::mcp::McpServer::new(
             chat.clone(),

@@ -5,7 +5,8 @@
 //! talk to it ([`guard`], [`auth`]), the operator's status page ([`ui`],
 //! [`status`]), what it starts per engine generation ([`start`]),
 //! and the process lifecycle that starts, reloads and stops it
-//! ([`lifecycle`]). [`render`] formats answers for the terminal.
+//! ([`lifecycle`]). [`observe`] gives every request its id and keeps the
+//! recent bridged requests. [`render`] formats answers for the terminal.
 
 pub mod api;
 pub mod auth;
@@ -17,6 +18,7 @@ pub mod head;
 pub mod http;
 pub mod lifecycle;
 pub mod mcp;
+pub mod observe;
 pub mod render;
 pub mod responses;
 pub mod start;

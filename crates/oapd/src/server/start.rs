@@ -114,7 +114,13 @@ pub fn upstream(config: &Config, head_timeout: Duration) -> anyhow::Result<Upstr
         ca_pem,
         api_key: o.api_key.clone(),
     };
-    Upstream::with_options(&o.base_url, head_timeout, &options).context("ollama.base_url")
+    let upstream =
+        Upstream::with_options(&o.base_url, head_timeout, &options).context("ollama.base_url")?;
+    Ok(upstream.with_observer(Arc::new(
+        |exchange: &oap_bridge::upstream::UpstreamExchange<'_>| {
+            crate::metrics::get().upstream(exchange)
+        },
+    )))
 }
 
 /// The chat bridge and pass-through wiring for `config`.

@@ -31,6 +31,7 @@ mod mcp;
 mod mcp_server;
 mod mdns;
 mod memory;
+mod observability;
 mod parallel_tools;
 mod passthrough;
 mod responses;

@@ -1,0 +1,395 @@
+//! The daemon's metrics, served at `GET /metrics` in the Prometheus text
+//! format (OpenMetrics, through `prometheus-client`).
+//!
+//! One registry for the daemon's life (a reload keeps the counts). Every
+//! label takes values from a bounded set: routes are the names of the
+//! route table (never raw paths), tool labels are the names of indexed
+//! tools (anything else is `other`), statuses, outcomes and kinds are
+//! short fixed words. docs/METRICS.md lists every metric.
+
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::Registry;
+
+/// The `Content-Type` of [`Metrics::render`]'s text.
+pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+/// Latency buckets, seconds: 1 ms to about 2 minutes (a small board's
+/// model answers take seconds).
+fn latency_buckets() -> impl Iterator<Item = f64> {
+    [
+        0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
+        120.0,
+    ]
+    .into_iter()
+}
+
+/// Buckets for small counts (tools per request, rounds per chat).
+fn count_buckets() -> impl Iterator<Item = f64> {
+    [0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 8.0, 10.0, 15.0, 20.0].into_iter()
+}
+
+fn latency_histogram() -> Histogram {
+    Histogram::new(latency_buckets())
+}
+
+type Histograms<L> = Family<L, Histogram, fn() -> Histogram>;
+
+/// `route` and `status` of an answered request.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RouteStatus {
+    /// The route table's name of the route.
+    pub route: &'static str,
+    /// The HTTP status code.
+    pub status: u16,
+}
+
+/// `route` alone.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RouteLabel {
+    /// The route table's name of the route.
+    pub route: &'static str,
+}
+
+/// Where discovery ran: `api` (`/v1/discover`) or `chat` (tools injected
+/// into a chat).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct SourceLabel {
+    /// `api` or `chat`.
+    pub source: &'static str,
+}
+
+/// A tool call's tool and outcome.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ToolOutcome {
+    /// An indexed tool's name, or `other`.
+    pub tool: String,
+    /// `ok`, `error`, `timeout`, `refused` or `client`.
+    pub outcome: &'static str,
+}
+
+/// A tool call's tool.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ToolLabel {
+    /// An indexed tool's name, or `other`.
+    pub tool: String,
+}
+
+/// An upstream request kind.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct EndpointLabel {
+    /// `chat`, `show`, `generate` or `other`.
+    pub endpoint: &'static str,
+}
+
+/// An upstream failure.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct UpstreamFailure {
+    /// `chat`, `show`, `generate` or `other`.
+    pub endpoint: &'static str,
+    /// `unreachable`, `timeout`, `request`, `config`, `status_4xx`, `status_5xx`.
+    pub kind: &'static str,
+}
+
+/// `result` of a rebuild or `outcome` of a fetch.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ResultLabel {
+    /// `ok` or `failed`.
+    pub result: &'static str,
+}
+
+/// The outcome of a crawl fetch.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct FetchOutcome {
+    /// A short fixed word (see docs/METRICS.md).
+    pub outcome: &'static str,
+}
+
+/// Every metric of the daemon.
+pub struct Metrics {
+    registry: Registry,
+    http_requests: Family<RouteStatus, Counter>,
+    http_duration: Histograms<RouteLabel>,
+    discovery_duration: Histograms<SourceLabel>,
+    abstentions: Family<SourceLabel, Counter>,
+    tools_injected: Histogram,
+    rounds: Histogram,
+    tool_calls: Family<ToolOutcome, Counter>,
+    tool_duration: Histograms<ToolLabel>,
+    upstream_duration: Histograms<EndpointLabel>,
+    upstream_errors: Family<UpstreamFailure, Counter>,
+    index_manifests: Gauge,
+    index_bytes: Gauge,
+    rebuilds: Family<ResultLabel, Counter>,
+    crawl_fetches: Family<FetchOutcome, Counter>,
+    resident_bytes: Gauge,
+    inflight_body_bytes: Gauge,
+    inflight_body_capacity: Gauge,
+}
+
+/// What the scrape reads from the serving generation.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Snapshot {
+    /// Manifests in the served index.
+    pub index_manifests: u64,
+    /// Size of the served index file, bytes.
+    pub index_bytes: u64,
+    /// Request-body bytes held right now (`server.max_inflight_body_bytes`).
+    pub inflight_body_bytes: u64,
+    /// `server.max_inflight_body_bytes`.
+    pub inflight_body_capacity: u64,
+}
+
+static METRICS: OnceLock<Metrics> = OnceLock::new();
+
+/// The daemon's metrics (made on first use).
+pub fn get() -> &'static Metrics {
+    METRICS.get_or_init(Metrics::new)
+}
+
+fn gauge_value(value: u64) -> i64 {
+    i64::try_from(value).unwrap_or(i64::MAX)
+}
+
+impl Metrics {
+    fn new() -> Metrics {
+        let mut registry = Registry::default();
+        let http_requests = Family::<RouteStatus, Counter>::default();
+        registry.register(
+            "oapd_http_requests",
+            "Requests answered, by route (the route table's name; `ollama` for every path passed through) and status",
+            http_requests.clone(),
+        );
+        let http_duration: Histograms<RouteLabel> = Family::new_with_constructor(latency_histogram);
+        registry.register(
+            "oapd_http_request_duration_seconds",
+            "Time from a request's head to its response head, by route",
+            http_duration.clone(),
+        );
+        let discovery_duration: Histograms<SourceLabel> =
+            Family::new_with_constructor(latency_histogram);
+        registry.register(
+            "oapd_discovery_duration_seconds",
+            "Time of one discovery (embedding and search), by source: api (/v1/discover) or chat (injected tools)",
+            discovery_duration.clone(),
+        );
+        let abstentions = Family::<SourceLabel, Counter>::default();
+        registry.register(
+            "oapd_discovery_abstentions",
+            "Discoveries that found nothing fitting (match: null), by source",
+            abstentions.clone(),
+        );
+        let tools_injected = Histogram::new(count_buckets());
+        registry.register(
+            "oapd_chat_tools_injected",
+            "oapd's tools offered per bridged chat",
+            tools_injected.clone(),
+        );
+        let rounds = Histogram::new(count_buckets());
+        registry.register(
+            "oapd_chat_rounds",
+            "Model rounds per bridged chat",
+            rounds.clone(),
+        );
+        let tool_calls = Family::<ToolOutcome, Counter>::default();
+        registry.register(
+            "oapd_tool_calls",
+            "Tool calls in bridged chats, by tool (an indexed tool's name, else other) and outcome (ok, error, timeout, refused, client)",
+            tool_calls.clone(),
+        );
+        let tool_duration: Histograms<ToolLabel> = Family::new_with_constructor(latency_histogram);
+        registry.register(
+            "oapd_tool_call_duration_seconds",
+            "Time of the tool calls oapd ran, by tool",
+            tool_duration.clone(),
+        );
+        let upstream_duration: Histograms<EndpointLabel> =
+            Family::new_with_constructor(latency_histogram);
+        registry.register(
+            "oapd_upstream_request_duration_seconds",
+            "Time from a request to Ollama to its response head, by endpoint (chat, show, generate, other)",
+            upstream_duration.clone(),
+        );
+        let upstream_errors = Family::<UpstreamFailure, Counter>::default();
+        registry.register(
+            "oapd_upstream_errors",
+            "Requests to Ollama that failed or were answered with an error status, by endpoint and kind",
+            upstream_errors.clone(),
+        );
+        let index_manifests = Gauge::default();
+        registry.register(
+            "oapd_index_manifests",
+            "Manifests in the served index",
+            index_manifests.clone(),
+        );
+        let index_bytes = Gauge::default();
+        registry.register(
+            "oapd_index_size_bytes",
+            "Size of the served index file",
+            index_bytes.clone(),
+        );
+        let rebuilds = Family::<ResultLabel, Counter>::default();
+        registry.register(
+            "oapd_index_rebuilds",
+            "Background index rebuilds (directory watch, MCP tool changes, retries), by result",
+            rebuilds.clone(),
+        );
+        let crawl_fetches = Family::<FetchOutcome, Counter>::default();
+        registry.register(
+            "oapd_crawl_fetches",
+            "Manifest fetches of the crawler, by outcome",
+            crawl_fetches.clone(),
+        );
+        let resident_bytes = Gauge::default();
+        registry.register(
+            "oapd_process_resident_memory_bytes",
+            "Resident memory of the daemon (from /proc/self/statm)",
+            resident_bytes.clone(),
+        );
+        let inflight_body_bytes = Gauge::default();
+        registry.register(
+            "oapd_inflight_body_bytes",
+            "Request-body bytes held in memory right now, all connections together",
+            inflight_body_bytes.clone(),
+        );
+        let inflight_body_capacity = Gauge::default();
+        registry.register(
+            "oapd_inflight_body_capacity_bytes",
+            "The cap on request-body bytes in memory (server.max_inflight_body_bytes)",
+            inflight_body_capacity.clone(),
+        );
+        Metrics {
+            registry,
+            http_requests,
+            http_duration,
+            discovery_duration,
+            abstentions,
+            tools_injected,
+            rounds,
+            tool_calls,
+            tool_duration,
+            upstream_duration,
+            upstream_errors,
+            index_manifests,
+            index_bytes,
+            rebuilds,
+            crawl_fetches,
+            resident_bytes,
+            inflight_body_bytes,
+            inflight_body_capacity,
+        }
+    }
+
+    /// A request was answered.
+    pub fn http_request(&self, route: &'static str, status: u16, elapsed: Duration) {
+        self.http_requests
+            .get_or_create(&RouteStatus { route, status })
+            .inc();
+        self.http_duration
+            .get_or_create(&RouteLabel { route })
+            .observe(elapsed.as_secs_f64());
+    }
+
+    /// A discovery ran; `abstained` when nothing fitted.
+    pub fn discovery(&self, source: &'static str, elapsed: Duration, abstained: bool) {
+        let label = SourceLabel { source };
+        self.discovery_duration
+            .get_or_create(&label)
+            .observe(elapsed.as_secs_f64());
+        if abstained {
+            self.abstentions.get_or_create(&label).inc();
+        }
+    }
+
+    /// A bridged chat is over: how many tools oapd offered, how many rounds.
+    pub fn chat(&self, tools_injected: usize, rounds: u32) {
+        self.tools_injected.observe(tools_injected as f64);
+        self.rounds.observe(f64::from(rounds));
+    }
+
+    /// A tool call; `tool` must already be bounded (an indexed name or
+    /// `other`); `elapsed` is `None` for a call handed to the client.
+    pub fn tool_call(&self, tool: &str, outcome: &'static str, elapsed: Option<Duration>) {
+        self.tool_calls
+            .get_or_create(&ToolOutcome {
+                tool: tool.to_string(),
+                outcome,
+            })
+            .inc();
+        if let Some(elapsed) = elapsed {
+            self.tool_duration
+                .get_or_create(&ToolLabel {
+                    tool: tool.to_string(),
+                })
+                .observe(elapsed.as_secs_f64());
+        }
+    }
+
+    /// A request to Ollama came back (or failed).
+    pub fn upstream(&self, exchange: &oap_bridge::upstream::UpstreamExchange<'_>) {
+        let endpoint = exchange.endpoint;
+        self.upstream_duration
+            .get_or_create(&EndpointLabel { endpoint })
+            .observe(exchange.elapsed.as_secs_f64());
+        let kind = match exchange.result {
+            Ok(status) if status.is_client_error() => Some("status_4xx"),
+            Ok(status) if status.is_server_error() => Some("status_5xx"),
+            Ok(_) => None,
+            Err(err) => Some(err.kind()),
+        };
+        if let Some(kind) = kind {
+            self.upstream_errors
+                .get_or_create(&UpstreamFailure { endpoint, kind })
+                .inc();
+        }
+    }
+
+    /// A background rebuild ended.
+    pub fn rebuild(&self, ok: bool) {
+        let result = if ok { "ok" } else { "failed" };
+        self.rebuilds.get_or_create(&ResultLabel { result }).inc();
+    }
+
+    /// A crawl fetch ended.
+    pub fn crawl_fetch(&self, outcome: &'static str) {
+        self.crawl_fetches
+            .get_or_create(&FetchOutcome { outcome })
+            .inc();
+    }
+
+    /// The exposition text, with the gauges read now.
+    pub fn render(&self, snapshot: Snapshot) -> Result<String, std::fmt::Error> {
+        self.index_manifests
+            .set(gauge_value(snapshot.index_manifests));
+        self.index_bytes.set(gauge_value(snapshot.index_bytes));
+        self.inflight_body_bytes
+            .set(gauge_value(snapshot.inflight_body_bytes));
+        self.inflight_body_capacity
+            .set(gauge_value(snapshot.inflight_body_capacity));
+        if let Some(rss) = resident_bytes() {
+            self.resident_bytes.set(gauge_value(rss));
+        }
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &self.registry)?;
+        Ok(text)
+    }
+}
+
+/// Resident memory from `/proc/self/statm` (its second field, in pages).
+fn resident_bytes() -> Option<u64> {
+    let statm = crate::files::read_regular(std::path::Path::new("/proc/self/statm"), 4096).ok()?;
+    let pages: u64 = std::str::from_utf8(&statm)
+        .ok()?
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()?;
+    let page = nix::unistd::sysconf(nix::unistd::SysconfVar::PAGE_SIZE).ok()??;
+    pages.checked_mul(u64::try_from(page).ok()?)
+}
