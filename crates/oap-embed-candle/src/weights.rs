@@ -252,10 +252,8 @@ mod tests {
         let halves = [0x00u8, 0x3c, 0x00, 0xb8];
         let mut data = floats.clone();
         data.extend_from_slice(&halves);
-        let header = format!(
-            r#"{{"__metadata__":{{"format":"pt"}},"a":{{"dtype":"F32","shape":[2,3],"data_offsets":[0,24]}},"h":{{"dtype":"F16","shape":[2],"data_offsets":[24,28]}}}}"#
-        );
-        let f = file_with(&header, &data);
+        let header = r#"{"__metadata__":{"format":"pt"},"a":{"dtype":"F32","shape":[2,3],"data_offsets":[0,24]},"h":{"dtype":"F16","shape":[2],"data_offsets":[24,28]}}"#;
+        let f = file_with(header, &data);
         let w = WeightsFile::new(File::open(f.path()).unwrap()).unwrap();
         let dev = Device::Cpu;
         assert!(w.contains_tensor("a") && !w.contains_tensor("b"));
