@@ -45,6 +45,9 @@ const TARGET_READY_MS: f64 = 1000.0;
 /// every benchmark process except where a run sets one on purpose.
 const THREAD_VARS: &[&str] = &["RAYON_NUM_THREADS", "CANDLE_NUM_THREADS"];
 
+/// `discovery.query_cache` from the environment.
+const QUERY_CACHE_VAR: &str = "OAP_DISCOVERY_QUERY_CACHE";
+
 struct Options {
     quick: bool,
     runs: usize,
@@ -163,6 +166,10 @@ fn start(
     for key in THREAD_VARS {
         builder = builder.env_remove(key);
     }
+    // The load runs rotate through 200 tasks, which the query cache would
+    // answer after the first round: every figure but the one that says so
+    // measures a query that is embedded (`env` may turn the cache back on).
+    builder = builder.env(QUERY_CACHE_VAR, "0");
     for (key, value) in env {
         builder = builder.env(key, value);
     }
@@ -485,6 +492,37 @@ pub fn run(args: &[String]) -> Result<()> {
         "<= 200 MB",
         Some(peak <= TARGET_RSS_MB),
     );
+    drop(daemon);
+
+    // Repeated queries, answered from the query cache: one round through
+    // the tasks fills it, the measured run repeats them.
+    let env = [(QUERY_CACHE_VAR, "256".to_string())];
+    let (daemon, _) = start(&oapd, &model_dir, &bundled_data, Log::Quiet, "", &env)?;
+    load(
+        &bench,
+        &daemon,
+        "bundled, filling the query cache",
+        1,
+        200,
+        false,
+    )?;
+    let (report, _) = load(
+        &bench,
+        &daemon,
+        "bundled, query cache hits",
+        1,
+        counts[0].1,
+        false,
+    )?;
+    add_load(
+        &mut summary,
+        "/v1/discover, bundled, every query repeated (query cache hits, not the headline), \
+         concurrency 1: p50 / p99, req/s"
+            .to_string(),
+        &report,
+        false,
+    );
+    load_rows.push(report);
     drop(daemon);
 
     // The same daemon and index with RAYON_NUM_THREADS set (see above).

@@ -296,6 +296,9 @@ pub(crate) fn start_oapd_with(
         .env_remove("RAYON_NUM_THREADS")
         .env_remove("CANDLE_NUM_THREADS")
         .env("RUST_LOG", "warn")
+        // Every chat embeds its task as before the query cache, so the
+        // figures stay comparable with earlier runs.
+        .env("OAP_DISCOVERY_QUERY_CACHE", "0")
         .ready_within(Duration::from_secs(300))
         .try_start()
         .map_err(|err| anyhow::anyhow!("oapd: {err}"))?;

@@ -20,6 +20,7 @@ use crate::activity::{QueryActivity, MAX_PAUSE};
 use crate::catalog::{Catalog, CatalogEntry, Collision, LoadProblem, Origin, Source, Trust};
 use crate::document::{self, RowWeights, RECIPE_VERSION};
 use crate::query;
+use crate::query_cache::QueryCache;
 use crate::scoring::{self, Mode, ScoreParts, Scoring};
 
 /// File name of the index inside the data directory.
@@ -32,6 +33,9 @@ const EMBED_BATCH: usize = 32;
 /// rebuild: one of the embedder's background forward passes, so a query
 /// arriving mid-rebuild overlaps at most one of them.
 const BACKGROUND_EMBED_CHUNK: usize = 4;
+
+/// Query embeddings cached by default (`discovery.query_cache`).
+pub const DEFAULT_QUERY_CACHE: usize = 256;
 
 /// Settings of the engine (the daemon maps its config onto this).
 #[derive(Debug, Clone)]
@@ -46,6 +50,9 @@ pub struct EngineConfig {
     pub row_weights: RowWeights,
     /// Threads for a dense scan of a large index (default: all cores).
     pub search_threads: Option<usize>,
+    /// Query embeddings kept for repeated query texts (see
+    /// [`crate::query_cache`]); 0 disables the cache.
+    pub query_cache: usize,
 }
 
 impl EngineConfig {
@@ -58,6 +65,7 @@ impl EngineConfig {
             scoring: Scoring::default(),
             row_weights: RowWeights::default(),
             search_threads: None,
+            query_cache: DEFAULT_QUERY_CACHE,
         }
     }
 
@@ -304,6 +312,9 @@ pub struct Engine {
     /// Queries in flight; a background rebuild waits for them between units
     /// of work (see `activity`).
     activity: QueryActivity,
+    /// Recent query embeddings (`None`: disabled). The embedder is fixed for
+    /// the engine's life, so the text alone is the key.
+    query_cache: Option<QueryCache>,
 }
 
 /// Who waits on an index build.
@@ -380,7 +391,9 @@ impl Engine {
             error: None,
         };
         let snapshot = Snapshot { index, model_id };
+        let query_cache = QueryCache::new(config.query_cache);
         let engine = Engine {
+            query_cache,
             config,
             sources,
             embedder,
@@ -568,7 +581,24 @@ impl Engine {
         };
         let _running = self.activity.enter();
         let views = query::views_with(task, &self.config.scoring.query);
-        Ok(Some(embedder.embed_one(&views.dense)?))
+        Ok(Some(self.embed_query(embedder.as_ref(), &views.dense)?))
+    }
+
+    /// The embedding of a query's dense view: from the cache when the same
+    /// text was embedded recently, else from the encoder (and then cached).
+    fn embed_query(
+        &self,
+        embedder: &dyn Embedder,
+        text: &str,
+    ) -> Result<Vec<f32>, oap_embed::EmbedError> {
+        if let Some(vector) = self.query_cache.as_ref().and_then(|c| c.get(text)) {
+            return Ok(vector);
+        }
+        let vector = embedder.embed_one(text)?;
+        if let Some(cache) = &self.query_cache {
+            cache.insert(text, &vector);
+        }
+        Ok(vector)
     }
 
     /// [`Engine::discover`] with the query vector already computed by
@@ -618,7 +648,7 @@ impl Engine {
                 Some(vector)
             }
             (Some(embedder), Mode::Dense | Mode::Hybrid, _) => {
-                Some(embedder.embed_one(&views.dense)?)
+                Some(self.embed_query(embedder.as_ref(), &views.dense)?)
             }
             _ => None,
         };

@@ -2,14 +2,16 @@
 //!
 //! [`catalog`] loads and de-duplicates manifests, [`document`] decides what
 //! is embedded and matched lexically, [`query`] separates a task's
-//! instruction from its inline data, [`scoring`] fuses dense and lexical
-//! scores, and [`engine`] ties them to the memory-mapped index.
+//! instruction from its inline data, [`query_cache`] keeps recent query
+//! embeddings, [`scoring`] fuses dense and lexical scores, and [`engine`]
+//! ties them to the memory-mapped index.
 
 mod activity;
 pub mod catalog;
 pub mod document;
 pub mod engine;
 pub mod query;
+pub mod query_cache;
 mod remote;
 pub mod scoring;
 
@@ -20,5 +22,6 @@ pub use catalog::{
 pub use engine::{
     BuildReport, Candidate, DiscoverError, Discovery, Engine, EngineConfig, EngineError,
     EngineStats, LastBuild, ManifestSummary, Priority, RebuildFailure, StoredRecord,
+    DEFAULT_QUERY_CACHE,
 };
 pub use scoring::{Mode, ScoreParts, Scoring};

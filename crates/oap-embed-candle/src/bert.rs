@@ -19,6 +19,7 @@ use tokenizers::{Encoding, Tokenizer, TruncationParams};
 use oap_embed::{EmbedError, Embedder};
 
 use crate::encoder::Encoder;
+use crate::weights::WeightsFile;
 
 /// File names of a sentence-transformers model directory, in the order they are
 /// hashed into the model id.
@@ -107,11 +108,10 @@ impl BertEmbedder {
     /// Loads a sentence-transformers BERT directory holding `config.json`,
     /// `tokenizer.json` and `model.safetensors`.
     ///
-    /// The weights are read into memory once and that single buffer is both
-    /// hashed (for [`Embedder::model_id`]) and parsed, so the model id costs no
-    /// extra disk I/O. Reading instead of mmapping also avoids the undefined
-    /// behaviour mmap has if the file is rewritten while mapped; the buffer is
-    /// freed after the tensors are copied out.
+    /// The weights are read one tensor at a time (`weights.rs`) and the
+    /// linear layers' tensors are dropped once packed, so loading peaks at
+    /// about one copy of the model; a second thread hashes the files (for
+    /// [`Embedder::model_id`]) in chunks meanwhile.
     pub fn load(dir: &Path, opts: EmbedOptions) -> Result<Self, EmbedError> {
         let started = Instant::now();
         if opts.batch_size == 0 {
@@ -188,30 +188,37 @@ impl BertEmbedder {
             });
         }
 
-        let weights = read_file(&weights_path)?;
+        let weights = WeightsFile::new(open_file(&weights_path)?).map_err(|reason| {
+            EmbedError::BadWeights {
+                path: weights_path.clone(),
+                reason,
+            }
+        })?;
         let read_ms = started.elapsed().as_secs_f64() * 1e3;
         let device = Device::Cpu;
-        // Hash on a second thread while the tensors are copied out of the same
-        // buffer: on a multi-core board the id then costs ~nothing in wall time.
+        // Hash on a second thread, reading the file in chunks, while the
+        // tensors are read and packed one at a time: on a multi-core board
+        // the id costs ~nothing in wall time, and neither side holds the
+        // whole file in memory.
         let (content_sha256, model, hash_ms) = std::thread::scope(|s| {
             let hasher = s.spawn(|| {
                 let t = Instant::now();
-                let digest = content_digest(&[&config_bytes, &tokenizer_bytes, &weights]);
+                let digest = content_digest(&[&config_bytes, &tokenizer_bytes], &weights_path);
                 (digest, t.elapsed().as_secs_f64() * 1e3)
             });
-            let model = VarBuilder::from_slice_safetensors(&weights, DType::F32, &device)
-                .and_then(|vb| Encoder::load(vb, &cfg));
+            let vb = VarBuilder::from_backend(Box::new(weights), DType::F32, device.clone());
+            let model = Encoder::load(vb, &cfg);
             let (digest, hash_ms) = match hasher.join() {
                 Ok(r) => r,
                 Err(panic) => std::panic::resume_unwind(panic),
             };
             (digest, model, hash_ms)
         });
+        let content_sha256 = content_sha256?;
         let model = model.map_err(|e| EmbedError::BadWeights {
             path: weights_path.clone(),
             reason: e.to_string(),
         })?;
-        drop(weights);
 
         let pool = match opts.threads {
             Some(n) => Some(
@@ -418,18 +425,24 @@ fn inference_error(e: candle_core::Error) -> EmbedError {
     reason = "the operator's model files, checked against pinned hashes when fetched; their size is the model's"
 )]
 fn read_file(path: &Path) -> Result<Vec<u8>, EmbedError> {
-    std::fs::read(path).map_err(|source| {
-        if source.kind() == std::io::ErrorKind::NotFound {
-            EmbedError::MissingFile {
-                path: path.to_path_buf(),
-            }
-        } else {
-            EmbedError::Io {
-                path: path.to_path_buf(),
-                source,
-            }
+    std::fs::read(path).map_err(|source| file_error(path, source))
+}
+
+fn open_file(path: &Path) -> Result<std::fs::File, EmbedError> {
+    std::fs::File::open(path).map_err(|source| file_error(path, source))
+}
+
+fn file_error(path: &Path, source: std::io::Error) -> EmbedError {
+    if source.kind() == std::io::ErrorKind::NotFound {
+        EmbedError::MissingFile {
+            path: path.to_path_buf(),
         }
-    })
+    } else {
+        EmbedError::Io {
+            path: path.to_path_buf(),
+            source,
+        }
+    }
 }
 
 /// Checks the config fields candle's BERT would otherwise trip over later with
@@ -453,12 +466,31 @@ fn validate_config(cfg: &Config) -> Result<(), String> {
     Ok(())
 }
 
-fn content_digest(parts: &[&[u8]]) -> String {
+/// sha256 of `head` (in order) followed by the bytes of the file at `tail`,
+/// which is read in chunks, never whole.
+fn content_digest(head: &[&[u8]], tail: &Path) -> Result<String, EmbedError> {
+    use std::io::Read;
     let mut h = Sha256::new();
-    for p in parts {
+    for p in head {
         h.update(p);
     }
-    hex::encode(h.finalize())
+    let mut file = open_file(tail)?;
+    let mut buf = vec![0u8; 1 << 20];
+    loop {
+        let n = match file.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(source) => {
+                return Err(EmbedError::Io {
+                    path: tail.to_path_buf(),
+                    source,
+                })
+            }
+        };
+        h.update(buf.get(..n).unwrap_or_default());
+    }
+    Ok(hex::encode(h.finalize()))
 }
 
 /// Longest prefix of `s` of at most `max` bytes that ends on a char boundary.
@@ -503,9 +535,14 @@ mod tests {
 
     #[test]
     fn digest_is_plain_concatenation() {
+        let dir = tempfile::tempdir().unwrap();
+        let tail = dir.path().join("w");
+        std::fs::write(&tail, b"cd").unwrap();
+        let whole = dir.path().join("whole");
+        std::fs::write(&whole, b"abcd").unwrap();
         assert_eq!(
-            content_digest(&[b"ab", b"c"]),
-            content_digest(&[b"abc"]),
+            content_digest(&[b"ab"], &tail).unwrap(),
+            content_digest(&[], &whole).unwrap(),
             "model_id must be reproducible with `cat ... | sha256sum`"
         );
     }

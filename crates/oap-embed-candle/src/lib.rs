@@ -12,5 +12,6 @@
 mod bert;
 mod encoder;
 mod kernel;
+mod weights;
 
 pub use bert::{BertEmbedder, EmbedOptions};

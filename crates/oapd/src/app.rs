@@ -125,6 +125,7 @@ pub fn engine_config(config: &Config) -> EngineConfig {
     }
     engine.scoring = scoring;
     engine.search_threads = config.index.search_threads;
+    engine.query_cache = config.discovery.query_cache;
     engine
 }
 

@@ -13,3 +13,4 @@
 mod abstention;
 mod engine;
 mod mcp;
+mod query_cache;

@@ -511,6 +511,9 @@ pub struct DiscoveryConfig {
     pub min_score: Option<f32>,
     /// Ranking mode: `hybrid` (default), `dense` or `lexical`.
     pub mode: DiscoveryMode,
+    /// Query embeddings kept for repeated query texts, so a repeat skips
+    /// the encoder (default 256, about 1 MiB at most; 0 disables).
+    pub query_cache: usize,
 }
 
 impl Default for DiscoveryConfig {
@@ -520,6 +523,7 @@ impl Default for DiscoveryConfig {
             max_top_k: 20,
             min_score: None,
             mode: DiscoveryMode::Hybrid,
+            query_cache: oap_discovery::DEFAULT_QUERY_CACHE,
         }
     }
 }

@@ -185,6 +185,7 @@ fn discovery(c: &mut Checker, d: &DiscoveryConfig, em: &EmbeddingConfig) {
         1,
         d.max_top_k.max(1),
     );
+    c.range("discovery.query_cache", d.query_cache, 0, 65_536);
     if let Some(min_score) = d.min_score.filter(|s| !s.is_finite()) {
         c.fail(
             "discovery.min_score",
