@@ -629,10 +629,7 @@ impl Setup {
                 .env("MALLOC_ARENA_MAX", "2")
                 .ready_within(Duration::from_secs(1800))
                 .try_spawn();
-            let mut daemon = match spawned {
-                Ok(daemon) => daemon,
-                Err(err) => return Err(err.into()),
-            };
+            let mut daemon = spawned?;
             match daemon.try_wait_ready(None) {
                 Ok(()) => return Ok(daemon),
                 Err(err) => {
