@@ -790,12 +790,24 @@ pub struct SoakDrift {
     /// Threads change (%).
     #[serde(deserialize_with = "nan_if_null")]
     pub threads_pct: f64,
-    /// RSS at the first and second window (MB, medians).
-    pub rss_mb: (f64, f64),
-    /// Open file descriptors at the first and second window (medians).
-    pub fds: (f64, f64),
-    /// Threads at the first and second window (medians).
-    pub threads: (f64, f64),
+    /// RSS at the first window (MB, median).
+    #[serde(deserialize_with = "nan_if_null")]
+    pub rss_mb_first: f64,
+    /// RSS at the second window (MB, median).
+    #[serde(deserialize_with = "nan_if_null")]
+    pub rss_mb_last: f64,
+    /// Open file descriptors at the first window (median).
+    #[serde(deserialize_with = "nan_if_null")]
+    pub fds_first: f64,
+    /// Open file descriptors at the second window (median).
+    #[serde(deserialize_with = "nan_if_null")]
+    pub fds_last: f64,
+    /// Threads at the first window (median).
+    #[serde(deserialize_with = "nan_if_null")]
+    pub threads_first: f64,
+    /// Threads at the second window (median).
+    #[serde(deserialize_with = "nan_if_null")]
+    pub threads_last: f64,
 }
 
 #[cfg(test)]

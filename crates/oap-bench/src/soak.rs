@@ -1036,13 +1036,27 @@ fn median_in(samples: &[Sample], from: f64, to: f64, get: fn(&Sample) -> f64) ->
 }
 
 /// Drift between two windows, and whether it is to be judged.
-fn drift(samples: &[Sample], ran_s: f64, notes: &mut Vec<String>) -> (SoakDrift, bool) {
-    let (basis, first, second, judged) = if ran_s >= 12.0 * 60.0 {
+fn drift(
+    samples: &[Sample],
+    planned_s: f64,
+    ran_s: f64,
+    notes: &mut Vec<String>,
+) -> (SoakDrift, bool) {
+    let (basis, first, second, judged) = if planned_s >= 12.0 * 60.0 {
         // The fault cycle is 10 minutes: both windows are as long after
-        // the daemon's last restart.
+        // the daemon's last restart. Minute 10, or the first minute of
+        // samples after it (the daemon may be rebuilding then).
+        let from = samples
+            .iter()
+            .map(|s| s.t)
+            .find(|t| *t >= 540.0)
+            .unwrap_or(540.0);
         (
-            "minute 10 (540-600 s) vs the last minute".to_string(),
-            (540.0, 600.0),
+            format!(
+                "minute 10 ({from:.0}-{:.0} s) vs the last minute",
+                from + 60.0
+            ),
+            (from, from + 60.0),
             (ran_s - 60.0, ran_s + 1.0),
             true,
         )
@@ -1095,9 +1109,12 @@ fn drift(samples: &[Sample], ran_s: f64, notes: &mut Vec<String>) -> (SoakDrift,
             rss_pct: round1(pct(rss.0, rss.1)),
             fds_pct: round1(pct(fds.0, fds.1)),
             threads_pct: round1(pct(threads.0, threads.1)),
-            rss_mb: (round1(rss.0), round1(rss.1)),
-            fds,
-            threads,
+            rss_mb_first: round1(rss.0),
+            rss_mb_last: round1(rss.1),
+            fds_first: fds.0,
+            fds_last: fds.1,
+            threads_first: threads.0,
+            threads_last: threads.1,
         },
         judged,
     )
@@ -1324,8 +1341,9 @@ fn soak(o: Args) -> Result<SoakReport> {
     let cycle = total_s.min(600.0);
     // (fraction of the cycle, fault)
     // A damaged index is rebuilt from scratch (every manifest embedded
-    // again, minutes under load): every other cycle, early in a long
-    // cycle so the daemon is back long before the drift windows.
+    // again, minutes under load): in a long run every third cycle from
+    // the second (minute 10 is then as long after a plain restart as the
+    // end), early in the cycle so the daemon is back long before its end.
     let corrupt_at = if cycle >= 600.0 { 0.05 } else { 0.68 };
     let plan: &[(f64, &str)] = &[
         (0.10, "ollama_slow"),
@@ -1345,7 +1363,8 @@ fn soak(o: Args) -> Result<SoakReport> {
     while base < total_s {
         for (at, kind) in plan {
             let t = base + at * cycle;
-            if t < total_s && (*kind != "index_corrupt_restart" || n % 2 == 0) {
+            let corrupt_cycle = cycle < 600.0 || n % 3 == 1;
+            if t < total_s && (*kind != "index_corrupt_restart" || corrupt_cycle) {
                 schedule.push((t, *kind));
             }
         }
@@ -1499,7 +1518,7 @@ fn soak(o: Args) -> Result<SoakReport> {
         .lock()
         .unwrap_or_else(|e| e.into_inner())
         .clone();
-    let (drift, judged) = drift(&samples, ran_s, &mut notes);
+    let (drift, judged) = drift(&samples, total_s, ran_s, &mut notes);
     if let Some(mut daemon) = shared
         .daemon
         .lock()
@@ -1571,5 +1590,7 @@ fn soak(o: Args) -> Result<SoakReport> {
         setup_s: round1(setup_s),
     };
     drop(work);
+    let summary = o.out.join("summary.json");
+    std::fs::write(&summary, serde_json::to_string_pretty(&report)? + "\n")?;
     Ok(report)
 }
