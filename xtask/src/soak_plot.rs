@@ -138,7 +138,8 @@ impl Panel {
     fn series(&self, canvas: &mut Canvas, points: &[(f64, f64)], c: u8) {
         for pair in points.windows(2) {
             let ((t0, v0), (t1, v1)) = (pair[0], pair[1]);
-            if v0.is_finite() && v1.is_finite() {
+            // No line across a gap (the daemon down, rebuilding).
+            if v0.is_finite() && v1.is_finite() && t1 - t0 <= 90.0 {
                 canvas.thick(self.x(t0), self.y(v0), self.x(t1), self.y(v1), c);
             }
         }
