@@ -27,6 +27,8 @@ mod image;
 mod model;
 mod net;
 mod package;
+mod soak;
+mod soak_plot;
 mod tasks;
 mod tidy;
 
@@ -116,6 +118,14 @@ const COMMANDS: &[Command] = &[
                 crawl 10k manifests from loopback HTTPS: manifests/s, RSS, and\n      \
                 /v1/discover p99 during the crawl vs idle (docs/BENCHMARKS.md)",
         run: bench_crawl::run,
+    },
+    Command {
+        name: "soak",
+        usage: "soak [--minutes N] [--out DIR] [--no-plot] [--bin-dir DIR] [--catalog N] [--crawl N]\n      \
+                the whole appliance under LAN load with faults for N minutes (default 3):\n      \
+                per-minute JSON lines, summary and plot in target/soak/; fails naming what broke;\n      \
+                --replot DIR draws a finished run's plot again",
+        run: soak::run,
     },
     Command {
         name: "deb",

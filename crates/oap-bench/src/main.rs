@@ -23,6 +23,7 @@ mod proxy_load;
 mod request_tokens;
 mod retrieval;
 mod search;
+mod soak;
 mod tool_tokens;
 
 use std::path::PathBuf;
@@ -63,6 +64,9 @@ enum Bench {
     ToolTokens(tool_tokens::Args),
     /// The experience cache over a replayed task log.
     ExperienceReplay(experience_replay::Args),
+    /// The whole appliance under load with faults for N minutes: per-minute
+    /// records, pass criteria (non-zero exit naming what failed).
+    Soak(soak::Args),
     /// Write a deterministic corpus of valid manifests (no JSON report).
     MakeCorpus(make_corpus::Args),
     /// Dense and BM25 search over synthetic indexes.
@@ -129,6 +133,17 @@ fn run(cli: Cli) -> anyhow::Result<bool> {
             let report = experience_replay::run(args)?;
             table(report.table());
             emit(&report, json)?;
+        }
+        Bench::Soak(args) => {
+            let report = soak::run(args)?;
+            emit(&report, json)?;
+            for failure in &report.failures {
+                eprintln!("oap-bench soak: FAILED: {failure}");
+            }
+            for note in &report.notes {
+                eprintln!("oap-bench soak: note: {note}");
+            }
+            return Ok(report.passed);
         }
         Bench::MakeCorpus(args) => make_corpus::run(args)?,
         Bench::Search(args) => emit(&search::run(args)?, json)?,

@@ -697,6 +697,119 @@ impl RetrievalReport {
     }
 }
 
+/// `oap-bench soak`: the whole appliance under load with faults. The
+/// per-minute records are in the JSON-lines file it names.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SoakReport {
+    /// Minutes of load asked for.
+    pub minutes: f64,
+    /// Seconds the load actually ran.
+    pub ran_s: f64,
+    /// Whether every pass criterion held.
+    pub passed: bool,
+    /// What failed, one sentence each (empty when `passed`).
+    pub failures: Vec<String>,
+    /// Notes on what could not be checked as asked (short runs).
+    pub notes: Vec<String>,
+    /// Faults injected, by kind.
+    pub faults: std::collections::BTreeMap<String, u64>,
+    /// Per route: requests, outcomes and latency over the whole run.
+    pub routes: std::collections::BTreeMap<String, SoakRoute>,
+    /// Every error by kind (`http_502`, `during_restart:refused`, ...).
+    pub errors: std::collections::BTreeMap<String, u64>,
+    /// Up to 20 examples of requests that were not answered.
+    pub failure_samples: Vec<String>,
+    /// Manifests indexed before and after each daemon restart.
+    pub restarts: Vec<SoakRestart>,
+    /// Daemon exits the soak did not cause.
+    pub crashes: u64,
+    /// Tool processes seen alive past their deadline (plus slack).
+    pub lingering_children: u64,
+    /// Resource drift (the window it compares is in `drift_basis`).
+    pub drift: SoakDrift,
+    /// Where the per-minute JSON lines are.
+    pub jsonl: String,
+    /// Manifests indexed when the load started.
+    pub manifests_at_start: u64,
+    /// Seconds from the first daemon start to a complete index (bundled,
+    /// catalog and crawl).
+    pub setup_s: f64,
+}
+
+/// One route's totals in a soak.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct SoakRoute {
+    /// Requests sent.
+    pub requests: u64,
+    /// Answered with success.
+    pub ok: u64,
+    /// Answered with a clear error (an HTTP error with a JSON body, or an
+    /// error line in a stream).
+    pub answered_error: u64,
+    /// Refused, reset or cut while the soak had the daemon down (expected).
+    pub during_restart: u64,
+    /// Not answered: reset, hung, cut or an error without a JSON body.
+    pub failed: u64,
+    /// Latency of answered requests (ms).
+    #[serde(deserialize_with = "nan_if_null")]
+    pub p50_ms: f64,
+    /// 99th percentile (ms).
+    #[serde(deserialize_with = "nan_if_null")]
+    pub p99_ms: f64,
+}
+
+/// Manifests indexed around one daemon restart.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SoakRestart {
+    /// `kill` (SIGKILL) or `corrupt` (SIGKILL, index file damaged, start).
+    pub kind: String,
+    /// Seconds into the run.
+    pub at_s: f64,
+    /// Indexed just before the kill.
+    pub before: u64,
+    /// Indexed once the daemon was back (the most seen while waiting).
+    pub after: u64,
+    /// Seconds from the kill until `/health` answered again.
+    pub ready_s: f64,
+    /// Seconds from the kill until every manifest was back (NaN: never).
+    #[serde(deserialize_with = "nan_if_null")]
+    pub recovered_s: f64,
+}
+
+/// RSS, open files and threads: the change between two windows (percent).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SoakDrift {
+    /// Which windows are compared.
+    pub basis: String,
+    /// RSS change (%).
+    #[serde(deserialize_with = "nan_if_null")]
+    pub rss_pct: f64,
+    /// Open file descriptors change (%).
+    #[serde(deserialize_with = "nan_if_null")]
+    pub fds_pct: f64,
+    /// Threads change (%).
+    #[serde(deserialize_with = "nan_if_null")]
+    pub threads_pct: f64,
+    /// RSS at the first window (MB, median).
+    #[serde(deserialize_with = "nan_if_null")]
+    pub rss_mb_first: f64,
+    /// RSS at the second window (MB, median).
+    #[serde(deserialize_with = "nan_if_null")]
+    pub rss_mb_last: f64,
+    /// Open file descriptors at the first window (median).
+    #[serde(deserialize_with = "nan_if_null")]
+    pub fds_first: f64,
+    /// Open file descriptors at the second window (median).
+    #[serde(deserialize_with = "nan_if_null")]
+    pub fds_last: f64,
+    /// Threads at the first window (median).
+    #[serde(deserialize_with = "nan_if_null")]
+    pub threads_first: f64,
+    /// Threads at the second window (median).
+    #[serde(deserialize_with = "nan_if_null")]
+    pub threads_last: f64,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

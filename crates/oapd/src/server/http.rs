@@ -719,8 +719,21 @@ pub async fn serve<H: Handler>(
     }
 }
 
+/// Turned-away connections draining their request at once; past this
+/// one is closed at once (a client over its cap cannot hold many).
+const MAX_LINGERING: usize = 64;
+/// How long, and how many bytes, a turned-away connection's request is
+/// read and dropped before the connection is closed.
+const LINGER_TIME: Duration = Duration::from_secs(2);
+const LINGER_BYTES: usize = 256 * 1024;
+static LINGERING: AtomicUsize = AtomicUsize::new(0);
+
 /// Answers 503 to a client over its connection cap if the answer fits the
-/// socket buffer right away, and closes. Never waits.
+/// socket buffer right away, and closes. Never waits: the request the
+/// client sends is read and dropped by a task of its own (bounded in time
+/// and bytes), because closing a socket with unread bytes makes the
+/// kernel send a reset, which throws the 503 away before the client reads
+/// it.
 fn turn_away(stream: TcpStream, cap: usize) {
     let response = head::error_response(
         StatusCode::SERVICE_UNAVAILABLE,
@@ -732,9 +745,41 @@ fn turn_away(stream: TcpStream, cap: usize) {
     // buffer is empty. (tokio's `try_write` answers WouldBlock until the
     // reactor has seen the new socket writable, which under load it often
     // has not yet, and the client got a bare close.)
-    if let Ok(mut stream) = stream.into_std() {
-        let _ = std::io::Write::write(&mut stream, &response);
+    let Ok(mut stream) = stream.into_std() else {
+        return;
+    };
+    let _ = std::io::Write::write(&mut stream, &response);
+    let _ = stream.shutdown(std::net::Shutdown::Write);
+    if LINGERING.fetch_add(1, Ordering::Relaxed) >= MAX_LINGERING {
+        LINGERING.fetch_sub(1, Ordering::Relaxed);
+        return;
     }
+    match TcpStream::from_std(stream) {
+        Ok(stream) => {
+            tokio::spawn(linger(stream));
+        }
+        Err(_) => {
+            LINGERING.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+}
+
+/// Reads and drops what a turned-away client sends, then closes.
+async fn linger(mut stream: TcpStream) {
+    use tokio::io::AsyncReadExt;
+    let mut buf = [0u8; 4096];
+    let mut left = LINGER_BYTES;
+    let _ = tokio::time::timeout(LINGER_TIME, async {
+        while left > 0 {
+            match stream.read(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => left = left.saturating_sub(n),
+            }
+        }
+    })
+    .await;
+    drop(stream);
+    LINGERING.fetch_sub(1, Ordering::Relaxed);
 }
 
 /// One accepted connection, holding its client slot and global permit

@@ -222,6 +222,46 @@ fn a_connection_over_the_per_client_cap_is_turned_away() {
 }
 
 #[test]
+fn a_request_over_the_per_client_cap_reads_its_503_instead_of_a_reset() {
+    let daemon = attacked_daemon(Some("2"));
+    const CLIENT: &str = "127.0.0.4";
+    let _idle: Vec<std::net::TcpStream> =
+        (0..2).map(|_| connect_from(CLIENT, daemon.addr)).collect();
+    // Every client sends its request before it reads. Closing a socket
+    // with those bytes unread makes the kernel answer with a reset, which
+    // throws the 503 away: the daemon reads and drops them first.
+    let body = format!("{{\"task\": \"{}\"}}", "count the words ".repeat(400));
+    let request = format!(
+        "POST /v1/discover HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\n\
+         Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        daemon.addr,
+        body.len()
+    );
+    let mut answers = Vec::new();
+    for _ in 0..10 {
+        let mut stream = connect_from(CLIENT, daemon.addr);
+        stream
+            .set_read_timeout(Some(Duration::from_secs(5)))
+            .unwrap();
+        let answer = std::io::Write::write_all(&mut stream, request.as_bytes()).and_then(|()| {
+            let mut answer = Vec::new();
+            std::io::Read::read_to_end(&mut stream, &mut answer).map(|_| answer)
+        });
+        answers.push(match answer {
+            Ok(bytes) => String::from_utf8_lossy(&bytes).into_owned(),
+            Err(err) => format!("error: {err}"),
+        });
+    }
+    for answer in &answers {
+        assert!(answer.starts_with("HTTP/1.1 503 "), "{answers:#?}");
+        assert!(
+            answer.contains("server.max_connections_per_client"),
+            "{answer}"
+        );
+    }
+}
+
+#[test]
 fn the_per_client_cap_is_checked_at_start() {
     let output = support::oapd()
         .arg("config")
