@@ -237,7 +237,7 @@ impl Metrics {
         let rebuilds = Family::<ResultLabel, Counter>::default();
         registry.register(
             "oapd_index_rebuilds",
-            "Background index rebuilds (directory watch, MCP tool changes, retries), by result",
+            "Index rebuilds after start-up (directory watch, MCP tool changes, crawls and registrations, retries), by result",
             rebuilds.clone(),
         );
         let crawl_fetches = Family::<FetchOutcome, Counter>::default();
@@ -350,7 +350,7 @@ impl Metrics {
         }
     }
 
-    /// A background rebuild ended.
+    /// An index rebuild after start-up ended (background rebuilder or crawler).
     pub fn rebuild(&self, ok: bool) {
         let result = if ok { "ok" } else { "failed" };
         self.rebuilds.get_or_create(&ResultLabel { result }).inc();

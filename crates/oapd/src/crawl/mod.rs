@@ -23,6 +23,27 @@ pub use crate::config::CrawlerConfig;
 pub mod mdns;
 pub mod txt_dns;
 
+/// The engine as the crawler's catalog sink, each of its rebuilds counted
+/// in the daemon's metrics like the background rebuilder's (the crawler
+/// rebuilds the index itself, after a slice of domains or a registration).
+pub fn metered_sink(engine: &Arc<oap_discovery::Engine>) -> Arc<dyn oap_crawl::CatalogSink> {
+    Arc::new(MeteredSink(oap_crawl::sink::engine_sink(engine)))
+}
+
+struct MeteredSink(Arc<dyn oap_crawl::CatalogSink>);
+
+impl oap_crawl::CatalogSink for MeteredSink {
+    fn indexed(&self) -> usize {
+        self.0.indexed()
+    }
+
+    fn rebuild(&self) -> Result<serde_json::Value, String> {
+        let outcome = self.0.rebuild();
+        crate::metrics::get().rebuild(outcome.is_ok());
+        outcome
+    }
+}
+
 /// Largest seeds file read.
 pub const MAX_SEEDS_FILE_BYTES: u64 = 1 << 20;
 

@@ -109,7 +109,7 @@ pub async fn register(
     tracing::info!(%domain, "domain registered");
     let task = {
         let crawler = crawler.clone();
-        let engine = oap_crawl::sink::engine_sink(&api.engine);
+        let engine = crate::crawl::metered_sink(&api.engine);
         let domain = domain.clone();
         tokio::spawn(async move {
             crawler.crawl_pass(Some(&[domain]), Some(&engine)).await;

@@ -87,7 +87,7 @@ pub fn start_crawler(
     )));
     if let Some(crawler) = &crawler {
         tasks.push(tokio::spawn(crawler.clone().run(
-            oap_crawl::sink::engine_sink(engine),
+            crate::crawl::metered_sink(engine),
             Duration::from_secs(1),
             std::future::pending(),
         )));

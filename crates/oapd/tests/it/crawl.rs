@@ -113,7 +113,9 @@ fn register_fetches_indexes_and_reports_status() {
     assert_eq!(response.status, 400);
     assert_eq!(web.server.requests.lock().unwrap().len(), 0);
 
-    // A good domain: fetched at once, indexed with internet trust.
+    // A good domain: fetched at once, indexed with internet trust, and the
+    // crawler's rebuild is counted in the metrics.
+    let rebuilds_before = ok_rebuilds(&daemon, &headers);
     let domain = web.server.domain("good.test");
     let response = register(&format!(r#"{{"domain": "{domain}"}}"#));
     assert_eq!(
@@ -124,6 +126,7 @@ fn register_fetches_indexes_and_reports_status() {
     );
     let body = response.json();
     assert_eq!(body["result"], "updated");
+    assert_eq!(ok_rebuilds(&daemon, &headers), rebuilds_before + 1);
     let id = format!("{domain}/weather-now");
     assert_eq!(body["state"]["manifest_id"], id.as_str());
 
@@ -182,6 +185,16 @@ fn register_fetches_indexes_and_reports_status() {
     assert_eq!(bad["consecutive_failures"], 1);
     let response = daemon.request("POST", "/v1/crawl/status", &headers, b"");
     assert_eq!(response.status, 405);
+}
+
+/// `oapd_index_rebuilds_total{result="ok"}` from `/metrics` (0 before the first).
+fn ok_rebuilds(daemon: &support::Daemon, headers: &[(&str, &str)]) -> u64 {
+    let metrics = daemon.request("GET", "/metrics", headers, b"");
+    assert_eq!(metrics.status, 200);
+    let text = String::from_utf8_lossy(&metrics.body).into_owned();
+    text.lines()
+        .find_map(|line| line.strip_prefix(r#"oapd_index_rebuilds_total{result="ok"} "#))
+        .map_or(0, |value| value.trim().parse().unwrap())
 }
 
 #[test]
