@@ -163,13 +163,16 @@ impl WeightsFile {
         Ok(())
     }
 
-    fn load(&self, name: &str, dtype: DType, dev: &Device) -> Result<Tensor> {
-        let entry = self
-            .tensors
+    fn entry(&self, name: &str) -> Result<&Entry> {
+        self.tensors
             .get(name)
             .ok_or_else(|| candle_core::Error::CannotFindTensor {
                 path: name.to_string(),
-            })?;
+            })
+    }
+
+    fn load(&self, name: &str, dtype: DType, dev: &Device) -> Result<Tensor> {
+        let entry = self.entry(name)?;
         let tensor = if entry.dtype == DType::F32 {
             // Straight into the tensor's own buffer: no byte copy of the
             // whole tensor (the word embeddings are 47 MB).
@@ -202,12 +205,7 @@ impl SimpleBackend for WeightsFile {
         dtype: DType,
         dev: &Device,
     ) -> Result<Tensor> {
-        let entry = self
-            .tensors
-            .get(name)
-            .ok_or_else(|| candle_core::Error::CannotFindTensor {
-                path: name.to_string(),
-            })?;
+        let entry = self.entry(name)?;
         if entry.shape.as_slice() != s.dims() {
             return Err(candle_core::Error::UnexpectedShape {
                 msg: format!("shape mismatch for {name}"),
