@@ -217,15 +217,18 @@ fn check_parsed(request: &httparse::Request<'_, '_>) -> Result<(), Refused> {
     Ok(())
 }
 
-/// A complete HTTP/1.1 error response with a JSON body, closing the connection.
+/// A complete HTTP/1.1 error response with a JSON body, closing the
+/// connection. It carries a fresh `x-request-id` like every other answer
+/// (no client id is taken from a head that was refused unread).
 pub fn error_response(status: StatusCode, message: &str) -> Vec<u8> {
     let body = serde_json::json!({ "error": message }).to_string();
     format!(
         "HTTP/1.1 {} {}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\
-         connection: close\r\n\r\n{body}",
+         x-request-id: {}\r\nconnection: close\r\n\r\n{body}",
         status.as_u16(),
         status.canonical_reason().unwrap_or(""),
-        body.len()
+        body.len(),
+        super::observe::new_request_id(),
     )
     .into_bytes()
 }
@@ -384,6 +387,17 @@ mod tests {
         let value: serde_json::Value = serde_json::from_str(body).unwrap();
         assert_eq!(value["error"], "too \"long\"");
         assert!(text.contains(&format!("content-length: {}\r\n", body.len())));
+        let id = text
+            .lines()
+            .find_map(|line| line.strip_prefix("x-request-id: "))
+            .expect("an id on a refused head");
+        assert_eq!(id.len(), 16, "{id}");
+        assert!(id.bytes().all(|b| b.is_ascii_hexdigit()), "{id}");
+        let again = String::from_utf8(error_response(StatusCode::URI_TOO_LONG, "x")).unwrap();
+        assert!(
+            !again.contains(&format!("x-request-id: {id}\r\n")),
+            "ids repeat"
+        );
     }
 
     #[tokio::test]

@@ -85,7 +85,7 @@ fn usable_request_id(id: &[u8]) -> bool {
 /// nonce drawn at start (splitmix64 is a bijection, so distinct counters
 /// give distinct ids) — unpredictable enough to tell requests apart in
 /// logs, not a secret.
-fn new_request_id() -> Arc<str> {
+pub(crate) fn new_request_id() -> Arc<str> {
     static NONCE: OnceLock<u64> = OnceLock::new();
     static COUNTER: AtomicU64 = AtomicU64::new(0);
     let nonce = *NONCE.get_or_init(|| {
