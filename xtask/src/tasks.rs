@@ -1,6 +1,7 @@
 //! Everyday tasks: run the daemon, run the tests, run the benchmarks. Each
 //! fetches the model first, so a fresh clone needs nothing else.
 
+use std::path::Path;
 use std::process::Command;
 
 use anyhow::{bail, Context};
@@ -65,6 +66,14 @@ pub fn test(args: &[String]) -> anyhow::Result<()> {
         mcp_servers()?;
         return run_in_root(workspace_tests().args(args));
     }
+    // Checked before minutes of building, not when the suite reaches it.
+    let chromium = std::env::var_os("OAPD_CHROMIUM").unwrap_or_else(|| "/usr/bin/chromium".into());
+    anyhow::ensure!(
+        Path::new(&chromium).is_file(),
+        "{} is missing: the status page's test drives Debian's headless Chromium \
+         (apt-get install chromium, or set OAPD_CHROMIUM)",
+        Path::new(&chromium).display()
+    );
     let python_side = std::thread::spawn(|| -> anyhow::Result<std::path::PathBuf> {
         let started = std::time::Instant::now();
         mcp_servers()?;
