@@ -1530,3 +1530,20 @@ fn text_tool_calls_names_model_prefixes() {
     assert_eq!(key, "tool_bridge.text_tool_calls[1]");
     assert!(msg.contains("model-name prefix"), "{msg}");
 }
+
+#[test]
+fn the_recent_requests_and_query_cache_bounds_name_their_key() {
+    assert_eq!(
+        single_problem("server:\n  recent_requests: 1001\n").0,
+        "server.recent_requests"
+    );
+    assert_eq!(
+        single_problem("discovery:\n  query_cache: 65537\n").0,
+        "discovery.query_cache"
+    );
+    let c = ok(yaml(
+        "server:\n  recent_requests: 0\ndiscovery:\n  query_cache: 0\n",
+    ));
+    assert_eq!(c.server.recent_requests, 0);
+    assert_eq!(c.discovery.query_cache, 0);
+}
