@@ -221,8 +221,10 @@ struct Entry {
 }
 
 struct Inner {
-    settings: HubSettings,
-    ctx: HubContext,
+    /// Replaced by [`Hub::reconfigure`]; read when a server connects and
+    /// when a call starts.
+    settings: Mutex<HubSettings>,
+    ctx: Mutex<HubContext>,
     servers: Mutex<BTreeMap<String, Entry>>,
     changes: watch::Sender<u64>,
 }
@@ -249,8 +251,8 @@ impl Hub {
     pub fn new(settings: HubSettings, ctx: HubContext) -> Self {
         Self {
             inner: Arc::new(Inner {
-                settings,
-                ctx,
+                settings: Mutex::new(settings),
+                ctx: Mutex::new(ctx),
                 servers: Mutex::new(BTreeMap::new()),
                 changes: watch::channel(0).0,
             }),
@@ -259,6 +261,84 @@ impl Hub {
 
     fn servers(&self) -> MutexGuard<'_, BTreeMap<String, Entry>> {
         self.inner.servers.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn settings(&self) -> HubSettings {
+        self.inner
+            .settings
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    fn context(&self) -> HubContext {
+        self.inner
+            .ctx
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// A supervisor for `spec` with the current settings and context.
+    fn spawn_entry(&self, spec: ServerSpec) -> Entry {
+        let shared = Arc::new(Shared {
+            live: Mutex::new(Live {
+                state: State::Starting,
+                tools: Vec::new(),
+                peer: None,
+                oversized: None,
+                last_error: None,
+                restarts: 0,
+                notes: Vec::new(),
+                pid: None,
+            }),
+            wanted: watch::channel(spec.start == Start::Eager).0,
+            spec,
+        });
+        let (stop, stop_rx) = watch::channel(false);
+        let task = tokio::spawn(supervise(
+            self.settings(),
+            self.context(),
+            shared.clone(),
+            stop_rx,
+            self.inner.changes.clone(),
+        ));
+        Entry { shared, stop, task }
+    }
+
+    /// New limits and a new context (a configuration reload: the CA file,
+    /// the credential store or the address rule may have changed). Calls
+    /// and connections made from now on use them. With
+    /// `reconnect_url_servers`, every URL server is reconnected at once,
+    /// since its live connection was made with the old TLS roots and
+    /// credentials; stdio servers keep running (the context holds nothing
+    /// they use once started). Needs a Tokio runtime.
+    pub fn reconfigure(&self, settings: HubSettings, ctx: HubContext, reconnect_url_servers: bool) {
+        *self
+            .inner
+            .settings
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = settings;
+        *self.inner.ctx.lock().unwrap_or_else(|p| p.into_inner()) = ctx;
+        if !reconnect_url_servers {
+            return;
+        }
+        let mut servers = self.servers();
+        let url_servers: Vec<String> = servers
+            .iter()
+            .filter(|(_, e)| matches!(e.shared.spec.transport, Transport::Http { .. }))
+            .map(|(name, _)| name.clone())
+            .collect();
+        for name in url_servers {
+            if let Some(old) = servers.remove(&name) {
+                info!(server = %name, "MCP server reconnecting (TLS roots, credentials or address rule changed)");
+                let _ = old.stop.send(true);
+                let entry = self.spawn_entry(old.shared.spec.clone());
+                servers.insert(name, entry);
+            }
+        }
+        drop(servers);
+        bump(&self.inner.changes);
     }
 
     /// Make the running set match `specs`: new servers start, changed ones
@@ -283,29 +363,8 @@ impl Hub {
             if servers.contains_key(&name) {
                 continue;
             }
-            let shared = Arc::new(Shared {
-                live: Mutex::new(Live {
-                    state: State::Starting,
-                    tools: Vec::new(),
-                    peer: None,
-                    oversized: None,
-                    last_error: None,
-                    restarts: 0,
-                    notes: Vec::new(),
-                    pid: None,
-                }),
-                wanted: watch::channel(spec.start == Start::Eager).0,
-                spec,
-            });
-            let (stop, stop_rx) = watch::channel(false);
-            let task = tokio::spawn(supervise(
-                self.inner.settings.clone(),
-                self.inner.ctx.clone(),
-                shared.clone(),
-                stop_rx,
-                self.inner.changes.clone(),
-            ));
-            servers.insert(name, Entry { shared, stop, task });
+            let entry = self.spawn_entry(spec);
+            servers.insert(name, entry);
         }
         drop(servers);
         bump(&self.inner.changes);
@@ -362,7 +421,7 @@ impl Hub {
         arguments: Map<String, Value>,
         timeout: Option<Duration>,
     ) -> CallOutcome {
-        let settings = &self.inner.settings;
+        let settings = self.settings();
         let Some(shared) = self.servers().get(server).map(|e| e.shared.clone()) else {
             return CallOutcome::error(format!("Error: there is no MCP server named {server:?}."));
         };
@@ -453,7 +512,7 @@ impl Hub {
         for e in &entries {
             let _ = e.stop.send(true);
         }
-        let grace = self.inner.settings.stop_grace + Duration::from_secs(6);
+        let grace = self.settings().stop_grace + Duration::from_secs(6);
         for e in entries {
             let _ = tokio::time::timeout(grace, e.task).await;
             e.shared.live().state = State::Stopped;

@@ -395,8 +395,14 @@ impl Running {
         let embedder = self.embedder.clone();
         let blocking_config = config.clone();
         let watch_baseline = watch::dir_signature(&watch::watched_dirs(&config));
-        // Added servers start, changed ones restart, removed ones stop; the
-        // new engine reads the tools of those already up.
+        // The hub's limits and context (CA file, credentials, address rule)
+        // from the new config; then added servers start, changed ones
+        // restart, removed ones stop; the new engine reads the tools of
+        // those already up.
+        let hub_context = crate::tools::ExecRunner::new(&config)
+            .context("tool execution setup")?
+            .hub_context();
+        self.mcp.reconfigure(&config, hub_context);
         self.mcp.apply(&config);
         let tools: Arc<dyn McpTools> = self.mcp.clone();
         let (engine, report) = tokio::task::spawn_blocking(move || {

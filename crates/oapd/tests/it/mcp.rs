@@ -596,6 +596,46 @@ fn an_https_server_signed_by_the_operators_ca_is_indexed() {
 }
 
 #[test]
+fn a_reload_that_adds_the_operators_ca_reconnects_the_https_server() {
+    let Some(python) = sdk_python() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let pki = oap_testkit::pki::Pki::new(&["127.0.0.1"]);
+    let server = oap_testkit::script_server::ScriptServer::start_tls(
+        &python,
+        &repo().join("tests/mcp/echo_server.py"),
+        &pki,
+    );
+    let ca_file = dir.path().join("lan-ca.pem");
+    std::fs::write(&ca_file, &pki.ca_pem).unwrap();
+    let section = format!(
+        "mcp:\n  init_timeout: 60\n  servers:\n    secure:\n      \
+         url: \"https://127.0.0.1:{}/mcp\"\n      trust: local\n",
+        server.port
+    );
+    let daemon = support::daemon().in_dir(dir).yaml(&section).start();
+    // Without the operator's CA the certificate is unknown: not connected.
+    let refused = wait_for(&daemon, "the TLS failure reported", || {
+        let status = daemon.get("/v1/mcp/status").json();
+        let entry = status["servers"]
+            .as_array()?
+            .iter()
+            .find(|s| s["name"] == "secure")?
+            .clone();
+        (entry["state"] != "ready" && !entry["last_error"].is_null()).then_some(entry)
+    });
+    assert_ne!(refused["state"], "ready", "{refused}");
+
+    // The CA added to `tools:` and SIGHUP: the running hub reconnects the
+    // URL server with the new roots, no restart of the daemon.
+    let config = daemon.dir.path().join("config.yaml");
+    let text = std::fs::read_to_string(&config).unwrap();
+    std::fs::write(&config, format!("tools:\n  ca_file: {ca_file:?}\n{text}")).unwrap();
+    daemon.signal("HUP");
+    let entry = wait_indexed(&daemon, "secure", "echo");
+    assert_eq!(entry["transport"], "http", "{entry}");
+}
+
+#[test]
 fn a_ca_file_without_a_certificate_stops_start_up_naming_the_key() {
     let state = tempfile::tempdir().unwrap();
     let ca_file = state.path().join("empty.pem");
