@@ -378,6 +378,13 @@ impl Engine {
                 None,
             )?,
         };
+        if !built.reused_index {
+            // The build's temporaries (batch activations, vector maps) are
+            // freed; hand the pages back so a daemon that had to re-embed at
+            // start (a new model, a damaged index) does not keep the
+            // build's peak for its whole life.
+            oap_embed::return_freed_memory();
+        }
         built.previous_index_problem = report.previous_index_problem.take();
         built.problems = catalog.problems;
         built.collisions = catalog.collisions;
@@ -421,7 +428,11 @@ impl Engine {
     /// command-line rebuild nobody competes with).
     pub fn rebuild_at(&self, force: bool, priority: Priority) -> Result<BuildReport, EngineError> {
         match priority {
-            Priority::Foreground => self.rebuild_inner(force, priority),
+            Priority::Foreground => {
+                let result = self.rebuild_inner(force, priority);
+                oap_embed::return_freed_memory();
+                result
+            }
             // A thread of its own, lowered for its lifetime: the catalog
             // parse and the index write yield to queries too, and the
             // caller's (pooled) thread keeps its priority.
