@@ -1,8 +1,8 @@
 //! The image's first-boot script (`image/overlay/usr/lib/oapd-image/firstboot`)
 //! run on the build host against a scratch root (`OAPD_FIRSTBOOT_ROOT`):
 //! its checks with the real `ssh-keygen`, `wpa_passphrase` and `visudo`, and
-//! stubs only for what would change the running host (useradd, chown,
-//! systemctl, hostname), which log their calls instead.
+//! stubs only for what would change or wait on the running host (useradd,
+//! chown, systemctl, hostname, udevadm), which log their calls instead.
 
 use std::collections::BTreeMap;
 use std::fs;
@@ -19,7 +19,7 @@ struct Board {
     key: String,
 }
 
-const STUBS: &[&str] = &["useradd", "chown", "systemctl", "hostname"];
+const STUBS: &[&str] = &["useradd", "chown", "systemctl", "hostname", "udevadm"];
 /// Host programs the script's checks use for real.
 const NEEDED: &[(&str, &str)] = &[
     ("ssh-keygen", "openssh-client"),
@@ -195,6 +195,8 @@ const BASE: &str = "hostname: kitchen-pi\nauth_token: 0123456789abcdef0123\n";
 #[test]
 fn login_time_zone_and_wifi_are_applied_and_quotes_in_the_wifi_values_cannot_inject() {
     let board = Board::new();
+    // the board's radio
+    fs::create_dir_all(board.root().join("sys/class/net/wlan0")).unwrap();
     // Quotes of both kinds, `$(...)`, `#`, a brace and a literal
     // backslash-n: the file must stay one network block.
     let ssid = r#"Cafe "5G" $(reboot)"#;
@@ -333,6 +335,11 @@ fn without_a_user_the_key_goes_to_oapd_admin_and_an_existing_user_is_not_created
         "{}",
         board.calls()
     );
+    assert!(
+        board.calls().contains("start ssh.service\n"),
+        "{}",
+        board.calls()
+    );
 
     let board = Board::new();
     let out = board.run(&format!(
@@ -354,6 +361,37 @@ fn without_a_user_the_key_goes_to_oapd_admin_and_an_existing_user_is_not_created
         .root()
         .join("home/kept/.ssh/authorized_keys")
         .is_file());
+
+    // Wi-Fi on a board without a radio (yet): enabled for the next boot,
+    // not started now (its start would hold network.target back).
+    let board = Board::new();
+    let out = board.run(&format!(
+        "{BASE}wifi_country: GB\nwifi_ssid: home\nwifi_passphrase: {}\n",
+        "AB".repeat(32)
+    ));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let calls = board.calls();
+    assert!(
+        calls.contains("enable wpa_supplicant@wlan0.service\n"),
+        "{calls}"
+    );
+    assert!(!calls.contains("start"), "{calls}");
+    let wpa = fs::read_to_string(
+        board
+            .root()
+            .join("etc/wpa_supplicant/wpa_supplicant-wlan0.conf"),
+    )
+    .unwrap();
+    // a 64-hex-digit key is stored as it is (lowercase)
+    assert!(
+        wpa.contains(&format!("\tpsk={}\n", "ab".repeat(32))),
+        "{wpa}"
+    );
+    assert!(wpa.contains("country=GB\n"), "{wpa}");
 }
 
 #[test]
