@@ -168,8 +168,8 @@ impl Access {
              echo \"hostname=$(hostname)\"; \
              echo \"localtime=$(readlink /etc/localtime)\"; \
              echo \"zone=$(date +%Z)\"; \
-             echo \"wifi_unit=$(systemctl is-enabled wpa_supplicant@wlan0.service)\"; \
-             echo \"ssh_unit=$(systemctl is-enabled ssh.service)\"; \
+             echo \"wifi_unit=$(sudo -n systemctl is-enabled wpa_supplicant@wlan0.service)\"; \
+             echo \"ssh_unit=$(sudo -n systemctl is-enabled ssh.service)\"; \
              echo \"wifi_mode=$(sudo -n stat -c %a {WPA_CONF})\"; \
              echo \"ssh_dir=$(stat -c %a:%U ~/.ssh)\"; \
              echo \"ssh_keys=$(stat -c %a:%U ~/.ssh/authorized_keys)\"; \
