@@ -461,9 +461,17 @@ fn each_bad_value_is_refused_naming_its_key_and_nothing_is_written() {
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(!out.status.success(), "accepted:\n{yaml}");
         let error = fs::read_to_string(board.boot().join("oapd-error.txt")).unwrap();
+        // the key, and its line when the file has it
+        let want = match yaml
+            .lines()
+            .position(|l| l.starts_with(&format!("{named}:")))
+        {
+            Some(at) => format!(": line {}: {named}: ", at + 1),
+            None => format!(": {named}: "),
+        };
         assert!(
-            error.contains(named),
-            "expected a refusal naming {named} for\n{yaml}got: {error}"
+            error.contains(&want),
+            "expected a refusal with {want:?} for\n{yaml}got: {error}"
         );
         assert!(stderr.contains(error.trim()), "{stderr}");
         assert!(board.boot().join("oapd.yaml.invalid").is_file());
