@@ -300,3 +300,26 @@ fn expected_psk() -> Result<String> {
     ensure!(out.status.success(), "python3 pbkdf2 failed");
     Ok(String::from_utf8_lossy(&out.stdout).trim().to_owned())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_tree_with_ssh_host_keys_fails_the_build_naming_them() {
+        let tree = tempfile::tempdir().unwrap();
+        let ssh = tree.path().join("etc/ssh");
+        fs::create_dir_all(ssh.join("sshd_config.d")).unwrap();
+        fs::write(ssh.join("sshd_config"), "").unwrap();
+        fs::write(ssh.join("moduli"), "").unwrap();
+        no_host_keys(tree.path()).unwrap();
+
+        fs::write(ssh.join("ssh_host_ed25519_key"), "private").unwrap();
+        fs::write(ssh.join("ssh_host_ed25519_key.pub"), "public").unwrap();
+        let err = no_host_keys(tree.path()).unwrap_err().to_string();
+        assert!(
+            err.contains("ssh_host_ed25519_key, ssh_host_ed25519_key.pub"),
+            "{err}"
+        );
+    }
+}
