@@ -174,6 +174,9 @@ impl Access {
              echo \"ssh_dir=$(stat -c %a:%U ~/.ssh)\"; \
              echo \"ssh_keys=$(stat -c %a:%U ~/.ssh/authorized_keys)\"; \
              echo \"host_keys=$(ls /etc/ssh/ssh_host_*_key.pub | wc -l)\"; \
+             echo \"password=$(sudo -n passwd -S {USER} | cut -d' ' -f2)\"; \
+             echo \"root_password=$(sudo -n passwd -S root | cut -d' ' -f2)\"; \
+             sudo -n sshd -T | grep -E '^(passwordauthentication|kbdinteractiveauthentication|permitrootlogin) ' | tr ' ' '='; \
              sudo -n cat {WPA_CONF} | sed 's/^/wpa:/'; \
              sudo -n cat /etc/oapd/firstboot.yaml | sed 's/^/record:/'"
         );
@@ -216,6 +219,12 @@ impl Access {
         expect("wifi_mode", "600")?;
         expect("ssh_dir", &format!("700:{USER}"))?;
         expect("ssh_keys", &format!("600:{USER}"))?;
+        // locked passwords (passwd -S: L), and sshd's effective settings
+        expect("password", "L")?;
+        expect("root_password", "L")?;
+        expect("passwordauthentication", "no")?;
+        expect("kbdinteractiveauthentication", "no")?;
+        expect("permitrootlogin", "no")?;
         if value("host_keys").parse::<u32>().unwrap_or(0) == 0 {
             return Err(fail("no SSH host keys were made on first boot".into()));
         }
@@ -254,8 +263,9 @@ impl Access {
             ));
         }
         println!(
-            "image-boot: as {USER}: sudo -n, hostname {hostname}, time zone {TIMEZONE} ({}), \
-             {WPA_CONF} 0600 with the derived key only, wpa_supplicant@wlan0 enabled",
+            "image-boot: as {USER}: sudo -n, passwords locked, sshd keys-only without root, \
+             hostname {hostname}, time zone {TIMEZONE} ({}), {WPA_CONF} 0600 with the \
+             derived key only, wpa_supplicant@wlan0 enabled",
             value("zone")
         );
 
