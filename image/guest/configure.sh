@@ -16,6 +16,18 @@ if [ -x /etc/kernel/postinst.d/z50-raspi-firmware ]; then
     cat /boot/firmware/cmdline.txt
 fi
 systemctl enable systemd-networkd.service oapd-firstboot.service oapd-growroot.service oapd-bootcheck.service
+# SSH stays off until the first-boot settings give a key (firstboot enables
+# it then). openssh-server's postinst enabled it and made host keys: every
+# card would share those, so each board makes its own when sshd first
+# starts (the ssh.service drop-in in the overlay).
+systemctl disable ssh.service ssh.socket
+rm -f /etc/ssh/ssh_host_*
+if systemctl is-enabled --quiet ssh.service; then
+    echo "oapd-image: ssh.service is still enabled" >&2
+    exit 1
+fi
+# Wi-Fi only when the first-boot settings configure it.
+systemctl disable wpa_supplicant.service
 # Build the index now, as the service user, where the service keeps it: the
 # first boot then maps it instead of embedding every bundled manifest (seconds
 # on a Pi 4, minutes under emulation). Not fatal: oapd builds it at start.
@@ -25,7 +37,8 @@ if runuser -u oapd -- sh -c 'cd /var/lib/oapd && timeout 900 /usr/bin/oapd --con
 else
     echo "oapd-image: index not prebuilt; oapd builds it at first start" >&2
 fi
-# No password logins; the appliance is managed through the boot partition.
+# No password logins: root is locked, sshd takes keys only (the overlay's
+# sshd_config.d drop-in); the first-boot settings may add one SSH user.
 passwd -l root >/dev/null
 apt-get clean
 rm -rf /var/lib/apt/lists/* /tmp/oapd-image /var/log/*.log /var/log/apt/*.log /var/cache/debconf/*-old

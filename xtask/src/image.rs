@@ -26,8 +26,10 @@
 //! partition (`mcopy`), boots it with the image's own kernel and initrd
 //! (direct kernel boot; KVM if it works, else TCG), and checks through the
 //! forwarded port (`-nic user,restrict=on`: the guest reaches nothing) that
-//! `/health` and `/v1/discover` answer with the token from that file, and on
-//! the serial console that systemd saw READY and the settings took effect.
+//! `/health` and `/v1/discover` answer with the token from that file, on
+//! the serial console that systemd saw READY and the settings took effect,
+//! and over a second forwarded port that the file's SSH key logs in
+//! (`image_ssh.rs`).
 
 use std::collections::BTreeMap;
 use std::fs;
@@ -284,6 +286,7 @@ fn build_image(options: &Options) -> Result<()> {
     }
 
     check_bundled_tools(&tree)?;
+    crate::image_ssh::no_host_keys(&tree)?;
 
     let boot = tree.join("boot");
     fs::copy(only_match(&boot, "vmlinuz-")?, layout.kernel())?;
@@ -1013,6 +1016,8 @@ fn tail(text: &str, lines: usize) -> String {
 struct FirstBoot {
     hostname: String,
     token: String,
+    /// The login, time zone and Wi-Fi part (xtask/src/image_ssh.rs).
+    access: crate::image_ssh::Access,
     /// Bytes of the root partition as built; the scratch disk is larger, so
     /// a root filesystem bigger than this proves first boot grew it.
     built_root_bytes: u64,
@@ -1047,6 +1052,7 @@ fn boot_test(layout: &Layout, timeout: Duration) -> Result<()> {
     let settings = FirstBoot {
         hostname: format!("oapd-boot-test-{}", arch.name()),
         token: random_token()?,
+        access: crate::image_ssh::Access::prepare(&layout.work)?,
         built_root_bytes: built_len.saturating_sub(MIB + FIRMWARE_MIB * MIB),
     };
     // The model server the guest's oapd talks to: the scripted fake
@@ -1058,8 +1064,10 @@ fn boot_test(layout: &Layout, timeout: Duration) -> Result<()> {
         &settings_file,
         format!(
             "# written by cargo xtask image-boot\nhostname: {}\nlisten: \"0.0.0.0:{GUEST_PORT}\"\n\
-             ollama_url: http://{GUEST_OLLAMA}\nauth_token: {}\n",
-            settings.hostname, settings.token
+             ollama_url: http://{GUEST_OLLAMA}\nauth_token: {}\n{}",
+            settings.hostname,
+            settings.token,
+            settings.access.settings()
         ),
     )?;
     run_in_root(
@@ -1188,6 +1196,12 @@ fn boot_once(
 ) -> Result<(), BootError> {
     let arch = layout.arch;
     let port = crate::net::free_port()?;
+    let ssh_port = loop {
+        let candidate = crate::net::free_port()?;
+        if candidate != port {
+            break candidate;
+        }
+    };
     let log = layout.work.join(format!("boot-test-{accel}.log"));
     let _ = fs::remove_file(&log);
     let mut command = Command::new(arch.qemu());
@@ -1195,11 +1209,13 @@ fn boot_once(
         .args(["-accel", accel, "-smp", "2", "-m", "2048"])
         .args(["-nodefaults", "-display", "none", "-no-reboot"])
         .args(arch.machine_args(disk))
-        // user-mode network with no way out: only the forwarded port, and
-        // the model server's address forwarded to the fake on the host
+        // user-mode network with no way out: only the forwarded ports
+        // (oapd, sshd), and the model server's address forwarded to the
+        // fake on the host
         .arg("-nic")
         .arg(format!(
-            "user,model=virtio-net-pci,restrict=on,hostfwd=tcp:127.0.0.1:{port}-:{GUEST_PORT},{}",
+            "user,model=virtio-net-pci,restrict=on,hostfwd=tcp:127.0.0.1:{port}-:{GUEST_PORT},{},{}",
+            crate::image_ssh::Access::hostfwd(ssh_port),
             upstream.nic_rule()
         ))
         .arg("-serial")
@@ -1210,7 +1226,9 @@ fn boot_once(
         .arg(layout.initrd())
         .arg("-append")
         .arg(format!(
-            "root=LABEL={ROOT_LABEL} ro console={} oapd.bootcheck=1 panic=-1",
+            // no_timer_check: under TCG on a loaded host the kernel's
+            // IO-APIC timer check can fail and panic before init
+            "root=LABEL={ROOT_LABEL} ro console={} oapd.bootcheck=1 panic=-1 no_timer_check",
             arch.console()
         ));
     if accel == "kvm" {
@@ -1275,6 +1293,9 @@ fn boot_once(
     );
 
     check_guest(addr, &auth, settings, &console, deadline, timeout)?;
+    settings
+        .access
+        .check(ssh_port, &settings.hostname, deadline)?;
     println!(
         "image-boot {}: OK ({accel}): /health after {:.1} s, READY seen, first-boot settings applied; total {:.1} s",
         arch.name(),

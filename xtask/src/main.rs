@@ -24,6 +24,9 @@ mod cross;
 mod fuzz;
 mod home_assistant;
 mod image;
+#[cfg(test)]
+mod image_firstboot;
+mod image_ssh;
 mod model;
 mod net;
 mod package;
