@@ -16,6 +16,8 @@ if [ -x /etc/kernel/postinst.d/z50-raspi-firmware ]; then
     cat /boot/firmware/cmdline.txt
 fi
 systemctl enable systemd-networkd.service oapd-firstboot.service oapd-growroot.service oapd-bootcheck.service
+# Runs only when the first-boot settings asked for Ollama (its env file).
+systemctl enable oapd-ollama-install.service
 # Build the index now, as the service user, where the service keeps it: the
 # first boot then maps it instead of embedding every bundled manifest (seconds
 # on a Pi 4, minutes under emulation). Not fatal: oapd builds it at start.

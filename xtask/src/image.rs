@@ -1000,7 +1000,7 @@ fn only_match(dir: &Path, prefix: &str) -> Result<PathBuf> {
     }
 }
 
-fn tail(text: &str, lines: usize) -> String {
+pub(crate) fn tail(text: &str, lines: usize) -> String {
     let all: Vec<&str> = text.lines().collect();
     all[all.len().saturating_sub(lines)..].join("\n")
 }
@@ -1049,17 +1049,20 @@ fn boot_test(layout: &Layout, timeout: Duration) -> Result<()> {
         token: random_token()?,
         built_root_bytes: built_len.saturating_sub(MIB + FIRMWARE_MIB * MIB),
     };
-    // The model server the guest's oapd talks to: the scripted fake
-    // Ollama on host loopback, reached from the guest through one qemu
-    // forwarding rule (the guest still reaches nothing else).
-    let upstream = ModelForward::start(&layout.work)?;
+    // The guest installs Ollama on first boot from a stand-in release
+    // (image_ollama.rs) served on host loopback, reached through one qemu
+    // forwarding rule (the guest still reaches nothing else); oapd talks
+    // to it on the guest's own 127.0.0.1:11434, its default.
+    let upstream = crate::image_ollama::ReleaseForward::start(&layout.work)?;
     let settings_file = layout.work.join("oapd.yaml");
     fs::write(
         &settings_file,
         format!(
             "# written by cargo xtask image-boot\nhostname: {}\nlisten: \"0.0.0.0:{GUEST_PORT}\"\n\
-             ollama_url: http://{GUEST_OLLAMA}\nauth_token: {}\n",
-            settings.hostname, settings.token
+             {}auth_token: {}\n",
+            settings.hostname,
+            upstream.firstboot_lines(),
+            settings.token
         ),
     )?;
     run_in_root(
@@ -1114,21 +1117,9 @@ impl Drop for Guest {
     }
 }
 
-/// Where the guest finds its model server: an address only the forwarding
-/// rule answers.
-const GUEST_OLLAMA: &str = "10.0.2.100:11434";
-
-/// The fake Ollama on host loopback and the relay qemu starts for each
-/// guest connection to [`GUEST_OLLAMA`] (`guestfwd=...-cmd:`; a chardev
-/// target would carry one connection only).
-struct ModelForward {
-    fake: crate::bench_proxy::Proc,
-    relay: PathBuf,
-}
-
 /// A relay between stdin/stdout (the guest's connection, as qemu hands it
 /// over) and a loopback TCP port.
-const RELAY_PY: &str = r#"import os, socket, sys, threading
+pub(crate) const RELAY_PY: &str = r#"import os, socket, sys, threading
 upstream = socket.create_connection(("127.0.0.1", int(sys.argv[1])))
 def to_upstream():
     while True:
@@ -1145,45 +1136,12 @@ while True:
     os.write(1, data)
 "#;
 
-/// The model's script: call the bundled `wc` tool, then answer with what
-/// it returned.
-const MODEL_SCRIPT: &str = r#"{
-  "models": [{"name": "qwen3:4b", "capabilities": ["completion", "tools"]}],
-  "turns": [
-    {"chunks": [{"tool_calls": [{"name": "oap_wc", "arguments": {"args": "-w", "stdin": "one two three four five"}}]}]},
-    {"echo": "last_tool"}
-  ]
-}"#;
-
-impl ModelForward {
-    fn start(work: &Path) -> Result<ModelForward> {
-        crate::bench_proxy::build_fake_ollama()?;
-        let fake = crate::bench_proxy::start_fake_with(
-            &repo_root().join("target/release/fake-ollama"),
-            work,
-            MODEL_SCRIPT,
-        )?;
-        let relay = work.join("ollama-relay.py");
-        fs::write(&relay, RELAY_PY)?;
-        Ok(ModelForward { fake, relay })
-    }
-
-    /// The `guestfwd` part of qemu's `-nic user` option.
-    fn nic_rule(&self) -> String {
-        format!(
-            "guestfwd=tcp:{GUEST_OLLAMA}-cmd:python3 {} {}",
-            self.relay.display(),
-            self.fake.addr.port()
-        )
-    }
-}
-
 fn boot_once(
     layout: &Layout,
     disk: &Path,
     accel: &str,
     settings: &FirstBoot,
-    upstream: &ModelForward,
+    upstream: &crate::image_ollama::ReleaseForward,
     timeout: Duration,
 ) -> Result<(), BootError> {
     let arch = layout.arch;
@@ -1196,7 +1154,7 @@ fn boot_once(
         .args(["-nodefaults", "-display", "none", "-no-reboot"])
         .args(arch.machine_args(disk))
         // user-mode network with no way out: only the forwarded port, and
-        // the model server's address forwarded to the fake on the host
+        // the release server's address forwarded to the host
         .arg("-nic")
         .arg(format!(
             "user,model=virtio-net-pci,restrict=on,hostfwd=tcp:127.0.0.1:{port}-:{GUEST_PORT},{}",
@@ -1274,6 +1232,7 @@ fn boot_once(
         to_health.as_secs_f64()
     );
 
+    crate::image_ollama::wait_for_ollama(addr, &auth, upstream, deadline, &console)?;
     check_guest(addr, &auth, settings, &console, deadline, timeout)?;
     println!(
         "image-boot {}: OK ({accel}): /health after {:.1} s, READY seen, first-boot settings applied; total {:.1} s",
@@ -1399,7 +1358,8 @@ fn check_guest(
         }
         std::thread::sleep(Duration::from_millis(500));
     };
-    check_report(&report, settings)
+    check_report(&report, settings)?;
+    crate::image_ollama::check_report(&report)
 }
 /// Checks the `OAPD-BOOTCHECK` lines `image/overlay/usr/lib/oapd-image/bootcheck`
 /// printed.
@@ -1495,7 +1455,7 @@ fn random_token() -> Result<String> {
 }
 
 /// One HTTP/1.1 request over a fresh loopback connection: status and body.
-fn http(
+pub(crate) fn http(
     addr: SocketAddr,
     method: &str,
     path: &str,

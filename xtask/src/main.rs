@@ -24,6 +24,7 @@ mod cross;
 mod fuzz;
 mod home_assistant;
 mod image;
+mod image_ollama;
 mod model;
 mod net;
 mod package;
