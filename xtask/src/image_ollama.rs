@@ -398,9 +398,13 @@ mod tests {
 
     fn release(model: &str) -> Release {
         let dir = tempfile::tempdir().unwrap();
-        let standin =
-            standin_archive(dir.path(), AMD64_ASSET, &fake_ollama().unwrap(), &script(model))
-                .unwrap();
+        let standin = standin_archive(
+            dir.path(),
+            AMD64_ASSET,
+            &fake_ollama().unwrap(),
+            &script(model),
+        )
+        .unwrap();
         let server = FileServer::start(dir.path()).unwrap();
         Release {
             dir,
@@ -415,7 +419,11 @@ mod tests {
         }
         fn downloads(&self) -> usize {
             let path = format!("/{AMD64_ASSET}");
-            self.server.requests().iter().filter(|p| **p == path).count()
+            self.server
+                .requests()
+                .iter()
+                .filter(|p| **p == path)
+                .count()
         }
     }
 
@@ -516,11 +524,21 @@ mod tests {
         let root = root.path();
         let out = setup(
             root,
-            &["--url", &old.url(), "--sha256", &old.standin.sha256, "--no-systemctl"],
+            &[
+                "--url",
+                &old.url(),
+                "--sha256",
+                &old.standin.sha256,
+                "--no-systemctl",
+            ],
             &[],
         );
         assert!(out.status.success(), "{}", text(&out));
-        fs::write(root.join("usr/local/lib/ollama/stale.so"), "from the old release").unwrap();
+        fs::write(
+            root.join("usr/local/lib/ollama/stale.so"),
+            "from the old release",
+        )
+        .unwrap();
         let new = release("new-model:1b");
         // Upper-case hex is the same hash.
         let upper = new.standin.sha256.to_uppercase();
@@ -551,7 +569,13 @@ mod tests {
         let wrong = "0".repeat(64);
         let out = setup(
             root,
-            &["--url", &release.url(), "--sha256", &wrong, "--no-systemctl"],
+            &[
+                "--url",
+                &release.url(),
+                "--sha256",
+                &wrong,
+                "--no-systemctl",
+            ],
             &[],
         );
         assert_eq!(out.status.code(), Some(1), "{}", text(&out));
@@ -586,16 +610,70 @@ mod tests {
         let sha = release.standin.sha256.as_str();
         let cases: &[(&[&str], &[(&str, &str)], i32, &str)] = &[
             // plain http is for a LAN mirror with a known hash
-            (&["--url", &url, "--no-systemctl"], &[], 2, "give its --sha256 too"),
-            (&["--url", &url, "--sha256", "abc", "--no-systemctl"], &[], 2, "64 hexadecimal digits"),
-            (&["--url", "ftp://mirror/x.tar.zst", "--sha256", sha, "--no-systemctl"], &[], 2, "--url: expected an https://"),
-            (&["--version", "0.1.0", "--url", &url, "--no-systemctl"], &[], 2, "exclude each other"),
-            (&["--version", "latest", "--no-systemctl"], &[], 2, "--version: expected a release number"),
-            (&["--pull", "bad model", "--url", &url, "--sha256", sha, "--no-systemctl"], &[], 2, "--pull: expected a model name"),
+            (
+                &["--url", &url, "--no-systemctl"],
+                &[],
+                2,
+                "give its --sha256 too",
+            ),
+            (
+                &["--url", &url, "--sha256", "abc", "--no-systemctl"],
+                &[],
+                2,
+                "64 hexadecimal digits",
+            ),
+            (
+                &[
+                    "--url",
+                    "ftp://mirror/x.tar.zst",
+                    "--sha256",
+                    sha,
+                    "--no-systemctl",
+                ],
+                &[],
+                2,
+                "--url: expected an https://",
+            ),
+            (
+                &["--version", "0.1.0", "--url", &url, "--no-systemctl"],
+                &[],
+                2,
+                "exclude each other",
+            ),
+            (
+                &["--version", "latest", "--no-systemctl"],
+                &[],
+                2,
+                "--version: expected a release number",
+            ),
+            (
+                &[
+                    "--pull",
+                    "bad model",
+                    "--url",
+                    &url,
+                    "--sha256",
+                    sha,
+                    "--no-systemctl",
+                ],
+                &[],
+                2,
+                "--pull: expected a model name",
+            ),
             (&["--frobnicate"], &[], 2, "unknown option '--frobnicate'"),
             // a root override must not touch this machine's systemd
-            (&["--url", &url, "--sha256", sha], &[], 2, "needs --no-systemctl"),
-            (&["--url", &url, "--sha256", sha, "--no-systemctl"], &[("OAPD_SETUP_MAX_BYTES", "100")], 1, "larger than 100 bytes"),
+            (
+                &["--url", &url, "--sha256", sha],
+                &[],
+                2,
+                "needs --no-systemctl",
+            ),
+            (
+                &["--url", &url, "--sha256", sha, "--no-systemctl"],
+                &[("OAPD_SETUP_MAX_BYTES", "100")],
+                1,
+                "larger than 100 bytes",
+            ),
         ];
         for (args, env, code, needle) in cases {
             let out = setup(root, args, env);
@@ -610,7 +688,11 @@ mod tests {
         // Only the capped attempt reached the server.
         assert!(release.downloads() <= 1, "{:?}", release.server.requests());
         let missing = format!("http://{}/ollama-linux-arm64.tar.zst", release.server.addr);
-        let out = setup(root, &["--url", &missing, "--sha256", sha, "--no-systemctl"], &[]);
+        let out = setup(
+            root,
+            &["--url", &missing, "--sha256", sha, "--no-systemctl"],
+            &[],
+        );
         assert_eq!(out.status.code(), Some(1), "{}", text(&out));
         assert!(
             String::from_utf8_lossy(&out.stderr).contains("the server answered an error"),
