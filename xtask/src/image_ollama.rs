@@ -601,6 +601,9 @@ mod tests {
         );
     }
 
+    /// Arguments, environment, the exit code and what stderr must say.
+    type Refusal<'a> = (&'a [&'a str], &'a [(&'a str, &'a str)], i32, &'a str);
+
     #[test]
     fn refusals_name_the_problem_and_download_nothing() {
         let release = release("standin:1b");
@@ -608,7 +611,7 @@ mod tests {
         let root = root.path();
         let url = release.url();
         let sha = release.standin.sha256.as_str();
-        let cases: &[(&[&str], &[(&str, &str)], i32, &str)] = &[
+        let cases: &[Refusal] = &[
             // plain http is for a LAN mirror with a known hash
             (
                 &["--url", &url, "--no-systemctl"],
