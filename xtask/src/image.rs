@@ -1049,11 +1049,12 @@ fn boot_test(layout: &Layout, timeout: Duration) -> Result<()> {
         token: random_token()?,
         built_root_bytes: built_len.saturating_sub(MIB + FIRMWARE_MIB * MIB),
     };
-    // The guest installs Ollama on first boot from a stand-in release
-    // (image_ollama.rs) served on host loopback, reached through one qemu
-    // forwarding rule (the guest still reaches nothing else); oapd talks
-    // to it on the guest's own 127.0.0.1:11434, its default.
-    let upstream = crate::image_ollama::ReleaseForward::start(&layout.work)?;
+    // The model server, reached through one qemu forwarding rule (the
+    // guest still reaches nothing else): on amd64, Ollama installed on
+    // first boot from a stand-in release served on host loopback (oapd
+    // talks to it on the guest's 127.0.0.1:11434, its default); on arm64
+    // the scripted fake Ollama on host loopback (image_ollama.rs).
+    let upstream = crate::image_ollama::GuestOllama::start(arch == Arch::Amd64, &layout.work)?;
     let settings_file = layout.work.join("oapd.yaml");
     fs::write(
         &settings_file,
@@ -1141,7 +1142,7 @@ fn boot_once(
     disk: &Path,
     accel: &str,
     settings: &FirstBoot,
-    upstream: &crate::image_ollama::ReleaseForward,
+    upstream: &crate::image_ollama::GuestOllama,
     timeout: Duration,
 ) -> Result<(), BootError> {
     let arch = layout.arch;
@@ -1154,7 +1155,7 @@ fn boot_once(
         .args(["-nodefaults", "-display", "none", "-no-reboot"])
         .args(arch.machine_args(disk))
         // user-mode network with no way out: only the forwarded port, and
-        // the release server's address forwarded to the host
+        // the model or release server's address forwarded to the host
         .arg("-nic")
         .arg(format!(
             "user,model=virtio-net-pci,restrict=on,hostfwd=tcp:127.0.0.1:{port}-:{GUEST_PORT},{}",
@@ -1232,8 +1233,9 @@ fn boot_once(
         to_health.as_secs_f64()
     );
 
-    crate::image_ollama::wait_for_ollama(addr, &auth, upstream, deadline, &console)?;
+    upstream.wait_until_reachable(addr, &auth, deadline, &console)?;
     check_guest(addr, &auth, settings, &console, deadline, timeout)?;
+    upstream.check_report(&console())?;
     println!(
         "image-boot {}: OK ({accel}): /health after {:.1} s, READY seen, first-boot settings applied; total {:.1} s",
         arch.name(),
@@ -1358,8 +1360,7 @@ fn check_guest(
         }
         std::thread::sleep(Duration::from_millis(500));
     };
-    check_report(&report, settings)?;
-    crate::image_ollama::check_report(&report)
+    check_report(&report, settings)
 }
 /// Checks the `OAPD-BOOTCHECK` lines `image/overlay/usr/lib/oapd-image/bootcheck`
 /// printed.

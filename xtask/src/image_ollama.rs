@@ -208,6 +208,94 @@ pub(crate) const MODEL_SCRIPT: &str = r#"{
   ]
 }"#;
 
+/// Where the guest's oapd finds its model server in the boot test.
+pub(crate) enum GuestOllama {
+    /// amd64: Ollama installed on first boot from the stand-in release
+    /// (which carries this machine's amd64 `fake-ollama`).
+    Installed(ReleaseForward),
+    /// arm64: the fake Ollama on the host, through a relay (no aarch64
+    /// stand-in is built), as `ollama_url`.
+    OnHost(HostFake),
+}
+
+impl GuestOllama {
+    pub(crate) fn start(install: bool, work: &Path) -> Result<GuestOllama> {
+        Ok(if install {
+            GuestOllama::Installed(ReleaseForward::start(work)?)
+        } else {
+            GuestOllama::OnHost(HostFake::start(work)?)
+        })
+    }
+
+    /// The `guestfwd` part of qemu's `-nic user` option.
+    pub(crate) fn nic_rule(&self) -> String {
+        match self {
+            GuestOllama::Installed(forward) => forward.nic_rule(),
+            GuestOllama::OnHost(fake) => fake.nic_rule(),
+        }
+    }
+
+    /// Lines for the first-boot settings file.
+    pub(crate) fn firstboot_lines(&self) -> String {
+        match self {
+            GuestOllama::Installed(forward) => forward.firstboot_lines(),
+            GuestOllama::OnHost(_) => format!("ollama_url: http://{GUEST_OLLAMA_ON_HOST}\n"),
+        }
+    }
+
+    /// Once oapd answers: waits until it reaches the installed Ollama.
+    pub(crate) fn wait_until_reachable(
+        &self,
+        addr: SocketAddr,
+        auth: &str,
+        deadline: Instant,
+        console: &dyn Fn() -> String,
+    ) -> Result<()> {
+        match self {
+            GuestOllama::Installed(forward) => {
+                wait_for_ollama(addr, auth, forward, deadline, console)
+            }
+            GuestOllama::OnHost(_) => Ok(()),
+        }
+    }
+
+    /// The install's lines of the console report.
+    pub(crate) fn check_report(&self, console: &str) -> Result<()> {
+        match self {
+            GuestOllama::Installed(_) => check_report(console),
+            GuestOllama::OnHost(_) => Ok(()),
+        }
+    }
+}
+
+/// The address the guest reaches the host's fake Ollama at (arm64).
+const GUEST_OLLAMA_ON_HOST: &str = "10.0.2.100:11434";
+
+/// The fake Ollama on host loopback and the relay qemu starts for each
+/// guest connection to [`GUEST_OLLAMA_ON_HOST`] (`guestfwd=...-cmd:`; a
+/// chardev target would carry one connection only).
+pub(crate) struct HostFake {
+    fake: crate::bench_proxy::Proc,
+    relay: PathBuf,
+}
+
+impl HostFake {
+    fn start(work: &Path) -> Result<HostFake> {
+        let fake = crate::bench_proxy::start_fake_with(&fake_ollama()?, work, MODEL_SCRIPT)?;
+        let relay = work.join("ollama-relay.py");
+        fs::write(&relay, crate::image::RELAY_PY)?;
+        Ok(HostFake { fake, relay })
+    }
+
+    fn nic_rule(&self) -> String {
+        format!(
+            "guestfwd=tcp:{GUEST_OLLAMA_ON_HOST}-cmd:python3 {} {}",
+            self.relay.display(),
+            self.fake.addr.port()
+        )
+    }
+}
+
 /// The stand-in release served on host loopback, and the relay qemu starts
 /// for each guest connection to [`GUEST_RELEASES`].
 pub(crate) struct ReleaseForward {
