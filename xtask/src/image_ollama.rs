@@ -795,6 +795,53 @@ mod tests {
     }
 
     #[test]
+    fn an_archive_for_the_other_architecture_is_refused() {
+        if !cfg!(target_arch = "x86_64") {
+            return;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let tree = dir.path().join("tree");
+        fs::create_dir_all(tree.join("bin")).unwrap();
+        fs::create_dir_all(tree.join("lib/ollama")).unwrap();
+        // An ELF header whose e_machine is aarch64 (0xb7).
+        let mut elf = vec![0u8; 64];
+        elf[..4].copy_from_slice(b"\x7fELF");
+        elf[18] = 0xb7;
+        fs::write(tree.join("bin/ollama"), &elf).unwrap();
+        let served = dir.path().join("served");
+        fs::create_dir_all(&served).unwrap();
+        let archive = served.join("ollama-linux-arm64.tar.zst");
+        let status = Command::new("tar")
+            .args(["--zstd", "-cf"])
+            .arg(&archive)
+            .arg("-C")
+            .arg(&tree)
+            .args(["bin", "lib"])
+            .status()
+            .unwrap();
+        assert!(status.success());
+        let sha = hex::encode(Sha256::digest(fs::read(&archive).unwrap()));
+        let server = FileServer::start(&served).unwrap();
+        let root = tempfile::tempdir().unwrap();
+        let url = format!("http://{}/ollama-linux-arm64.tar.zst", server.addr);
+        let out = setup(
+            root.path(),
+            &["--url", &url, "--sha256", &sha, "--no-systemctl"],
+            &[],
+        );
+        assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+        assert!(
+            String::from_utf8_lossy(&out.stderr)
+                .contains("built for arm64, this machine is amd64; nothing installed"),
+            "{}",
+            text(&out)
+        );
+        assert!(!root.path().join("usr/local/bin/ollama").exists());
+        assert!(!root.path().join("usr/local/lib/ollama").exists());
+        assert_eq!(leftovers(root.path()), Vec::<String>::new());
+    }
+
+    #[test]
     fn the_boot_report_lines_are_required() {
         let good = "OAPD-BOOTCHECK ollama-install success inactive\n\
                     OAPD-BOOTCHECK ollama-env absent\n\
