@@ -28,6 +28,8 @@ if systemctl is-enabled --quiet ssh.service; then
 fi
 # Wi-Fi only when the first-boot settings configure it.
 systemctl disable wpa_supplicant.service
+# Runs only when the first-boot settings asked for Ollama (its env file).
+systemctl enable oapd-ollama-install.service
 # Build the index now, as the service user, where the service keeps it: the
 # first boot then maps it instead of embedding every bundled manifest (seconds
 # on a Pi 4, minutes under emulation). Not fatal: oapd builds it at start.

@@ -1003,7 +1003,7 @@ fn only_match(dir: &Path, prefix: &str) -> Result<PathBuf> {
     }
 }
 
-fn tail(text: &str, lines: usize) -> String {
+pub(crate) fn tail(text: &str, lines: usize) -> String {
     let all: Vec<&str> = text.lines().collect();
     all[all.len().saturating_sub(lines)..].join("\n")
 }
@@ -1055,17 +1055,20 @@ fn boot_test(layout: &Layout, timeout: Duration) -> Result<()> {
         access: crate::image_ssh::Access::prepare(&layout.work)?,
         built_root_bytes: built_len.saturating_sub(MIB + FIRMWARE_MIB * MIB),
     };
-    // The model server the guest's oapd talks to: the scripted fake
-    // Ollama on host loopback, reached from the guest through one qemu
-    // forwarding rule (the guest still reaches nothing else).
-    let upstream = ModelForward::start(&layout.work)?;
+    // The model server, reached through one qemu forwarding rule (the
+    // guest still reaches nothing else): on amd64, Ollama installed on
+    // first boot from a stand-in release served on host loopback (oapd
+    // talks to it on the guest's 127.0.0.1:11434, its default); on arm64
+    // the scripted fake Ollama on host loopback (image_ollama.rs).
+    let upstream = crate::image_ollama::GuestOllama::start(arch == Arch::Amd64, &layout.work)?;
     let settings_file = layout.work.join("oapd.yaml");
     fs::write(
         &settings_file,
         format!(
             "# written by cargo xtask image-boot\nhostname: {}\nlisten: \"0.0.0.0:{GUEST_PORT}\"\n\
-             ollama_url: http://{GUEST_OLLAMA}\nauth_token: {}\n{}",
+             {}auth_token: {}\n{}",
             settings.hostname,
+            upstream.firstboot_lines(),
             settings.token,
             settings.access.settings()
         ),
@@ -1122,21 +1125,9 @@ impl Drop for Guest {
     }
 }
 
-/// Where the guest finds its model server: an address only the forwarding
-/// rule answers.
-const GUEST_OLLAMA: &str = "10.0.2.100:11434";
-
-/// The fake Ollama on host loopback and the relay qemu starts for each
-/// guest connection to [`GUEST_OLLAMA`] (`guestfwd=...-cmd:`; a chardev
-/// target would carry one connection only).
-struct ModelForward {
-    fake: crate::bench_proxy::Proc,
-    relay: PathBuf,
-}
-
 /// A relay between stdin/stdout (the guest's connection, as qemu hands it
 /// over) and a loopback TCP port.
-const RELAY_PY: &str = r#"import os, socket, sys, threading
+pub(crate) const RELAY_PY: &str = r#"import os, socket, sys, threading
 upstream = socket.create_connection(("127.0.0.1", int(sys.argv[1])))
 def to_upstream():
     while True:
@@ -1153,45 +1144,12 @@ while True:
     os.write(1, data)
 "#;
 
-/// The model's script: call the bundled `wc` tool, then answer with what
-/// it returned.
-const MODEL_SCRIPT: &str = r#"{
-  "models": [{"name": "qwen3:4b", "capabilities": ["completion", "tools"]}],
-  "turns": [
-    {"chunks": [{"tool_calls": [{"name": "oap_wc", "arguments": {"args": "-w", "stdin": "one two three four five"}}]}]},
-    {"echo": "last_tool"}
-  ]
-}"#;
-
-impl ModelForward {
-    fn start(work: &Path) -> Result<ModelForward> {
-        crate::bench_proxy::build_fake_ollama()?;
-        let fake = crate::bench_proxy::start_fake_with(
-            &repo_root().join("target/release/fake-ollama"),
-            work,
-            MODEL_SCRIPT,
-        )?;
-        let relay = work.join("ollama-relay.py");
-        fs::write(&relay, RELAY_PY)?;
-        Ok(ModelForward { fake, relay })
-    }
-
-    /// The `guestfwd` part of qemu's `-nic user` option.
-    fn nic_rule(&self) -> String {
-        format!(
-            "guestfwd=tcp:{GUEST_OLLAMA}-cmd:python3 {} {}",
-            self.relay.display(),
-            self.fake.addr.port()
-        )
-    }
-}
-
 fn boot_once(
     layout: &Layout,
     disk: &Path,
     accel: &str,
     settings: &FirstBoot,
-    upstream: &ModelForward,
+    upstream: &crate::image_ollama::GuestOllama,
     timeout: Duration,
 ) -> Result<(), BootError> {
     let arch = layout.arch;
@@ -1210,8 +1168,8 @@ fn boot_once(
         .args(["-nodefaults", "-display", "none", "-no-reboot"])
         .args(arch.machine_args(disk))
         // user-mode network with no way out: only the forwarded ports
-        // (oapd, sshd), and the model server's address forwarded to the
-        // fake on the host
+        // (oapd, sshd), and the model or release server's address
+        // forwarded to the host
         .arg("-nic")
         .arg(format!(
             "user,model=virtio-net-pci,restrict=on,hostfwd=tcp:127.0.0.1:{port}-:{GUEST_PORT},{},{}",
@@ -1292,7 +1250,9 @@ fn boot_once(
         to_health.as_secs_f64()
     );
 
+    upstream.wait_until_reachable(addr, &auth, deadline, &console)?;
     check_guest(addr, &auth, settings, &console, deadline, timeout)?;
+    upstream.check_report(&console())?;
     settings
         .access
         .check(ssh_port, &settings.hostname, deadline)?;
@@ -1516,7 +1476,7 @@ fn random_token() -> Result<String> {
 }
 
 /// One HTTP/1.1 request over a fresh loopback connection: status and body.
-fn http(
+pub(crate) fn http(
     addr: SocketAddr,
     method: &str,
     path: &str,

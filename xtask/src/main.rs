@@ -27,6 +27,7 @@ mod image;
 #[cfg(test)]
 mod image_firstboot;
 mod image_ssh;
+mod image_ollama;
 mod model;
 mod net;
 mod package;

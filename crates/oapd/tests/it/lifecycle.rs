@@ -516,3 +516,71 @@ fn a_journal_stream_that_is_not_our_stderr_keeps_text_logs() {
     assert!(log.contains("INFO") && log.contains("listening"), "{log}");
     assert!(!log.contains("journald is not reachable"), "{log}");
 }
+
+/// Ollama starts after oapd on a board (the first-boot install, a slow
+/// `ollama.service`): oapd must become ready and serve without it, say it
+/// is unreachable, and chat through it once it listens, without a restart.
+#[test]
+fn becomes_ready_without_ollama_and_chats_once_it_comes_up_later() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let mut notify = NotifySocket::new(dir.path());
+    let notify_path = notify.path.to_string_lossy().into_owned();
+    let daemon = daemon_in(dir)
+        .yaml(&format!("ollama:\n  base_url: http://127.0.0.1:{port}\n"))
+        .env("NOTIFY_SOCKET", &notify_path)
+        .spawn();
+    notify.wait_for("READY=1", Duration::from_secs(60));
+    let status = notify.seen_or_wait("Ollama unreachable", Duration::from_secs(5));
+    assert!(status.contains("Ollama unreachable"), "{status}");
+    assert_eq!(daemon.get("/health").status, 200);
+    let ollama = daemon.get("/v1/status").json()["ollama"].clone();
+    assert_eq!(ollama["reachable"], false, "{ollama}");
+    let chat =
+        r#"{"model":"qwen2.5:3b","stream":false,"messages":[{"role":"user","content":"hello"}]}"#;
+    let refused = daemon.post_json("/api/chat", chat);
+    assert_eq!(
+        refused.status,
+        502,
+        "{}",
+        String::from_utf8_lossy(&refused.body)
+    );
+    assert!(
+        refused
+            .error()
+            .contains(&format!("cannot reach Ollama at http://127.0.0.1:{port}")),
+        "the error names the unreachable Ollama: {}",
+        String::from_utf8_lossy(&refused.body)
+    );
+
+    // Ollama comes up on the configured port.
+    let rt = runtime();
+    let _fake = rt
+        .block_on(FakeOllama::bind(
+            ([127, 0, 0, 1], port).into(),
+            Script::new()
+                .model(fake_ollama::ModelSpec::new("qwen2.5:3b"))
+                .turn(Turn::reply("hello from the Ollama that came later")),
+        ))
+        .unwrap();
+    let ollama = daemon.get("/v1/status").json()["ollama"].clone();
+    assert_eq!(ollama["reachable"], true, "{ollama}");
+    assert_eq!(ollama["models"][0]["name"], "qwen2.5:3b", "{ollama}");
+    let answer = daemon.post_json("/api/chat", chat);
+    assert_eq!(
+        answer.status,
+        200,
+        "{}",
+        String::from_utf8_lossy(&answer.body)
+    );
+    assert_eq!(
+        answer.json()["message"]["content"],
+        "hello from the Ollama that came later",
+        "{}",
+        String::from_utf8_lossy(&answer.body)
+    );
+    // systemd's status line follows (the reachability probe runs every 15 s).
+    let status = notify.seen_or_wait("Ollama reachable", Duration::from_secs(30));
+    assert!(status.contains("Ollama reachable"), "{status}");
+    assert_eq!(daemon.get("/health").status, 200, "{}", daemon.log_text());
+}
