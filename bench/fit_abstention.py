@@ -7,14 +7,19 @@ from it. Only tasks whose split is ``tuning`` (or that have no split: the
 shared task set, itself tuning data) are read; evaluation tasks are refused.
 
 Per task the features are those ``Scoring::abstention_score`` computes from
-the best candidate alone, so the score does not depend on how many other
-manifests the catalog holds: its cosine, its lexical evidence (in units of
-one perfectly specific term, capped at 2) and the number of words embedded.
+the best candidate alone: its cosine, its word evidence
+(``scoring::abstention_evidence``: each shared word's idf relative to a
+word found in one document, times tf / (tf + k1), so it does not grow with
+the catalog; capped at 2; dumps older than that field give BM25 units) and
+the number of words embedded.
 A logistic model (fitting vs no-fit, classes weighted equally) gives the
 weights; the score is expressed in cosine units (``cosine + a * lexical +
 b * (words - 8) / 8``), so the configured ``min_score_hybrid`` keeps its
 meaning of a cosine-like threshold. Prints the weights and, per threshold,
-the share of no-fit and of fitting tuning queries abstained.
+the share of no-fit and of fitting tuning queries abstained; then, for the
+rule the daemon applies (``cosine + weight * min(evidence, cap)``), a grid
+of weight and cap with the pooled AUROC and the shares abstained at the
+threshold given by ``--threshold`` (default 0.30).
 
     python3 bench/fit_abstention.py bench/discovery-tasks.jsonl:target/bench/shared.dump \\
         target/bench/ha-intents/tasks.jsonl:target/bench/ha-intents/tuning.dump
@@ -26,10 +31,11 @@ import sys
 
 def features(line):
     """(cosine, lexical, words) of the best candidate of a dump line."""
-    top = line["pool"][0] if line["pool"] else [None, None, 0.0, 0.0]
+    top = line["pool"][0] if line["pool"] else [None, None, 0.0, 0.0, 0.0]
     cosine = top[2] if top[2] is not None else 0.0
     words = len(line["dense_text"].split())
-    return [cosine, top[3], (min(words, 40) - 8) / 8.0]
+    evidence = top[4] if len(top) > 4 else top[3]
+    return [cosine, evidence, (min(words, 40) - 8) / 8.0]
 
 
 def load(pairs):
@@ -83,9 +89,33 @@ def auroc(scored):
     return wins / max(len(pos) * len(neg), 1)
 
 
+def grid(rows, threshold):
+    """AUROC and shares abstained of cosine + weight * min(evidence, cap)."""
+    print(f"\nrule: cosine + weight * min(evidence, cap), threshold {threshold:.2f}")
+    print("  | weight | cap | AUROC | no-fit abstained | fitting abstained |")
+    for weight in [0.0, 0.05, 0.10, 0.15, 0.20, 0.25]:
+        for cap in [0.3, 0.45, 0.6, 0.8, 1.0]:
+            def score(x):
+                return x[0] + weight * min(max(x[1], 0.0), cap)
+            neg = [score(x) < threshold for x, y, _ in rows if not y]
+            pos = [score(x) < threshold for x, y, _ in rows if y]
+            print(f"  | {weight:.2f} | {cap:.2f} "
+                  f"| {auroc([(score(x), y) for x, y, _ in rows]):.3f} "
+                  f"| {sum(neg) / max(len(neg), 1):.3f} "
+                  f"| {sum(pos) / max(len(pos), 1):.3f} |")
+            if weight == 0.0:
+                break
+
+
 def main():
     """CLI entry point."""
-    rows = load(sys.argv[1:])
+    args = sys.argv[1:]
+    threshold = 0.30
+    if "--threshold" in args:
+        i = args.index("--threshold")
+        threshold = float(args[i + 1])
+        del args[i:i + 2]
+    rows = load(args)
     w, b = fit(rows)
     # In cosine units: divide by the cosine's weight.
     a, c = w[1] / w[0], w[2] / w[0]
@@ -107,6 +137,7 @@ def main():
             pos = [score(x) < t for x, y, _ in rows if y]
             print(f"  | {t:.2f} | {sum(neg) / max(len(neg), 1):.3f} "
                   f"| {sum(pos) / max(len(pos), 1):.3f} |")
+    grid(rows, threshold)
 
 
 if __name__ == "__main__":

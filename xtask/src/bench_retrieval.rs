@@ -1,15 +1,18 @@
-//! `cargo xtask bench-retrieval [--bfcl-only|--shared-only|--public-only]`:
+//! `cargo xtask bench-retrieval [--bfcl-only|--shared-only|--public-only|--catalog-size]`:
 //! retrieval quality (`oap-bench retrieval`) on the shared task set, on the
 //! BFCL-derived corpus and on the held-out public corpora
 //! (bench/public_corpus.py: Home Assistant intents, NESTFUL), whose
 //! `evaluation` split is what docs/BENCHMARKS.md reports and whose `tuning`
-//! split is the only one tuning may read.
+//! split is the only one tuning may read. `--catalog-size` runs only
+//! `oap-bench catalog-size`: the shared set's queries against the 13 bundled
+//! manifests, then against them plus the 10,000-manifest corpus of `oap-bench
+//! make-corpus` less its copies of the bundled tools.
 
 use std::path::Path;
 use std::process::Command;
 
 use anyhow::Result;
-use oap_bench::report::RetrievalReport;
+use oap_bench::report::{CatalogSizeReport, RetrievalReport};
 
 use crate::bench_run;
 use crate::repo_root;
@@ -17,7 +20,6 @@ use crate::tasks::run_in_root;
 
 pub fn run(args: &[String]) -> Result<()> {
     crate::model::run(&[])?;
-    let root = repo_root();
     let bin = bench_run::build(&[])?;
     let eval = |args: &mut Command| -> Result<()> {
         let report: RetrievalReport = bench_run::report(args.arg("--quiet"))?;
@@ -25,12 +27,19 @@ pub fn run(args: &[String]) -> Result<()> {
         Ok(())
     };
     let only = args.first().map(String::as_str);
-    if let Some(flag) =
-        only.filter(|f| !matches!(*f, "--bfcl-only" | "--shared-only" | "--public-only"))
-    {
+    if let Some(flag) = only.filter(|f| {
+        !matches!(
+            *f,
+            "--bfcl-only" | "--shared-only" | "--public-only" | "--catalog-size"
+        )
+    }) {
         anyhow::bail!(
-            "bench-retrieval: unknown option {flag} (--bfcl-only, --shared-only, --public-only)"
+            "bench-retrieval: unknown option {flag} \
+             (--bfcl-only, --shared-only, --public-only, --catalog-size)"
         );
+    }
+    if only == Some("--catalog-size") {
+        return catalog_size(&bin);
     }
     let wants = |corpus: &str| only.is_none() || only == Some(corpus);
     if wants("--shared-only") {
@@ -62,15 +71,7 @@ pub fn run(args: &[String]) -> Result<()> {
         command
     };
     if wants("--bfcl-only") {
-        let out = root.join("target/bench/bfcl");
-        if !Path::new(&out).join("tasks.jsonl").is_file() {
-            run_in_root(
-                Command::new("python3")
-                    .arg("bench/bfcl_corpus.py")
-                    .arg("--out")
-                    .arg(&out),
-            )?;
-        }
+        let out = bfcl_corpus()?;
         println!("== corpus (b): BFCL v4 multiple/live_multiple/parallel_multiple (base names)");
         eval(corpus_at(&out).args(["--base-names", "--curve"]))?;
         println!("== corpus (b), exact manifest names (secondary)");
@@ -78,20 +79,125 @@ pub fn run(args: &[String]) -> Result<()> {
     }
     if wants("--public-only") {
         for corpus in ["ha-intents", "nestful"] {
-            let out = root.join("target/bench").join(corpus);
-            if !Path::new(&out).join("tasks.jsonl").is_file() {
-                run_in_root(
-                    Command::new("python3")
-                        .arg("bench/public_corpus.py")
-                        .args(["--corpus", corpus, "--out"])
-                        .arg(&out),
-                )?;
-            }
+            let out = public_corpus(corpus)?;
             for split in ["evaluation", "tuning"] {
                 println!("== corpus {corpus}, {split} split (bench/public_corpus.py)");
                 eval(corpus_at(&out).args(["--split", split]))?;
             }
         }
     }
+    Ok(())
+}
+
+/// `target/bench/bfcl`, built by bench/bfcl_corpus.py on first use.
+fn bfcl_corpus() -> Result<std::path::PathBuf> {
+    let out = repo_root().join("target/bench/bfcl");
+    if !out.join("tasks.jsonl").is_file() {
+        run_in_root(
+            Command::new("python3")
+                .arg("bench/bfcl_corpus.py")
+                .arg("--out")
+                .arg(&out),
+        )?;
+    }
+    Ok(out)
+}
+
+/// `target/bench/<corpus>`, built by bench/public_corpus.py on first use.
+fn public_corpus(corpus: &str) -> Result<std::path::PathBuf> {
+    let out = repo_root().join("target/bench").join(corpus);
+    if !out.join("tasks.jsonl").is_file() {
+        run_in_root(
+            Command::new("python3")
+                .arg("bench/public_corpus.py")
+                .args(["--corpus", corpus, "--out"])
+                .arg(&out),
+        )?;
+    }
+    Ok(out)
+}
+
+/// Copies the manifests of `from` that are not a copy of a bundled tool
+/// (`make-corpus` republishes every base, the bundled ones too: a copy's
+/// description starts with the bundled description) to `to`; returns how
+/// many were copied.
+fn without_bundled_copies(from: &Path, to: &Path) -> Result<usize> {
+    let description = |path: &Path| -> Result<String> {
+        let text = std::fs::read_to_string(path)?;
+        let value: serde_json::Value = serde_json::from_str(&text)?;
+        Ok(value["description"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string())
+    };
+    let mut bundled = Vec::new();
+    for entry in std::fs::read_dir(repo_root().join("manifests/bundled"))? {
+        let path = entry?.path();
+        if path.extension().is_some_and(|e| e == "json") {
+            bundled.push(description(&path)?);
+        }
+    }
+    let _ = std::fs::remove_dir_all(to);
+    std::fs::create_dir_all(to)?;
+    let mut copied = 0;
+    for entry in std::fs::read_dir(from)? {
+        let path = entry?.path();
+        if path.extension().is_none_or(|e| e != "json") {
+            continue;
+        }
+        let text = description(&path)?;
+        if bundled.iter().any(|b| text.starts_with(b.as_str())) {
+            continue;
+        }
+        if let Some(name) = path.file_name() {
+            std::fs::copy(&path, to.join(name))?;
+            copied += 1;
+        }
+    }
+    Ok(copied)
+}
+
+/// The "nothing fits" decision with 13 and with about 10,000 manifests: the
+/// shared set's queries (all of whose fitting ones expect a bundled tool)
+/// plus the tuning no-fit queries of Home Assistant's intents (media,
+/// covers, shopping list: nothing bundled fits them either).
+fn catalog_size(bin: &Path) -> Result<()> {
+    let root = repo_root();
+    bfcl_corpus()?;
+    // The corpus of `cargo xtask bench-speed` (same command, same files).
+    let bench = root.join("target/bench");
+    let full = bench.join("corpus-10000/manifests");
+    run_in_root(
+        bench_run::command(bin, "make-corpus")
+            .arg("--out")
+            .arg(&full)
+            .args(["--count", "10000"]),
+    )?;
+    let corpus = bench.join("catalog-size/manifests");
+    let copied = without_bundled_copies(&full, &corpus)?;
+    println!("{copied} of its manifests are not a copy of a bundled tool");
+    // bench-speed's index of the whole corpus lends its vectors.
+    let data = bench.join("catalog-size/data");
+    let speed_index = bench.join("corpus-10000/data/index.oapx");
+    if !data.join("index.oapx").is_file() && speed_index.is_file() {
+        std::fs::create_dir_all(&data)?;
+        std::fs::copy(&speed_index, data.join("index.oapx"))?;
+    }
+    let mut command = bench_run::command(bin, "catalog-size");
+    command
+        .args(["--tasks", "bench/discovery-tasks.jsonl"])
+        .args(["--dir", "manifests/bundled", "--corpus"])
+        .arg(&corpus)
+        .arg("--data-dir")
+        .arg(&data)
+        .arg("--embed-cache")
+        .arg(bench.join("catalog-size/queries.embed"));
+    // NESTFUL's tuning half has no no-fit query.
+    command
+        .arg("--no-fit-from")
+        .arg(public_corpus("ha-intents")?.join("tasks.jsonl"));
+    println!("== catalog size: 13 bundled manifests, then with the corpus");
+    let report: CatalogSizeReport = bench_run::report(command.arg("--quiet"))?;
+    println!("{}", report.table());
     Ok(())
 }

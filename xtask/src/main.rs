@@ -68,9 +68,10 @@ const COMMANDS: &[Command] = &[
     },
     Command {
         name: "bench-retrieval",
-        usage: "bench-retrieval [--shared-only|--bfcl-only|--public-only]\n      \
+        usage: "bench-retrieval [--shared-only|--bfcl-only|--public-only|--catalog-size]\n      \
                 Recall@k, MRR, nDCG@10 and abstention on the shared task set, the BFCL corpus\n      \
-                and the held-out public corpora",
+                and the held-out public corpora; --catalog-size: the \"nothing fits\" decision\n      \
+                with the 13 bundled manifests alone and with 10,000 more",
         run: bench_retrieval::run,
     },
     Command {

@@ -13,6 +13,7 @@
     reason = "a benchmark program run by developers, not the daemon: it stops on the first surprise"
 )]
 
+mod catalog_size;
 mod client;
 mod crawl_load;
 mod discover_load;
@@ -75,6 +76,9 @@ enum Bench {
     Embed(embed::Args),
     /// Recall@k, MRR and abstention of the retrieval modes.
     Retrieval(retrieval::Args),
+    /// The "nothing fits" decision against a small catalog and against it
+    /// plus a large corpus.
+    CatalogSize(catalog_size::Args),
 }
 
 /// Writes `report` as pretty JSON to `path` or stdout.
@@ -150,6 +154,11 @@ fn run(cli: Cli) -> anyhow::Result<bool> {
         Bench::Embed(args) => emit(&embed::run(args)?, json)?,
         Bench::Retrieval(args) => {
             let report = retrieval::run(args)?;
+            table(report.table());
+            emit(&report, json)?;
+        }
+        Bench::CatalogSize(args) => {
+            let report = catalog_size::run(args)?;
             table(report.table());
             emit(&report, json)?;
         }

@@ -697,6 +697,93 @@ impl RetrievalReport {
     }
 }
 
+/// `oap-bench catalog-size`: the "nothing fits" decision for the same
+/// queries against a small catalog and against it plus a large corpus.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct CatalogSizeReport {
+    /// Manifests in the small catalog.
+    pub small_manifests: usize,
+    /// Manifests in the small catalog plus the corpus.
+    pub large_manifests: usize,
+    /// Queries some manifest of the small catalog fits.
+    pub fitting: usize,
+    /// Queries nothing fits.
+    pub no_fit: usize,
+    /// Queries whose best candidate is the same manifest in both catalogs.
+    pub same_best: usize,
+    /// Fitting queries with an expected manifest in the top 3, small catalog.
+    pub small_recall_at_3: f64,
+    /// The same with the corpus added.
+    pub large_recall_at_3: f64,
+    /// One row per abstention rule, the default first.
+    pub rules: Vec<CatalogSizeRow>,
+}
+
+/// One abstention rule in both catalogs; shares are of the fitting or of
+/// the no-fit queries.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct CatalogSizeRow {
+    /// The rule.
+    pub rule: String,
+    /// Fitting queries abstained on, small catalog.
+    pub small_fitting_abstained: f64,
+    /// No-fit queries abstained on, small catalog.
+    pub small_no_fit_abstained: f64,
+    /// Fitting queries abstained on, with the corpus.
+    pub large_fitting_abstained: f64,
+    /// No-fit queries abstained on, with the corpus.
+    pub large_no_fit_abstained: f64,
+    /// Decisions that differ between the catalogs among the queries whose
+    /// best candidate is the same manifest in both.
+    pub flips: usize,
+    /// Those queries, with what changed.
+    pub flipped: Vec<String>,
+    /// Mean absolute change of the abstention score between the catalogs,
+    /// over the queries whose best candidate is the same manifest in both.
+    pub mean_score_shift: f64,
+    /// The largest such change.
+    pub max_score_shift: f64,
+}
+
+impl CatalogSizeReport {
+    /// The report as the table developers read.
+    pub fn table(&self) -> String {
+        let mut out = format!(
+            "\n{} manifests, then {} with the corpus; {} fitting and {} no-fit queries; \
+             same best candidate in both: {}; R@3 {:.3} -> {:.3}\n\n\
+             | rule | fitting abstained | no-fit abstained | fitting abstained (corpus) \
+             | no-fit abstained (corpus) | flips (same best) | score shift mean / max |\n\
+             |---|---|---|---|---|---|---|\n",
+            self.small_manifests,
+            self.large_manifests,
+            self.fitting,
+            self.no_fit,
+            self.same_best,
+            self.small_recall_at_3,
+            self.large_recall_at_3,
+        );
+        for row in &self.rules {
+            out.push_str(&format!(
+                "| {} | {:.3} | {:.3} | {:.3} | {:.3} | {} | {:.4} / {:.4} |\n",
+                row.rule,
+                row.small_fitting_abstained,
+                row.small_no_fit_abstained,
+                row.large_fitting_abstained,
+                row.large_no_fit_abstained,
+                row.flips,
+                row.mean_score_shift,
+                row.max_score_shift,
+            ));
+        }
+        for row in &self.rules {
+            for flip in &row.flipped {
+                out.push_str(&format!("{}: {flip}\n", row.rule));
+            }
+        }
+        out
+    }
+}
+
 /// `oap-bench soak`: the whole appliance under load with faults. The
 /// per-minute records are in the JSON-lines file it names.
 #[derive(Debug, Clone, Serialize, Deserialize)]

@@ -58,12 +58,12 @@ use oap_embed::{EmbedError, Embedder};
 use oap_embed_candle::{BertEmbedder, EmbedOptions};
 use oap_index::Index;
 
-struct Task {
-    id: String,
-    query: String,
-    expected: Vec<String>,
+pub(crate) struct Task {
+    pub(crate) id: String,
+    pub(crate) query: String,
+    pub(crate) expected: Vec<String>,
     /// `tuning` or `evaluation` in the held-out corpora (bench/public_corpus.py).
-    split: Option<String>,
+    pub(crate) split: Option<String>,
 }
 
 /// Recall@k, MRR and abstention of the three retrieval modes.
@@ -127,7 +127,7 @@ pub struct Args {
     split: Option<String>,
 }
 
-fn load_tasks(path: &PathBuf) -> Result<Vec<Task>, String> {
+pub(crate) fn load_tasks(path: &PathBuf) -> Result<Vec<Task>, String> {
     let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
     let mut tasks = Vec::new();
     for (n, line) in text.lines().enumerate() {
@@ -162,13 +162,13 @@ fn base_name(name: &str) -> &str {
 
 /// An embedder that remembers every vector, optionally on disk, so that
 /// reruns over a large corpus only embed what changed.
-struct Cached {
+pub(crate) struct Cached {
     inner: Arc<dyn Embedder>,
     vectors: Mutex<HashMap<[u8; 16], Vec<f32>>>,
 }
 
 impl Cached {
-    fn load(inner: Arc<dyn Embedder>, file: Option<&PathBuf>) -> Cached {
+    pub(crate) fn load(inner: Arc<dyn Embedder>, file: Option<&PathBuf>) -> Cached {
         let mut vectors = HashMap::new();
         let dim = inner.dim();
         if let Some(bytes) = file.and_then(|f| std::fs::read(f).ok()) {
@@ -188,7 +188,7 @@ impl Cached {
         }
     }
 
-    fn save(&self, file: &PathBuf) -> std::io::Result<()> {
+    pub(crate) fn save(&self, file: &PathBuf) -> std::io::Result<()> {
         let vectors = self.vectors.lock().map_err(|_| std::io::ErrorKind::Other)?;
         let mut out = std::io::BufWriter::new(std::fs::File::create(file)?);
         for (key, vector) in vectors.iter() {
@@ -543,11 +543,12 @@ pub fn run(args: Args) -> anyhow::Result<RetrievalReport> {
                 "soft": soft,
                 "dense_text": views.dense,
                 "lexical_text": views.lexical,
-                // [scored name, exact name, dense, lexical], in fused order
-                // before near duplicates are demoted.
+                // [scored name, exact name, dense, lexical, abstention
+                // evidence], in fused order before near duplicates are
+                // demoted.
                 "pool": pool.iter().map(|(doc, parts)| {
                     let name = names.get(*doc as usize).map_or("", |n| n.as_str());
-                    serde_json::json!([display(name), name, parts.dense, parts.lexical])
+                    serde_json::json!([display(name), name, parts.dense, parts.lexical, parts.evidence])
                 }).collect::<Vec<_>>(),
             });
             if writeln!(out, "{line}").is_err() {

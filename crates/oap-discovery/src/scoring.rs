@@ -26,19 +26,17 @@ use crate::query::QueryOptions;
 /// the embedding without bound.
 pub const MAX_LEXICAL: f32 = 2.0;
 
-/// How much lexical evidence counts towards "a capability fits" in hybrid
+/// How much word evidence counts towards "a capability fits" in hybrid
 /// mode: the abstention score is the best candidate's cosine plus this
-/// weight times its lexical evidence, the evidence capped at
-/// [`ABSTENTION_MAX_LEXICAL`] (so words can lift a cosine by 0.09 at most).
-/// Fitted on tuning data only (the shared task set and the tuning splits of
-/// the held-out corpora) with `bench/fit_abstention.py`; docs/BENCHMARKS.md
-/// has the figures. Both parts depend on the best candidate alone, not on
-/// how many other manifests the catalog holds.
+/// weight times its [`abstention_evidence`], capped at
+/// [`ABSTENTION_MAX_LEXICAL`]. Fitted on tuning data only (the shared task
+/// set and the tuning splits of the held-out corpora) with
+/// `bench/fit_abstention.py`; docs/BENCHMARKS.md has the figures.
 pub const ABSTENTION_LEXICAL_WEIGHT: f32 = 0.15;
 
-/// Lexical evidence beyond this many perfectly specific terms adds nothing
-/// to the abstention score: one shared rare word is evidence that the query
-/// is about the capability, a query repeating its words is not more so.
+/// Word evidence beyond this adds nothing to the abstention score: one
+/// shared rare word is evidence that the query is about the capability, a
+/// query repeating its words is not more so.
 pub const ABSTENTION_MAX_LEXICAL: f32 = 0.6;
 
 /// Which retrieval signals are used.
@@ -130,7 +128,7 @@ impl Scoring {
             (Mode::Hybrid, Some(dense)) => {
                 dense
                     + self.abstention_lexical_weight
-                        * parts.lexical.clamp(0.0, ABSTENTION_MAX_LEXICAL)
+                        * parts.evidence.clamp(0.0, ABSTENTION_MAX_LEXICAL)
             }
             (_, Some(dense)) => dense,
         }
@@ -158,6 +156,12 @@ pub struct ScoreParts {
     pub lexical: f32,
     /// The score results are ranked by.
     pub fused: f32,
+    /// The word evidence the hybrid abstention score counts
+    /// ([`abstention_evidence`]): unlike `lexical`, the same for a document
+    /// whatever else the catalog holds, as long as the query's words are not
+    /// in the other documents. Internal, not reported.
+    #[serde(skip)]
+    pub evidence: f32,
 }
 
 /// Ranks documents for a query; returns at most `top_k`, best first, ties
@@ -223,6 +227,7 @@ pub fn rank(
                     dense,
                     lexical,
                     fused,
+                    evidence: 0.0,
                 },
             )
         })
@@ -232,7 +237,41 @@ pub fn rank(
         demote_near_duplicates(index, scoring, &mut scored, top_k);
     }
     scored.truncate(top_k);
+    for (doc, parts) in &mut scored {
+        parts.evidence = abstention_evidence(index, terms, *doc);
+    }
     scored
+}
+
+/// The word evidence that `doc` is what the query asks for, for the
+/// "nothing fits" decision: the sum over the query's distinct words found in
+/// the document of `rarity * tf / (tf + k1)`, capped at [`MAX_LEXICAL`].
+///
+/// `rarity` is the word's idf relative to the idf of a word found in one
+/// document of the same catalog, so a word only this document has counts 1
+/// in a catalog of 13 manifests and in one of 10,000 (BM25's own idf, and
+/// the `lexical` unit, grow with the catalog: such a word is worth 0.67
+/// units among 13 manifests and 0.89 among 10,000). Words in more documents
+/// count less (in 2 of 13: 0.77). `tf / (tf + k1)` is BM25's saturation
+/// without its length normalisation, which depends on the catalog's
+/// average document length: a word in the name (weight 3) counts 0.71, in
+/// the description once 0.45, approaching 1 with more mentions. So adding
+/// manifests that share none of the query's words changes nothing, and
+/// the score stays bounded the same way at any size.
+pub fn abstention_evidence(index: &Index, terms: &[String], doc: u32) -> f32 {
+    let n = index.len().max(1) as f32;
+    let idf = |df: f32| (1.0 + (n - df + 0.5) / (df + 0.5)).ln();
+    // Positive for n >= 1: ln(1 + (n - 0.5) / 1.5) >= ln(4 / 3).
+    let one_document = idf(1.0);
+    index
+        .term_matches(terms, doc)
+        .into_iter()
+        .map(|(df, tf)| {
+            let rarity = (idf(df as f32) / one_document).clamp(0.0, 1.0);
+            rarity * tf / (tf + BM25_K1)
+        })
+        .sum::<f32>()
+        .min(MAX_LEXICAL)
 }
 
 /// The BM25 score of one perfectly specific term: the idf of a term in no
@@ -337,6 +376,15 @@ mod tests {
 
     /// An index of `(id, vector, text)` documents, one row each.
     fn index(docs: &[(&str, [f32; 4], &str)]) -> (tempfile::TempDir, Index) {
+        let owned: Vec<(String, [f32; 4], String)> = docs
+            .iter()
+            .map(|(id, v, t)| (id.to_string(), *v, t.to_string()))
+            .collect();
+        owned_index(&owned)
+    }
+
+    /// [`index`] for owned strings.
+    fn owned_index(docs: &[(String, [f32; 4], String)]) -> (tempfile::TempDir, Index) {
         let dir = tempfile::tempdir().expect("tempdir");
         let mut writer = IndexWriter::new(4, VectorDtype::F32, b"{}".to_vec()).expect("writer");
         for (id, vector, text) in docs {
@@ -476,6 +524,83 @@ mod tests {
         assert_eq!(name_words("local/42"), "local");
     }
 
+    /// A word made of letters only, different for every `i`.
+    fn synthetic_word(mut i: usize) -> String {
+        let mut word = String::from("syn");
+        loop {
+            word.push(char::from(b'a' + (i % 26) as u8));
+            i /= 26;
+            if i == 0 {
+                return word;
+            }
+        }
+    }
+
+    #[test]
+    fn abstention_does_not_depend_on_how_many_unrelated_manifests_there_are() {
+        let small: Vec<(String, [f32; 4], String)> = vec![
+            (
+                "wc".into(),
+                [1.0, 0.0, 0.0, 0.0],
+                "count the words, lines and characters of a text".into(),
+            ),
+            (
+                "grep".into(),
+                [0.0, 1.0, 0.0, 0.0],
+                "print the lines matching a pattern".into(),
+            ),
+            (
+                "date".into(),
+                [0.0, 0.0, 1.0, 0.0],
+                "print or set the system date and time".into(),
+            ),
+        ];
+        // The same three plus 3,000 documents sharing no word with them (and
+        // longer, so the average document length changes too), whose vectors
+        // are orthogonal to the query's.
+        let mut large = small.clone();
+        for i in 0..3000 {
+            let text = (0..12)
+                .map(|k| synthetic_word(i * 12 + k))
+                .collect::<Vec<_>>()
+                .join(" ");
+            large.push((format!("synthetic-{i}"), [0.0, 1.0, 1.0, 0.0], text));
+        }
+        let (_a, small_index) = owned_index(&small);
+        let (_b, large_index) = owned_index(&large);
+        let scoring = Scoring::default();
+        let terms = terms("how many words are in this sentence");
+        // The query's cosine with `wc`, swept across the threshold: the
+        // decision must be the same in both catalogs at every cosine.
+        let mut decisions = 0;
+        let mut lexical_moved = false;
+        for step in 0..=60 {
+            let cosine = scoring.min_score_hybrid - 0.15 + 0.005 * step as f32;
+            let q = [cosine, 0.0, 0.0, (1.0 - cosine * cosine).sqrt()];
+            let best = |index: &Index| {
+                let ranked = rank(index, &scoring, Mode::Hybrid, Some(&q), &terms, 3);
+                assert_eq!(ids(index, &ranked)[0], "wc");
+                ranked[0].1
+            };
+            let (a, b) = (best(&small_index), best(&large_index));
+            assert!((a.dense.unwrap_or(0.0) - cosine).abs() < 1e-4);
+            assert!(a.evidence > 0.0, "the query shares a word with wc");
+            // BM25's own unit does move with the catalog's size...
+            lexical_moved |= (a.lexical - b.lexical).abs() > 0.05;
+            // ...the evidence the decision counts does not.
+            assert!((a.evidence - b.evidence).abs() < 1e-6, "{a:?} vs {b:?}");
+            assert_eq!(
+                scoring.accepts(Mode::Hybrid, &a),
+                scoring.accepts(Mode::Hybrid, &b),
+                "cosine {cosine}: {a:?} vs {b:?}"
+            );
+            decisions += scoring.accepts(Mode::Hybrid, &a) as usize;
+        }
+        assert!(lexical_moved, "the catalogs must differ in BM25 units");
+        // The sweep crosses the threshold: both decisions were seen.
+        assert!(decisions > 0 && decisions < 61, "{decisions}");
+    }
+
     #[test]
     fn abstention_uses_the_cosine_when_there_is_one() {
         let scoring = Scoring::default();
@@ -485,6 +610,7 @@ mod tests {
             dense: Some(scoring.min_score_hybrid - lift - 0.01),
             lexical: MAX_LEXICAL,
             fused: 1.0,
+            evidence: MAX_LEXICAL,
         };
         assert!(!scoring.accepts(Mode::Hybrid, &strong_words));
         // One specific word is enough to lift a cosine just below the
@@ -493,6 +619,7 @@ mod tests {
             dense: Some(scoring.min_score_hybrid - 0.03),
             lexical: 0.5,
             fused: 0.5,
+            evidence: 0.5,
         };
         assert!(scoring.accepts(Mode::Hybrid, &one_word));
         let dense_only = Scoring {
@@ -509,12 +636,14 @@ mod tests {
             dense: Some(scoring.min_score_hybrid + 0.01),
             lexical: 0.0,
             fused: scoring.min_score_hybrid + 0.01,
+            evidence: 0.0,
         };
         assert!(scoring.accepts(Mode::Hybrid, &fits));
         let lexical_only = ScoreParts {
             dense: None,
             lexical: scoring.min_score_lexical,
             fused: scoring.min_score_lexical,
+            evidence: scoring.min_score_lexical,
         };
         assert!(scoring.accepts(Mode::Lexical, &lexical_only));
         assert!(scoring.accepts(Mode::Hybrid, &lexical_only));

@@ -353,6 +353,25 @@ impl Index {
         top.into_sorted()
     }
 
+    /// The distinct query terms found in `doc`, each as (number of documents
+    /// containing the term, the term's field-weighted frequency in `doc`), in
+    /// term order. Empty for a document out of range. The raw material of a
+    /// lexical measure other than BM25 (one that must not depend on the
+    /// collection's size or average document length, say).
+    pub fn term_matches<S: AsRef<str>>(&self, query_tokens: &[S], doc: u32) -> Vec<(usize, f32)> {
+        let mut terms: Vec<&str> = query_tokens.iter().map(AsRef::as_ref).collect();
+        terms.sort_unstable();
+        terms.dedup();
+        terms
+            .into_iter()
+            .filter_map(|t| {
+                let list = self.postings_of(self.term_id(t.as_bytes())?)?;
+                let i = list.binary_search_by_key(&doc, |p| p.doc).ok()?;
+                Some((list.len(), list.get(i)?.tf))
+            })
+            .collect()
+    }
+
     /// BM25 score of each document in `docs` (0 if it matches no term or is out of
     /// range); binary search per (term, doc), O(|terms| * |docs| * log postings).
     pub fn bm25_scores_for<S: AsRef<str>>(&self, query_tokens: &[S], docs: &[u32]) -> Vec<f32> {

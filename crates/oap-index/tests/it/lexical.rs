@@ -78,6 +78,19 @@ fn bm25_matches_hand_computed_values() {
 }
 
 #[test]
+fn term_matches_gives_document_frequency_and_weighted_tf_per_distinct_term() {
+    let dir = tempfile::tempdir().unwrap();
+    let idx = three_docs(dir.path());
+    // d1: convert twice (tf 2, in 2 documents), png once (1 document);
+    // duplicates count once, unknown terms and terms d1 lacks are left out.
+    let m = idx.term_matches(&["png", "convert", "pdf", "png", "zzz"], 1);
+    assert_eq!(m, vec![(2, 2.0), (1, 1.0)]);
+    assert_eq!(idx.term_matches(&["merge"], 2), vec![(1, 3.0)]);
+    assert!(idx.term_matches(&["merge"], 0).is_empty());
+    assert!(idx.term_matches(&["pdf"], 9).is_empty());
+}
+
+#[test]
 fn sparse_and_dense_accumulation_agree() {
     // A common term hits most docs (dense path), a rare one few (sparse path); both
     // must agree with the per-doc binary-search scorer.
