@@ -81,7 +81,11 @@ impl Index {
             .arg(&xz)
             .output()
             .context("xz is missing: apt-get install xz-utils")?;
-        ensure!(output.status.success(), "cannot decompress {}", xz.display());
+        ensure!(
+            output.status.success(),
+            "cannot decompress {}",
+            xz.display()
+        );
         let text = String::from_utf8_lossy(&output.stdout);
         Ok(Self {
             cache: cache.to_path_buf(),
@@ -275,7 +279,10 @@ mod tests {
         // listed under MD5Sum only: not taken
         let md5_only = "MD5Sum:\n 0123456789abcdef0123456789abcdef 100 x/Packages.xz\n";
         assert_eq!(release_sha256(md5_only, "x/Packages.xz"), None);
-        assert_eq!(release_sha256(RELEASE, "main/binary-riscv64/Packages.xz"), None);
+        assert_eq!(
+            release_sha256(RELEASE, "main/binary-riscv64/Packages.xz"),
+            None
+        );
     }
 
     #[test]
@@ -295,7 +302,10 @@ mod tests {
         let meta = &stanzas["linux-image-arm64"];
         assert_eq!(meta.sha256, "b".repeat(64));
         assert_eq!(meta.size, 1500);
-        assert_eq!(first_dependency(&meta.depends), Some("linux-image-6.1.0-9-arm64"));
+        assert_eq!(
+            first_dependency(&meta.depends),
+            Some("linux-image-6.1.0-9-arm64")
+        );
         assert_eq!(
             stanzas["busybox-static"].filename,
             "pool/main/b/busybox/busybox-static_1.35.0-4+b3_arm64.deb"

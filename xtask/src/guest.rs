@@ -126,16 +126,22 @@ pub(crate) fn suites_script(suites: &[Suite]) -> String {
     out
 }
 
-const INIT: &str = r#"#!/bin/busybox sh
-/bin/busybox mkdir -p /proc /sys /dev /tmp /sbin /usr/bin /usr/sbin /run
-/bin/busybox --install -s
+/// The guest's init: a merged /usr like Debian's (`/bin` → `usr/bin`), so
+/// tools sit at the paths the tests name (`/usr/bin/echo`), busybox's
+/// applets as the programs, a hostname, loopback up; then the suites.
+const INIT: &str = r#"#!/usr/bin/busybox sh
+/usr/bin/busybox ln -s usr/bin /bin
+/usr/bin/busybox ln -s usr/sbin /sbin
+/usr/bin/busybox mkdir -p /proc /sys /dev /tmp /usr/sbin /run
+/usr/bin/busybox --install -s
 mount -t proc proc /proc
 mount -t sysfs sysfs /sys
 mount -t devtmpfs devtmpfs /dev
 mount -t tmpfs -o mode=1777 tmpfs /tmp
-mkdir -p /dev/shm /dev/pts && mount -t tmpfs tmpfs /dev/shm
+mkdir -p /dev/shm && mount -t tmpfs tmpfs /dev/shm
+hostname oapd-arm64-guest
 ip link set lo up
-export PATH=/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin HOME=/tmp TMPDIR=/tmp LANG=C.UTF-8
+export PATH=/usr/local/bin:/usr/bin:/usr/sbin HOME=/tmp TMPDIR=/tmp LANG=C.UTF-8
 echo "OAPD-GUEST-BOOTED $(nproc) cpus, $(awk '/MemTotal/ {print $2}' /proc/meminfo) kB"
 . /oapd-suites.sh
 echo OAPD-GUEST-DONE
@@ -165,16 +171,25 @@ fn write_initramfs(
     // guest path → (source, mode)
     let mut files: BTreeMap<String, (Source, u32)> = BTreeMap::new();
     files.insert("init".into(), (Source::Bytes(INIT.into()), 0o755));
-    files.insert("bin/busybox".into(), (Source::Host(busybox.into()), 0o755));
+    files.insert(
+        "usr/bin/busybox".into(),
+        (Source::Host(busybox.into()), 0o755),
+    );
     files.insert(
         "oapd-suites.sh".into(),
         (Source::Bytes(suites_script(suites).into_bytes()), 0o644),
     );
     for (name, text) in [
         ("etc/hosts", "127.0.0.1 localhost\n::1 localhost\n"),
-        ("etc/passwd", "root:x:0:0:root:/tmp:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/bin/false\n"),
+        (
+            "etc/passwd",
+            "root:x:0:0:root:/tmp:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/bin/false\n",
+        ),
         ("etc/group", "root:x:0:\nnogroup:x:65534:\n"),
-        ("etc/nsswitch.conf", "passwd: files\ngroup: files\nhosts: files\n"),
+        (
+            "etc/nsswitch.conf",
+            "passwd: files\ngroup: files\nhosts: files\n",
+        ),
     ] {
         files.insert(name.into(), (Source::Bytes(text.into()), 0o644));
     }
@@ -251,7 +266,8 @@ fn guest_path(host: &Path) -> Result<String> {
         .strip_prefix('/')
         .with_context(|| format!("not an absolute path: {text}"))?;
     ensure!(
-        !rel.split('/').any(|part| part == ".." || part == "." || part.is_empty()),
+        !rel.split('/')
+            .any(|part| part == ".." || part == "." || part.is_empty()),
         "not a plain path: {text}"
     );
     Ok(rel.to_owned())
@@ -325,7 +341,11 @@ fn needed_libraries(binaries: &[PathBuf]) -> Result<BTreeSet<PathBuf>> {
             .arg(&elf)
             .output()
             .context("readelf is missing: apt-get install binutils")?;
-        ensure!(output.status.success(), "readelf failed on {}", elf.display());
+        ensure!(
+            output.status.success(),
+            "readelf failed on {}",
+            elf.display()
+        );
         for name in needed(&String::from_utf8_lossy(&output.stdout)) {
             let lib = sysroot.join(&name);
             ensure!(
@@ -367,10 +387,16 @@ enum Event {
 fn parse_event(line: &str) -> Event {
     let now = Instant::now();
     let trimmed = line.trim_end_matches(['\r', '\n']);
-    if let Some(rest) = trimmed.strip_prefix(START).and_then(|r| r.strip_prefix(' ')) {
+    if let Some(rest) = trimmed
+        .strip_prefix(START)
+        .and_then(|r| r.strip_prefix(' '))
+    {
         return Event::Start(rest.to_owned(), now);
     }
-    if let Some(rest) = trimmed.strip_prefix(RESULT).and_then(|r| r.strip_prefix(' ')) {
+    if let Some(rest) = trimmed
+        .strip_prefix(RESULT)
+        .and_then(|r| r.strip_prefix(' '))
+    {
         if let Some((name, code)) = rest.rsplit_once(' ') {
             if let Ok(code) = code.parse() {
                 return Event::Result(name.to_owned(), code, now);
@@ -384,12 +410,26 @@ fn parse_event(line: &str) -> Event {
 }
 
 /// Boots the guest and follows its console.
-fn boot(kernel: &Path, initramfs: &Path, suites: &[Suite], deadline: Duration) -> Result<Vec<Outcome>> {
+fn boot(
+    kernel: &Path,
+    initramfs: &Path,
+    suites: &[Suite],
+    deadline: Duration,
+) -> Result<Vec<Outcome>> {
     let log_path = repo_root().join("target/arm64-guest/console.log");
     let mut log = fs::File::create(&log_path)?;
     let mut command = Command::new("qemu-system-aarch64");
     command
-        .args(["-M", "virt", "-cpu", "cortex-a72", "-smp", "2", "-m", "3072"])
+        .args([
+            "-M",
+            "virt",
+            "-cpu",
+            "cortex-a72",
+            "-smp",
+            "2",
+            "-m",
+            "3072",
+        ])
         .args(["-accel", "tcg", "-nographic", "-no-reboot", "-nic", "none"])
         .arg("-kernel")
         .arg(kernel)
@@ -428,6 +468,7 @@ fn boot(kernel: &Path, initramfs: &Path, suites: &[Suite], deadline: Duration) -
     let mut running: Option<(String, Instant)> = None;
     let mut last_lines: Vec<String> = Vec::new();
     let mut outcomes = Vec::new();
+    let mut failed: Vec<String> = Vec::new();
     let mut failure: Option<String> = None;
     let mut done = false;
     loop {
@@ -449,7 +490,10 @@ fn boot(kernel: &Path, initramfs: &Path, suites: &[Suite], deadline: Duration) -
         match event {
             Event::Start(name, at) => {
                 writeln!(log, "{START} {name}")?;
-                println!("guest: {name} started at {:.0} s", at.duration_since(started).as_secs_f64());
+                println!(
+                    "guest: {name} started at {:.0} s",
+                    at.duration_since(started).as_secs_f64()
+                );
                 running = Some((name, at));
                 last_lines.clear();
             }
@@ -465,15 +509,19 @@ fn boot(kernel: &Path, initramfs: &Path, suites: &[Suite], deadline: Duration) -
                     .find(|l| l.starts_with("test result:"))
                     .cloned()
                     .unwrap_or_default();
-                println!("guest: {name}: exit {code} in {:.1} s; {summary}", took.as_secs_f64());
+                println!(
+                    "guest: {name}: exit {code} in {:.1} s; {summary}",
+                    took.as_secs_f64()
+                );
                 if code != 0 {
-                    failure = Some(format!(
-                        "suite {name} failed in the arm64 guest (exit {code}); console in {}",
-                        log_path.display()
-                    ));
+                    failed.push(format!("{name} (exit {code})"));
                     // Keep running: the other suites' results are still worth having.
                 }
-                outcomes.push(Outcome { name, took, summary });
+                outcomes.push(Outcome {
+                    name,
+                    took,
+                    summary,
+                });
             }
             Event::Done => {
                 done = true;
@@ -488,6 +536,13 @@ fn boot(kernel: &Path, initramfs: &Path, suites: &[Suite], deadline: Duration) -
             }
             Event::Eof => break,
         }
+    }
+    if failure.is_none() && !failed.is_empty() {
+        failure = Some(format!(
+            "failed in the arm64 guest: {}; console in {}",
+            failed.join(", "),
+            log_path.display()
+        ));
     }
     if failure.is_some() || !done {
         // Kill the emulator by its PID (it is our child).
@@ -528,9 +583,16 @@ mod tests {
 
     #[test]
     fn console_lines_become_events() {
-        assert!(matches!(parse_event("OAPD-GUEST-START oapd/it\r\n"), Event::Start(n, _) if n == "oapd/it"));
-        assert!(matches!(parse_event("OAPD-GUEST-RESULT oapd/it 101\n"), Event::Result(n, 101, _) if n == "oapd/it"));
-        assert!(matches!(parse_event("OAPD-GUEST-RESULT oapd/it x\n"), Event::Line(_)));
+        assert!(
+            matches!(parse_event("OAPD-GUEST-START oapd/it\r\n"), Event::Start(n, _) if n == "oapd/it")
+        );
+        assert!(
+            matches!(parse_event("OAPD-GUEST-RESULT oapd/it 101\n"), Event::Result(n, 101, _) if n == "oapd/it")
+        );
+        assert!(matches!(
+            parse_event("OAPD-GUEST-RESULT oapd/it x\n"),
+            Event::Line(_)
+        ));
         assert!(matches!(parse_event("OAPD-GUEST-DONE\r\n"), Event::Done));
         assert!(matches!(parse_event("test result: ok."), Event::Line(_)));
     }
@@ -543,9 +605,18 @@ mod tests {
             cwd: "/w/crates/oapd".into(),
             args: vec!["daemon::".into(), "it's".into()],
         }]);
-        assert!(script.contains("echo OAPD-GUEST-START 'oapd/it'\n"), "{script}");
-        assert!(script.contains("exec '/w/target/it-1' 'daemon::' 'it'\\''s'"), "{script}");
-        assert!(script.contains("echo OAPD-GUEST-RESULT 'oapd/it' $?\n"), "{script}");
+        assert!(
+            script.contains("echo OAPD-GUEST-START 'oapd/it'\n"),
+            "{script}"
+        );
+        assert!(
+            script.contains("exec '/w/target/it-1' 'daemon::' 'it'\\''s'"),
+            "{script}"
+        );
+        assert!(
+            script.contains("echo OAPD-GUEST-RESULT 'oapd/it' $?\n"),
+            "{script}"
+        );
     }
 
     #[test]
@@ -554,7 +625,10 @@ mod tests {
         let host = dir.path().join("model.bin");
         fs::write(&host, vec![7u8; 1001]).unwrap();
         let mut files = BTreeMap::new();
-        files.insert("init".to_owned(), (Source::Bytes(b"#!/bin/sh\n".to_vec()), 0o755));
+        files.insert(
+            "init".to_owned(),
+            (Source::Bytes(b"#!/bin/sh\n".to_vec()), 0o755),
+        );
         files.insert("a/b/model.bin".to_owned(), (Source::Host(host), 0o644));
         let out = dir.path().join("x.cpio");
         let size = write_cpio(&out, &files).unwrap();
