@@ -64,7 +64,7 @@ const GUEST_PACKAGES: &[&str] = &[
 
 /// Test binary arguments by suite (`package/target`); a suite not listed
 /// runs whole. Under TCG one real-model index of the bundled manifests
-/// (about 3,300 tokens) takes minutes, so the suites that build one per test
+/// takes minutes, so the suites that build one per test
 /// (oap-discovery's `abstention`, the daemon and bridge tests with the model)
 /// are left to `cargo xtask test`, as are the embedder tests that embed long
 /// or many texts; what runs here proves inference on arm64: the embedder's
