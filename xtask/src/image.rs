@@ -47,8 +47,8 @@ use crate::repo_root;
 use crate::tasks::run_in_root;
 
 /// Debian release every image is built from (pinned; bump deliberately).
-const SUITE: &str = "bookworm";
-const MIRROR: &str = "http://deb.debian.org/debian";
+pub(crate) const SUITE: &str = "bookworm";
+pub(crate) const MIRROR: &str = "http://deb.debian.org/debian";
 /// Bump when the build steps change in a way the cache key cannot see.
 const RECIPE_VERSION: &str = "1";
 const ROOT_LABEL: &str = "RASPIROOT";

@@ -21,7 +21,9 @@ mod bench_retrieval;
 mod bench_run;
 mod bench_tokens;
 mod cross;
+mod debian;
 mod fuzz;
+mod guest;
 mod home_assistant;
 mod image;
 #[cfg(test)]
@@ -162,9 +164,11 @@ const COMMANDS: &[Command] = &[
     },
     Command {
         name: "cross",
-        usage: "cross [--test] [--jetpack5]\n      \
+        usage: "cross [--test [--suite NAME]... [-- TEST ARGS]] [--jetpack5]\n      \
                 aarch64 release binary (no Docker), checked for ELF arch and glibc\n      \
-                floor; --test runs the non-inference suites under qemu-aarch64-static;\n      \
+                floor; --test runs the aarch64 test binaries (candle inference, the\n      \
+                daemon end to end) in a qemu-system-aarch64 guest (TCG), --suite\n      \
+                only the named ones (e.g. oapd/it), with TEST ARGS instead of theirs;\n      \
                 --jetpack5 builds with cargo-zigbuild against glibc 2.31 (target/zig)",
         run: cross::run,
     },

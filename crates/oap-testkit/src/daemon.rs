@@ -21,8 +21,8 @@ use crate::http::{request_bytes, send_raw, Response};
 const READY_WITHIN: Duration = Duration::from_secs(120);
 
 /// The argv prefix that runs `binary`: behind `OAPD_TEST_RUNNER` when set
-/// (`cargo xtask cross --test` runs the aarch64 binary through qemu-user,
-/// as the host kernel has no binfmt_misc entry for it).
+/// (e.g. `qemu-aarch64-static -L /usr/aarch64-linux-gnu` to run an aarch64
+/// binary on a host without a binfmt_misc entry for it).
 pub fn argv(binary: impl AsRef<Path>) -> Vec<OsString> {
     let binary = binary.as_ref().as_os_str().to_owned();
     match std::env::var("OAPD_TEST_RUNNER") {

@@ -619,7 +619,7 @@ async fn delays_are_honoured() {
         )
     };
     // Measured from the request, not from the first frame: on a loaded or
-    // emulated machine (qemu-user in CI) the first frame itself may arrive
+    // emulated machine (the arm64 guest in CI) the first frame itself may arrive
     // late, which shortened a first-to-last gap below the delay.
     let sent = Instant::now();
     let response = send(fake.addr(), Method::POST, "/api/chat", "localhost", body()).await;

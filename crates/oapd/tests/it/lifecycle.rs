@@ -5,8 +5,8 @@
 //! socket activation through systemd-socket-activate.
 //!
 //! These tests run without the embedding model (lexical mode): they are
-//! about the process lifecycle, not about retrieval, and stay cheap under
-//! qemu-user where candle inference is unusable.
+//! about the process lifecycle, not about retrieval, and stay cheap in the
+//! emulated arm64 guest of `cargo xtask cross --test`.
 
 use crate::support;
 

@@ -1,0 +1,674 @@
+//! The aarch64 test binaries inside a `qemu-system-aarch64` guest (TCG):
+//! Debian's arm64 kernel booted directly with an initramfs that holds a
+//! static busybox as init, the sysroot libraries the binaries need, the
+//! test binaries, the repository's tracked files and the embedding model,
+//! everything at the same absolute paths as on the host (the binaries have
+//! `CARGO_MANIFEST_DIR` and `CARGO_BIN_EXE_*` paths compiled in). No network
+//! device: the init brings up `lo` only. It runs each suite and prints one
+//! result line per suite on the serial console, then powers off.
+//!
+//! Kernel and busybox come from the Debian mirror of the image recipe,
+//! verified ([`crate::debian`]), cached under `target/arm64-guest/`.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fs;
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, ensure, Context, Result};
+
+use crate::debian::{extract_file, Index};
+use crate::repo_root;
+
+/// Debian's aarch64 sysroot (package libc6-arm64-cross and friends).
+const SYSROOT_LIB: &str = "/usr/aarch64-linux-gnu/lib";
+/// Marks the init prints on the console, one line each.
+const START: &str = "OAPD-GUEST-START";
+const RESULT: &str = "OAPD-GUEST-RESULT";
+const DONE: &str = "OAPD-GUEST-DONE";
+
+/// One test binary run in the guest.
+#[derive(Debug, Clone)]
+pub(crate) struct Suite {
+    /// Shown in results and failures, e.g. `oapd/it`.
+    pub(crate) name: String,
+    /// The executable (a host path; the guest has it at the same path).
+    pub(crate) exe: PathBuf,
+    /// Working directory: the package's directory, as under `cargo test`.
+    pub(crate) cwd: PathBuf,
+    /// Arguments of the test binary (filters, `--skip`).
+    pub(crate) args: Vec<String>,
+}
+
+/// How long one suite took, and its test harness's summary line.
+#[derive(Debug)]
+pub(crate) struct Outcome {
+    pub(crate) name: String,
+    pub(crate) took: Duration,
+    pub(crate) summary: String,
+}
+
+/// Runs `suites` in the guest; `also` are further binaries the tests start
+/// (the daemon, fake-ollama). Fails naming the suite that failed, or the
+/// one running when `deadline` passed.
+pub(crate) fn run(suites: &[Suite], also: &[PathBuf], deadline: Duration) -> Result<Vec<Outcome>> {
+    let cache = repo_root().join("target/arm64-guest");
+    fs::create_dir_all(&cache)?;
+    let (kernel, busybox) = kernel_and_busybox(&cache)?;
+    let started = Instant::now();
+    let initramfs = cache.join("initramfs.cpio");
+    let size = write_initramfs(&cache, &initramfs, &busybox, suites, also)?;
+    println!(
+        "guest: initramfs {} MB written in {:.0} s",
+        size >> 20,
+        started.elapsed().as_secs_f64()
+    );
+    let outcome = boot(&kernel, &initramfs, suites, deadline);
+    let _ = fs::remove_file(&initramfs);
+    outcome
+}
+
+/// The kernel image and the static busybox, from the verified cache or
+/// the mirror.
+fn kernel_and_busybox(cache: &Path) -> Result<(PathBuf, PathBuf)> {
+    let index = Index::fetch(&cache.join("debian"), "arm64")?;
+    let kernel_pkg = index.first_dependency("linux-image-arm64")?;
+    let release = kernel_pkg
+        .package
+        .strip_prefix("linux-image-")
+        .with_context(|| format!("unexpected kernel package {}", kernel_pkg.package))?;
+    let kernel = cache.join(format!("vmlinuz-{}", kernel_pkg.sha256));
+    if !kernel.is_file() {
+        let deb = index.deb(kernel_pkg)?;
+        extract_file(&deb, &format!("./boot/vmlinuz-{release}"), &kernel)?;
+    }
+    let busybox_pkg = index.stanza("busybox-static")?;
+    let busybox = cache.join(format!("busybox-{}", busybox_pkg.sha256));
+    if !busybox.is_file() {
+        let deb = index.deb(busybox_pkg)?;
+        extract_file(&deb, "./bin/busybox", &busybox)?;
+    }
+    println!(
+        "guest: kernel {} {}, busybox {} (verified against {}'s signed index)",
+        kernel_pkg.package,
+        kernel_pkg.version,
+        busybox_pkg.version,
+        crate::image::SUITE
+    );
+    Ok((kernel, busybox))
+}
+
+/// Single-quoted for sh.
+fn quote(s: &str) -> String {
+    format!("'{}'", s.replace('\'', "'\\''"))
+}
+
+/// The script the init sources: each suite between a start and a result
+/// line (the result carries the exit code).
+pub(crate) fn suites_script(suites: &[Suite]) -> String {
+    let mut out = String::new();
+    for suite in suites {
+        let args: Vec<String> = suite.args.iter().map(|a| quote(a)).collect();
+        out.push_str(&format!(
+            "echo {START} {name}\n\
+             (cd {cwd} && CARGO_MANIFEST_DIR={cwd} exec {exe} {args} </dev/null 2>&1)\n\
+             echo {RESULT} {name} $?\n",
+            name = quote(&suite.name),
+            cwd = quote(&suite.cwd.to_string_lossy()),
+            exe = quote(&suite.exe.to_string_lossy()),
+            args = args.join(" "),
+        ));
+    }
+    out
+}
+
+/// The guest's init: a merged /usr like Debian's (`/bin` → `usr/bin`), so
+/// tools sit at the paths the tests name (`/usr/bin/echo`), busybox's
+/// applets as the programs, a hostname, loopback up; then the suites.
+const INIT: &str = r#"#!/usr/bin/busybox sh
+/usr/bin/busybox ln -s usr/bin /bin
+/usr/bin/busybox ln -s usr/sbin /sbin
+/usr/bin/busybox mkdir -p /proc /sys /dev /tmp /usr/sbin /run
+/usr/bin/busybox --install -s
+mount -t proc proc /proc
+mount -t sysfs sysfs /sys
+mount -t devtmpfs devtmpfs /dev
+mount -t tmpfs -o mode=1777 tmpfs /tmp
+mkdir -p /dev/shm && mount -t tmpfs tmpfs /dev/shm
+hostname oapd-arm64-guest
+ip link set lo up
+export PATH=/usr/local/bin:/usr/bin:/usr/sbin HOME=/tmp TMPDIR=/tmp LANG=C.UTF-8
+echo "OAPD-GUEST-BOOTED $(nproc) cpus, $(awk '/MemTotal/ {print $2}' /proc/meminfo) kB"
+. /oapd-suites.sh
+echo OAPD-GUEST-DONE
+poweroff -f
+"#;
+
+/// A file of the initramfs: its contents come from a host file or memory.
+enum Source {
+    Host(PathBuf),
+    Bytes(Vec<u8>),
+}
+
+/// Writes the initramfs; returns its size in bytes.
+fn write_initramfs(
+    cache: &Path,
+    out: &Path,
+    busybox: &Path,
+    suites: &[Suite],
+    also: &[PathBuf],
+) -> Result<u64> {
+    let root = repo_root();
+    let stage = cache.join("stripped");
+    if stage.exists() {
+        fs::remove_dir_all(&stage)?;
+    }
+    fs::create_dir_all(&stage)?;
+    // guest path → (source, mode)
+    let mut files: BTreeMap<String, (Source, u32)> = BTreeMap::new();
+    files.insert("init".into(), (Source::Bytes(INIT.into()), 0o755));
+    files.insert(
+        "usr/bin/busybox".into(),
+        (Source::Host(busybox.into()), 0o755),
+    );
+    files.insert(
+        "oapd-suites.sh".into(),
+        (Source::Bytes(suites_script(suites).into_bytes()), 0o644),
+    );
+    for (name, text) in [
+        ("etc/hosts", "127.0.0.1 localhost\n::1 localhost\n"),
+        (
+            "etc/passwd",
+            "root:x:0:0:root:/tmp:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/bin/false\n",
+        ),
+        ("etc/group", "root:x:0:\nnogroup:x:65534:\n"),
+        (
+            "etc/nsswitch.conf",
+            "passwd: files\ngroup: files\nhosts: files\n",
+        ),
+    ] {
+        files.insert(name.into(), (Source::Bytes(text.into()), 0o644));
+    }
+    // The repository's tracked files (fixtures, bundled manifests, scripts).
+    let listed = Command::new("git")
+        .args(["ls-files", "-z"])
+        .current_dir(&root)
+        .output()
+        .context("git ls-files")?;
+    ensure!(listed.status.success(), "git ls-files failed");
+    for rel in listed.stdout.split(|b| *b == 0).filter(|r| !r.is_empty()) {
+        let rel = String::from_utf8_lossy(rel).into_owned();
+        let host = root.join(&rel);
+        let Ok(meta) = fs::symlink_metadata(&host) else {
+            continue; // deleted in the work tree
+        };
+        if meta.is_file() {
+            files.insert(
+                guest_path(&host)?,
+                (Source::Host(host), meta.permissions().mode() & 0o777),
+            );
+        }
+    }
+    // The embedding model (models/ may be a symlink; the guest gets files).
+    let model = root.join("models/all-MiniLM-L6-v2");
+    for entry in fs::read_dir(&model)
+        .with_context(|| format!("{}: run `cargo xtask fetch-model`", model.display()))?
+    {
+        let entry = entry?;
+        if entry.metadata()?.is_file() {
+            files.insert(
+                guest_path(&model.join(entry.file_name()))?,
+                (Source::Host(entry.path()), 0o644),
+            );
+        }
+    }
+    // The binaries, without debug information (a fifth of the size).
+    let mut elves = Vec::new();
+    for (n, exe) in suites
+        .iter()
+        .map(|s| &s.exe)
+        .chain(also.iter())
+        .collect::<BTreeSet<_>>()
+        .into_iter()
+        .enumerate()
+    {
+        let stripped = stage.join(n.to_string());
+        crate::tasks::run_in_root(
+            Command::new("aarch64-linux-gnu-strip")
+                .arg("--strip-debug")
+                .arg("-o")
+                .arg(&stripped)
+                .arg(exe),
+        )?;
+        files.insert(guest_path(exe)?, (Source::Host(stripped), 0o755));
+        elves.push(exe.clone());
+    }
+    for lib in needed_libraries(&elves)? {
+        let name = lib
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .context("library without a name")?;
+        files.insert(format!("lib/{name}"), (Source::Host(lib), 0o755));
+    }
+    let size = write_cpio(out, &files)?;
+    fs::remove_dir_all(&stage)?;
+    Ok(size)
+}
+
+/// `host` (absolute) as a path in the initramfs (no leading slash).
+fn guest_path(host: &Path) -> Result<String> {
+    let text = host.to_string_lossy();
+    let rel = text
+        .strip_prefix('/')
+        .with_context(|| format!("not an absolute path: {text}"))?;
+    ensure!(
+        !rel.split('/')
+            .any(|part| part == ".." || part == "." || part.is_empty()),
+        "not a plain path: {text}"
+    );
+    Ok(rel.to_owned())
+}
+
+/// Every directory above the files, parents first.
+fn directories<'a>(files: impl Iterator<Item = &'a String>) -> BTreeSet<String> {
+    let mut dirs = BTreeSet::new();
+    for file in files {
+        let mut path = file.as_str();
+        while let Some((parent, _)) = path.rsplit_once('/') {
+            dirs.insert(parent.to_owned());
+            path = parent;
+        }
+    }
+    dirs
+}
+
+/// A newc cpio of `files` (directories added); returns its size.
+fn write_cpio(out: &Path, files: &BTreeMap<String, (Source, u32)>) -> Result<u64> {
+    let mut writer = std::io::BufWriter::new(fs::File::create(out)?);
+    let mut ino = 1u32;
+    // BTreeSet order puts a parent before its children.
+    for dir in directories(files.keys()) {
+        let entry = cpio::newc::Builder::new(&dir)
+            .ino(ino)
+            .mode(0o040_755)
+            .nlink(2);
+        ino += 1;
+        writer = entry.write(writer, 0).finish()?;
+    }
+    for (name, (source, mode)) in files {
+        let bytes;
+        let data: &[u8] = match source {
+            Source::Bytes(b) => b,
+            Source::Host(path) => {
+                bytes = fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+                &bytes
+            }
+        };
+        let len = u32::try_from(data.len())
+            .with_context(|| format!("{name} is too large for a newc cpio"))?;
+        let entry = cpio::newc::Builder::new(name)
+            .ino(ino)
+            .mode(0o100_000 | mode);
+        ino += 1;
+        let mut file = entry.write(writer, len);
+        file.write_all(data)?;
+        writer = file.finish()?;
+    }
+    let mut writer = cpio::newc::trailer(writer)?;
+    writer.flush()?;
+    drop(writer);
+    Ok(fs::metadata(out)?.len())
+}
+
+/// The shared libraries of the sysroot that `binaries` load, transitively.
+fn needed_libraries(binaries: &[PathBuf]) -> Result<BTreeSet<PathBuf>> {
+    let sysroot = Path::new(SYSROOT_LIB);
+    let mut found = BTreeSet::new();
+    // The dynamic loader itself is named by the interpreter, not NEEDED.
+    found.insert(sysroot.join("ld-linux-aarch64.so.1"));
+    let mut todo: Vec<PathBuf> = binaries.to_vec();
+    let mut seen = BTreeSet::new();
+    while let Some(elf) = todo.pop() {
+        if !seen.insert(elf.clone()) {
+            continue;
+        }
+        let output = Command::new("readelf")
+            .args(["--dynamic", "--wide"])
+            .arg(&elf)
+            .output()
+            .context("readelf is missing: apt-get install binutils")?;
+        ensure!(
+            output.status.success(),
+            "readelf failed on {}",
+            elf.display()
+        );
+        for name in needed(&String::from_utf8_lossy(&output.stdout)) {
+            let lib = sysroot.join(&name);
+            ensure!(
+                lib.exists(),
+                "{} needs {name}, which is not in {SYSROOT_LIB}",
+                elf.display()
+            );
+            let lib = fs::canonicalize(&lib)?;
+            if found.insert(sysroot.join(&name)) {
+                todo.push(lib);
+            }
+        }
+    }
+    Ok(found)
+}
+
+/// The NEEDED entries of `readelf --dynamic` output.
+fn needed(readelf: &str) -> Vec<String> {
+    readelf
+        .lines()
+        .filter(|line| line.contains("(NEEDED)"))
+        .filter_map(|line| {
+            let start = line.find('[')? + 1;
+            let end = line.rfind(']')?;
+            line.get(start..end).map(str::to_owned)
+        })
+        .collect()
+}
+
+/// A console line the init printed.
+enum Event {
+    Start(String, Instant),
+    Result(String, i32, Instant),
+    Done,
+    Line(String),
+    Eof,
+}
+
+fn parse_event(line: &str) -> Event {
+    let now = Instant::now();
+    let trimmed = line.trim_end_matches(['\r', '\n']);
+    if let Some(rest) = trimmed
+        .strip_prefix(START)
+        .and_then(|r| r.strip_prefix(' '))
+    {
+        return Event::Start(rest.to_owned(), now);
+    }
+    if let Some(rest) = trimmed
+        .strip_prefix(RESULT)
+        .and_then(|r| r.strip_prefix(' '))
+    {
+        if let Some((name, code)) = rest.rsplit_once(' ') {
+            if let Ok(code) = code.parse() {
+                return Event::Result(name.to_owned(), code, now);
+            }
+        }
+    }
+    if trimmed == DONE {
+        return Event::Done;
+    }
+    Event::Line(trimmed.to_owned())
+}
+
+/// Boots the guest and follows its console.
+fn boot(
+    kernel: &Path,
+    initramfs: &Path,
+    suites: &[Suite],
+    deadline: Duration,
+) -> Result<Vec<Outcome>> {
+    let log_path = repo_root().join("target/arm64-guest/console.log");
+    let mut log = fs::File::create(&log_path)?;
+    let mut command = Command::new("qemu-system-aarch64");
+    command
+        .args([
+            "-M",
+            "virt",
+            "-cpu",
+            "cortex-a72",
+            "-smp",
+            "2",
+            "-m",
+            "3072",
+        ])
+        .args(["-accel", "tcg", "-nographic", "-no-reboot", "-nic", "none"])
+        .arg("-kernel")
+        .arg(kernel)
+        .arg("-initrd")
+        .arg(initramfs)
+        .arg("-append")
+        .arg("console=ttyAMA0 rdinit=/init panic=-1 quiet loglevel=3");
+    println!("$ {command:?}");
+    let started = Instant::now();
+    let mut child = command
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .context("cannot start qemu-system-aarch64: apt-get install qemu-system-arm")?;
+    let stdout = child.stdout.take().context("qemu's console")?;
+    let (tx, rx) = mpsc::channel();
+    let reader = std::thread::spawn(move || {
+        let mut lines = BufReader::new(stdout);
+        let mut buf = Vec::new();
+        loop {
+            buf.clear();
+            match lines.read_until(b'\n', &mut buf) {
+                Ok(0) | Err(_) => break,
+                Ok(_) => {
+                    let line = String::from_utf8_lossy(&buf).into_owned();
+                    if tx.send(parse_event(&line)).is_err() {
+                        break;
+                    }
+                }
+            }
+        }
+        let _ = tx.send(Event::Eof);
+    });
+    let end = started + deadline;
+    let mut running: Option<(String, Instant)> = None;
+    let mut last_lines: Vec<String> = Vec::new();
+    let mut outcomes = Vec::new();
+    let mut failed: Vec<String> = Vec::new();
+    let mut failure: Option<String> = None;
+    let mut done = false;
+    loop {
+        let left = end.saturating_duration_since(Instant::now());
+        let event = match rx.recv_timeout(left) {
+            Ok(event) => event,
+            Err(_) => {
+                let what = running
+                    .as_ref()
+                    .map(|(name, _)| format!("suite {name} still running"))
+                    .unwrap_or_else(|| "between suites".to_owned());
+                failure = Some(format!(
+                    "the guest did not finish within {} s ({what})",
+                    deadline.as_secs()
+                ));
+                break;
+            }
+        };
+        match event {
+            Event::Start(name, at) => {
+                writeln!(log, "{START} {name}")?;
+                println!(
+                    "guest: {name} started at {:.0} s",
+                    at.duration_since(started).as_secs_f64()
+                );
+                running = Some((name, at));
+                last_lines.clear();
+            }
+            Event::Result(name, code, at) => {
+                writeln!(log, "{RESULT} {name} {code}")?;
+                let took = running
+                    .take()
+                    .map(|(_, from)| at.duration_since(from))
+                    .unwrap_or_default();
+                let summary = last_lines
+                    .iter()
+                    .rev()
+                    .find(|l| l.starts_with("test result:"))
+                    .cloned()
+                    .unwrap_or_default();
+                println!(
+                    "guest: {name}: exit {code} in {:.1} s; {summary}",
+                    took.as_secs_f64()
+                );
+                if code != 0 {
+                    failed.push(format!("{name} (exit {code})"));
+                    // Keep running: the other suites' results are still worth having.
+                }
+                outcomes.push(Outcome {
+                    name,
+                    took,
+                    summary,
+                });
+            }
+            Event::Done => {
+                done = true;
+            }
+            Event::Line(line) => {
+                writeln!(log, "{line}")?;
+                println!("  {line}");
+                if last_lines.len() > 200 {
+                    last_lines.remove(0);
+                }
+                last_lines.push(line);
+            }
+            Event::Eof => break,
+        }
+    }
+    if failure.is_none() && !failed.is_empty() {
+        failure = Some(format!(
+            "failed in the arm64 guest: {}; console in {}",
+            failed.join(", "),
+            log_path.display()
+        ));
+    }
+    if failure.is_some() || !done {
+        // Kill the emulator by its PID (it is our child).
+        let _ = child.kill();
+    }
+    let status = child.wait()?;
+    let _ = reader.join();
+    println!(
+        "guest: qemu exited ({status}) after {:.0} s",
+        started.elapsed().as_secs_f64()
+    );
+    if let Some(failure) = failure {
+        bail!("{failure}");
+    }
+    if !done {
+        let what = running
+            .map(|(name, _)| format!("during suite {name}"))
+            .unwrap_or_else(|| "before the first suite or between suites".to_owned());
+        bail!(
+            "the guest stopped {what} without finishing; console in {}",
+            log_path.display()
+        );
+    }
+    let ran: BTreeSet<&str> = outcomes.iter().map(|o| o.name.as_str()).collect();
+    for suite in suites {
+        ensure!(
+            ran.contains(suite.name.as_str()),
+            "suite {} never reported a result",
+            suite.name
+        );
+    }
+    Ok(outcomes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn console_lines_become_events() {
+        assert!(
+            matches!(parse_event("OAPD-GUEST-START oapd/it\r\n"), Event::Start(n, _) if n == "oapd/it")
+        );
+        assert!(
+            matches!(parse_event("OAPD-GUEST-RESULT oapd/it 101\n"), Event::Result(n, 101, _) if n == "oapd/it")
+        );
+        assert!(matches!(
+            parse_event("OAPD-GUEST-RESULT oapd/it x\n"),
+            Event::Line(_)
+        ));
+        assert!(matches!(parse_event("OAPD-GUEST-DONE\r\n"), Event::Done));
+        assert!(matches!(parse_event("test result: ok."), Event::Line(_)));
+    }
+
+    #[test]
+    fn the_suite_script_quotes_and_reports_each_exit_code() {
+        let script = suites_script(&[Suite {
+            name: "oapd/it".into(),
+            exe: "/w/target/it-1".into(),
+            cwd: "/w/crates/oapd".into(),
+            args: vec!["daemon::".into(), "it's".into()],
+        }]);
+        assert!(
+            script.contains("echo OAPD-GUEST-START 'oapd/it'\n"),
+            "{script}"
+        );
+        assert!(
+            script.contains("exec '/w/target/it-1' 'daemon::' 'it'\\''s'"),
+            "{script}"
+        );
+        assert!(
+            script.contains("echo OAPD-GUEST-RESULT 'oapd/it' $?\n"),
+            "{script}"
+        );
+    }
+
+    #[test]
+    fn the_cpio_holds_directories_before_files_and_every_byte() {
+        let dir = tempfile::tempdir().unwrap();
+        let host = dir.path().join("model.bin");
+        fs::write(&host, vec![7u8; 1001]).unwrap();
+        let mut files = BTreeMap::new();
+        files.insert(
+            "init".to_owned(),
+            (Source::Bytes(b"#!/bin/sh\n".to_vec()), 0o755),
+        );
+        files.insert("a/b/model.bin".to_owned(), (Source::Host(host), 0o644));
+        let out = dir.path().join("x.cpio");
+        let size = write_cpio(&out, &files).unwrap();
+        assert_eq!(size % 4, 0);
+        let mut reader = fs::File::open(&out).unwrap();
+        let mut seen = Vec::new();
+        loop {
+            let entry = cpio::NewcReader::new(reader).unwrap();
+            if entry.entry().is_trailer() {
+                break;
+            }
+            let name = entry.entry().name().to_owned();
+            let mode = entry.entry().mode();
+            let size = entry.entry().file_size();
+            seen.push((name, mode, size));
+            reader = entry.skip().unwrap();
+        }
+        assert_eq!(
+            seen,
+            vec![
+                ("a".to_owned(), 0o040_755, 0),
+                ("a/b".to_owned(), 0o040_755, 0),
+                ("a/b/model.bin".to_owned(), 0o100_644, 1001),
+                ("init".to_owned(), 0o100_755, 10),
+            ]
+        );
+    }
+
+    #[test]
+    fn guest_paths_are_plain_and_relative() {
+        assert_eq!(guest_path(Path::new("/w/crates/x")).unwrap(), "w/crates/x");
+        assert!(guest_path(Path::new("w/x")).is_err());
+        assert!(guest_path(Path::new("/w/../x")).is_err());
+    }
+
+    #[test]
+    fn needed_entries_are_read_from_readelf() {
+        let text = " 0x0000000000000001 (NEEDED)             Shared library: [libgcc_s.so.1]\n \
+                    0x0000000000000001 (NEEDED)             Shared library: [libc.so.6]\n \
+                    0x000000000000000e (SONAME)             Library soname: [x.so]\n";
+        assert_eq!(needed(text), vec!["libgcc_s.so.1", "libc.so.6"]);
+    }
+}
