@@ -36,8 +36,8 @@ use crate::{EmbedError, Embedder};
 /// to 256 bytes (~60 tokens) fit. A text longer than this runs alone.
 pub const COALESCE_BYTE_BUDGET: usize = 4096;
 
-/// Most texts per coalesced pass by default (`discovery.coalesce_queries`
-/// in the daemon): the embedder's own batch size.
+/// A fitting cap on texts per coalesced pass: the candle embedder's own
+/// batch size (the daemon's `discovery.coalesce_queries` is off by default).
 pub const DEFAULT_COALESCE_BATCH: usize = 16;
 
 /// An [`Embedder`] that embeds concurrent [`Embedder::embed_one`] calls
