@@ -5,16 +5,19 @@
 //! needs to talk about an embedding model without compiling one: the
 //! [`Embedder`] trait, [`cosine`], the [`EmbedError`] type, and the helpers
 //! that let background embedding yield to queries
-//! ([`lower_current_thread_priority`], [`return_freed_memory`]).
+//! ([`lower_current_thread_priority`], [`return_freed_memory`]), and
+//! [`Coalescing`], which embeds concurrent queries in shared forward passes.
 //!
 //! The real model (a sentence-transformers BERT on candle) lives in
 //! `oap-embed-candle`; this crate depends on no tensor library, so the engine
 //! and its tests can use a fake embedder and the model can be swapped without
 //! touching the index code.
 
+mod coalesce;
 mod error;
 mod priority;
 
+pub use coalesce::{CoalesceStats, Coalescing, COALESCE_BYTE_BUDGET, DEFAULT_COALESCE_BATCH};
 pub use error::EmbedError;
 pub use priority::{lower_current_thread_priority, return_freed_memory};
 
@@ -46,6 +49,31 @@ pub trait Embedder: Send + Sync {
         self.embed(&[text])?
             .pop()
             .ok_or_else(|| EmbedError::Inference("model returned no embedding".into()))
+    }
+}
+
+/// A shared embedder is an embedder (so a wrapper such as [`Coalescing`]
+/// can hold an `Arc<dyn Embedder>`); every method forwards, overrides
+/// included.
+impl<E: Embedder + ?Sized> Embedder for std::sync::Arc<E> {
+    fn model_id(&self) -> &str {
+        (**self).model_id()
+    }
+
+    fn dim(&self) -> usize {
+        (**self).dim()
+    }
+
+    fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, EmbedError> {
+        (**self).embed(texts)
+    }
+
+    fn embed_background(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, EmbedError> {
+        (**self).embed_background(texts)
+    }
+
+    fn embed_one(&self, text: &str) -> Result<Vec<f32>, EmbedError> {
+        (**self).embed_one(text)
     }
 }
 

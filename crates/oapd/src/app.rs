@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use oap_discovery::{BuildReport, Engine, EngineConfig, McpTools, Mode, Scoring, Source};
-use oap_embed::Embedder;
+use oap_embed::{Coalescing, Embedder};
 use oap_embed_candle::{BertEmbedder, EmbedOptions};
 use serde::Serialize;
 
@@ -50,8 +50,14 @@ pub fn load_embedder(config: &Config) -> (Option<Arc<dyn Embedder>>, ModelState)
         Ok(embedder) => {
             let id = embedder.model_id().to_string();
             tracing::info!(model = %id, dir = %config.embedding.model_dir.display(), "embedding model loaded");
+            // Concurrent queries share forward passes; one batch padded to
+            // its longest query costs far less than one pass per query.
+            let embedder: Arc<dyn Embedder> = match config.discovery.coalesce_queries {
+                0 | 1 => Arc::new(embedder),
+                max_batch => Arc::new(Coalescing::new(embedder, max_batch)),
+            };
             (
-                Some(Arc::new(embedder)),
+                Some(embedder),
                 ModelState {
                     loaded: true,
                     id: Some(id),

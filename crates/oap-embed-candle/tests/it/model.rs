@@ -9,9 +9,9 @@
 
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::sync::OnceLock;
+use std::sync::{Arc, Barrier, OnceLock};
 
-use oap_embed::{cosine, EmbedError, Embedder};
+use oap_embed::{cosine, Coalescing, EmbedError, Embedder};
 use oap_embed_candle::{BertEmbedder, EmbedOptions};
 use sha2::{Digest, Sha256};
 
@@ -155,6 +155,76 @@ fn batch_equals_single_and_keeps_input_order() {
     // The loop above proves order (vector i matches text i) only if different
     // texts give different vectors; check that it is not vacuous.
     assert!(max_abs_diff(&batch[1], &batch[3]) > 1e-3);
+}
+
+/// Queries as the daemon embeds them: short, of different lengths, so a
+/// coalesced pass pads most of them.
+fn queries() -> Vec<String> {
+    let mut texts: Vec<String> = vec![
+        "weather".into(),
+        "Will it rain in Paris tomorrow? Get me the weather forecast.".into(),
+        "convert a png image to pdf".into(),
+        "Ünïcödé façade — naïve café 東京".into(),
+    ];
+    for n in [2, 5, 9, 14, 23, 40] {
+        texts.push(words(n));
+    }
+    texts
+}
+
+#[test]
+fn a_padded_batch_of_queries_equals_each_query_alone() {
+    let e = embedder();
+    let texts = queries();
+    let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+    // One forward pass over all of them (what a coalesced pass runs).
+    let batch = e.embed(&refs).unwrap();
+    let mut worst = 0f32;
+    for (t, b) in refs.iter().zip(&batch) {
+        let d = max_abs_diff(&e.embed_one(t).unwrap(), b);
+        worst = worst.max(d);
+        assert!(d < 1e-5, "padded batch vs alone differ by {d} for {t:?}");
+    }
+    println!("max |padded batch - alone| = {worst:e}");
+}
+
+#[test]
+fn concurrent_queries_through_the_coalescing_wrapper_get_their_own_vectors() {
+    let alone: Vec<Vec<f32>> = queries()
+        .iter()
+        .map(|t| embedder().embed_one(t).unwrap())
+        .collect();
+    let model = BertEmbedder::load(&require_model(), EmbedOptions::default()).unwrap();
+    let coalescing = Arc::new(Coalescing::new(model, 16));
+    let texts = queries();
+    // Several rounds, every thread released at once each round.
+    let rounds = 3;
+    let barrier = Arc::new(Barrier::new(texts.len()));
+    let threads: Vec<_> = texts
+        .iter()
+        .cloned()
+        .map(|text| {
+            let (c, barrier) = (Arc::clone(&coalescing), Arc::clone(&barrier));
+            std::thread::spawn(move || {
+                (0..rounds)
+                    .map(|_| {
+                        barrier.wait();
+                        c.embed_one(&text).unwrap()
+                    })
+                    .collect::<Vec<_>>()
+            })
+        })
+        .collect();
+    for ((text, expected), thread) in texts.iter().zip(&alone).zip(threads) {
+        for got in thread.join().unwrap() {
+            let d = max_abs_diff(expected, &got);
+            assert!(d < 1e-5, "coalesced vs alone differ by {d} for {text:?}");
+        }
+    }
+    let stats = coalescing.stats();
+    assert_eq!(stats.texts, (texts.len() * rounds) as u64);
+    assert_eq!(stats.retried, 0);
+    println!("{stats:?}");
 }
 
 #[test]

@@ -55,7 +55,7 @@ config_keys! {
     index { data_dir, vector_dtype, search_threads }
     embedding { enabled, model_dir, max_tokens, batch_size, threads }
     manifests { bundled, dirs }
-    discovery { default_top_k, max_top_k, min_score, mode, query_cache }
+    discovery { default_top_k, max_top_k, min_score, mode, query_cache, coalesce_queries }
     tool_bridge {
         enabled, default_top_k, max_rounds, http_timeout, stdio_timeout, only_validated_models,
         tool_token_budget, exposure, url_policy, url_policy_tools, force, stream_keepalive,

@@ -514,6 +514,12 @@ pub struct DiscoveryConfig {
     /// Query embeddings kept for repeated query texts, so a repeat skips
     /// the encoder (default 256, about 1 MiB at most; 0 disables).
     pub query_cache: usize,
+    /// Query embeddings that arrive while the encoder is busy are embedded
+    /// together in its next forward pass, at most this many texts per pass
+    /// (0 or 1, the default, embeds each query alone). A query that finds
+    /// the encoder idle runs at once. Off by default: the padded batch pass
+    /// is slower per text than single passes today (docs/BENCHMARKS.md).
+    pub coalesce_queries: usize,
 }
 
 impl Default for DiscoveryConfig {
@@ -524,6 +530,7 @@ impl Default for DiscoveryConfig {
             min_score: None,
             mode: DiscoveryMode::Hybrid,
             query_cache: oap_discovery::DEFAULT_QUERY_CACHE,
+            coalesce_queries: 0,
         }
     }
 }

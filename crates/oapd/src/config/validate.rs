@@ -186,6 +186,7 @@ fn discovery(c: &mut Checker, d: &DiscoveryConfig, em: &EmbeddingConfig) {
         d.max_top_k.max(1),
     );
     c.range("discovery.query_cache", d.query_cache, 0, 65_536);
+    c.range("discovery.coalesce_queries", d.coalesce_queries, 0, 64);
     if let Some(min_score) = d.min_score.filter(|s| !s.is_finite()) {
         c.fail(
             "discovery.min_score",

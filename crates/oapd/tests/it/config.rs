@@ -606,7 +606,7 @@ fn every_key_is_reachable_from_the_env() {
     // experience, mcp, mcp_server
     assert_eq!(
         vars.len(),
-        15 + 3 + 5 + 2 + 5 + 13 + 6 + 10 + 2 + 17 + 4 + 4 + 1
+        15 + 3 + 5 + 2 + 6 + 13 + 6 + 10 + 2 + 17 + 4 + 4 + 1
     );
     assert!(vars.contains(&(
         "OAP_TOOL_BRIDGE_DEFAULT_TOP_K".to_owned(),
@@ -1546,4 +1546,20 @@ fn the_recent_requests_and_query_cache_bounds_name_their_key() {
     ));
     assert_eq!(c.server.recent_requests, 0);
     assert_eq!(c.discovery.query_cache, 0);
+}
+
+#[test]
+fn coalesce_queries_is_off_by_default_bounded_and_set_from_the_env() {
+    assert_eq!(Config::default().discovery.coalesce_queries, 0);
+    let (key, msg) = single_problem("discovery:\n  coalesce_queries: 65\n");
+    assert_eq!(key, "discovery.coalesce_queries");
+    assert!(msg.contains("64"), "{msg}");
+    assert_eq!(
+        ok(yaml("discovery:\n  coalesce_queries: 16\n"))
+            .discovery
+            .coalesce_queries,
+        16
+    );
+    let c = ok(yaml_env("", &[("OAP_DISCOVERY_COALESCE_QUERIES", "4")]));
+    assert_eq!(c.discovery.coalesce_queries, 4);
 }
