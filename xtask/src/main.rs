@@ -28,8 +28,8 @@ mod home_assistant;
 mod image;
 #[cfg(test)]
 mod image_firstboot;
-mod image_ssh;
 mod image_ollama;
+mod image_ssh;
 mod model;
 mod net;
 mod package;
