@@ -137,7 +137,10 @@ const INIT: &str = r#"#!/usr/bin/busybox sh
 mount -t proc proc /proc
 mount -t sysfs sysfs /sys
 mount -t devtmpfs devtmpfs /dev
-mount -t tmpfs -o mode=1777 tmpfs /tmp
+# The root is the initramfs (writable, in memory): /tmp needs no mount of
+# its own, and one would hide the checkout when it lives under /tmp (CI's
+# clone does), since the binaries and files sit at their host paths.
+chmod 1777 /tmp
 mkdir -p /dev/shm && mount -t tmpfs tmpfs /dev/shm
 hostname oapd-arm64-guest
 ip link set lo up
