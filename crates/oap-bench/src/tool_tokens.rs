@@ -151,7 +151,8 @@ pub fn run(mut options: Args) -> Result<TokensReport> {
         bail!("embedding model not loaded: {:?}", model.error);
     }
     let (engine, report) = app::open_engine(&config, embedder)?;
-    let service = oapd::server::start::chat_service(&config, Arc::new(engine), None)?;
+    let runner = oapd::tools::ExecRunner::new(&config)?;
+    let service = oapd::server::start::chat_service(&config, Arc::new(engine), runner)?;
     let wordpiece = tokenizers::Tokenizer::from_file(options.model_dir.join("tokenizer.json"))
         .map_err(|e| anyhow::anyhow!("tokenizer: {e}"))?;
     let mut wordpiece = wordpiece;

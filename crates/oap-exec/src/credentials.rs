@@ -126,7 +126,9 @@ fn file_kind(ft: FileType) -> &'static str {
 }
 
 /// Secrets keyed by exact host name. Load with [`CredentialStore::load`].
-#[derive(Clone)]
+/// Two stores are equal when they were read from the same path and hold the
+/// same secrets, however the file was formatted.
+#[derive(Clone, PartialEq, Eq)]
 pub struct CredentialStore {
     path: PathBuf,
     entries: BTreeMap<String, Credential>,

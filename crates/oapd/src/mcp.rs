@@ -17,6 +17,7 @@ use serde_json::{json, Value};
 
 use crate::config::Config;
 use crate::rebuild::Rebuilder;
+use crate::tools::ConnectionBasis;
 
 /// Largest servers file read, in bytes.
 pub const MAX_SERVERS_FILE_BYTES: u64 = 1024 * 1024;
@@ -37,9 +38,9 @@ struct ServerInfo {
 /// The configured MCP servers and their hub.
 pub struct McpServers {
     hub: Hub,
-    /// What the hub's context was built from (see [`context_fingerprint`]),
-    /// so a reload reconnects URL servers only when it changed.
-    context_fingerprint: Mutex<[u8; 32]>,
+    /// What the hub's context was built from, so a reload reconnects URL
+    /// servers only when it changed.
+    connection_basis: Mutex<ConnectionBasis>,
     servers: Mutex<BTreeMap<String, ServerInfo>>,
     problems: Mutex<Vec<SpecProblem>>,
     /// Each server's tools as last listed while it was ready: a server
@@ -61,10 +62,10 @@ impl McpServers {
     /// The hub for `config` with its servers applied; connecting happens in
     /// the background, so a slow or broken server delays nothing. Needs a
     /// Tokio runtime.
-    pub fn start(config: &Config, ctx: HubContext) -> Arc<McpServers> {
+    pub fn start(config: &Config, ctx: HubContext, basis: ConnectionBasis) -> Arc<McpServers> {
         let servers = Arc::new(McpServers {
             hub: Hub::new(hub_settings(config), ctx),
-            context_fingerprint: Mutex::new(context_fingerprint(config)),
+            connection_basis: Mutex::new(basis),
             servers: Mutex::new(BTreeMap::new()),
             problems: Mutex::new(Vec::new()),
             last_listed: Mutex::new(BTreeMap::new()),
@@ -73,20 +74,19 @@ impl McpServers {
         servers
     }
 
-    /// A reload's new limits and context (built from the reloaded config's
-    /// `tools` section): URL servers reconnect when the CA file, the
-    /// credential store or the address rule changed, so a rotated token or
-    /// a new CA takes effect on SIGHUP as it does for HTTP tools. Call
-    /// before [`McpServers::apply`].
-    pub fn reconfigure(&self, config: &Config, ctx: HubContext) {
-        let fingerprint = context_fingerprint(config);
+    /// A reload's new limits and context (from the executor built for the
+    /// reloaded config): URL servers reconnect when the CA certificates,
+    /// the credential store's secrets or the address rule changed, so a
+    /// rotated token or a new CA takes effect on SIGHUP as it does for HTTP
+    /// tools. Call before [`McpServers::apply`].
+    pub fn reconfigure(&self, config: &Config, ctx: HubContext, basis: ConnectionBasis) {
         let changed = {
             let mut current = self
-                .context_fingerprint
+                .connection_basis
                 .lock()
                 .unwrap_or_else(|p| p.into_inner());
-            let changed = *current != fingerprint;
-            *current = fingerprint;
+            let changed = *current != basis;
+            *current = basis;
             changed
         };
         self.hub.reconfigure(hub_settings(config), ctx, changed);
@@ -261,36 +261,6 @@ fn hub_settings(config: &Config) -> HubSettings {
         max_result_chars: config.tools.max_result_chars,
         ..HubSettings::default()
     }
-}
-
-/// Largest credentials or CA file hashed for change detection; the
-/// executor refuses larger ones anyway, so a larger file only has to
-/// differ from what was running.
-const MAX_FINGERPRINTED_FILE_BYTES: u64 = 4 * 1024 * 1024;
-
-/// A digest of what a URL server's connection depends on: the address rule
-/// (`tools.allow_private`), and the paths and contents of
-/// `tools.credentials_file` and `tools.ca_file` (a file edited in place
-/// under the same path is a change).
-fn context_fingerprint(config: &Config) -> [u8; 32] {
-    use sha2::{Digest, Sha256};
-    let mut hash = Sha256::new();
-    for range in &config.tools.allow_private {
-        hash.update(range.as_bytes());
-        hash.update([0]);
-    }
-    for path in [&config.tools.credentials_file, &config.tools.ca_file] {
-        hash.update([1]);
-        if let Some(path) = path {
-            hash.update(path.as_os_str().as_encoded_bytes());
-            hash.update([0]);
-            match crate::files::read_regular(path, MAX_FINGERPRINTED_FILE_BYTES) {
-                Ok(bytes) => hash.update(&bytes),
-                Err(err) => hash.update(err.to_string().as_bytes()),
-            }
-        }
-    }
-    hash.finalize().into()
 }
 
 /// The servers `config` names: `mcp.servers` first, then the servers

@@ -24,6 +24,20 @@ pub struct ExecRunner {
     pub sandbox: SandboxReport,
     /// Calls the tools of MCP servers; `None` when none is configured.
     mcp: Option<oap_mcp::Hub>,
+    /// What URL connections depend on, as this executor read it.
+    connection_basis: ConnectionBasis,
+}
+
+/// What an outgoing connection of the executor (and of the MCP hub, which
+/// shares its context) depends on: the address rule, the credential store
+/// and the operator's CA certificates, as read when the executor was built.
+/// A reload compares the old and new basis to decide whether URL MCP
+/// servers reconnect, without reading the files again.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ConnectionBasis {
+    allow_private: Vec<String>,
+    credentials: Option<oap_exec::CredentialStore>,
+    ca_pem: Option<Vec<u8>>,
 }
 
 /// What the stdio sandbox enforces on this machine, for the start-up log
@@ -110,10 +124,15 @@ impl ExecRunner {
             ..ExecPolicy::default()
         };
         let mut executor = Executor::new(policy).context("tool executor")?;
+        let mut connection_basis = ConnectionBasis {
+            allow_private: tools.allow_private.clone(),
+            ..ConnectionBasis::default()
+        };
         if let Some(path) = &tools.credentials_file {
             let store = CredentialStore::load(path)
                 .with_context(|| format!("tools.credentials_file {}", path.display()))?;
             tracing::info!(path = %path.display(), domains = store.len(), "credential store loaded");
+            connection_basis.credentials = Some(store.clone());
             executor = executor.with_credentials(store);
         }
         if let Some(path) = &tools.ca_file {
@@ -121,6 +140,7 @@ impl ExecRunner {
             executor = executor
                 .with_extra_roots_pem(&pem)
                 .with_context(|| format!("tools.ca_file {}", path.display()))?;
+            connection_basis.ca_pem = Some(pem);
         }
         let sandbox = SandboxReport {
             mode: tools.sandbox.into(),
@@ -130,7 +150,13 @@ impl ExecRunner {
             executor: Arc::new(executor),
             sandbox,
             mcp: None,
+            connection_basis,
         })
+    }
+
+    /// What this executor's connections depend on (see [`ConnectionBasis`]).
+    pub fn connection_basis(&self) -> &ConnectionBasis {
+        &self.connection_basis
     }
 
     /// Routes MCP servers' tools to `hub`.

@@ -32,11 +32,13 @@ fn open_with_servers(config: &Config, force: bool) -> anyhow::Result<(Engine, Bu
         .enable_all()
         .build()
         .context("cannot start the runtime for the MCP servers")?;
-    let context = crate::tools::ExecRunner::new(config)
-        .context("tool execution setup")?
-        .hub_context();
+    let runner = crate::tools::ExecRunner::new(config).context("tool execution setup")?;
     let servers = runtime.block_on(async {
-        let servers = McpServers::start(config, context);
+        let servers = McpServers::start(
+            config,
+            runner.hub_context(),
+            runner.connection_basis().clone(),
+        );
         // One initialize deadline and a little to list the tools.
         servers
             .settled(Duration::from_secs(config.mcp.init_timeout) + Duration::from_secs(5))

@@ -34,6 +34,7 @@ use crate::app::{self, ModelState};
 use crate::config::Config;
 use crate::mcp::McpServers;
 use crate::rebuild::Rebuilder;
+use crate::tools::ExecRunner;
 use crate::watch;
 
 /// How often the upstream Ollama's reachability is probed for STATUS=.
@@ -211,13 +212,11 @@ fn build_api(
     model: ModelState,
     crawler: Option<Arc<oap_crawl::Crawler>>,
     mcp_servers: Arc<McpServers>,
+    runner: ExecRunner,
 ) -> anyhow::Result<Api> {
     let engine = rebuilder.engine().clone();
-    let chat = Arc::new(start::chat_service(
-        config,
-        engine.clone(),
-        Some(mcp_servers.hub().clone()),
-    )?);
+    let runner = runner.with_mcp(mcp_servers.hub().clone());
+    let chat = Arc::new(start::chat_service(config, engine.clone(), runner)?);
     // One budget for every connection and handler generation; a reload
     // changes its size, bodies in flight keep their shares.
     http::body_budget().set_capacity(config.server.max_inflight_body_bytes);
@@ -269,6 +268,7 @@ fn start_generation(
     report: BuildReport,
     watch_baseline: watch::DirSignature,
     mcp: &Arc<McpServers>,
+    runner: ExecRunner,
 ) -> anyhow::Result<(Api, Vec<JoinHandle<()>>)> {
     let rebuilder = Arc::new(Rebuilder::new(Arc::new(engine), &report));
     let (crawler, mut tasks) = start::start_crawler(config, &rebuilder, watch_baseline)?;
@@ -280,7 +280,7 @@ fn start_generation(
         mcp.clone(),
         config.clone(),
     )));
-    match build_api(config, rebuilder, model, crawler, mcp.clone()) {
+    match build_api(config, rebuilder, model, crawler, mcp.clone(), runner) {
         Ok(api) => Ok((api, tasks)),
         Err(err) => {
             tasks.iter().for_each(JoinHandle::abort);
@@ -395,14 +395,16 @@ impl Running {
         let embedder = self.embedder.clone();
         let blocking_config = config.clone();
         let watch_baseline = watch::dir_signature(&watch::watched_dirs(&config));
-        // The hub's limits and context (CA file, credentials, address rule)
-        // from the new config; then added servers start, changed ones
-        // restart, removed ones stop; the new engine reads the tools of
-        // those already up.
-        let hub_context = crate::tools::ExecRunner::new(&config)
-            .context("tool execution setup")?
-            .hub_context();
-        self.mcp.reconfigure(&config, hub_context);
+        // One executor for the new generation: the hub takes its limits and
+        // context (CA file, credentials, address rule) from it; then added
+        // servers start, changed ones restart, removed ones stop; the new
+        // engine reads the tools of those already up.
+        let runner = ExecRunner::new(&config).context("tool execution setup")?;
+        self.mcp.reconfigure(
+            &config,
+            runner.hub_context(),
+            runner.connection_basis().clone(),
+        );
         self.mcp.apply(&config);
         let tools: Arc<dyn McpTools> = self.mcp.clone();
         let (engine, report) = tokio::task::spawn_blocking(move || {
@@ -418,6 +420,7 @@ impl Running {
             report,
             watch_baseline,
             &self.mcp,
+            runner,
         )?;
         self.live.replace(api);
         if let Ok(mut running) = self.crawl_tasks.lock() {
@@ -452,10 +455,13 @@ pub async fn serve(config: Config, config_path: Option<PathBuf>) -> anyhow::Resu
     let watch_baseline = watch::dir_signature(&watch::watched_dirs(&config));
     // MCP servers connect in the background: a slow or broken one never
     // delays readiness; their tools join the index as they come up.
-    let hub_context = crate::tools::ExecRunner::new(&config)
-        .context("tool execution setup")?
-        .hub_context();
-    let mcp = McpServers::start(&config, hub_context);
+    // One executor for the first generation, whose context the hub shares.
+    let runner = ExecRunner::new(&config).context("tool execution setup")?;
+    let mcp = McpServers::start(
+        &config,
+        runner.hub_context(),
+        runner.connection_basis().clone(),
+    );
     let tools: Arc<dyn McpTools> = mcp.clone();
     let (engine, report, model, embedder) = tokio::task::spawn_blocking(move || {
         let (embedder, model) = app::load_embedder(&blocking_config);
@@ -473,8 +479,15 @@ pub async fn serve(config: Config, config_path: Option<PathBuf>) -> anyhow::Resu
             reload_problem: None,
         }),
     });
-    let (api, crawl_tasks) =
-        start_generation(&config, engine, model.clone(), report, watch_baseline, &mcp)?;
+    let (api, crawl_tasks) = start_generation(
+        &config,
+        engine,
+        model.clone(),
+        report,
+        watch_baseline,
+        &mcp,
+        runner,
+    )?;
     let live = Arc::new(LiveApi::new(api));
     let limits = Limits {
         max_connections: config.server.max_connections,

@@ -123,17 +123,15 @@ pub fn upstream(config: &Config, head_timeout: Duration) -> anyhow::Result<Upstr
     )))
 }
 
-/// The chat bridge and pass-through wiring for `config`.
+/// The chat bridge and pass-through wiring for `config`, running tools
+/// with `runner` (built from the same `config`: one executor per handler
+/// generation, whose context the MCP hub shares).
 pub fn chat_service(
     config: &Config,
     engine: Arc<Engine>,
-    mcp: Option<oap_mcp::Hub>,
+    runner: crate::tools::ExecRunner,
 ) -> anyhow::Result<ChatService> {
     let upstream = upstream(config, Duration::from_secs(config.ollama.timeout))?;
-    let mut runner = crate::tools::ExecRunner::new(config).context("tool execution setup")?;
-    if let Some(hub) = mcp {
-        runner = runner.with_mcp(hub);
-    }
     let sandbox = runner.sandbox.clone();
     sandbox.log();
     let ctx = ChatContext {
