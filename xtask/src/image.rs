@@ -1056,11 +1056,10 @@ fn boot_test(layout: &Layout, timeout: Duration) -> Result<()> {
         built_root_bytes: built_len.saturating_sub(MIB + FIRMWARE_MIB * MIB),
     };
     // The model server, reached through one qemu forwarding rule (the
-    // guest still reaches nothing else): on amd64, Ollama installed on
-    // first boot from a stand-in release served on host loopback (oapd
-    // talks to it on the guest's 127.0.0.1:11434, its default); on arm64
-    // the scripted fake Ollama on host loopback (image_ollama.rs).
-    let upstream = crate::image_ollama::GuestOllama::start(arch == Arch::Amd64, &layout.work)?;
+    // guest still reaches nothing else): Ollama installed on first boot
+    // from a stand-in release served on host loopback, built for the
+    // guest's architecture (image_ollama.rs).
+    let upstream = crate::image_ollama::GuestOllama::start(arch == Arch::Arm64, &layout.work)?;
     let settings_file = layout.work.join("oapd.yaml");
     fs::write(
         &settings_file,

@@ -208,39 +208,37 @@ pub(crate) const MODEL_SCRIPT: &str = r#"{
   ]
 }"#;
 
-/// Where the guest's oapd finds its model server in the boot test.
-pub(crate) enum GuestOllama {
-    /// amd64: Ollama installed on first boot from the stand-in release
-    /// (which carries this machine's amd64 `fake-ollama`).
-    Installed(ReleaseForward),
-    /// arm64: the fake Ollama on the host, through a relay (no aarch64
-    /// stand-in is built), as `ollama_url`.
-    OnHost(HostFake),
+/// Where the guest's oapd finds its model server in the boot test: Ollama
+/// installed on first boot from a stand-in release served on host loopback
+/// (oapd talks to it on the guest's 127.0.0.1:11434, its default), carrying
+/// a `fake-ollama` built for the guest's architecture.
+pub(crate) struct GuestOllama {
+    forward: ReleaseForward,
 }
 
 impl GuestOllama {
-    pub(crate) fn start(install: bool, work: &Path) -> Result<GuestOllama> {
-        Ok(if install {
-            GuestOllama::Installed(ReleaseForward::start(work)?)
+    /// `arm64`: the stand-in carries the aarch64 `fake-ollama` (built with
+    /// the cross toolchain when missing) under the arm64 asset name, so the
+    /// install on the Pi image runs the same steps as on amd64.
+    pub(crate) fn start(arm64: bool, work: &Path) -> Result<GuestOllama> {
+        let (asset, fake) = if arm64 {
+            (ARM64_ASSET, fake_ollama_aarch64()?)
         } else {
-            GuestOllama::OnHost(HostFake::start(work)?)
+            (AMD64_ASSET, fake_ollama()?)
+        };
+        Ok(GuestOllama {
+            forward: ReleaseForward::start(work, asset, &fake)?,
         })
     }
 
     /// The `guestfwd` part of qemu's `-nic user` option.
     pub(crate) fn nic_rule(&self) -> String {
-        match self {
-            GuestOllama::Installed(forward) => forward.nic_rule(),
-            GuestOllama::OnHost(fake) => fake.nic_rule(),
-        }
+        self.forward.nic_rule()
     }
 
     /// Lines for the first-boot settings file.
     pub(crate) fn firstboot_lines(&self) -> String {
-        match self {
-            GuestOllama::Installed(forward) => forward.firstboot_lines(),
-            GuestOllama::OnHost(_) => format!("ollama_url: http://{GUEST_OLLAMA_ON_HOST}\n"),
-        }
+        self.forward.firstboot_lines()
     }
 
     /// Once oapd answers: waits until it reaches the installed Ollama.
@@ -251,49 +249,43 @@ impl GuestOllama {
         deadline: Instant,
         console: &dyn Fn() -> String,
     ) -> Result<()> {
-        match self {
-            GuestOllama::Installed(forward) => {
-                wait_for_ollama(addr, auth, forward, deadline, console)
-            }
-            GuestOllama::OnHost(_) => Ok(()),
-        }
+        wait_for_ollama(addr, auth, &self.forward, deadline, console)
     }
 
     /// The install's lines of the console report.
     pub(crate) fn check_report(&self, console: &str) -> Result<()> {
-        match self {
-            GuestOllama::Installed(_) => check_report(console),
-            GuestOllama::OnHost(_) => Ok(()),
-        }
+        check_report(console)
     }
 }
 
-/// The address the guest reaches the host's fake Ollama at (arm64).
-const GUEST_OLLAMA_ON_HOST: &str = "10.0.2.100:11434";
+/// The release asset name `oapd-setup` downloads on an arm64 machine.
+pub(crate) const ARM64_ASSET: &str = "ollama-linux-arm64.tar.zst";
 
-/// The fake Ollama on host loopback and the relay qemu starts for each
-/// guest connection to [`GUEST_OLLAMA_ON_HOST`] (`guestfwd=...-cmd:`; a
-/// chardev target would carry one connection only).
-pub(crate) struct HostFake {
-    fake: crate::bench_proxy::Proc,
-    relay: PathBuf,
-}
-
-impl HostFake {
-    fn start(work: &Path) -> Result<HostFake> {
-        let fake = crate::bench_proxy::start_fake_with(&fake_ollama()?, work, MODEL_SCRIPT)?;
-        let relay = work.join("ollama-relay.py");
-        fs::write(&relay, crate::image::RELAY_PY)?;
-        Ok(HostFake { fake, relay })
+/// `target/aarch64-unknown-linux-gnu/release/fake-ollama` (left there by
+/// `cargo xtask cross --test`), built with the cross toolchain when missing.
+fn fake_ollama_aarch64() -> Result<PathBuf> {
+    let bin = repo_root().join("target/aarch64-unknown-linux-gnu/release/fake-ollama");
+    if !bin.is_file() {
+        // The linker comes from .cargo/config.toml, as for `cargo xtask cross`.
+        let status = crate::tasks::cargo()
+            .current_dir(repo_root())
+            .args([
+                "build",
+                "--release",
+                "--package",
+                "fake-ollama",
+                "--target",
+                "aarch64-unknown-linux-gnu",
+            ])
+            .status()
+            .context("cannot run cargo to build the aarch64 fake-ollama")?;
+        ensure!(
+            status.success(),
+            "building the aarch64 fake-ollama failed: {status}"
+        );
     }
-
-    fn nic_rule(&self) -> String {
-        format!(
-            "guestfwd=tcp:{GUEST_OLLAMA_ON_HOST}-cmd:python3 {} {}",
-            self.relay.display(),
-            self.fake.addr.port()
-        )
-    }
+    ensure!(bin.is_file(), "{} was not built", bin.display());
+    Ok(bin)
 }
 
 /// The stand-in release served on host loopback, and the relay qemu starts
@@ -302,14 +294,15 @@ pub(crate) struct ReleaseForward {
     server: FileServer,
     relay: PathBuf,
     sha256: String,
+    asset: &'static str,
 }
 
 impl ReleaseForward {
-    pub(crate) fn start(work: &Path) -> Result<ReleaseForward> {
+    pub(crate) fn start(work: &Path, asset: &'static str, fake: &Path) -> Result<ReleaseForward> {
         let dir = work.join("ollama-release");
         let _ = fs::remove_dir_all(&dir);
         fs::create_dir_all(&dir)?;
-        let standin = standin_archive(&dir, AMD64_ASSET, &fake_ollama()?, MODEL_SCRIPT)?;
+        let standin = standin_archive(&dir, asset, fake, MODEL_SCRIPT)?;
         let server = FileServer::start(&dir)?;
         let relay = work.join("release-relay.py");
         fs::write(&relay, crate::image::RELAY_PY)?;
@@ -317,6 +310,7 @@ impl ReleaseForward {
             server,
             relay,
             sha256: standin.sha256,
+            asset,
         })
     }
 
@@ -332,9 +326,10 @@ impl ReleaseForward {
     /// The first-boot settings that install Ollama from the stand-in.
     pub(crate) fn firstboot_lines(&self) -> String {
         format!(
-            "ollama_install: true\nollama_release_url: http://{}/{AMD64_ASSET}\n\
+            "ollama_install: true\nollama_release_url: http://{}/{}\n\
              ollama_release_sha256: {}\n",
             GUEST_RELEASES.trim_end_matches(":80"),
+            self.asset,
             self.sha256
         )
     }
@@ -377,7 +372,7 @@ pub(crate) fn wait_for_ollama(
     }
     let asked = forward.server.requests();
     ensure!(
-        asked.iter().any(|p| p == &format!("/{AMD64_ASSET}")),
+        asked.iter().any(|p| p == &format!("/{}", forward.asset)),
         "Ollama answers in the guest but the release server saw no download: {asked:?}"
     );
     println!(
