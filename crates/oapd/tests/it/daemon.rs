@@ -777,3 +777,98 @@ fn the_old_config_variable_is_read_with_a_deprecation_warning() {
         "{stderr}"
     );
 }
+
+/// A damaged index with more rows to embed than
+/// `index.embed_in_background_above` (default 256): the daemon is ready at
+/// once on a lexical index, says so, and becomes hybrid without a restart
+/// once the background rebuild has embedded the catalog.
+#[test]
+fn a_damaged_index_serves_lexically_at_once_and_becomes_hybrid_in_the_background() {
+    let dir = tempfile::tempdir().unwrap();
+    let manifests = dir.path().join("manifests");
+    std::fs::create_dir_all(&manifests).unwrap();
+    // Enough distinct texts that embedding them is well over the default
+    // threshold (and takes seconds, not milliseconds, at idle priority).
+    for i in 0..160 {
+        std::fs::write(
+            manifests.join(format!("tool-{i}.json")),
+            support::stdio_manifest(
+                &format!("Ledger tool {i}"),
+                &format!(
+                    "Reconciles ledger number {i} against the bank statement of branch {i} \
+                     and reports every mismatched entry of account {i}"
+                ),
+            ),
+        )
+        .unwrap();
+    }
+    let data = dir.path().join("data");
+    std::fs::create_dir_all(&data).unwrap();
+    std::fs::write(data.join("index.oapx"), b"not an index: damaged on disk").unwrap();
+
+    let daemon = support::daemon()
+        .yaml(&format!("manifests:\n  dirs: [{manifests:?}]\n"))
+        .in_dir(dir)
+        .start();
+    let log = daemon.log_text();
+    assert!(log.contains("index file unusable"), "{log}");
+    assert!(
+        log.contains("opening without waiting for the embeddings"),
+        "{log}"
+    );
+
+    let health = daemon.get("/health").json();
+    assert_eq!(health["status"], "degraded", "{health}");
+    assert!(
+        health["index"]["vectors_pending"].as_u64().unwrap_or(0) > 256,
+        "{health}"
+    );
+    assert_eq!(
+        health["retrieval"], "lexical until the background embedding is done",
+        "{health}"
+    );
+    let reason = health["reason"].as_str().unwrap_or_default();
+    assert!(
+        reason.contains("being embedded in the background") && reason.contains("lexical"),
+        "{health}"
+    );
+    // Served meanwhile, lexically, with every manifest of the catalog.
+    let words = r#"{"task": "count lines, words and characters"}"#;
+    let body = daemon.post_json("/v1/discover", words).json();
+    assert_eq!(body["meta"]["mode"], "lexical", "{body}");
+    assert_eq!(body["candidates"][0]["id"], "local/wc", "{body}");
+    let ledger = daemon
+        .post_json("/v1/discover", r#"{"task": "reconcile ledger 42"}"#)
+        .json();
+    assert_eq!(ledger["candidates"][0]["id"], "local/tool-42", "{ledger}");
+
+    // The vectors arrive without a restart.
+    let deadline = Instant::now() + Duration::from_secs(300);
+    let health = loop {
+        let health = daemon.get("/health").json();
+        if health["index"]["vectors_pending"] == 0 {
+            break health;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "still embedding after 300 s: {health}"
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    };
+    assert_eq!(health["status"], "ok", "{health}");
+    assert_eq!(health["retrieval"], "hybrid", "{health}");
+    assert!(
+        health["index"]["rows"].as_u64().unwrap_or(0) > 256,
+        "{health}"
+    );
+    let body = daemon.post_json("/v1/discover", words).json();
+    assert_eq!(body["meta"]["mode"], "hybrid", "{body}");
+    assert_eq!(body["candidates"][0]["id"], "local/wc", "{body}");
+    assert!(
+        daemon
+            .log_text()
+            .contains("embedding what start-up left pending"),
+        "{}",
+        daemon.log_text()
+    );
+}
