@@ -18,6 +18,7 @@ mod client;
 mod crawl_load;
 mod discover_load;
 mod embed;
+mod embed_batches;
 mod experience_replay;
 mod make_corpus;
 mod proxy_load;
@@ -74,6 +75,8 @@ enum Bench {
     Search(search::Args),
     /// The embedding model's load time, query latency and throughput.
     Embed(embed::Args),
+    /// CPU time per text of realistic queries embedded B at a time.
+    EmbedBatches(embed_batches::Args),
     /// Recall@k, MRR and abstention of the retrieval modes.
     Retrieval(retrieval::Args),
     /// The "nothing fits" decision against a small catalog and against it
@@ -152,6 +155,7 @@ fn run(cli: Cli) -> anyhow::Result<bool> {
         Bench::MakeCorpus(args) => make_corpus::run(args)?,
         Bench::Search(args) => emit(&search::run(args)?, json)?,
         Bench::Embed(args) => emit(&embed::run(args)?, json)?,
+        Bench::EmbedBatches(args) => emit(&embed_batches::run(args)?, json)?,
         Bench::Retrieval(args) => {
             let report = retrieval::run(args)?;
             table(report.table());

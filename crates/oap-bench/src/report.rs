@@ -915,3 +915,43 @@ mod tests {
         assert_eq!(back.p99_ms, 1.5);
     }
 }
+
+/// `oap-bench embed-batches`: CPU and wall time per text of realistic
+/// queries embedded B at a time, for several B, interleaved over rounds.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct EmbedBatchesReport {
+    /// The model directory measured.
+    pub model_dir: String,
+    /// `RAYON_NUM_THREADS` in the environment, if set.
+    pub rayon_num_threads: Option<String>,
+    /// Texts embedded per (path, size, round).
+    pub texts: usize,
+    /// Rounds over every (path, size).
+    pub rounds: usize,
+    /// Load average (1 min) at the start and at the end.
+    pub loadavg: [Option<f64>; 2],
+    /// One row per (path, size, round), in the order they ran.
+    pub rows: Vec<EmbedBatchRow>,
+}
+
+/// Every text of the set embedded `size` at a time along one path.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct EmbedBatchRow {
+    /// `packed` (the embedder's batch pass) or `padded` (the former pass,
+    /// every text padded to the batch's longest).
+    pub path: String,
+    /// Texts per `embed` call.
+    pub size: usize,
+    /// Round number, from 0.
+    pub round: usize,
+    /// CPU time of every thread of the process, per text.
+    #[serde(deserialize_with = "nan_if_null")]
+    pub cpu_ms_per_text: f64,
+    /// Wall time per text.
+    #[serde(deserialize_with = "nan_if_null")]
+    pub wall_ms_per_text: f64,
+    /// Real tokens over all texts (`[CLS]` and `[SEP]` included).
+    pub tokens: usize,
+    /// Token rows a padded pass computes (each call's texts times its longest).
+    pub padded_tokens: usize,
+}

@@ -282,10 +282,27 @@ impl BertEmbedder {
         &self.opts
     }
 
+    /// The former batch pass, every text padded to the longest of its
+    /// batch, kept so that a benchmark can compare the two passes in one
+    /// process (`oap-bench embed-batches --paths packed,padded`). Its
+    /// vectors equal [`Embedder::embed`]'s within float rounding.
+    #[doc(hidden)]
+    pub fn embed_padded(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, EmbedError> {
+        if texts.is_empty() {
+            return Ok(Vec::new());
+        }
+        let run = || self.embed_in_pool(texts, self.opts.batch_size, Pass::Padded);
+        match &self.pool {
+            Some(pool) => pool.install(run),
+            None => self.device.with_context(run),
+        }
+    }
+
     fn embed_in_pool(
         &self,
         texts: &[&str],
         batch_size: usize,
+        pass: Pass,
     ) -> Result<Vec<Vec<f32>>, EmbedError> {
         let budget = self
             .opts
@@ -297,18 +314,56 @@ impl BertEmbedder {
             .encode_batch_fast(inputs, true)
             .map_err(|e| EmbedError::Tokenizer(e.to_string()))?;
 
-        // Sort by token count so each batch pads to a similar length; this
-        // matters for speed only, since padding is masked out (see `forward`).
+        // The padded pass sorts by token count so each batch pads to a
+        // similar length (speed only: padding is masked out). The packed
+        // pass pads nothing, so any grouping costs the same.
         let mut order: Vec<usize> = (0..encodings.len()).collect();
-        order.sort_by_key(|&i| encodings[i].len());
+        if pass == Pass::Padded {
+            order.sort_by_key(|&i| encodings[i].len());
+        }
 
         let mut out = vec![Vec::new(); encodings.len()];
         for chunk in order.chunks(batch_size.max(1)) {
             let batch: Vec<&Encoding> = chunk.iter().map(|&i| &encodings[i]).collect();
-            let vectors = self.forward(&batch).map_err(inference_error)?;
+            let vectors = match pass {
+                Pass::Packed => self.forward_packed(&batch),
+                Pass::Padded => self.forward(&batch),
+            }
+            .map_err(inference_error)?;
             for (&i, v) in chunk.iter().zip(vectors) {
                 out[i] = v;
             }
+        }
+        Ok(out)
+    }
+
+    /// One forward pass over a batch, the texts' token rows back to back
+    /// (see `Encoder::forward_packed`), then mean pooling per text.
+    fn forward_packed(&self, batch: &[&Encoding]) -> candle_core::Result<Vec<Vec<f32>>> {
+        let lens: Vec<usize> = batch.iter().map(|e| e.len()).collect();
+        let ids: Vec<u32> = batch
+            .iter()
+            .flat_map(|e| e.get_ids().iter().copied())
+            .collect();
+        let hidden = self.model.forward_packed(&ids, &lens)?; // [N, D]
+        let d = self.dim;
+        let mut rows = hidden.chunks_exact(d);
+        let mut out = Vec::with_capacity(batch.len());
+        for &len in &lens {
+            // A text without tokens (only with a tokenizer that adds no
+            // special tokens) gets a zero vector, as sentence-transformers'
+            // clamped mean gives it.
+            let mut sum = vec![0.0f32; d];
+            for row in rows.by_ref().take(len) {
+                for (s, x) in sum.iter_mut().zip(row) {
+                    *s += x;
+                }
+            }
+            let count = len.max(1) as f32;
+            for s in &mut sum {
+                *s /= count;
+            }
+            out.push(l2_normalise(sum));
         }
         Ok(out)
     }
@@ -365,12 +420,14 @@ impl Embedder for BertEmbedder {
             return Ok(Vec::new());
         }
         match &self.pool {
-            Some(pool) => pool.install(|| self.embed_in_pool(texts, self.opts.batch_size)),
+            Some(pool) => {
+                pool.install(|| self.embed_in_pool(texts, self.opts.batch_size, Pass::Packed))
+            }
             // candle's own CPU pool keeps its workers warm between the many
             // short parallel sections of a forward pass.
             None => self
                 .device
-                .with_context(|| self.embed_in_pool(texts, self.opts.batch_size)),
+                .with_context(|| self.embed_in_pool(texts, self.opts.batch_size, Pass::Packed)),
         }
     }
 
@@ -380,8 +437,13 @@ impl Embedder for BertEmbedder {
         }
         // Everything candle and the tokenizer parallelise inside `install`
         // runs on the idle-class pool's threads, not on the query pool.
-        self.background_pool()?
-            .install(|| self.embed_in_pool(texts, self.opts.batch_size.min(BACKGROUND_BATCH_SIZE)))
+        self.background_pool()?.install(|| {
+            self.embed_in_pool(
+                texts,
+                self.opts.batch_size.min(BACKGROUND_BATCH_SIZE),
+                Pass::Packed,
+            )
+        })
     }
 }
 
@@ -413,6 +475,15 @@ impl BertEmbedder {
         pool.as_ref()
             .map_err(|reason| EmbedError::InvalidOptions(reason.clone()))
     }
+}
+
+/// How a batch of texts goes through the encoder.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Pass {
+    /// The texts' token rows concatenated, attention per text.
+    Packed,
+    /// Every text padded to the batch's longest, with an attention mask.
+    Padded,
 }
 
 /// A candle failure at inference time, as the trait's error.

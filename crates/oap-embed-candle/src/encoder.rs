@@ -53,11 +53,15 @@ impl Linear {
             );
         }
         let xs = x.flatten_all()?.to_vec1::<f32>()?;
-        let y = self
-            .packed
-            .forward(arch, &xs, m, act)
-            .ok_or_else(|| candle_core::Error::msg("linear layer: shape mismatch"))?;
+        let y = self.forward_rows(arch, &xs, m, act)?;
         Tensor::from_vec(y, (m, self.packed.n()), x.device())
+    }
+
+    /// The same on `m` row-major rows of a slice; `[m, out]` row-major.
+    fn forward_rows(&self, arch: Arch, xs: &[f32], m: usize, act: Act) -> Result<Vec<f32>> {
+        self.packed
+            .forward(arch, xs, m, act)
+            .ok_or_else(|| candle_core::Error::msg("linear layer: shape mismatch"))
     }
 }
 
@@ -205,6 +209,79 @@ impl Encoder {
             x = self.layer(layer, &x, rows, cols, bias.as_ref(), scale)?;
         }
         Ok(x)
+    }
+
+    /// Hidden states, `[sum(lens), hidden]` row-major, of several texts at
+    /// once: `ids` holds every text's token ids back to back, `lens[i]` of
+    /// them for text `i`. No text is padded: the embeddings, layer norms,
+    /// linear layers and GELU run over all token rows together (one weight
+    /// stream for the whole batch), and only attention runs per text, over
+    /// that text's own rows. Every row's arithmetic is the same whatever
+    /// else is in the batch (the kernels never mix rows), so a text's
+    /// result does not depend on its batch.
+    pub(crate) fn forward_packed(&self, ids: &[u32], lens: &[usize]) -> Result<Vec<f32>> {
+        let total: usize = lens.iter().sum();
+        if total != ids.len() {
+            candle_core::bail!(
+                "packed forward: {} token ids for texts of {total} tokens",
+                ids.len()
+            );
+        }
+        let d = self.hidden;
+        if total == 0 {
+            return Ok(Vec::new());
+        }
+        // Each text's positions restart at 0.
+        let positions: Vec<u32> = lens.iter().flat_map(|&len| 0..len as u32).collect();
+        let ids = Tensor::from_slice(ids, total, &self.device)?;
+        let positions = Tensor::from_vec(positions, total, &self.device)?;
+        // Word + position + token type 0 (in that order, as in `forward`),
+        // then LayerNorm.
+        let x = self
+            .word
+            .forward(&ids)?
+            .add(&self.position.index_select(&positions, 0)?)?
+            .broadcast_add(&self.token_type0)?;
+        let mut x = self.emb_norm.forward(&x)?;
+        let scale = (1.0 / (self.head_dim as f64).sqrt()) as f32;
+        for layer in &self.layers {
+            x = self.layer_packed(layer, &x, lens, scale)?;
+        }
+        x.flatten_all()?.to_vec1::<f32>().and_then(|v| {
+            if v.len() == total * d {
+                Ok(v)
+            } else {
+                Err(candle_core::Error::msg("packed forward: wrong output size"))
+            }
+        })
+    }
+
+    /// One encoder layer over packed rows (see [`Self::forward_packed`]).
+    fn layer_packed(
+        &self,
+        layer: &Layer,
+        x: &Tensor,
+        lens: &[usize],
+        scale: f32,
+    ) -> Result<Tensor> {
+        let arch = self.arch;
+        let (total, d) = x.dims2()?;
+        let xs = x.flatten_all()?.to_vec1::<f32>()?;
+        let qkv = layer.qkv.forward_rows(arch, &xs, total, Act::Identity)?; // [N, 3D]
+        let ctx = crate::attention::packed(arch, &qkv, lens, self.heads, self.head_dim, scale)
+            .ok_or_else(|| candle_core::Error::msg("attention: shape mismatch"))?; // [N, D]
+        let attn = layer
+            .attn_out
+            .forward_rows(arch, &ctx, total, Act::Identity)?;
+        let attn = Tensor::from_vec(attn, (total, d), &self.device)?;
+        let x = layer.attn_norm.forward(&(attn + x)?)?;
+        let up = match self.act {
+            HiddenAct::Gelu => layer.up.forward(arch, &x, Act::GeluErf)?,
+            HiddenAct::GeluApproximate => layer.up.forward(arch, &x, Act::Identity)?.gelu()?,
+            HiddenAct::Relu => layer.up.forward(arch, &x, Act::Identity)?.relu()?,
+        };
+        let down = layer.down.forward(arch, &up, Act::Identity)?;
+        layer.out_norm.forward(&(down + x)?)
     }
 
     fn layer(

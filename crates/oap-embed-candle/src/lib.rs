@@ -9,6 +9,7 @@
 //! and hands it over as that trait, and tests use fake embedders without
 //! compiling any of this.
 
+mod attention;
 mod bert;
 mod encoder;
 mod kernel;

@@ -5,7 +5,11 @@
 //! dozen token rows. When many queries are in flight at once, each pays that
 //! separately. [`Coalescing`] wraps an [`Embedder`] so that the
 //! [`Embedder::embed_one`] calls which arrive while a pass is running are
-//! embedded together in the next pass, one batch padded to its longest text.
+//! embedded together in the next pass, one [`Embedder::embed`] call. That
+//! pays only with an embedder whose batch pass costs about the sum of its
+//! texts (the candle embedder packs the texts' token rows without padding);
+//! a pass that pads every text to the longest can cost more per text than
+//! passes of one.
 //!
 //! The callers themselves do the work (leader/follower, no extra thread and
 //! no timer): a caller that finds no pass running becomes the leader and
@@ -29,11 +33,10 @@ use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
 
 use crate::{EmbedError, Embedder};
 
-/// Padded input bytes per coalesced pass: the number of texts times the
-/// longest text's length (bytes stand in for tokens before tokenizing). A
-/// pass pads every text to its longest, and attention grows with the square
-/// of the length, so a long query is joined by few others; 16 queries of up
-/// to 256 bytes (~60 tokens) fit. A text longer than this runs alone.
+/// Input bytes per coalesced pass, summed over its texts (bytes stand in
+/// for tokens before tokenizing). It bounds one pass's work, and so how
+/// long a query that arrives during it waits: 16 queries of up to 256 bytes
+/// (~60 tokens) fit. A text longer than this runs alone.
 pub const COALESCE_BYTE_BUDGET: usize = 4096;
 
 /// A fitting cap on texts per coalesced pass: the candle embedder's own
@@ -77,7 +80,7 @@ pub struct CoalesceStats {
 
 impl<E: Embedder> Coalescing<E> {
     /// Wraps `inner`; a pass holds at most `max_batch` texts (at least one)
-    /// and at most [`COALESCE_BYTE_BUDGET`] padded bytes.
+    /// and at most [`COALESCE_BYTE_BUDGET`] input bytes in all.
     pub fn new(inner: E, max_batch: usize) -> Self {
         Self {
             inner,
@@ -123,16 +126,16 @@ impl<E: Embedder> Coalescing<E> {
     /// Takes the oldest queued texts that fit in one pass.
     fn take_batch(&self, state: &mut State) -> Vec<(u64, String)> {
         let mut batch: Vec<(u64, String)> = Vec::new();
-        let mut longest = 0usize;
+        let mut bytes = 0usize;
         while batch.len() < self.max_batch {
             let Some((_, text)) = state.queue.front() else {
                 break;
             };
-            let wider = longest.max(text.len());
-            if !batch.is_empty() && wider.saturating_mul(batch.len() + 1) > COALESCE_BYTE_BUDGET {
+            let more = bytes.saturating_add(text.len());
+            if !batch.is_empty() && more > COALESCE_BYTE_BUDGET {
                 break;
             }
-            longest = wider;
+            bytes = more;
             if let Some(entry) = state.queue.pop_front() {
                 batch.push(entry);
             }
@@ -508,12 +511,23 @@ mod tests {
     }
 
     #[test]
-    fn a_long_text_is_not_padded_into_a_batch_of_short_ones() {
+    fn a_pass_holds_at_most_the_byte_budget() {
         let c = Arc::new(Coalescing::new(Fake::default(), 16));
-        let long = "word ".repeat(COALESCE_BYTE_BUDGET / 5 - 10);
+        let half = "word ".repeat(COALESCE_BYTE_BUDGET / 10);
+        let long = "word ".repeat(COALESCE_BYTE_BUDGET / 5 + 1);
         let (leader, release) = start_held(&c, "first");
         let mut waiting = Vec::new();
-        for (i, text) in [long.as_str(), "short a", "short b"].iter().enumerate() {
+        // Two halves fit one pass; a third half starts the next, which the
+        // text longer than the budget does not join: it runs alone.
+        let texts = [
+            half.as_str(),
+            half.as_str(),
+            half.as_str(),
+            long.as_str(),
+            "short a",
+            "short b",
+        ];
+        for (i, text) in texts.iter().enumerate() {
             waiting.push((text.to_string(), call(&c, text)));
             until_queued(&c, i + 1);
         }
@@ -523,7 +537,7 @@ mod tests {
             assert_eq!(handle.join().unwrap().unwrap(), vector(&text));
         }
         let lens: Vec<usize> = calls(&c).iter().map(Vec::len).collect();
-        assert_eq!(lens, [1, 1, 2]);
+        assert_eq!(lens, [1, 2, 1, 1, 2]);
     }
 
     #[test]

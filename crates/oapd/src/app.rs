@@ -50,8 +50,8 @@ pub fn load_embedder(config: &Config) -> (Option<Arc<dyn Embedder>>, ModelState)
         Ok(embedder) => {
             let id = embedder.model_id().to_string();
             tracing::info!(model = %id, dir = %config.embedding.model_dir.display(), "embedding model loaded");
-            // Concurrent queries share forward passes; one batch padded to
-            // its longest query costs far less than one pass per query.
+            // Concurrent queries share forward passes: one packed batch
+            // streams the weights once for all of them.
             let embedder: Arc<dyn Embedder> = match config.discovery.coalesce_queries {
                 0 | 1 => Arc::new(embedder),
                 max_batch => Arc::new(Coalescing::new(embedder, max_batch)),

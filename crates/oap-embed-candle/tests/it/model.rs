@@ -188,6 +188,34 @@ fn a_padded_batch_of_queries_equals_each_query_alone() {
     println!("max |padded batch - alone| = {worst:e}");
 }
 
+/// The packed batch pass (texts' token rows back to back, attention per
+/// text) gives every text exactly the vector it gets alone: not just within
+/// rounding, bit for bit, since no kernel mixes rows of different texts.
+/// The former padded pass agrees within float rounding.
+#[test]
+fn a_packed_batch_of_uneven_texts_equals_each_text_alone_bit_for_bit() {
+    let e = embedder();
+    let mut texts = queries();
+    texts.push(words(300)); // truncated at 256 tokens
+    texts.push(String::new());
+    texts.push(words(1));
+    let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+    let batch = e.embed(&refs).unwrap();
+    let padded = e.embed_padded(&refs).unwrap();
+    assert_eq!(batch.len(), refs.len());
+    for ((t, b), p) in refs.iter().zip(&batch).zip(&padded) {
+        let alone = e.embed_one(t).unwrap();
+        assert_eq!(&alone, b, "packed batch vs alone differ for {t:?}");
+        let d = max_abs_diff(&alone, p);
+        assert!(d < 1e-5, "padded batch vs alone differ by {d} for {t:?}");
+    }
+    // In another order and another company, still the same bits.
+    let rev: Vec<&str> = refs.iter().rev().copied().collect();
+    for (t, v) in rev.iter().zip(e.embed(&rev).unwrap()) {
+        assert_eq!(v, e.embed_one(t).unwrap(), "reordered batch for {t:?}");
+    }
+}
+
 #[test]
 fn concurrent_queries_through_the_coalescing_wrapper_get_their_own_vectors() {
     let alone: Vec<Vec<f32>> = queries()

@@ -529,8 +529,10 @@ pub struct DiscoveryConfig {
     /// Query embeddings that arrive while the encoder is busy are embedded
     /// together in its next forward pass, at most this many texts per pass
     /// (0 or 1, the default, embeds each query alone). A query that finds
-    /// the encoder idle runs at once. Off by default: the padded batch pass
-    /// is slower per text than single passes today (docs/BENCHMARKS.md).
+    /// the encoder idle runs at once. Off by default: the packed batch pass
+    /// saves CPU per query, but on a machine shared with other busy
+    /// processes one pass at a time gets less of the CPU than many separate
+    /// passes and served fewer requests/s (docs/BENCHMARKS.md).
     pub coalesce_queries: usize,
 }
 
