@@ -31,7 +31,14 @@
 //! - `--dump FILE`: per task, the top 32 hybrid candidates with their score
 //!   parts, as JSON lines, for offline analysis (`bench/fit_abstention.py`);
 //! - `--split tuning|evaluation`: only that half of a held-out corpus
-//!   (`bench/public_corpus.py`).
+//!   (`bench/public_corpus.py`);
+//! - `--strip-filler`: drop leading filler from queries
+//!   (`QueryOptions::strip_filler`);
+//! - `--adapter FILE`: also report dense and hybrid with the query
+//!   adapter (`oap_discovery::adapter`) in the same run, and measure the
+//!   engine's latency with it;
+//! - `--dump-vectors FILE`: every document's row vectors and every task's
+//!   query vector (unadapted), as JSON lines, for `bench/train_adapter.py`.
 //!
 //! R@k counts a task as hit if any expected name is in the top k (the
 //! source harness's reading); `all@3` is recall over the expected names.
@@ -53,7 +60,7 @@ use oap_bench::report::{Curve, CurvePoint, EngineLatency, ModeRow, RetrievalRepo
 use oap_discovery::document::row_key;
 use oap_discovery::query::{self, QueryOptions};
 use oap_discovery::scoring::{self, Scoring};
-use oap_discovery::{Engine, EngineConfig, Mode, Source, StoredRecord};
+use oap_discovery::{Engine, EngineConfig, Mode, QueryAdapter, Source, StoredRecord};
 use oap_embed::{EmbedError, Embedder};
 use oap_embed_candle::{BertEmbedder, EmbedOptions};
 use oap_index::Index;
@@ -125,6 +132,15 @@ pub struct Args {
     /// without a `split` field are left out).
     #[arg(long)]
     split: Option<String>,
+    /// Drop leading filler ("hey", "could you please") from the query.
+    #[arg(long)]
+    strip_filler: bool,
+    /// Also rank with the query adapter in this file.
+    #[arg(long)]
+    adapter: Option<PathBuf>,
+    /// Document row vectors and query vectors, as JSON lines.
+    #[arg(long)]
+    dump_vectors: Option<PathBuf>,
 }
 
 pub(crate) fn load_tasks(path: &PathBuf) -> Result<Vec<Task>, String> {
@@ -361,6 +377,7 @@ pub fn run(args: Args) -> anyhow::Result<RetrievalReport> {
     }
     config.scoring.query.dense_hint = !args.no_hint;
     config.scoring.query.lexical_hint = !args.no_lexical_hint;
+    config.scoring.query.strip_filler = args.strip_filler;
     if let Some(similarity) = args.duplicate_similarity {
         config.scoring.duplicate_similarity = similarity;
     }
@@ -388,6 +405,25 @@ pub fn run(args: Args) -> anyhow::Result<RetrievalReport> {
     }
     if args.dtype == "i8" {
         config.dtype = oap_index::VectorDtype::I8;
+    }
+    let adapter = match &args.adapter {
+        None => None,
+        Some(path) => Some(QueryAdapter::load(path)?),
+    };
+    if let Some(adapter) = &adapter {
+        if !adapter.fits(model.model_id(), model.dim()) {
+            anyhow::bail!(
+                "--adapter: trained for model {} (dim {}), this is {}",
+                adapter.model(),
+                adapter.dim(),
+                model.model_id()
+            );
+        }
+        eprintln!(
+            "query adapter: rank {}, sha256 {}",
+            adapter.rank(),
+            adapter.sha256()
+        );
     }
     let sources: Vec<Source> = args.dirs.iter().cloned().map(Source::Dir).collect();
     let started = Instant::now();
@@ -433,6 +469,8 @@ pub fn run(args: Args) -> anyhow::Result<RetrievalReport> {
         args.lexical_weights.clone()
     };
     let mut runs: Vec<(String, Mode, Scoring)> = Vec::new();
+    // Runs whose label starts with ADAPTED rank with the adapted vector.
+    const ADAPTED: &str = "+adapter ";
     for mode in [Mode::Lexical, Mode::Dense] {
         runs.push((format!("{mode:?}"), mode, config.scoring.clone()));
     }
@@ -455,6 +493,18 @@ pub fn run(args: Args) -> anyhow::Result<RetrievalReport> {
         };
         runs.push((format!("Hybrid w={w}"), Mode::Hybrid, scoring));
     }
+    if adapter.is_some() {
+        runs.push((
+            format!("{ADAPTED}Dense"),
+            Mode::Dense,
+            config.scoring.clone(),
+        ));
+        runs.push((
+            format!("{ADAPTED}Hybrid"),
+            Mode::Hybrid,
+            config.scoring.clone(),
+        ));
+    }
     let mut tallies: Vec<Tally> = runs.iter().map(|_| Tally::default()).collect();
     let mut misses = Vec::new();
     let mut dump = match &args.dump {
@@ -464,16 +514,44 @@ pub fn run(args: Args) -> anyhow::Result<RetrievalReport> {
         None => None,
     };
 
+    let mut vectors_out = match &args.dump_vectors {
+        Some(path) => {
+            let mut out = std::io::BufWriter::new(
+                std::fs::File::create(path).map_err(|e| anyhow::anyhow!("dump-vectors: {e}"))?,
+            );
+            for (doc, name) in names.iter().enumerate() {
+                let rows: Vec<_> = index
+                    .rows_of(doc as u32)
+                    .map(|r| serde_json::json!([r.weight, r.vector]))
+                    .collect();
+                let line = serde_json::json!({"doc": name, "rows": rows});
+                writeln!(out, "{line}").map_err(|e| anyhow::anyhow!("dump-vectors: {e}"))?;
+            }
+            Some(out)
+        }
+        None => None,
+    };
     for task in &tasks {
         let views = query::views_with(&task.query, &config.scoring.query);
         let vector = cached
             .embed_one(&views.dense)
             .map_err(|e| anyhow::anyhow!("embed: {e}"))?;
+        let adapted = adapter.as_ref().map(|a| a.apply(&vector));
+        if let Some(out) = vectors_out.as_mut() {
+            let line = serde_json::json!({
+                "task": task.id, "expected": task.expected, "query": vector,
+            });
+            writeln!(out, "{line}").map_err(|e| anyhow::anyhow!("dump-vectors: {e}"))?;
+        }
         let terms = oap_index::tokenize(&views.lexical);
         let expected: Vec<String> = task.expected.iter().map(|e| display(e)).collect();
         let soft = args.soft_negatives.contains(&task.id);
         for ((label, mode, scoring), tally) in runs.iter().zip(tallies.iter_mut()) {
-            let scored = scoring::rank(&index, scoring, *mode, Some(&vector), &terms, 10);
+            let vector = match &adapted {
+                Some(adapted) if label.starts_with(ADAPTED) => adapted,
+                _ => &vector,
+            };
+            let scored = scoring::rank(&index, scoring, *mode, Some(vector), &terms, 10);
             let found: Vec<String> = scored
                 .iter()
                 .map(|(doc, _)| display(names.get(*doc as usize).map_or("", |n| n.as_str())))
@@ -556,6 +634,10 @@ pub fn run(args: Args) -> anyhow::Result<RetrievalReport> {
             }
         }
     }
+    if let Some(mut out) = vectors_out {
+        out.flush()
+            .map_err(|e| anyhow::anyhow!("dump-vectors: {e}"))?;
+    }
     if let Some(path) = &args.embed_cache {
         if let Err(e) = cached.save(path) {
             eprintln!("oap-bench retrieval: embedding cache not saved: {e}");
@@ -563,8 +645,11 @@ pub fn run(args: Args) -> anyhow::Result<RetrievalReport> {
     }
 
     // Latency and consistency: the engine itself, with the uncached model
-    // (same model id, so the index just built is reused, not rebuilt).
-    let (raw_engine, raw_report) = Engine::open(config.clone(), sources, Some(model))
+    // (same model id, so the index just built is reused, not rebuilt),
+    // and the adapter if one was given.
+    let mut latency_config = config.clone();
+    latency_config.query_adapter = adapter.clone().map(Arc::new);
+    let (raw_engine, raw_report) = Engine::open(latency_config, sources, Some(model))
         .map_err(|e| anyhow::anyhow!("index: {e}"))?;
     if !raw_report.reused_index {
         eprintln!("oap-bench retrieval: warning: the latency engine rebuilt the index");
@@ -582,6 +667,10 @@ pub fn run(args: Args) -> anyhow::Result<RetrievalReport> {
         if check {
             let views = query::views(&task.query);
             let vector = cached.embed_one(&views.dense).unwrap_or_default();
+            let vector = match &adapter {
+                Some(adapter) => adapter.apply(&vector),
+                None => vector,
+            };
             let terms = oap_index::tokenize(&views.lexical);
             let ours = scoring::rank(
                 &index,
@@ -615,7 +704,13 @@ pub fn run(args: Args) -> anyhow::Result<RetrievalReport> {
         .iter()
         .zip(&tallies)
         .map(|((label, mode, _), tally)| {
-            let p50 = (*mode == Mode::Hybrid && label == "Hybrid")
+            // The latency engine runs with the adapter when one was given.
+            let timed = if adapter.is_some() {
+                "+adapter Hybrid"
+            } else {
+                "Hybrid"
+            };
+            let p50 = (*mode == Mode::Hybrid && label == timed)
                 .then(|| percentile(0.5))
                 .flatten();
             tally.summary(label, p50)

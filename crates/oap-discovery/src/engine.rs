@@ -18,6 +18,7 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use crate::activity::{QueryActivity, MAX_PAUSE};
+use crate::adapter::QueryAdapter;
 use crate::catalog::{Catalog, CatalogEntry, Collision, LoadProblem, Origin, Source, Trust};
 use crate::document::{self, RowWeights, RECIPE_VERSION};
 use crate::query;
@@ -59,6 +60,10 @@ pub struct EngineConfig {
     /// [`BuildReport::vectors_pending`]); `None`: always embed before
     /// returning, as the command line does.
     pub background_embedding_above: Option<usize>,
+    /// Applied to every query embedding of the model it was trained for
+    /// (see [`crate::adapter`]); `None`: query vectors as the model made
+    /// them. Not part of the fingerprint: documents do not depend on it.
+    pub query_adapter: Option<Arc<QueryAdapter>>,
 }
 
 impl EngineConfig {
@@ -73,6 +78,7 @@ impl EngineConfig {
             search_threads: None,
             query_cache: DEFAULT_QUERY_CACHE,
             background_embedding_above: None,
+            query_adapter: None,
         }
     }
 
@@ -352,10 +358,24 @@ impl Engine {
     /// Loads the catalog and opens the index, rebuilding it only when the
     /// catalog, the model or the recipe changed (or the file is damaged).
     pub fn open(
-        config: EngineConfig,
+        mut config: EngineConfig,
         sources: Vec<Source>,
         embedder: Option<Arc<dyn Embedder>>,
     ) -> Result<(Engine, BuildReport), EngineError> {
+        // An adapter trained for other weights would scramble the query
+        // vector; serve without it rather than badly (see `adapter`).
+        if let (Some(adapter), Some(embedder)) = (&config.query_adapter, &embedder) {
+            if !adapter.fits(embedder.model_id(), embedder.dim()) {
+                tracing::warn!(
+                    adapter_model = adapter.model(),
+                    adapter_dim = adapter.dim(),
+                    model = embedder.model_id(),
+                    dim = embedder.dim(),
+                    "query adapter was trained for another model: query vectors are used unadapted"
+                );
+                config.query_adapter = None;
+            }
+        }
         std::fs::create_dir_all(&config.data_dir).map_err(|source| EngineError::DataDir {
             path: config.data_dir.clone(),
             source,
@@ -600,6 +620,12 @@ impl Engine {
         }
     }
 
+    /// The query adapter in use (`None` if none was configured or it did
+    /// not fit the model).
+    pub fn query_adapter(&self) -> Option<&QueryAdapter> {
+        self.config.query_adapter.as_deref()
+    }
+
     /// Id of the loaded embedding model (a hash of its files), if any.
     pub fn model_id(&self) -> Option<&str> {
         self.embedder.as_ref().map(|e| e.model_id())
@@ -638,7 +664,9 @@ impl Engine {
     }
 
     /// The embedding of a query's dense view: from the cache when the same
-    /// text was embedded recently, else from the encoder (and then cached).
+    /// text was embedded recently, else from the encoder, through the query
+    /// adapter if there is one (and then cached: the adapter, like the
+    /// embedder, is fixed for the engine's life).
     fn embed_query(
         &self,
         embedder: &dyn Embedder,
@@ -648,6 +676,10 @@ impl Engine {
             return Ok(vector);
         }
         let vector = embedder.embed_one(text)?;
+        let vector = match &self.config.query_adapter {
+            Some(adapter) => adapter.apply(&vector),
+            None => vector,
+        };
         if let Some(cache) = &self.query_cache {
             cache.insert(text, &vector);
         }

@@ -1,5 +1,6 @@
 //! Discovery: from configured manifest sources to ranked capabilities.
 //!
+//! [`adapter`] maps query embeddings toward tool descriptions,
 //! [`catalog`] loads and de-duplicates manifests, [`document`] decides what
 //! is embedded and matched lexically, [`query`] separates a task's
 //! instruction from its inline data, [`query_cache`] keeps recent query
@@ -7,6 +8,7 @@
 //! ties them to the memory-mapped index.
 
 mod activity;
+pub mod adapter;
 pub mod catalog;
 pub mod document;
 pub mod engine;
@@ -15,6 +17,7 @@ pub mod query_cache;
 mod remote;
 pub mod scoring;
 
+pub use adapter::{AdapterError, QueryAdapter};
 pub use catalog::{
     mcp_id, Catalog, CatalogEntry, Collision, LoadProblem, McpBinding, McpToolDoc, McpTools,
     Origin, Source, Trust,

@@ -36,6 +36,11 @@ pub struct QueryOptions {
     /// text"). Shape words that many descriptions share get a low idf, so
     /// they add little where they do not discriminate.
     pub lexical_hint: bool,
+    /// Drop leading courtesy and address ("hey", "could you please", "I
+    /// want you to") from both views: words every request may carry say
+    /// nothing about which tool fits, and in a mean-pooled embedding of a
+    /// short request they weigh as much as the ask.
+    pub strip_filler: bool,
 }
 
 impl Default for QueryOptions {
@@ -43,6 +48,7 @@ impl Default for QueryOptions {
         QueryOptions {
             dense_hint: true,
             lexical_hint: true,
+            strip_filler: false,
         }
     }
 }
@@ -109,6 +115,11 @@ pub fn views_with(task: &str, options: &QueryOptions) -> QueryViews {
         };
     }
     let instruction = instruction.trim();
+    let instruction = if options.strip_filler {
+        strip_filler(instruction)
+    } else {
+        instruction
+    };
     if has_arithmetic(instruction) && !shapes.contains(&DataShape::Arithmetic) {
         shapes.push(DataShape::Arithmetic);
     }
@@ -136,6 +147,90 @@ pub fn views_with(task: &str, options: &QueryOptions) -> QueryViews {
         lexical,
         shapes,
     }
+}
+
+/// Leading phrases that address the assistant or ask politely, lower case,
+/// each followed by a word boundary. Longer phrases come before their
+/// prefixes ("could you please" before "could you").
+const FILLER: &[&str] = &[
+    "hey google",
+    "hey siri",
+    "hey assistant",
+    "ok google",
+    "okay google",
+    "hey",
+    "hi",
+    "hello",
+    "ok",
+    "okay",
+    "so",
+    "um",
+    "uh",
+    "assistant",
+    "computer",
+    "please",
+    "kindly",
+    "could you please",
+    "can you please",
+    "would you please",
+    "will you please",
+    "could you",
+    "can you",
+    "would you",
+    "will you",
+    "would you mind",
+    "i want you to",
+    "i need you to",
+    "i would like you to",
+    "i'd like you to",
+    "i want to",
+    "i need to",
+    "i would like to",
+    "i'd like to",
+    "help me",
+    "go ahead and",
+    "quickly",
+];
+
+/// `text` without leading filler phrases and the punctuation after them;
+/// `text` itself if nothing would be left.
+#[allow(
+    clippy::string_slice,
+    reason = "every cut is after an ASCII phrase that matched (checked to be a char boundary)"
+)]
+fn strip_filler(text: &str) -> &str {
+    let mut rest = text;
+    loop {
+        // ASCII lower case keeps every byte length, so a phrase's length
+        // is also where it ends in `rest`.
+        let lower_head: String = rest
+            .chars()
+            .take(24)
+            .map(|c| c.to_ascii_lowercase())
+            .collect();
+        let found = FILLER
+            .iter()
+            .filter(|p| {
+                lower_head.starts_with(*p)
+                    && lower_head[p.len()..]
+                        .chars()
+                        .next()
+                        .is_none_or(|c| !c.is_alphanumeric() && c != '\'')
+            })
+            .map(|p| p.len())
+            .max();
+        let Some(len) = found.filter(|&len| rest.is_char_boundary(len)) else {
+            break;
+        };
+        let next = rest[len..].trim_start_matches(|c: char| {
+            c.is_whitespace() || matches!(c, ',' | '!' | '.' | ':' | ';' | '-')
+        });
+        if !next.chars().any(char::is_alphanumeric) {
+            break;
+        }
+        rest = next;
+    }
+    rest
 }
 
 fn cap(text: &str) -> &str {
@@ -391,6 +486,7 @@ mod tests {
         QueryOptions {
             dense_hint: false,
             lexical_hint: false,
+            strip_filler: false,
         }
     }
 
@@ -499,6 +595,7 @@ mod tests {
         let options = QueryOptions {
             dense_hint: true,
             lexical_hint: true,
+            strip_filler: false,
         };
         let v = views_with("count lines in:\na\nb", &options);
         assert!(v.lexical.ends_with("lines of text"));
@@ -508,6 +605,35 @@ mod tests {
         };
         let v = views_with("count lines in:\na\nb", &off);
         assert!(!v.lexical.contains("text"));
+    }
+
+    #[test]
+    fn leading_filler_is_dropped_only_when_asked() {
+        let on = QueryOptions {
+            strip_filler: true,
+            ..QueryOptions::default()
+        };
+        let v = views_with("Hey, could you please turn off the porch light", &on);
+        assert_eq!(v.dense, "turn off the porch light");
+        assert_eq!(v.lexical, "turn off the porch light");
+        assert_eq!(
+            views_with("OK Google: I want you to list my timers", &on).dense,
+            "list my timers"
+        );
+        // Whole words only, and nothing left means nothing dropped.
+        assert_eq!(
+            views_with("history of my lights", &on).dense,
+            "history of my lights"
+        );
+        assert_eq!(views_with("okay", &on).dense, "okay");
+        assert_eq!(views_with("Can you?", &on).dense, "Can you?");
+        // Non-ASCII text after a phrase is cut at a character boundary.
+        assert_eq!(views_with("hey, ünïcode lamp", &on).dense, "ünïcode lamp");
+        let off = views_with(
+            "Hey, could you please turn off the porch light",
+            &QueryOptions::default(),
+        );
+        assert_eq!(off.dense, "Hey, could you please turn off the porch light");
     }
 
     #[test]

@@ -11,6 +11,7 @@
 )]
 
 mod abstention;
+mod adapter;
 mod engine;
 mod mcp;
 mod query_cache;
