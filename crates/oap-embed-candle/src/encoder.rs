@@ -1,16 +1,17 @@
 //! The BERT encoder, written for sentence embedding on a small CPU.
 //!
 //! The same network as candle-transformers' `BertModel` (absolute position
-//! embeddings, post-norm layers, the activation the config names), with three differences that
-//! matter for one short query on two cores:
+//! embeddings, post-norm layers, the activation the config names), with three
+//! differences that matter on a small CPU:
 //!
 //! - query, key and value are one fused linear layer (one matmul instead of
 //!   three per layer);
 //! - every linear layer works on a 2-D `[tokens, features]` tensor with its
 //!   weight stored pre-transposed (`[in, out]`, contiguous), so no matmul
 //!   transposes or broadcasts a weight per call;
-//! - a single text runs without an attention mask (there is no padding to
-//!   hide), which skips building and adding the mask.
+//! - a batch runs *packed* (`forward_packed`): its texts' token rows back
+//!   to back, no padding and so no attention mask, attention per text
+//!   (`attention.rs`); the padded, masked `forward` stays for benchmarks.
 
 use candle_core::{DType, Device, Module, Result, Tensor};
 use candle_nn::{Embedding, LayerNorm, VarBuilder};
