@@ -45,13 +45,14 @@ const MAX_RANK: usize = 1_024;
 /// Why an adapter file was refused.
 #[derive(Debug, thiserror::Error)]
 pub enum AdapterError {
-    /// The file could not be read.
+    /// The file could not be read (missing, not a regular file, larger
+    /// than [`MAX_ADAPTER_BYTES`]).
     #[error("query adapter {path}: {source}")]
     Read {
         /// The file named in the configuration.
         path: PathBuf,
-        /// What the operating system said.
-        source: std::io::Error,
+        /// Why it could not be read.
+        source: oap_store::StoreError,
     },
     /// The bytes are not an adapter of this format.
     #[error("query adapter {origin}: {problem}")]
@@ -62,6 +63,10 @@ pub enum AdapterError {
         problem: String,
     },
 }
+
+/// Largest adapter file read: a rank-64 adapter of a 1,024-dimension model
+/// is half a megabyte; anything near this is not an adapter.
+pub const MAX_ADAPTER_BYTES: u64 = 16 * 1024 * 1024;
 
 /// `q' = normalise(q + U (Vᵀ q))`; see the module documentation.
 #[derive(Clone)]
@@ -92,9 +97,11 @@ impl std::fmt::Debug for QueryAdapter {
 impl QueryAdapter {
     /// Reads an adapter file.
     pub fn load(path: &Path) -> Result<QueryAdapter, AdapterError> {
-        let bytes = std::fs::read(path).map_err(|source| AdapterError::Read {
-            path: path.to_path_buf(),
-            source,
+        let bytes = oap_store::read_capped(path, MAX_ADAPTER_BYTES).map_err(|source| {
+            AdapterError::Read {
+                path: path.to_path_buf(),
+                source,
+            }
         })?;
         Self::parse(&bytes, &path.display().to_string())
     }

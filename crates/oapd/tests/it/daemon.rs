@@ -840,7 +840,10 @@ fn a_damaged_index_serves_lexically_at_once_and_becomes_hybrid_in_the_background
     let ledger = daemon
         .post_json("/v1/discover", r#"{"task": "reconcile ledger 42"}"#)
         .json();
-    assert_eq!(ledger["candidates"][0]["id"], "local/ledger-tool-42", "{ledger}");
+    assert_eq!(
+        ledger["candidates"][0]["id"], "local/ledger-tool-42",
+        "{ledger}"
+    );
 
     // The vectors arrive without a restart.
     let deadline = Instant::now() + Duration::from_secs(300);
