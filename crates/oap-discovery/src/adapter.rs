@@ -39,6 +39,10 @@ use std::path::{Path, PathBuf};
 
 const MAGIC: &[u8; 8] = b"OAPQADP1";
 
+/// Largest adapter file read: two full-rank f16 matrices of a 1,024-dim
+/// model and a header.
+pub const MAX_FILE_BYTES: u64 = 2 * 1_024 * 1_024 * 2 + 4_096;
+
 /// Largest rank accepted; a full-rank map of a 1,024-dim model at most.
 const MAX_RANK: usize = 1_024;
 
@@ -90,12 +94,28 @@ impl std::fmt::Debug for QueryAdapter {
 }
 
 impl QueryAdapter {
-    /// Reads an adapter file.
+    /// Reads an adapter file (at most [`MAX_FILE_BYTES`]).
     pub fn load(path: &Path) -> Result<QueryAdapter, AdapterError> {
-        let bytes = std::fs::read(path).map_err(|source| AdapterError::Read {
+        use std::io::Read;
+        let read_error = |source| AdapterError::Read {
             path: path.to_path_buf(),
             source,
-        })?;
+        };
+        let file = std::fs::File::open(path).map_err(read_error)?;
+        let mut bytes = Vec::new();
+        #[allow(
+            clippy::disallowed_methods,
+            reason = "capped: the reader is take(MAX_FILE_BYTES + 1) and a larger file is refused"
+        )]
+        file.take(MAX_FILE_BYTES + 1)
+            .read_to_end(&mut bytes)
+            .map_err(read_error)?;
+        if bytes.len() as u64 > MAX_FILE_BYTES {
+            return Err(AdapterError::Format {
+                origin: path.display().to_string(),
+                problem: format!("larger than {MAX_FILE_BYTES} bytes"),
+            });
+        }
         Self::parse(&bytes, &path.display().to_string())
     }
 
