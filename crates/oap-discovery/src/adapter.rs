@@ -39,20 +39,23 @@ use std::path::{Path, PathBuf};
 
 const MAGIC: &[u8; 8] = b"OAPQADP1";
 
+/// Largest adapter file read: two full-rank f16 matrices of a 1,024-dim
+/// model and a header.
+pub const MAX_FILE_BYTES: u64 = 2 * 1_024 * 1_024 * 2 + 4_096;
+
 /// Largest rank accepted; a full-rank map of a 1,024-dim model at most.
 const MAX_RANK: usize = 1_024;
 
 /// Why an adapter file was refused.
 #[derive(Debug, thiserror::Error)]
 pub enum AdapterError {
-    /// The file could not be read (missing, not a regular file, larger
-    /// than [`MAX_ADAPTER_BYTES`]).
+    /// The file could not be read.
     #[error("query adapter {path}: {source}")]
     Read {
         /// The file named in the configuration.
         path: PathBuf,
-        /// Why it could not be read.
-        source: oap_store::StoreError,
+        /// What the operating system said.
+        source: std::io::Error,
     },
     /// The bytes are not an adapter of this format.
     #[error("query adapter {origin}: {problem}")]
@@ -63,10 +66,6 @@ pub enum AdapterError {
         problem: String,
     },
 }
-
-/// Largest adapter file read: a rank-64 adapter of a 1,024-dimension model
-/// is half a megabyte; anything near this is not an adapter.
-pub const MAX_ADAPTER_BYTES: u64 = 16 * 1024 * 1024;
 
 /// `q' = normalise(q + U (Vᵀ q))`; see the module documentation.
 #[derive(Clone)]
@@ -95,14 +94,28 @@ impl std::fmt::Debug for QueryAdapter {
 }
 
 impl QueryAdapter {
-    /// Reads an adapter file.
+    /// Reads an adapter file (at most [`MAX_FILE_BYTES`]).
     pub fn load(path: &Path) -> Result<QueryAdapter, AdapterError> {
-        let bytes = oap_store::read_capped(path, MAX_ADAPTER_BYTES).map_err(|source| {
-            AdapterError::Read {
-                path: path.to_path_buf(),
-                source,
-            }
-        })?;
+        use std::io::Read;
+        let read_error = |source| AdapterError::Read {
+            path: path.to_path_buf(),
+            source,
+        };
+        let file = std::fs::File::open(path).map_err(read_error)?;
+        let mut bytes = Vec::new();
+        #[allow(
+            clippy::disallowed_methods,
+            reason = "capped: the reader is take(MAX_FILE_BYTES + 1) and a larger file is refused"
+        )]
+        file.take(MAX_FILE_BYTES + 1)
+            .read_to_end(&mut bytes)
+            .map_err(read_error)?;
+        if bytes.len() as u64 > MAX_FILE_BYTES {
+            return Err(AdapterError::Format {
+                origin: path.display().to_string(),
+                problem: format!("larger than {MAX_FILE_BYTES} bytes"),
+            });
+        }
         Self::parse(&bytes, &path.display().to_string())
     }
 
