@@ -189,6 +189,18 @@ pub struct BuildReport {
     pub vectors_pending: usize,
 }
 
+impl BuildReport {
+    /// An existing index mapped as it is.
+    fn reused(index: &Index) -> BuildReport {
+        BuildReport {
+            docs: index.len(),
+            rows: index.rows(),
+            reused_index: true,
+            ..BuildReport::default()
+        }
+    }
+}
+
 /// A candidate capability in a discovery answer.
 #[derive(Debug, Clone, Serialize)]
 pub struct Candidate {
@@ -403,12 +415,7 @@ impl Engine {
         };
         let (index, mut built) = match previous {
             Some(index) if read_meta(&index).is_some_and(|m| m.fingerprint == fingerprint) => {
-                let report = BuildReport {
-                    docs: index.len(),
-                    rows: index.rows(),
-                    reused_index: true,
-                    ..BuildReport::default()
-                };
+                let report = BuildReport::reused(&index);
                 (index, report)
             }
             previous => {
@@ -1003,12 +1010,7 @@ fn open_before_embedding(
         // model's vectors in it do not cover, and a different model's
         // vectors cover none, which leaves the whole catalog pending.
         Some(index) if has_vectors(&index) && pending < catalog_rows(config, catalog) => {
-            let report = BuildReport {
-                docs: index.len(),
-                rows: index.rows(),
-                reused_index: true,
-                ..BuildReport::default()
-            };
+            let report = BuildReport::reused(&index);
             (index, report)
         }
         _ => {

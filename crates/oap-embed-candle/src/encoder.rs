@@ -275,7 +275,17 @@ impl Encoder {
             .attn_out
             .forward_rows(arch, &ctx, total, Act::Identity)?;
         let attn = Tensor::from_vec(attn, (total, d), &self.device)?;
+        self.after_attention(layer, &attn, x)
+    }
+
+    /// The rest of a layer once attention is done, the same for packed and
+    /// padded rows: residual and norm, the feed-forward pair, residual and
+    /// norm.
+    fn after_attention(&self, layer: &Layer, attn: &Tensor, x: &Tensor) -> Result<Tensor> {
+        let arch = self.arch;
         let x = layer.attn_norm.forward(&(attn + x)?)?;
+        // The exact GELU runs inside the matmul's output pass; the others
+        // are rare in sentence-transformers models and stay candle ops.
         let up = match self.act {
             HiddenAct::Gelu => layer.up.forward(arch, &x, Act::GeluErf)?,
             HiddenAct::GeluApproximate => layer.up.forward(arch, &x, Act::Identity)?.gelu()?,
@@ -320,15 +330,6 @@ impl Encoder {
             .contiguous()?
             .reshape((rows * cols, d))?;
         let attn = layer.attn_out.forward(arch, &ctx, Act::Identity)?;
-        let x = layer.attn_norm.forward(&(attn + x)?)?;
-        // The exact GELU runs inside the matmul's output pass; the others
-        // are rare in sentence-transformers models and stay candle ops.
-        let up = match self.act {
-            HiddenAct::Gelu => layer.up.forward(arch, &x, Act::GeluErf)?,
-            HiddenAct::GeluApproximate => layer.up.forward(arch, &x, Act::Identity)?.gelu()?,
-            HiddenAct::Relu => layer.up.forward(arch, &x, Act::Identity)?.relu()?,
-        };
-        let down = layer.down.forward(arch, &up, Act::Identity)?;
-        layer.out_norm.forward(&(down + x)?)
+        self.after_attention(layer, &attn, x)
     }
 }
