@@ -438,14 +438,13 @@ pub struct IndexConfig {
     /// embedding (a damaged or missing index, a new model, a large catalog
     /// change), it becomes ready at once on a lexical index (or the previous
     /// index of the same model) and embeds in the background, instead of
-    /// staying unready for minutes. Default 128: 173 texts took 6.5 s on the
-    /// 2-core x86 build machine under load, so 128 are a few seconds there
-    /// and an estimated 10-15 s on a Raspberry Pi 4.
+    /// staying unready for minutes. Default 256 (a few seconds of embedding
+    /// on a Raspberry Pi).
     pub embed_in_background_above: usize,
 }
 
 /// [`IndexConfig::embed_in_background_above`]'s default.
-pub const DEFAULT_EMBED_IN_BACKGROUND_ABOVE: usize = 128;
+pub const DEFAULT_EMBED_IN_BACKGROUND_ABOVE: usize = 256;
 
 impl Default for IndexConfig {
     fn default() -> Self {
