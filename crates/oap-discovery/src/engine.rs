@@ -7,7 +7,6 @@
 
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
@@ -55,11 +54,6 @@ pub struct EngineConfig {
     /// Query embeddings kept for repeated query texts (see
     /// [`crate::query_cache`]); 0 disables the cache.
     pub query_cache: usize,
-    /// When [`Engine::open`] would have to embed more rows than this, it
-    /// opens without waiting for them instead (see
-    /// [`BuildReport::vectors_pending`]); `None`: always embed before
-    /// returning, as the command line does.
-    pub background_embedding_above: Option<usize>,
     /// Applied to every query embedding of the model it was trained for
     /// (see [`crate::adapter`]); `None`: query vectors as the model made
     /// them. Not part of the fingerprint: documents do not depend on it.
@@ -77,7 +71,6 @@ impl EngineConfig {
             row_weights: RowWeights::default(),
             search_threads: None,
             query_cache: DEFAULT_QUERY_CACHE,
-            background_embedding_above: None,
             query_adapter: None,
         }
     }
@@ -181,12 +174,6 @@ pub struct BuildReport {
     pub collisions: Vec<Collision>,
     /// Wall time of the whole load and build, in milliseconds.
     pub elapsed_ms: f64,
-    /// Rows [`Engine::open`] left to a background rebuild (see
-    /// [`EngineConfig::background_embedding_above`]); 0 when the index is
-    /// complete. Until that rebuild swaps in, discovery serves a lexical
-    /// index (no usable vectors were there) or the previous index of the
-    /// same model (its vectors are still valid, its catalog is behind).
-    pub vectors_pending: usize,
 }
 
 impl BuildReport {
@@ -320,12 +307,6 @@ pub struct EngineStats {
     pub model: Option<String>,
     /// The mode queries run in ([`Engine::mode`]).
     pub mode: Mode,
-    /// Rows start-up left to a background rebuild that has not finished
-    /// yet ([`BuildReport::vectors_pending`]); 0 otherwise.
-    pub vectors_pending: usize,
-    /// The served index has no vectors of the loaded model, so queries
-    /// fall back to lexical scoring whatever `mode` says.
-    pub lexical_fallback: bool,
 }
 
 struct Snapshot {
@@ -352,9 +333,6 @@ pub struct Engine {
     /// Recent query embeddings (`None`: disabled). The embedder is fixed for
     /// the engine's life, so the text alone is the key.
     query_cache: Option<QueryCache>,
-    /// Rows left to the first background rebuild by [`Engine::open`];
-    /// cleared when a rebuild succeeds.
-    vectors_pending: AtomicUsize,
 }
 
 /// Who waits on an index build.
@@ -418,27 +396,14 @@ impl Engine {
                 let report = BuildReport::reused(&index);
                 (index, report)
             }
-            previous => {
-                let pending = match (&embedder, config.background_embedding_above) {
-                    (Some(embedder), Some(_)) => {
-                        rows_to_embed(&config, &catalog, embedder.model_id(), previous.as_ref())
-                    }
-                    _ => 0,
-                };
-                match config.background_embedding_above {
-                    Some(above) if pending > above => {
-                        open_before_embedding(&config, &catalog, previous, pending)?
-                    }
-                    _ => build_index(
-                        &config,
-                        &catalog,
-                        embedder.as_deref(),
-                        previous.as_ref(),
-                        &fingerprint,
-                        None,
-                    )?,
-                }
-            }
+            previous => build_index(
+                &config,
+                &catalog,
+                embedder.as_deref(),
+                previous.as_ref(),
+                &fingerprint,
+                None,
+            )?,
         };
         if !built.reused_index {
             // The build's temporaries (batch activations, vector maps) are
@@ -459,9 +424,6 @@ impl Engine {
             reused_index: built.reused_index,
             error: None,
         };
-        // The index's own model: none for a lexical index opened before
-        // its vectors are embedded, so discovery knows not to use them.
-        let model_id = read_meta(&index).and_then(|meta| meta.model_id);
         let snapshot = Snapshot { index, model_id };
         let query_cache = QueryCache::new(config.query_cache);
         let engine = Engine {
@@ -474,7 +436,6 @@ impl Engine {
             failure: Mutex::new(None),
             last_build: Mutex::new(last_build),
             activity: QueryActivity::default(),
-            vectors_pending: AtomicUsize::new(built.vectors_pending),
         };
         Ok((engine, built))
     }
@@ -542,9 +503,6 @@ impl Engine {
             Ok(_) => self.rebuild_locked(force, priority),
             Err(_) => Err(EngineError::Poisoned),
         };
-        if result.is_ok() {
-            self.vectors_pending.store(0, Ordering::Relaxed);
-        }
         // Noted under the build lock, so two rebuilds cannot note their
         // outcomes out of order.
         if let Ok(mut failure) = self.failure.lock() {
@@ -828,9 +786,6 @@ impl Engine {
             },
             model: snapshot.model_id.clone(),
             mode: self.mode(),
-            vectors_pending: self.vectors_pending.load(Ordering::Relaxed),
-            lexical_fallback: self.mode() != Mode::Lexical
-                && (snapshot.model_id.is_none() || snapshot.index.rows() == 0),
         }
     }
 
@@ -966,81 +921,6 @@ fn retire(previous: Arc<Snapshot>, activity: Option<&QueryActivity>) {
 /// How long a rebuild waits for queries still using the old snapshot; a
 /// query takes milliseconds, so this only bounds a stuck one.
 const RETIRE_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
-
-/// How many distinct rows of `catalog` a build with `model_id` would
-/// embed: those whose vectors `previous` does not hold.
-fn rows_to_embed(
-    config: &EngineConfig,
-    catalog: &Catalog,
-    model_id: &str,
-    previous: Option<&Index>,
-) -> usize {
-    let reusable: HashSet<[u8; 16]> = previous
-        .filter(|p| read_meta(p).and_then(|m| m.model_id).as_deref() == Some(model_id))
-        .map(|p| p.row_keys().collect())
-        .unwrap_or_default();
-    let mut queued: HashSet<[u8; 16]> = HashSet::new();
-    for entry in &catalog.entries {
-        for row in document::rows(&entry.manifest, config.row_weights) {
-            let key = document::row_key(model_id, &row.text);
-            if !reusable.contains(&key) {
-                queued.insert(key);
-            }
-        }
-    }
-    queued.len()
-}
-
-/// Opens without embedding `pending` rows, which a background rebuild
-/// then does: the previous index when it holds vectors of the same model
-/// (they stay valid and are reused by that rebuild; the catalog it serves is
-/// behind until then), else a lexical index of the current catalog, written
-/// at once (no vectors: seconds even at 10,000 manifests).
-fn open_before_embedding(
-    config: &EngineConfig,
-    catalog: &Catalog,
-    previous: Option<Index>,
-    pending: usize,
-) -> Result<(Index, BuildReport), EngineError> {
-    let has_vectors = |index: &Index| {
-        index.rows() > 0 && read_meta(index).is_some_and(|meta| meta.model_id.is_some())
-    };
-    let (index, mut report) = match previous {
-        // Same model is implied: `rows_to_embed` counted only rows this
-        // model's vectors in it do not cover, and a different model's
-        // vectors cover none, which leaves the whole catalog pending.
-        Some(index) if has_vectors(&index) && pending < catalog_rows(config, catalog) => {
-            let report = BuildReport::reused(&index);
-            (index, report)
-        }
-        _ => {
-            let lexical = fingerprint(catalog, None, config.dtype, &config.row_weights);
-            build_index(config, catalog, None, None, &lexical, None)?
-        }
-    };
-    tracing::warn!(
-        rows = pending,
-        serving = if report.reused_index {
-            "the previous index"
-        } else {
-            "a lexical index"
-        },
-        "opening without waiting for the embeddings; they are computed in the background"
-    );
-    report.vectors_pending = pending;
-    Ok((index, report))
-}
-
-/// Distinct rows `catalog` has (for any model).
-fn catalog_rows(config: &EngineConfig, catalog: &Catalog) -> usize {
-    let mut texts: HashSet<String> = HashSet::new();
-    for entry in &catalog.entries {
-        for row in document::rows(&entry.manifest, config.row_weights) {
-            texts.insert(row.text);
-        }
-    }
-    texts.len()
-}
 
 /// Builds and writes a new index, reusing vectors of unchanged texts from
 /// `previous` when it was built by the same model.

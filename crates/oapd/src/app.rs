@@ -144,36 +144,14 @@ pub fn open_engine(
 }
 
 /// [`open_engine`] with the MCP servers' tools as one more source (the
-/// one-shot `index` and `discover` commands when servers are configured).
+/// daemon, and the one-shot `index` and `discover` commands when servers
+/// are configured).
 pub fn open_engine_with(
     config: &Config,
     embedder: Option<Arc<dyn Embedder>>,
     mcp: Option<Arc<dyn McpTools>>,
 ) -> anyhow::Result<(Engine, BuildReport)> {
-    open_engine_as(engine_config(config), config, embedder, mcp)
-}
-
-/// The daemon's [`open_engine_with`]: when many rows need embedding it
-/// opens without them (`index.embed_in_background_above`), and the caller
-/// starts the background rebuild that adds them
-/// ([`BuildReport::vectors_pending`]).
-pub fn open_engine_serving(
-    config: &Config,
-    embedder: Option<Arc<dyn Embedder>>,
-    mcp: Option<Arc<dyn McpTools>>,
-) -> anyhow::Result<(Engine, BuildReport)> {
-    let mut engine = engine_config(config);
-    engine.background_embedding_above = Some(config.index.embed_in_background_above);
-    open_engine_as(engine, config, embedder, mcp)
-}
-
-fn open_engine_as(
-    engine_config: EngineConfig,
-    config: &Config,
-    embedder: Option<Arc<dyn Embedder>>,
-    mcp: Option<Arc<dyn McpTools>>,
-) -> anyhow::Result<(Engine, BuildReport)> {
-    let (engine, report) = Engine::open(engine_config, sources(config, mcp), embedder)
+    let (engine, report) = Engine::open(engine_config(config), sources(config, mcp), embedder)
         .with_context(|| {
             format!(
                 "cannot open the index in {}",

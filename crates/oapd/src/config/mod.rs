@@ -434,17 +434,7 @@ pub struct IndexConfig {
     /// Threads used for a search; `None` (default) lets the engine decide from the
     /// number of CPUs.
     pub search_threads: Option<usize>,
-    /// When the daemon starts (or reloads) and more rows than this need
-    /// embedding (a damaged or missing index, a new model, a large catalog
-    /// change), it becomes ready at once on a lexical index (or the previous
-    /// index of the same model) and embeds in the background, instead of
-    /// staying unready for minutes. Default 256 (a few seconds of embedding
-    /// on a Raspberry Pi).
-    pub embed_in_background_above: usize,
 }
-
-/// [`IndexConfig::embed_in_background_above`]'s default.
-pub const DEFAULT_EMBED_IN_BACKGROUND_ABOVE: usize = 256;
 
 impl Default for IndexConfig {
     fn default() -> Self {
@@ -452,7 +442,6 @@ impl Default for IndexConfig {
             data_dir: PathBuf::from("./data"),
             vector_dtype: VectorDtype::F32,
             search_threads: None,
-            embed_in_background_above: DEFAULT_EMBED_IN_BACKGROUND_ABOVE,
         }
     }
 }

@@ -436,17 +436,6 @@ impl Api {
                 "tools.sandbox is require and the kernel cannot confine local tools".to_string(),
             );
         }
-        if stats.vectors_pending > 0 {
-            reasons.push(format!(
-                "{} rows are being embedded in the background since start-up; until then {}",
-                stats.vectors_pending,
-                if stats.lexical_fallback {
-                    "retrieval is lexical"
-                } else {
-                    "the previous index serves"
-                }
-            ));
-        }
         let behind = self.rebuilder.behind_reason();
         reasons.extend(behind.clone());
         let status = if reasons.is_empty() { "ok" } else { "degraded" };
@@ -455,7 +444,6 @@ impl Api {
             oap_discovery::Mode::Lexical if !self.model.loaded => {
                 "lexical only: the embedding model is not loaded"
             }
-            _ if stats.lexical_fallback => "lexical until the background embedding is done",
             oap_discovery::Mode::Lexical => "lexical",
             oap_discovery::Mode::Dense => "dense",
             oap_discovery::Mode::Hybrid => "hybrid",
@@ -473,7 +461,6 @@ impl Api {
                     "bytes": stats.index_bytes,
                     "dtype": stats.dtype,
                     "behind": behind.is_some(),
-                    "vectors_pending": stats.vectors_pending,
                     "rebuild_failure": self.engine.rebuild_failure(),
                     "watch": self.rebuilder.watch().name(),
                 },

@@ -272,16 +272,6 @@ fn start_generation(
 ) -> anyhow::Result<(Api, Vec<JoinHandle<()>>)> {
     let rebuilder = Arc::new(Rebuilder::new(Arc::new(engine), &report));
     let (crawler, mut tasks) = start::start_crawler(config, &rebuilder, watch_baseline)?;
-    if report.vectors_pending > 0 {
-        // Opened without waiting for the embeddings: they are computed now,
-        // at background priority, while discovery serves what was opened.
-        let rebuilder = rebuilder.clone();
-        tasks.push(tokio::spawn(async move {
-            rebuilder
-                .rebuild("embedding what start-up left pending")
-                .await;
-        }));
-    }
     tasks.push(tokio::spawn(crate::mcp::rebuild_on_change(
         mcp.clone(),
         rebuilder.clone(),
@@ -418,7 +408,7 @@ impl Running {
         self.mcp.apply(&config);
         let tools: Arc<dyn McpTools> = self.mcp.clone();
         let (engine, report) = tokio::task::spawn_blocking(move || {
-            app::open_engine_serving(&blocking_config, embedder, Some(tools))
+            app::open_engine_with(&blocking_config, embedder, Some(tools))
         })
         .await
         .context("reload task failed")??;
@@ -475,7 +465,7 @@ pub async fn serve(config: Config, config_path: Option<PathBuf>) -> anyhow::Resu
     let tools: Arc<dyn McpTools> = mcp.clone();
     let (engine, report, model, embedder) = tokio::task::spawn_blocking(move || {
         let (embedder, model) = app::load_embedder(&blocking_config);
-        app::open_engine_serving(&blocking_config, embedder.clone(), Some(tools))
+        app::open_engine_with(&blocking_config, embedder.clone(), Some(tools))
             .map(|(engine, report)| (engine, report, model, embedder))
     })
     .await
