@@ -141,29 +141,43 @@ fn render(r: &SoakReport) -> String {
             .collect::<Vec<_>>()
             .join(", "),
     );
-    s.push_str("\nrestarts (manifests before → after, ready s, all back s):");
+    s.push_str("\nrestarts (manifests before → after, ready s, all back s, hybrid again s):");
     for x in &r.restarts {
         s.push_str(&format!(
-            "\n  {} at {:.0} s: {} → {}, {:.1}, {:.1}",
-            x.kind, x.at_s, x.before, x.after, x.ready_s, x.recovered_s
+            "\n  {} at {:.0} s: {} → {}, {:.1}, {:.1}, {:.1}",
+            x.kind, x.at_s, x.before, x.after, x.ready_s, x.recovered_s, x.hybrid_s
         ));
     }
-    let d = &r.drift;
     s.push_str(&format!(
-        "\ndrift ({}): RSS {:+.1} % ({:.1} → {:.1} MB), open files {:+.1} % ({} → {}), threads {:+.1} % ({} → {})\n\
-         crashes {}, tool processes past their deadline {}\n",
-        d.basis,
-        d.rss_pct,
-        d.rss_mb_first,
-        d.rss_mb_last,
-        d.fds_pct,
-        d.fds_first,
-        d.fds_last,
-        d.threads_pct,
-        d.threads_first,
-        d.threads_last,
-        r.crashes,
-        r.lingering_children
+        "\nleaks ({}):\n  pid: born → settled → end s | RSS MB, open files, threads, tool processes, data files, index MB (the minute after settling → the last minute)\n",
+        r.drift.basis
+    ));
+    for p in &r.drift.processes {
+        let (a, b) = (&p.settled, &p.last);
+        s.push_str(&format!(
+            "  {}: {:.0} → {:.0} → {:.0}{} | {:.1} → {:.1}, {} → {}, {} → {}, {} → {}, {} → {}, {:.3} → {:.3}\n",
+            p.pid,
+            p.born_s,
+            p.settled_s,
+            p.end_s,
+            if p.judged_self { "" } else { " (too short to judge itself)" },
+            a.rss_mb,
+            b.rss_mb,
+            a.fds,
+            b.fds,
+            a.threads,
+            b.threads,
+            a.children,
+            b.children,
+            a.data_files,
+            b.data_files,
+            a.index_mb,
+            b.index_mb
+        ));
+    }
+    s.push_str(&format!(
+        "crashes {}, tool processes past their deadline {}\n",
+        r.crashes, r.lingering_children
     ));
     for note in &r.notes {
         s.push_str(&format!("note: {note}\n"));

@@ -812,7 +812,7 @@ pub struct SoakReport {
     pub crashes: u64,
     /// Tool processes seen alive past their deadline (plus slack).
     pub lingering_children: u64,
-    /// Resource drift (the window it compares is in `drift_basis`).
+    /// Resource drift per process and across processes (see [`SoakDrift`]).
     pub drift: SoakDrift,
     /// Where the per-minute JSON lines are.
     pub jsonl: String,
@@ -861,40 +861,73 @@ pub struct SoakRestart {
     /// Seconds from the kill until every manifest was back (NaN: never).
     #[serde(deserialize_with = "nan_if_null")]
     pub recovered_s: f64,
+    /// Seconds from the kill until discovery was hybrid again (every vector
+    /// embedded; NaN: not within the wait).
+    #[serde(default = "f64_nan", deserialize_with = "nan_if_null")]
+    pub hybrid_s: f64,
+    /// The process started by this restart.
+    #[serde(default)]
+    pub pid: u32,
 }
 
-/// RSS, open files and threads: the change between two windows (percent).
+fn f64_nan() -> f64 {
+    f64::NAN
+}
+
+/// Leaks, judged per daemon process and across processes (the soak kills
+/// and restarts the daemon, so its samples belong to several processes).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct SoakDrift {
-    /// Which windows are compared.
+    /// What is compared with what, in words.
     pub basis: String,
-    /// RSS change (%).
+    /// Whether any comparison was long enough to be judged.
+    pub judged: bool,
+    /// Every daemon process sampled, in the order they ran.
+    pub processes: Vec<SoakProcess>,
+}
+
+/// One daemon process's life in a soak.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SoakProcess {
+    /// Its process id.
+    pub pid: u32,
+    /// Its first sample (seconds into the run).
+    pub born_s: f64,
+    /// When it had settled: a minute after start and its index complete
+    /// (no vectors pending). NaN: never within its life.
     #[serde(deserialize_with = "nan_if_null")]
-    pub rss_pct: f64,
-    /// Open file descriptors change (%).
+    pub settled_s: f64,
+    /// Its last sample.
+    pub end_s: f64,
+    /// It ran long enough after settling for its own growth to be judged.
+    pub judged_self: bool,
+    /// Medians over the minute after it settled (compared across processes).
+    pub settled: SoakLevels,
+    /// Medians over its last minute.
+    pub last: SoakLevels,
+}
+
+/// Resource levels (medians over a window of samples).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct SoakLevels {
+    /// Resident memory (MB).
     #[serde(deserialize_with = "nan_if_null")]
-    pub fds_pct: f64,
-    /// Threads change (%).
+    pub rss_mb: f64,
+    /// Open file descriptors.
     #[serde(deserialize_with = "nan_if_null")]
-    pub threads_pct: f64,
-    /// RSS at the first window (MB, median).
+    pub fds: f64,
+    /// Threads.
     #[serde(deserialize_with = "nan_if_null")]
-    pub rss_mb_first: f64,
-    /// RSS at the second window (MB, median).
+    pub threads: f64,
+    /// Tool processes (the daemon's descendants and probe tools anywhere).
     #[serde(deserialize_with = "nan_if_null")]
-    pub rss_mb_last: f64,
-    /// Open file descriptors at the first window (median).
+    pub children: f64,
+    /// Files in the data directory.
     #[serde(deserialize_with = "nan_if_null")]
-    pub fds_first: f64,
-    /// Open file descriptors at the second window (median).
+    pub data_files: f64,
+    /// Size of the index file (MB).
     #[serde(deserialize_with = "nan_if_null")]
-    pub fds_last: f64,
-    /// Threads at the first window (median).
-    #[serde(deserialize_with = "nan_if_null")]
-    pub threads_first: f64,
-    /// Threads at the second window (median).
-    #[serde(deserialize_with = "nan_if_null")]
-    pub threads_last: f64,
+    pub index_mb: f64,
 }
 
 #[cfg(test)]

@@ -7,6 +7,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
@@ -38,6 +39,24 @@ const BACKGROUND_EMBED_CHUNK: usize = 4;
 /// Query embeddings cached by default (`discovery.query_cache`).
 pub const DEFAULT_QUERY_CACHE: usize = 256;
 
+/// Texts a serving daemon embeds before it is ready, by default
+/// (`index.start_embed_limit`). Past it the index is first written without
+/// the missing vectors and they are embedded in the background. 128 texts
+/// are 2-3 s of embedding on a 2-core x86 (47-60 texts/s) and, at the
+/// 2.5-3x slower per-text cost estimated for a Raspberry Pi 4, 6-8 s there;
+/// the bundled set (13 manifests) is far below it and starts hybrid.
+pub const DEFAULT_START_EMBED_LIMIT: usize = 128;
+
+/// How often a background rebuild that embeds many texts writes what it
+/// has so far (the index, still lexical, with the vectors embedded until
+/// then), so a crash or SIGKILL half way loses at most this much embedding.
+const CHECKPOINT_EVERY: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// One index write at a time in the process: two engines of the same data
+/// directory (the old and the new generation around a reload) would
+/// otherwise share the writer's temporary files.
+static WRITE_LOCK: Mutex<()> = Mutex::new(());
+
 /// Settings of the engine (the daemon maps its config onto this).
 #[derive(Debug, Clone)]
 pub struct EngineConfig {
@@ -58,6 +77,12 @@ pub struct EngineConfig {
     /// (see [`crate::adapter`]); `None`: query vectors as the model made
     /// them. Not part of the fingerprint: documents do not depend on it.
     pub query_adapter: Option<Arc<QueryAdapter>>,
+    /// Most texts [`Engine::open`] embeds before it returns (`None`: no
+    /// limit, every vector is embedded first, as the command line and the
+    /// benchmarks want). Past it the index is written and served lexically
+    /// with the vectors it already has, and [`Engine::pending_texts`] says
+    /// what a background rebuild must still embed.
+    pub start_embed_limit: Option<usize>,
 }
 
 impl EngineConfig {
@@ -72,6 +97,7 @@ impl EngineConfig {
             search_threads: None,
             query_cache: DEFAULT_QUERY_CACHE,
             query_adapter: None,
+            start_embed_limit: None,
         }
     }
 
@@ -105,6 +131,10 @@ pub enum EngineError {
     /// The background rebuild thread could not be spawned (thread or memory limit).
     #[error("cannot start the rebuild thread: {0}")]
     Thread(std::io::Error),
+    /// The engine was retired (a reload replaced it) while it rebuilt; the
+    /// engine that replaced it does the work.
+    #[error("rebuild stopped: the engine was replaced")]
+    Retired,
 }
 
 /// Why a discovery query got no answer at all (an empty result is not an error).
@@ -151,6 +181,15 @@ struct IndexMeta {
     model_id: Option<String>,
     fingerprint: String,
     built_at_unix: u64,
+    /// Texts of the catalog whose vectors the file does not hold yet: it
+    /// was written to serve lexically while they are embedded. Absent (0)
+    /// in a complete index, so complete files are what they always were.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pending_texts: usize,
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
 }
 
 /// What a build or an open did; the daemon logs it and `/health` shows it.
@@ -168,6 +207,10 @@ pub struct BuildReport {
     pub reused_index: bool,
     /// Why an existing index file could not be used, if it could not.
     pub previous_index_problem: Option<String>,
+    /// Texts whose vectors the index does not hold yet: more than
+    /// [`EngineConfig::start_embed_limit`] were missing, so the index serves
+    /// lexically until a background rebuild has embedded them.
+    pub pending_texts: usize,
     /// Files that could not be loaded; the rest of the catalog was indexed.
     pub problems: Vec<LoadProblem>,
     /// Manifests skipped because an earlier source had the same id.
@@ -307,11 +350,27 @@ pub struct EngineStats {
     pub model: Option<String>,
     /// The mode queries run in ([`Engine::mode`]).
     pub mode: Mode,
+    /// Texts still to embed before dense scores are used ([`Engine::pending_texts`]).
+    pub pending_texts: usize,
 }
 
 struct Snapshot {
     index: Index,
     model_id: Option<String>,
+    /// Texts of the catalog without a vector in `index` (see
+    /// [`IndexMeta::pending_texts`]); while non-zero, queries are lexical.
+    pending_texts: usize,
+}
+
+impl Snapshot {
+    fn new(index: Index, model_id: Option<String>) -> Snapshot {
+        let pending_texts = read_meta(&index).map_or(0, |meta| meta.pending_texts);
+        Snapshot {
+            index,
+            model_id,
+            pending_texts,
+        }
+    }
 }
 
 /// The catalog's sources, the embedder and the current index snapshot; shared by
@@ -333,6 +392,13 @@ pub struct Engine {
     /// Recent query embeddings (`None`: disabled). The embedder is fixed for
     /// the engine's life, so the text alone is the key.
     query_cache: Option<QueryCache>,
+    /// Set by [`Engine::retire`]: a rebuild in progress stops.
+    retired: std::sync::atomic::AtomicBool,
+    /// Rebuilds waiting for `build_lock`. A background rebuild that is
+    /// still embedding what the served index lacks steps aside for them at
+    /// its next batch: what they bring (a new manifest, a removed one) is
+    /// served lexically at once instead of after the whole embedding.
+    waiting_rebuilds: AtomicUsize,
 }
 
 /// Who waits on an index build.
@@ -391,20 +457,34 @@ impl Engine {
                 None
             }
         };
-        let (index, mut built) = match previous {
-            Some(index) if read_meta(&index).is_some_and(|m| m.fingerprint == fingerprint) => {
-                let report = BuildReport::reused(&index);
+        let current = previous.as_ref().and_then(read_meta).filter(|m| {
+            // A file written to serve lexically (vectors pending) is still
+            // the right file to serve when there is a model to finish it.
+            m.fingerprint == fingerprint && (m.pending_texts == 0 || embedder.is_some())
+        });
+        let (index, mut built) = match (previous, current) {
+            (Some(index), Some(meta)) => {
+                let report = BuildReport {
+                    pending_texts: meta.pending_texts,
+                    ..BuildReport::reused(&index)
+                };
                 (index, report)
             }
-            previous => build_index(
+            (previous, _) => build_index(
                 &config,
                 &catalog,
                 embedder.as_deref(),
                 previous.as_ref(),
                 &fingerprint,
-                None,
+                Embedding::AtStart(config.start_embed_limit),
             )?,
         };
+        if built.pending_texts > 0 {
+            tracing::warn!(
+                pending_texts = built.pending_texts,
+                "serving lexically until the missing vectors are embedded in the background"
+            );
+        }
         if !built.reused_index {
             // The build's temporaries (batch activations, vector maps) are
             // freed; hand the pages back so a daemon that had to re-embed at
@@ -424,7 +504,7 @@ impl Engine {
             reused_index: built.reused_index,
             error: None,
         };
-        let snapshot = Snapshot { index, model_id };
+        let snapshot = Snapshot::new(index, model_id);
         let query_cache = QueryCache::new(config.query_cache);
         let engine = Engine {
             query_cache,
@@ -436,6 +516,8 @@ impl Engine {
             failure: Mutex::new(None),
             last_build: Mutex::new(last_build),
             activity: QueryActivity::default(),
+            retired: std::sync::atomic::AtomicBool::new(false),
+            waiting_rebuilds: AtomicUsize::new(0),
         };
         Ok((engine, built))
     }
@@ -484,6 +566,22 @@ impl Engine {
         }
     }
 
+    /// Texts of the catalog whose vectors the served index does not hold
+    /// yet; while non-zero, discovery is lexical (with the lexical
+    /// threshold) and a rebuild ([`Engine::rebuild`]) embeds them.
+    pub fn pending_texts(&self) -> usize {
+        self.snapshot.load().pending_texts
+    }
+
+    /// Stops this engine's rebuilds: one in progress ends at its next step
+    /// with [`EngineError::Retired`] (after writing what it embedded, if it
+    /// was embedding), later ones do not start. For an engine a reload
+    /// replaced, whose successor rebuilds the same index.
+    pub fn retire(&self) {
+        self.retired
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+
     /// Why the last rebuild failed, while no later one has succeeded: the
     /// index still serves, but what it serves is behind its sources.
     pub fn rebuild_failure(&self) -> Option<RebuildFailure> {
@@ -497,7 +595,9 @@ impl Engine {
     }
 
     fn rebuild_inner(&self, force: bool, priority: Priority) -> Result<BuildReport, EngineError> {
+        self.waiting_rebuilds.fetch_add(1, Ordering::SeqCst);
         let guard = self.build_lock.lock();
+        self.waiting_rebuilds.fetch_sub(1, Ordering::SeqCst);
         let started = Instant::now();
         let result = match &guard {
             Ok(_) => self.rebuild_locked(force, priority),
@@ -530,6 +630,9 @@ impl Engine {
     }
 
     fn rebuild_locked(&self, force: bool, priority: Priority) -> Result<BuildReport, EngineError> {
+        if self.retired.load(std::sync::atomic::Ordering::Relaxed) {
+            return Err(EngineError::Retired);
+        }
         let started = Instant::now();
         let catalog = Catalog::load(&self.sources);
         let model_id = self.embedder.as_ref().map(|e| e.model_id().to_string());
@@ -539,31 +642,53 @@ impl Engine {
             self.config.dtype,
             &self.config.row_weights,
         );
+        if priority == Priority::Background && !force {
+            self.serve_changed_catalog_first(&catalog, &fingerprint, model_id.as_deref())?;
+        }
         let current = self.snapshot.load_full();
         // Nothing changed (e.g. the directory watch saw the crawler's own
         // write after the crawler already rebuilt): keep the mapped index
         // instead of writing an identical file.
-        if !force && read_meta(&current.index).is_some_and(|m| m.fingerprint == fingerprint) {
+        if !force
+            && current.pending_texts == 0
+            && read_meta(&current.index).is_some_and(|m| m.fingerprint == fingerprint)
+        {
             return Ok(BuildReport {
-                docs: current.index.len(),
-                rows: current.index.rows(),
-                reused_index: true,
                 problems: catalog.problems,
                 collisions: catalog.collisions,
                 elapsed_ms: started.elapsed().as_secs_f64() * 1e3,
-                ..BuildReport::default()
+                ..BuildReport::reused(&current.index)
             });
         }
-        let reuse = if force { None } else { Some(&current.index) };
+        // While vectors are pending, the file on disk may hold more than the
+        // mapped snapshot: a checkpoint of an earlier background rebuild that
+        // failed or was stopped, or the work of the generation a reload
+        // replaced. Whichever holds more vectors is the one to reuse.
+        let on_disk = self.checkpoint_on_disk(&current);
+        let reuse = match (force, &on_disk) {
+            (true, _) => None,
+            (false, Some(disk)) => Some(disk),
+            (false, None) => Some(&current.index),
+        };
         // The queries a background rebuild steps aside for.
         let background = (priority == Priority::Background).then_some(&self.activity);
+        let embedding = match background {
+            Some(activity) => Embedding::Background {
+                activity,
+                retired: &self.retired,
+                // A hybrid index stays hybrid: stepping aside would
+                // publish one with vectors missing.
+                step_aside_for: (current.pending_texts > 0).then_some(&self.waiting_rebuilds),
+            },
+            None => Embedding::AtStart(None),
+        };
         let (index, mut report) = build_index(
             &self.config,
             &catalog,
             self.embedder.as_deref(),
             reuse,
             &fingerprint,
-            background,
+            embedding,
         )?;
         report.problems = catalog.problems;
         report.collisions = catalog.collisions;
@@ -571,14 +696,69 @@ impl Engine {
         // Our own handle on the old snapshot goes first, or `retire` would
         // wait for itself.
         drop(current);
-        let previous = self.snapshot.swap(Arc::new(Snapshot { index, model_id }));
+        let previous = self.snapshot.swap(Arc::new(Snapshot::new(index, model_id)));
         retire(previous, background);
         Ok(report)
     }
 
-    /// The configured retrieval mode, or [`Mode::Lexical`] when no embedding model is loaded.
+    /// While vectors are pending, the file on disk may hold more than the
+    /// mapped snapshot: a checkpoint of an earlier background rebuild that
+    /// failed or was stopped, or the work of the generation a reload
+    /// replaced. That file, when it holds more vectors than `current`.
+    fn checkpoint_on_disk(&self, current: &Snapshot) -> Option<Index> {
+        (current.pending_texts > 0)
+            .then(|| open_index(&self.config, &self.config.index_path()).ok())
+            .flatten()
+            .filter(|disk| disk.rows() > current.index.rows())
+    }
+
+    /// Still serving lexically, and the catalog changed: serves the new
+    /// catalog lexically first (one index write with the vectors already
+    /// made, no embedding), so that a manifest added or removed now shows
+    /// at once rather than after vectors that may take an hour of idle CPU
+    /// on a small board. The rebuild then embeds from that index.
+    fn serve_changed_catalog_first(
+        &self,
+        catalog: &Catalog,
+        fingerprint: &str,
+        model_id: Option<&str>,
+    ) -> Result<(), EngineError> {
+        let current = self.snapshot.load_full();
+        if self.embedder.is_none()
+            || current.pending_texts == 0
+            || read_meta(&current.index).is_some_and(|m| m.fingerprint == fingerprint)
+        {
+            return Ok(());
+        }
+        let on_disk = self.checkpoint_on_disk(&current);
+        let (lexical, report) = build_index(
+            &self.config,
+            catalog,
+            self.embedder.as_deref(),
+            Some(on_disk.as_ref().unwrap_or(&current.index)),
+            fingerprint,
+            Embedding::AtStart(Some(0)),
+        )?;
+        tracing::info!(
+            docs = report.docs,
+            pending_texts = report.pending_texts,
+            "the changed catalog is served lexically while its vectors are embedded"
+        );
+        drop(on_disk);
+        drop(current);
+        let previous = self.snapshot.swap(Arc::new(Snapshot::new(
+            lexical,
+            model_id.map(str::to_string),
+        )));
+        retire(previous, Some(&self.activity));
+        Ok(())
+    }
+
+    /// The configured retrieval mode, or [`Mode::Lexical`] when no embedding
+    /// model is loaded or the served index still lacks vectors
+    /// ([`Engine::pending_texts`]).
     pub fn mode(&self) -> Mode {
-        if self.embedder.is_some() {
+        if self.embedder.is_some() && self.snapshot.load().pending_texts == 0 {
             self.config.scoring.mode
         } else {
             Mode::Lexical
@@ -680,9 +860,12 @@ impl Engine {
 
         // The vectors in the index must come from the model that embeds the
         // query; otherwise dense scores are meaningless.
+        // An index still waiting for vectors would rank the manifests it
+        // has vectors for above the others: lexical until it is complete.
         let dense_usable = mode != Mode::Lexical
             && self.embedder.is_some()
             && snapshot.model_id.is_some()
+            && snapshot.pending_texts == 0
             && snapshot.index.rows() > 0;
         let mode = if dense_usable || mode == Mode::Lexical {
             mode
@@ -785,7 +968,12 @@ impl Engine {
                 VectorDtype::I8 => "i8",
             },
             model: snapshot.model_id.clone(),
-            mode: self.mode(),
+            mode: if snapshot.pending_texts == 0 {
+                self.mode()
+            } else {
+                Mode::Lexical
+            },
+            pending_texts: snapshot.pending_texts,
         }
     }
 
@@ -922,6 +1110,27 @@ fn retire(previous: Arc<Snapshot>, activity: Option<&QueryActivity>) {
 /// query takes milliseconds, so this only bounds a stuck one.
 const RETIRE_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
 
+/// How a build gets the vectors it lacks.
+#[derive(Clone, Copy)]
+enum Embedding<'a> {
+    /// Start-up or the command line, on every core: every missing vector,
+    /// unless more texts than the limit lack one; then none, and the index
+    /// is written to serve lexically (its meta counts the texts pending).
+    AtStart(Option<usize>),
+    /// A rebuild while serving: idle-class threads, stepping aside for the
+    /// queries in `activity`, writing what it has every
+    /// [`CHECKPOINT_EVERY`], stopping once `retired` is set. With
+    /// `step_aside_for` (the served index is lexical already, so nothing is
+    /// lost), it writes what it has and returns, texts still pending, when
+    /// another rebuild waits there: that one brings a newer catalog and
+    /// carries on from the file this one wrote.
+    Background {
+        activity: &'a QueryActivity,
+        retired: &'a std::sync::atomic::AtomicBool,
+        step_aside_for: Option<&'a AtomicUsize>,
+    },
+}
+
 /// Builds and writes a new index, reusing vectors of unchanged texts from
 /// `previous` when it was built by the same model.
 fn build_index(
@@ -930,9 +1139,19 @@ fn build_index(
     embedder: Option<&dyn Embedder>,
     previous: Option<&Index>,
     fingerprint: &str,
-    // Set for a background rebuild: the queries to step aside for.
-    background: Option<&QueryActivity>,
+    embedding: Embedding<'_>,
 ) -> Result<(Index, BuildReport), EngineError> {
+    let (background, retired, waiting_rebuilds) = match embedding {
+        Embedding::Background {
+            activity,
+            retired,
+            step_aside_for,
+        } => (Some(activity), Some(retired), step_aside_for),
+        Embedding::AtStart(_) => (None, None, None),
+    };
+    let another_rebuild_waits =
+        || waiting_rebuilds.is_some_and(|waiting| waiting.load(Ordering::SeqCst) > 0);
+    let is_retired = || retired.is_some_and(|r| r.load(std::sync::atomic::Ordering::Relaxed));
     let yielded = std::cell::Cell::new(std::time::Duration::ZERO);
     let yield_to_queries = || {
         if let Some(activity) = background {
@@ -973,16 +1192,33 @@ fn build_index(
             }
         }
     }
+    // Too much to embed before the daemon is ready: write what can serve
+    // now (every record and term, the vectors still valid) and leave the
+    // rest to a background rebuild, which reuses what this file holds.
+    let deferred = match embedding {
+        Embedding::AtStart(Some(limit)) => to_embed.len() > limit,
+        _ => false,
+    };
 
     let mut embedded_rows = 0;
-    let mut reused_rows = 0;
-    if let (Some(embedder), Some(model_id)) = (embedder, &model_id) {
+    // Texts left unembedded when this build stepped aside for another.
+    let mut stepped_aside = 0;
+    let sources = VectorSources {
+        model_id: model_id.as_deref(),
+        reusable: &reusable,
+        previous,
+    };
+    if let (Some(embedder), Some(model_id), false) = (embedder, &model_id, deferred) {
         let chunk = if background.is_some() {
             BACKGROUND_EMBED_CHUNK
         } else {
             EMBED_BATCH
         };
+        let mut checkpoint_at = Instant::now() + CHECKPOINT_EVERY;
         for batch in to_embed.chunks(chunk) {
+            if is_retired() {
+                return Err(EngineError::Retired);
+            }
             let texts: Vec<&str> = batch.iter().map(String::as_str).collect();
             let vectors = match background {
                 None => embedder.embed(&texts)?,
@@ -995,26 +1231,142 @@ fn build_index(
                 fresh.insert(document::row_key(model_id, text), vector);
             }
             embedded_rows += batch.len();
+            let left = to_embed.len() - embedded_rows;
+            if left > 0 && another_rebuild_waits() {
+                tracing::info!(
+                    embedded_rows,
+                    pending_texts = left,
+                    "background rebuild steps aside for a newer one, which carries on"
+                );
+                stepped_aside = left;
+                break;
+            }
+            if background.is_some() && left > 0 && Instant::now() >= checkpoint_at {
+                // A file that still serves lexically but keeps every vector
+                // embedded so far: a crash from here on resumes from it.
+                if is_retired() {
+                    return Err(EngineError::Retired);
+                }
+                let meta = index_meta(Some(model_id.clone()), fingerprint, left);
+                let written = write_index(
+                    config,
+                    catalog,
+                    dim,
+                    meta,
+                    &fresh,
+                    &sources,
+                    &yield_to_queries,
+                )?;
+                tracing::info!(
+                    embedded_rows,
+                    pending_texts = left,
+                    docs = written.docs,
+                    "background rebuild: vectors so far written"
+                );
+                checkpoint_at = Instant::now() + CHECKPOINT_EVERY;
+            }
         }
     }
+    let pending_texts = if deferred {
+        to_embed.len()
+    } else {
+        stepped_aside
+    };
     drop(to_embed);
+    if is_retired() {
+        return Err(EngineError::Retired);
+    }
 
+    let meta = index_meta(model_id.clone(), fingerprint, pending_texts);
+    let written = write_index(
+        config,
+        catalog,
+        dim,
+        meta,
+        &fresh,
+        &sources,
+        &yield_to_queries,
+    )?;
+    drop(fresh);
+    yield_to_queries();
+    let path = config.index_path();
+    let index = open_index(config, &path)?;
+    tracing::info!(
+        docs = written.docs,
+        rows = written.rows,
+        embedded_rows,
+        reused_rows = written.reused_rows,
+        pending_texts,
+        yielded_ms = yielded.get().as_millis() as u64,
+        path = %path.display(),
+        "index written"
+    );
+    Ok((
+        index,
+        BuildReport {
+            docs: written.docs,
+            rows: written.rows,
+            embedded_rows,
+            reused_rows: written.reused_rows,
+            pending_texts,
+            ..BuildReport::default()
+        },
+    ))
+}
+
+/// Where the vectors of a build come from besides its own embeddings.
+struct VectorSources<'a> {
+    model_id: Option<&'a str>,
+    /// Row key → row number in `previous`.
+    reusable: &'a HashMap<[u8; 16], usize>,
+    previous: Option<&'a Index>,
+}
+
+/// What [`write_index`] wrote.
+struct Written {
+    docs: usize,
+    rows: usize,
+    reused_rows: usize,
+}
+
+fn index_meta(model_id: Option<String>, fingerprint: &str, pending_texts: usize) -> Vec<u8> {
     let meta = IndexMeta {
         format: "oapd-index".into(),
         recipe: RECIPE_VERSION,
-        model_id: model_id.clone(),
+        model_id,
         fingerprint: fingerprint.to_string(),
         built_at_unix: SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map(|d| d.as_secs())
             .unwrap_or(0),
+        pending_texts,
     };
-    let meta = serde_json::to_vec(&meta).unwrap_or_default();
+    serde_json::to_vec(&meta).unwrap_or_default()
+}
+
+/// Writes the index file for `catalog`: every record and term, and for
+/// each row the vector embedded now (`fresh`) or carried over from the
+/// previous index; a row with neither is left out (its text is pending).
+fn write_index(
+    config: &EngineConfig,
+    catalog: &Catalog,
+    dim: usize,
+    meta: Vec<u8>,
+    fresh: &HashMap<[u8; 16], Vec<f32>>,
+    sources: &VectorSources<'_>,
+    yield_to_queries: &dyn Fn(),
+) -> Result<Written, EngineError> {
+    // The lock guards no data, so a panic elsewhere cannot leave it
+    // inconsistent: a poisoned one is taken all the same.
+    let _writing = WRITE_LOCK
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     let path = config.index_path();
     // Records, vectors and postings go to temporary files next to the index
     // as they come; the writer removes them whatever happens.
     let mut writer = StreamWriter::create(&path, dim, config.dtype, meta)?;
     let mut rows_total = 0;
+    let mut reused_rows = 0;
     let mut docs = 0;
     for entry in &catalog.entries {
         let record = StoredRecord {
@@ -1035,15 +1387,16 @@ fn build_index(
             }
         };
         let mut rows = Vec::new();
-        if let Some(model_id) = &model_id {
+        if let Some(model_id) = sources.model_id {
             for row in document::rows(&entry.manifest, config.row_weights) {
                 let key = document::row_key(model_id, &row.text);
                 let vector = match fresh.get(&key) {
                     Some(vector) => vector.clone(),
                     None => {
-                        let old = reusable
+                        let old = sources
+                            .reusable
                             .get(&key)
-                            .zip(previous)
+                            .zip(sources.previous)
                             .and_then(|(&r, previous)| previous.row_at(r));
                         match old {
                             Some(old) => {
@@ -1070,32 +1423,15 @@ fn build_index(
         })?;
         docs += 1;
     }
-    drop(fresh);
     // Writing and then mapping (and populating) a file of tens of MB:
     // each is one step that should not start under a running query.
     yield_to_queries();
     writer.finish()?;
-    yield_to_queries();
-    let index = open_index(config, &path)?;
-    tracing::info!(
+    Ok(Written {
         docs,
-        rows = rows_total,
-        embedded_rows,
+        rows: rows_total,
         reused_rows,
-        yielded_ms = yielded.get().as_millis() as u64,
-        path = %path.display(),
-        "index written"
-    );
-    Ok((
-        index,
-        BuildReport {
-            docs,
-            rows: rows_total,
-            embedded_rows,
-            reused_rows,
-            ..BuildReport::default()
-        },
-    ))
+    })
 }
 
 fn unix_now_ms() -> u64 {

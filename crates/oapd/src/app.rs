@@ -143,6 +143,20 @@ pub fn open_engine(
     open_engine_with(config, embedder, None)
 }
 
+/// The daemon's engine: [`open_engine_with`], except that a start with
+/// more than `index.start_embed_limit` texts to embed does not embed them
+/// first; the index serves lexically until a background rebuild (started
+/// by the server) has them.
+pub fn open_serving_engine(
+    config: &Config,
+    embedder: Option<Arc<dyn Embedder>>,
+    mcp: Option<Arc<dyn McpTools>>,
+) -> anyhow::Result<(Engine, BuildReport)> {
+    let mut engine_config = engine_config(config);
+    engine_config.start_embed_limit = Some(config.index.start_embed_limit);
+    open_with(config, engine_config, embedder, mcp)
+}
+
 /// [`open_engine`] with the MCP servers' tools as one more source (the
 /// daemon, and the one-shot `index` and `discover` commands when servers
 /// are configured).
@@ -151,7 +165,16 @@ pub fn open_engine_with(
     embedder: Option<Arc<dyn Embedder>>,
     mcp: Option<Arc<dyn McpTools>>,
 ) -> anyhow::Result<(Engine, BuildReport)> {
-    let (engine, report) = Engine::open(engine_config(config), sources(config, mcp), embedder)
+    open_with(config, engine_config(config), embedder, mcp)
+}
+
+fn open_with(
+    config: &Config,
+    engine_config: EngineConfig,
+    embedder: Option<Arc<dyn Embedder>>,
+    mcp: Option<Arc<dyn McpTools>>,
+) -> anyhow::Result<(Engine, BuildReport)> {
+    let (engine, report) = Engine::open(engine_config, sources(config, mcp), embedder)
         .with_context(|| {
             format!(
                 "cannot open the index in {}",
@@ -183,6 +206,7 @@ pub fn log_report(report: &BuildReport) {
         manifests = report.docs,
         rows = report.rows,
         embedded = report.embedded_rows,
+        pending_texts = report.pending_texts,
         reused_index = report.reused_index,
         elapsed_ms = report.elapsed_ms,
         "index ready"

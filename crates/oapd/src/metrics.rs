@@ -126,6 +126,7 @@ pub struct Metrics {
     upstream_errors: Family<UpstreamFailure, Counter>,
     index_manifests: Gauge,
     index_bytes: Gauge,
+    index_pending_texts: Gauge,
     rebuilds: Family<ResultLabel, Counter>,
     crawl_fetches: Family<FetchOutcome, Counter>,
     resident_bytes: Gauge,
@@ -140,6 +141,9 @@ pub struct Snapshot {
     pub index_manifests: u64,
     /// Size of the served index file, bytes.
     pub index_bytes: u64,
+    /// Texts the served index has no vector for yet (discovery is lexical
+    /// while it is not 0).
+    pub index_pending_texts: u64,
     /// Request-body bytes held right now (`server.max_inflight_body_bytes`).
     pub inflight_body_bytes: u64,
     /// `server.max_inflight_body_bytes`.
@@ -234,6 +238,12 @@ impl Metrics {
             "Size of the served index file",
             index_bytes.clone(),
         );
+        let index_pending_texts = Gauge::default();
+        registry.register(
+            "oapd_index_pending_texts",
+            "Texts the served index has no vector for yet: discovery is lexical until a background rebuild has embedded them",
+            index_pending_texts.clone(),
+        );
         let rebuilds = Family::<ResultLabel, Counter>::default();
         registry.register(
             "oapd_index_rebuilds",
@@ -278,6 +288,7 @@ impl Metrics {
             upstream_errors,
             index_manifests,
             index_bytes,
+            index_pending_texts,
             rebuilds,
             crawl_fetches,
             resident_bytes,
@@ -368,6 +379,8 @@ impl Metrics {
         self.index_manifests
             .set(gauge_value(snapshot.index_manifests));
         self.index_bytes.set(gauge_value(snapshot.index_bytes));
+        self.index_pending_texts
+            .set(gauge_value(snapshot.index_pending_texts));
         self.inflight_body_bytes
             .set(gauge_value(snapshot.inflight_body_bytes));
         self.inflight_body_capacity

@@ -102,7 +102,7 @@ impl Rebuilder {
                     this.problems
                         .lock()
                         .map(|mut log| log.update(&report))
-                        .map_err(|_| report)
+                        .map_err(|_| ())
                 })
                 .await;
                 match changes {

@@ -606,3 +606,274 @@ fn a_failed_rebuild_is_remembered_until_one_succeeds_and_the_old_index_serves() 
     assert_eq!(engine.rebuild_failure(), None);
     assert!(engine.get("local/jq").is_some());
 }
+
+fn names(found: &oap_discovery::Discovery) -> Vec<(String, f32)> {
+    found
+        .candidates
+        .iter()
+        .map(|c| (c.id.clone(), c.score))
+        .collect()
+}
+
+#[test]
+fn a_start_with_too_much_to_embed_serves_lexically_until_a_rebuild_embeds_it() {
+    let manifests = manifest_dir(CLI);
+    let data = tempfile::tempdir().unwrap();
+    // A damaged index file where the engine keeps its index.
+    fs::write(
+        data.path().join(oap_discovery::engine::INDEX_FILE),
+        [0x5a; 4096],
+    )
+    .unwrap();
+    let sources = || vec![Source::Dir(manifests.path().into())];
+    let mut config = EngineConfig::new(data.path());
+    config.start_embed_limit = Some(3);
+
+    let embedder = Counting::new();
+    let (engine, report) =
+        Engine::open(config.clone(), sources(), Some(embedder.clone())).expect("opens");
+    assert!(report.previous_index_problem.is_some());
+    assert_eq!(report.docs, CLI.len());
+    assert!(report.pending_texts > 3, "{report:?}");
+    assert_eq!(embedder.embedded(), 0, "nothing embedded before serving");
+    assert_eq!(engine.pending_texts(), report.pending_texts);
+    assert_eq!(engine.mode(), Mode::Lexical);
+    assert_eq!(engine.stats().mode, Mode::Lexical);
+    let found = engine.discover("count the words in this text", 3).unwrap();
+    assert_eq!(found.meta.mode, Mode::Lexical);
+    assert_eq!(
+        found.meta.threshold,
+        engine.config().scoring.min_score_lexical
+    );
+    assert_eq!(found.candidates[0].id, "local/wc");
+    drop(engine);
+
+    // A restart (after a SIGKILL, say) maps the same file and serves it
+    // lexically at once; nothing is embedded before it is up.
+    let embedder = Counting::new();
+    let (engine, again) =
+        Engine::open(config.clone(), sources(), Some(embedder.clone())).expect("reopens");
+    assert!(again.reused_index);
+    assert_eq!(again.pending_texts, report.pending_texts);
+    assert_eq!(embedder.embedded(), 0);
+
+    // The rebuild embeds what is pending, and the engine turns hybrid.
+    let rebuilt = engine.rebuild(false).expect("rebuilds");
+    assert_eq!(rebuilt.pending_texts, 0);
+    assert_eq!(embedder.embedded(), report.pending_texts);
+    assert_eq!(engine.pending_texts(), 0);
+    assert_eq!(engine.mode(), Mode::Hybrid);
+
+    // It answers as an engine that embedded everything at once does.
+    let fresh_data = tempfile::tempdir().unwrap();
+    let (fresh, fresh_report) = open(fresh_data.path(), sources(), Some(Counting::new()));
+    assert_eq!(fresh_report.pending_texts, 0);
+    for task in [
+        "count the words in this text",
+        "what is today's date",
+        "evaluate 2+2*3",
+    ] {
+        let a = engine.discover(task, 5).unwrap();
+        let b = fresh.discover(task, 5).unwrap();
+        assert_eq!((a.meta.mode, b.meta.mode), (Mode::Hybrid, Mode::Hybrid));
+        assert_eq!(
+            a.best.as_ref().map(|c| &c.id),
+            b.best.as_ref().map(|c| &c.id),
+            "{task}"
+        );
+        let (a, b) = (names(&a), names(&b));
+        assert_eq!(a.len(), b.len(), "{task}");
+        for ((id_a, score_a), (id_b, score_b)) in a.iter().zip(&b) {
+            assert_eq!(id_a, id_b, "{task}");
+            assert!(
+                (score_a - score_b).abs() < 1e-5,
+                "{task}: {score_a} vs {score_b}"
+            );
+        }
+    }
+
+    // The next start finds a complete index: hybrid, nothing to embed.
+    drop(engine);
+    let (_, complete) = Engine::open(config, sources(), Some(Counting::new())).expect("opens");
+    assert!(complete.reused_index);
+    assert_eq!(complete.pending_texts, 0);
+}
+
+#[test]
+fn a_model_change_over_the_limit_keeps_serving_and_a_retired_engine_stops() {
+    let manifests = manifest_dir(CLI);
+    let data = tempfile::tempdir().unwrap();
+    let sources = || vec![Source::Dir(manifests.path().into())];
+    let (_, built) = open(data.path(), sources(), Some(Counting::new()));
+    assert_eq!(built.pending_texts, 0);
+
+    // Another model: no vector is reusable, more than the limit pending.
+    let mut config = EngineConfig::new(data.path());
+    config.start_embed_limit = Some(2);
+    let other = Counting::renamed("another-model");
+    let (engine, report) = Engine::open(config, sources(), Some(other.clone())).expect("opens");
+    assert!(report.pending_texts > 2, "{report:?}");
+    assert_eq!(other.embedded(), 0);
+    assert_eq!(engine.mode(), Mode::Lexical);
+
+    // A reload replaced it: its rebuild does not run.
+    engine.retire();
+    let err = engine
+        .rebuild(false)
+        .expect_err("a retired engine does not rebuild");
+    assert!(matches!(err, oap_discovery::EngineError::Retired), "{err}");
+    assert_eq!(other.embedded(), 0);
+    assert_eq!(engine.mode(), Mode::Lexical);
+}
+
+#[test]
+fn under_the_limit_a_start_embeds_everything_first() {
+    let manifests = manifest_dir(CLI);
+    let data = tempfile::tempdir().unwrap();
+    let mut config = EngineConfig::new(data.path());
+    config.start_embed_limit = Some(1000);
+    let (engine, report) = Engine::open(
+        config,
+        vec![Source::Dir(manifests.path().into())],
+        Some(Counting::new()),
+    )
+    .expect("opens");
+    assert_eq!(report.pending_texts, 0);
+    assert!(report.embedded_rows > 0);
+    assert_eq!(engine.mode(), Mode::Hybrid);
+}
+
+/// The real model behind a gate: each background batch waits until the test
+/// lets one through, so a rebuild can be held in the middle of embedding.
+struct Gated {
+    inner: Arc<Counting>,
+    allowed: std::sync::Mutex<usize>,
+    opened: std::sync::Condvar,
+    started: AtomicUsize,
+}
+
+impl Gated {
+    fn new() -> Arc<Gated> {
+        Arc::new(Gated {
+            inner: Counting::new(),
+            allowed: std::sync::Mutex::new(0),
+            opened: std::sync::Condvar::new(),
+            started: AtomicUsize::new(0),
+        })
+    }
+
+    fn allow(&self, batches: usize) {
+        *self.allowed.lock().unwrap() += batches;
+        self.opened.notify_all();
+    }
+}
+
+impl Embedder for Gated {
+    fn model_id(&self) -> &str {
+        self.inner.model_id()
+    }
+    fn dim(&self) -> usize {
+        self.inner.dim()
+    }
+    fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, EmbedError> {
+        self.inner.embed(texts)
+    }
+    fn embed_background(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, EmbedError> {
+        self.started.fetch_add(1, Ordering::SeqCst);
+        let mut allowed = self.allowed.lock().unwrap();
+        while *allowed == 0 {
+            allowed = self.opened.wait(allowed).unwrap();
+        }
+        *allowed -= 1;
+        drop(allowed);
+        self.inner.embed(texts)
+    }
+}
+
+#[test]
+fn a_manifest_added_during_a_background_embedding_is_served_before_it_ends() {
+    let names: Vec<String> = fs::read_dir(reference_dir())
+        .unwrap()
+        .map(|entry| entry.unwrap().path())
+        .filter_map(|path| Some(path.file_stem()?.to_str()?.to_string()))
+        .filter(|name| name != "open-meteo")
+        .collect();
+    let names: Vec<&str> = names.iter().map(String::as_str).collect();
+    let manifests = manifest_dir(&names);
+    let data = tempfile::tempdir().unwrap();
+    let sources = || vec![Source::Dir(manifests.path().into())];
+    let mut config = EngineConfig::new(data.path());
+    config.start_embed_limit = Some(0);
+    let gated = Gated::new();
+    let (engine, start) =
+        Engine::open(config, sources(), Some(gated.clone())).expect("opens lexically");
+    let engine = Arc::new(engine);
+    assert!(start.pending_texts > 8, "{start:?}");
+    assert_eq!(engine.mode(), Mode::Lexical);
+
+    // The background rebuild embeds one batch, then waits at the gate.
+    gated.allow(1);
+    let first = std::thread::spawn({
+        let engine = engine.clone();
+        move || engine.rebuild(false)
+    });
+    let wait_for = |what: &str, done: &dyn Fn() -> bool| {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+        while !done() {
+            assert!(std::time::Instant::now() < deadline, "timed out: {what}");
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    };
+    wait_for("the first rebuild's second batch", &|| {
+        gated.started.load(Ordering::SeqCst) >= 2
+    });
+
+    // A manifest arrives; the directory watch asks for another rebuild.
+    fs::copy(
+        reference_dir().join("open-meteo.json"),
+        manifests.path().join("open-meteo.json"),
+    )
+    .unwrap();
+    let second = std::thread::spawn({
+        let engine = engine.clone();
+        move || engine.rebuild(false)
+    });
+    // Batches are let through one at a time until the new manifest is
+    // served: the first rebuild steps aside after its batch, the second
+    // serves the new catalog lexically before embedding anything.
+    let mut granted = 1;
+    while engine.get("local/open-meteo").is_none() {
+        assert!(
+            granted < 4,
+            "the new manifest is still not served after {granted} batches"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        if engine.get("local/open-meteo").is_none() {
+            gated.allow(1);
+            granted += 1;
+        }
+    }
+    assert!(engine.pending_texts() > 0, "served before the vectors");
+    assert_eq!(engine.mode(), Mode::Lexical);
+    let found = engine.discover("weather forecast for Berlin", 3).unwrap();
+    assert_eq!(found.candidates[0].id, "local/open-meteo", "{found:?}");
+
+    // The first stepped aside with texts still pending; the second embeds
+    // the rest, reusing every vector the first made.
+    gated.allow(10_000);
+    let first = first.join().unwrap().expect("first rebuild");
+    let second = second.join().unwrap().expect("second rebuild");
+    assert!(first.pending_texts > 0, "{first:?}");
+    assert_eq!(second.pending_texts, 0, "{second:?}");
+    assert_eq!(engine.pending_texts(), 0);
+    assert_eq!(engine.mode(), Mode::Hybrid);
+    assert_eq!(
+        gated.inner.embedded(),
+        first.embedded_rows + second.embedded_rows,
+        "no text embedded twice"
+    );
+    let found = engine.discover("weather forecast for Berlin", 3).unwrap();
+    assert_eq!(found.meta.mode, Mode::Hybrid);
+    assert_eq!(found.candidates[0].id, "local/open-meteo");
+    assert_eq!(engine.stats().docs, names.len() + 1);
+}

@@ -52,7 +52,7 @@ config_keys! {
         cors_origins, allowed_hosts, shutdown_grace, trusted_clients, recent_requests,
         log_content,
     }
-    index { data_dir, vector_dtype, search_threads }
+    index { data_dir, vector_dtype, search_threads, start_embed_limit }
     embedding { enabled, model_dir, max_tokens, batch_size, threads }
     manifests { bundled, dirs }
     discovery { default_top_k, max_top_k, min_score, mode, query_cache, coalesce_queries }

@@ -434,6 +434,12 @@ pub struct IndexConfig {
     /// Threads used for a search; `None` (default) lets the engine decide from the
     /// number of CPUs.
     pub search_threads: Option<usize>,
+    /// Most texts `serve` embeds before it is ready. When a start must embed
+    /// more (a damaged or missing index, a new model, a large catalog
+    /// change), the daemon becomes ready at once with the index serving
+    /// lexically and embeds them in the background, switching to hybrid
+    /// when done. `oapd index` always embeds everything.
+    pub start_embed_limit: usize,
 }
 
 impl Default for IndexConfig {
@@ -442,6 +448,7 @@ impl Default for IndexConfig {
             data_dir: PathBuf::from("./data"),
             vector_dtype: VectorDtype::F32,
             search_threads: None,
+            start_embed_limit: oap_discovery::engine::DEFAULT_START_EMBED_LIMIT,
         }
     }
 }

@@ -149,6 +149,12 @@ fn index(c: &mut Checker, ix: &IndexConfig) {
     if let Some(n) = ix.search_threads {
         c.range("index.search_threads", n, 1, 1024);
     }
+    c.range(
+        "index.start_embed_limit",
+        ix.start_embed_limit,
+        0,
+        100_000_000,
+    );
 }
 
 fn embedding(c: &mut Checker, em: &EmbeddingConfig) {

@@ -438,11 +438,20 @@ impl Api {
         }
         let behind = self.rebuilder.behind_reason();
         reasons.extend(behind.clone());
+        if stats.pending_texts > 0 {
+            reasons.push(format!(
+                "{} texts are being embedded in the background: discovery is lexical until then",
+                stats.pending_texts
+            ));
+        }
         let status = if reasons.is_empty() { "ok" } else { "degraded" };
         let (load_problems, collisions) = self.rebuilder.problem_counts();
         let retrieval = match stats.mode {
             oap_discovery::Mode::Lexical if !self.model.loaded => {
                 "lexical only: the embedding model is not loaded"
+            }
+            oap_discovery::Mode::Lexical if stats.pending_texts > 0 => {
+                "lexical while vectors are embedded"
             }
             oap_discovery::Mode::Lexical => "lexical",
             oap_discovery::Mode::Dense => "dense",
@@ -460,6 +469,7 @@ impl Api {
                     "rows": stats.rows,
                     "bytes": stats.index_bytes,
                     "dtype": stats.dtype,
+                    "pending_texts": stats.pending_texts,
                     "behind": behind.is_some(),
                     "rebuild_failure": self.engine.rebuild_failure(),
                     "watch": self.rebuilder.watch().name(),
@@ -559,6 +569,7 @@ impl Api {
         let snapshot = crate::metrics::Snapshot {
             index_manifests: stats.docs as u64,
             index_bytes: stats.index_bytes,
+            index_pending_texts: stats.pending_texts as u64,
             inflight_body_bytes: budget.in_flight() as u64,
             inflight_body_capacity: budget.capacity() as u64,
         };

@@ -60,9 +60,10 @@ impl LiveApi {
         self.current.load_full()
     }
 
-    /// Swaps in a reloaded handler generation for new requests.
-    pub fn replace(&self, api: Api) {
-        self.current.store(Arc::new(api));
+    /// Swaps in a reloaded handler generation for new requests; returns
+    /// the one it replaced (requests in flight may still hold it).
+    pub fn replace(&self, api: Api) -> Arc<Api> {
+        self.current.swap(Arc::new(api))
     }
 }
 
@@ -272,6 +273,17 @@ fn start_generation(
 ) -> anyhow::Result<(Api, Vec<JoinHandle<()>>)> {
     let rebuilder = Arc::new(Rebuilder::new(Arc::new(engine), &report));
     let (crawler, mut tasks) = start::start_crawler(config, &rebuilder, watch_baseline)?;
+    if rebuilder.engine().pending_texts() > 0 {
+        // The index was opened without the vectors it lacked (too many to
+        // embed before ready): embed them now, in the background, and swap
+        // the complete index in.
+        let rebuilder = rebuilder.clone();
+        tasks.push(tokio::spawn(async move {
+            rebuilder
+                .rebuild("vectors still to embed after start")
+                .await;
+        }));
+    }
     tasks.push(tokio::spawn(crate::mcp::rebuild_on_change(
         mcp.clone(),
         rebuilder.clone(),
@@ -408,7 +420,7 @@ impl Running {
         self.mcp.apply(&config);
         let tools: Arc<dyn McpTools> = self.mcp.clone();
         let (engine, report) = tokio::task::spawn_blocking(move || {
-            app::open_engine_with(&blocking_config, embedder, Some(tools))
+            app::open_serving_engine(&blocking_config, embedder, Some(tools))
         })
         .await
         .context("reload task failed")??;
@@ -422,7 +434,10 @@ impl Running {
             &self.mcp,
             runner,
         )?;
-        self.live.replace(api);
+        let replaced = self.live.replace(api);
+        // Its rebuilds would now only compete with the new engine's for the
+        // same file (a background embedding runs for minutes): stop them.
+        replaced.engine.retire();
         if let Ok(mut running) = self.crawl_tasks.lock() {
             for old in std::mem::replace(&mut *running, tasks) {
                 old.abort();
@@ -465,7 +480,7 @@ pub async fn serve(config: Config, config_path: Option<PathBuf>) -> anyhow::Resu
     let tools: Arc<dyn McpTools> = mcp.clone();
     let (engine, report, model, embedder) = tokio::task::spawn_blocking(move || {
         let (embedder, model) = app::load_embedder(&blocking_config);
-        app::open_engine_with(&blocking_config, embedder.clone(), Some(tools))
+        app::open_serving_engine(&blocking_config, embedder.clone(), Some(tools))
             .map(|(engine, report)| (engine, report, model, embedder))
     })
     .await

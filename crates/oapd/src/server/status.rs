@@ -36,6 +36,8 @@ pub async fn handle(api: &Api) -> Response<Body> {
         "version": env!("CARGO_PKG_VERSION"),
         "manifests": {"total": manifests.len(), "by_source": by_source},
         "last_rebuild": api.engine.last_build(),
+        // Lexical while a start left vectors to embed in the background.
+        "retrieval": {"mode": api.engine.mode(), "pending_texts": api.engine.pending_texts()},
         "ollama": ollama(&api.chat.ctx.upstream).await,
     });
     http::json(StatusCode::OK, &body)

@@ -26,6 +26,7 @@ mod exposure;
 mod fitness;
 mod host_guard;
 mod http_errors;
+mod lexical_start;
 mod lifecycle;
 mod mcp;
 mod mcp_server;
