@@ -1208,6 +1208,20 @@ fn build_index(
         reusable: &reusable,
         previous,
     };
+    // Every vector at hand, with `pending` texts still to embed (a
+    // checkpoint, or the last write).
+    let write = |fresh: &HashMap<[u8; 16], Vec<f32>>, pending: usize| {
+        let meta = index_meta(model_id.clone(), fingerprint, pending);
+        write_index(
+            config,
+            catalog,
+            dim,
+            meta,
+            fresh,
+            &sources,
+            &yield_to_queries,
+        )
+    };
     if let (Some(embedder), Some(model_id), false) = (embedder, &model_id, deferred) {
         let chunk = if background.is_some() {
             BACKGROUND_EMBED_CHUNK
@@ -1247,16 +1261,7 @@ fn build_index(
                 if is_retired() {
                     return Err(EngineError::Retired);
                 }
-                let meta = index_meta(Some(model_id.clone()), fingerprint, left);
-                let written = write_index(
-                    config,
-                    catalog,
-                    dim,
-                    meta,
-                    &fresh,
-                    &sources,
-                    &yield_to_queries,
-                )?;
+                let written = write(&fresh, left)?;
                 tracing::info!(
                     embedded_rows,
                     pending_texts = left,
@@ -1277,16 +1282,7 @@ fn build_index(
         return Err(EngineError::Retired);
     }
 
-    let meta = index_meta(model_id.clone(), fingerprint, pending_texts);
-    let written = write_index(
-        config,
-        catalog,
-        dim,
-        meta,
-        &fresh,
-        &sources,
-        &yield_to_queries,
-    )?;
+    let written = write(&fresh, pending_texts)?;
     drop(fresh);
     yield_to_queries();
     let path = config.index_path();

@@ -488,6 +488,20 @@ impl Daemon {
         )
     }
 
+    /// `POST /v1/discover` for `task`; the answer must be a 200, whose JSON
+    /// body is returned.
+    pub fn discover(&self, task: &str, top_k: usize) -> serde_json::Value {
+        let body = serde_json::json!({"task": task, "top_k": top_k}).to_string();
+        let found = self.post_json("/v1/discover", &body);
+        assert_eq!(
+            found.status,
+            200,
+            "{}",
+            String::from_utf8_lossy(&found.body)
+        );
+        found.json()
+    }
+
     /// Any request over a fresh connection, with extra headers.
     pub fn request(
         &self,

@@ -129,18 +129,6 @@ fn start(dir: tempfile::TempDir, catalog: &Path, limit: usize) -> (Daemon, Durat
     (daemon, started.elapsed())
 }
 
-fn discover(daemon: &Daemon, task: &str) -> Value {
-    let body = json!({"task": task, "top_k": 5}).to_string();
-    let found = daemon.post_json("/v1/discover", &body);
-    assert_eq!(
-        found.status,
-        200,
-        "{}",
-        String::from_utf8_lossy(&found.body)
-    );
-    found.json()
-}
-
 fn pending(daemon: &Daemon) -> u64 {
     daemon.get("/health").json()["index"]["pending_texts"]
         .as_u64()
@@ -191,7 +179,7 @@ fn assert_lexical_phase(daemon: &Daemon, manifests: u64) {
         .find_map(|line| line.strip_prefix("oapd_index_pending_texts "))
         .unwrap_or_else(|| panic!("no pending-texts gauge in {text}"));
     assert!(gauge.trim().parse::<u64>().unwrap() > 0, "{gauge}");
-    let found = discover(daemon, TASKS[0]);
+    let found = daemon.discover(TASKS[0], 5);
     assert_eq!(found["meta"]["mode"], "lexical", "{found}");
     // Abstention uses the lexical calibration (its default threshold, 0.20),
     // not the cosine threshold of hybrid mode.
@@ -242,7 +230,7 @@ fn a_damaged_index_serves_lexically_at_once_then_hybrid_as_a_fresh_build() {
     let deadline = Instant::now() + Duration::from_secs(600);
     let mut served = 0;
     loop {
-        let found = discover(&daemon, TASKS[served % TASKS.len()]);
+        let found = daemon.discover(TASKS[served % TASKS.len()], 5);
         served += 1;
         if found["meta"]["mode"] == "hybrid" {
             break;
@@ -265,8 +253,8 @@ fn a_damaged_index_serves_lexically_at_once_then_hybrid_as_a_fresh_build() {
     let (fresh, _) = start(tempfile::tempdir().unwrap(), catalog.path(), 1_000_000);
     assert_eq!(pending(&fresh), 0);
     for task in TASKS {
-        let (mode, best, candidates) = answer(&discover(&daemon, task));
-        let (fresh_mode, fresh_best, fresh_candidates) = answer(&discover(&fresh, task));
+        let (mode, best, candidates) = answer(&daemon.discover(task, 5));
+        let (fresh_mode, fresh_best, fresh_candidates) = answer(&fresh.discover(task, 5));
         assert_eq!((mode.as_str(), fresh_mode.as_str()), ("hybrid", "hybrid"));
         assert_eq!(best, fresh_best, "{task}");
         let ids: Vec<&String> = candidates.iter().map(|(id, _)| id).collect();

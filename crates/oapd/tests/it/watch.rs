@@ -34,15 +34,9 @@ fn ids(daemon: &Daemon) -> Vec<String> {
 }
 
 fn best_match(daemon: &Daemon, task: &str) -> Option<String> {
-    let body = serde_json::json!({"task": task, "top_k": 3}).to_string();
-    let found = daemon.post_json("/v1/discover", &body);
-    assert_eq!(
-        found.status,
-        200,
-        "{}",
-        String::from_utf8_lossy(&found.body)
-    );
-    found.json()["match"]["id"].as_str().map(str::to_string)
+    daemon.discover(task, 3)["match"]["id"]
+        .as_str()
+        .map(str::to_string)
 }
 
 /// A small tmpfs mounted on a temporary directory, holding the daemon's
