@@ -361,9 +361,16 @@ impl Metrics {
         }
     }
 
-    /// An index rebuild after start-up ended (background rebuilder or crawler).
-    pub fn rebuild(&self, ok: bool) {
-        let result = if ok { "ok" } else { "failed" };
+    /// An index rebuild after start-up ended (background rebuilder or
+    /// crawler): `Some(true)` wrote a new index, `Some(false)` found nothing
+    /// changed and kept the mapped one (the directory watch sees the
+    /// crawler's own writes), `None` failed.
+    pub fn rebuild(&self, wrote_index: Option<bool>) {
+        let result = match wrote_index {
+            Some(true) => "ok",
+            Some(false) => "unchanged",
+            None => "failed",
+        };
         self.rebuilds.get_or_create(&ResultLabel { result }).inc();
     }
 

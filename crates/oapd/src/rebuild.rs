@@ -92,7 +92,10 @@ impl Rebuilder {
     pub async fn rebuild(self: &Arc<Self>, why: &str) -> bool {
         let engine = self.engine.clone();
         let outcome = tokio::task::spawn_blocking(move || engine.rebuild(false)).await;
-        crate::metrics::get().rebuild(matches!(outcome, Ok(Ok(_))));
+        crate::metrics::get().rebuild(match &outcome {
+            Ok(Ok(report)) => Some(!report.reused_index),
+            _ => None,
+        });
         match outcome {
             Ok(Ok(report)) => {
                 self.set_retry(None);

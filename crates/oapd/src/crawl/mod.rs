@@ -39,7 +39,12 @@ impl oap_crawl::CatalogSink for MeteredSink {
 
     fn rebuild(&self) -> Result<serde_json::Value, String> {
         let outcome = self.0.rebuild();
-        crate::metrics::get().rebuild(outcome.is_ok());
+        crate::metrics::get().rebuild(outcome.as_ref().ok().map(|report| {
+            report
+                .get("reused_index")
+                .and_then(serde_json::Value::as_bool)
+                != Some(true)
+        }));
         outcome
     }
 }
