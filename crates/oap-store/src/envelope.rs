@@ -15,6 +15,7 @@ use std::io;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
 
 use crate::atomic::sync_dir;
 use crate::{read_capped, write_atomic, StoreError, Trust};
@@ -42,9 +43,17 @@ pub struct RemoteDocument {
     pub unhealthy: Option<String>,
 }
 
+/// Longest envelope file name, in bytes: a file name holds 255, and the
+/// atomic write's temporary name adds a dot, the process id and `.tmp`.
+pub const MAX_ENVELOPE_NAME: usize = 200;
+
 /// The file name for `host`'s envelope: the host reduced to
-/// `[a-z0-9.-]`, so no name can leave the directory.
+/// `[a-z0-9.-]`, so no name can leave the directory, and at most
+/// [`MAX_ENVELOPE_NAME`] bytes. A longer one (a domain may have 253 bytes)
+/// keeps its beginning and ends in a hash of the whole reduced host, so
+/// two long hosts still get two files.
 pub fn envelope_name(host: &str) -> String {
+    const SUFFIX: &str = ".json";
     let cleaned: String = host
         .chars()
         .map(|c| match c.to_ascii_lowercase() {
@@ -53,7 +62,14 @@ pub fn envelope_name(host: &str) -> String {
         })
         .collect();
     let cleaned = cleaned.trim_start_matches('.');
-    format!("{cleaned}.json")
+    if cleaned.len() + SUFFIX.len() <= MAX_ENVELOPE_NAME {
+        return format!("{cleaned}{SUFFIX}");
+    }
+    let digest = Sha256::digest(cleaned.as_bytes());
+    let hash: String = digest[..8].iter().map(|b| format!("{b:02x}")).collect();
+    // ASCII only, so any byte is a character boundary.
+    let keep = MAX_ENVELOPE_NAME - SUFFIX.len() - 1 - hash.len();
+    format!("{}-{hash}{SUFFIX}", &cleaned[..keep])
 }
 
 /// Writes `doc` atomically into `dir` (created if missing). Returns the
@@ -122,6 +138,35 @@ pub fn envelope_paths(dir: &Path, max: usize) -> Result<Vec<PathBuf>, StoreError
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Found by fuzzing: a host with a 63-byte label and more made a file
+    /// name past the 255 bytes a file system takes, so the envelope could
+    /// not be written.
+    #[test]
+    fn a_host_of_the_longest_domain_length_is_stored_and_distinct_from_its_neighbour() {
+        let label = "a".repeat(63);
+        let longest = format!("{label}.{label}.{label}.{}", "b".repeat(61));
+        assert_eq!(longest.len(), 253);
+        let neighbour = format!("{}c", &longest[..252]);
+        let dir = tempfile::tempdir().unwrap();
+        let mut names = Vec::new();
+        for host in [&longest, &neighbour] {
+            let written = write_envelope(dir.path(), &doc(host)).expect("written");
+            let name = written.file_name().unwrap().to_str().unwrap().to_string();
+            assert!(name.len() <= MAX_ENVELOPE_NAME, "{name}");
+            assert!(
+                name.starts_with(&label) && name.ends_with(".json"),
+                "{name}"
+            );
+            assert_eq!(read_envelope(dir.path(), host), Some(doc(host)));
+            names.push(name);
+        }
+        assert_ne!(names[0], names[1]);
+        // Short hosts keep the names they always had.
+        assert_eq!(envelope_name("Example.COM"), "example.com.json");
+        let at_the_limit = "d".repeat(MAX_ENVELOPE_NAME - ".json".len());
+        assert_eq!(envelope_name(&at_the_limit), format!("{at_the_limit}.json"));
+    }
 
     fn doc(host: &str) -> RemoteDocument {
         RemoteDocument {
