@@ -67,9 +67,10 @@ pub fn envelope_name(host: &str) -> String {
     }
     let digest = Sha256::digest(cleaned.as_bytes());
     let hash: String = digest[..8].iter().map(|b| format!("{b:02x}")).collect();
-    // ASCII only, so any byte is a character boundary.
+    // ASCII only: characters are bytes.
     let keep = MAX_ENVELOPE_NAME - SUFFIX.len() - 1 - hash.len();
-    format!("{}-{hash}{SUFFIX}", &cleaned[..keep])
+    let start: String = cleaned.chars().take(keep).collect();
+    format!("{start}-{hash}{SUFFIX}")
 }
 
 /// Writes `doc` atomically into `dir` (created if missing). Returns the
@@ -147,7 +148,7 @@ mod tests {
         let label = "a".repeat(63);
         let longest = format!("{label}.{label}.{label}.{}", "b".repeat(61));
         assert_eq!(longest.len(), 253);
-        let neighbour = format!("{}c", &longest[..252]);
+        let neighbour: String = longest.chars().take(252).chain(['c']).collect();
         let dir = tempfile::tempdir().unwrap();
         let mut names = Vec::new();
         for host in [&longest, &neighbour] {
