@@ -33,8 +33,14 @@ const JOURNAL_FIELD_PREFIX: &str = "OAPD";
 pub fn init(config: &LogConfig, log_content: bool) {
     let filter = || {
         content_filter(
-            EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| EnvFilter::new(format!("{},hyper=warn", config.level))),
+            // `RUST_LOG` when it is set and ASCII: the filter parser panics
+            // on some non-ASCII directives, and the configured level (checked
+            // when the configuration loaded) is the better answer then.
+            std::env::var(EnvFilter::DEFAULT_ENV)
+                .ok()
+                .filter(|directives| directives.is_ascii())
+                .and_then(|directives| EnvFilter::try_new(directives).ok())
+                .unwrap_or_else(|| EnvFilter::new(format!("{},hyper=warn", config.level))),
             log_content,
         )
     };

@@ -479,6 +479,15 @@ fn check_log_level(level: &str) -> Result<(), String> {
     if trimmed.is_empty() || !trimmed.contains(['=', ',']) {
         return Err(format!("{hint}, got {}", quote(level)));
     }
+    // Targets, levels and field names are ASCII; and the filter parser
+    // slices non-ASCII directives at byte offsets and panics (found by
+    // fuzzing), so such a value is refused before it gets there.
+    if let Some(c) = trimmed.chars().find(|c| !c.is_ascii()) {
+        return Err(format!(
+            "{hint}; a filter directive is ASCII, found {c:?} in {}",
+            quote(level)
+        ));
+    }
     tracing_subscriber::EnvFilter::builder()
         .parse(trimmed)
         .map(|_| ())
@@ -563,6 +572,12 @@ mod tests {
         for bad in ["", "verbose", "info,oapd=loud"] {
             assert!(check_log_level(bad).is_err(), "{bad}");
         }
+        // Found by fuzzing: this made the filter parser panic.
+        let err =
+            check_log_level("-4|--\u{e4904}[[[r\u{e4904}[[[r([KKKKK'''&'''\u{e4904}[[[r[[KKKK=")
+                .unwrap_err();
+        assert!(err.contains("a filter directive is ASCII"), "{err}");
+        assert!(check_log_level("info,oäpd=debug").is_err());
     }
 
     #[test]
