@@ -161,18 +161,7 @@ fn dot(a: &[f32], b: &[f32]) -> f32 {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn values(n: usize, salt: u32) -> Vec<f32> {
-        let mut s = salt.wrapping_mul(2_654_435_761).wrapping_add(1);
-        (0..n)
-            .map(|_| {
-                s ^= s << 13;
-                s ^= s >> 17;
-                s ^= s << 5;
-                (s as f32 / u32::MAX as f32) * 2.0 - 1.0
-            })
-            .collect()
-    }
+    use crate::kernel::tests::values;
 
     /// Textbook attention for one text in f64.
     fn naive(qkv: &[f32], len: usize, heads: usize, hd: usize, scale: f32) -> Vec<f32> {

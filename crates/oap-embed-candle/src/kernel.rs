@@ -277,11 +277,11 @@ pub(crate) fn erf(x: f32) -> f32 {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     /// Deterministic pseudo-random floats in [-1, 1).
-    fn values(n: usize, salt: u32) -> Vec<f32> {
+    pub(crate) fn values(n: usize, salt: u32) -> Vec<f32> {
         let mut s = salt.wrapping_mul(2_654_435_761).wrapping_add(1);
         (0..n)
             .map(|_| {
