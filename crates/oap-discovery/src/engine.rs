@@ -642,9 +642,9 @@ impl Engine {
             self.config.dtype,
             &self.config.row_weights,
         );
-        if priority == Priority::Background && !force {
-            self.serve_changed_catalog_first(&catalog, &fingerprint, model_id.as_deref())?;
-        }
+        let published_first = priority == Priority::Background
+            && !force
+            && self.serve_changed_catalog_first(&catalog, &fingerprint, model_id.as_deref())?;
         let current = self.snapshot.load_full();
         // Nothing changed (e.g. the directory watch saw the crawler's own
         // write after the crawler already rebuilt): keep the mapped index
@@ -664,7 +664,10 @@ impl Engine {
         // mapped snapshot: a checkpoint of an earlier background rebuild that
         // failed or was stopped, or the work of the generation a reload
         // replaced. Whichever holds more vectors is the one to reuse.
-        let on_disk = self.checkpoint_on_disk(&current);
+        // Just published from the best file there was: no other to look at.
+        let on_disk = (!published_first)
+            .then(|| self.checkpoint_on_disk(&current))
+            .flatten();
         let reuse = match (force, &on_disk) {
             (true, _) => None,
             (false, Some(disk)) => Some(disk),
@@ -716,19 +719,20 @@ impl Engine {
     /// catalog lexically first (one index write with the vectors already
     /// made, no embedding), so that a manifest added or removed now shows
     /// at once rather than after vectors that may take an hour of idle CPU
-    /// on a small board. The rebuild then embeds from that index.
+    /// on a small board. The rebuild then embeds from that index. Returns
+    /// whether it published one.
     fn serve_changed_catalog_first(
         &self,
         catalog: &Catalog,
         fingerprint: &str,
         model_id: Option<&str>,
-    ) -> Result<(), EngineError> {
+    ) -> Result<bool, EngineError> {
         let current = self.snapshot.load_full();
         if self.embedder.is_none()
             || current.pending_texts == 0
             || read_meta(&current.index).is_some_and(|m| m.fingerprint == fingerprint)
         {
-            return Ok(());
+            return Ok(false);
         }
         let on_disk = self.checkpoint_on_disk(&current);
         let (lexical, report) = build_index(
@@ -751,7 +755,7 @@ impl Engine {
             model_id.map(str::to_string),
         )));
         retire(previous, Some(&self.activity));
-        Ok(())
+        Ok(true)
     }
 
     /// The configured retrieval mode, or [`Mode::Lexical`] when no embedding
