@@ -1277,6 +1277,22 @@ fn discovery_ranges() {
 }
 
 #[test]
+fn the_start_embedding_limit_is_a_bounded_count() {
+    assert_eq!(
+        single_problem("index:\n  start_embed_limit: 100000001\n"),
+        (
+            "index.start_embed_limit".to_owned(),
+            "must be between 0 and 100000000, got 100000001".to_owned()
+        )
+    );
+    let message = err(yaml("index:\n  start_embed_limit: many\n")).to_string();
+    assert!(message.contains("index.start_embed_limit"), "{message}");
+    // 0: never wait for embeddings before ready.
+    let config = ok(yaml("index:\n  start_embed_limit: 0\n"));
+    assert_eq!(config.index.start_embed_limit, 0);
+}
+
+#[test]
 fn server_ranges_and_formats() {
     assert_eq!(
         single_problem("server:\n  max_body_bytes: 1023\n  max_task_bytes: 100\n"),
