@@ -406,7 +406,10 @@ pub struct Engine {
 pub enum Priority {
     /// Start-up and the command line: nothing else runs, use every core.
     Foreground,
-    /// A rebuild while serving: idle-class threads, so queries go first.
+    /// A rebuild while serving: embedding on idle-class threads, so queries
+    /// go first; the catalog parse and the index write at a low nice value
+    /// ([`oap_embed::REBUILD_NICE`]), so a changed catalog still gets out
+    /// on a busy machine.
     Background,
 }
 
@@ -473,7 +476,7 @@ impl Engine {
             (previous, _) => build_index(
                 &config,
                 &catalog,
-                embedder.as_deref(),
+                embedder.as_ref(),
                 previous.as_ref(),
                 &fingerprint,
                 Embedding::AtStart(config.start_embed_limit),
@@ -542,14 +545,17 @@ impl Engine {
                 oap_embed::return_freed_memory();
                 result
             }
-            // A thread of its own, lowered for its lifetime: the catalog
-            // parse and the index write yield to queries too, and the
-            // caller's (pooled) thread keeps its priority.
+            // A thread of its own, lowered for its lifetime so the caller's
+            // (pooled) thread keeps its priority: the embedding runs on the
+            // embedder's idle-class threads, the catalog parse and the
+            // index write here at a low nice value, so that a changed
+            // catalog is served even while something else keeps the CPU
+            // busy.
             Priority::Background => std::thread::scope(|scope| {
                 let worker = std::thread::Builder::new()
                     .name("oap-rebuild".into())
                     .spawn_scoped(scope, || {
-                        oap_embed::lower_current_thread_priority();
+                        oap_embed::lower_current_thread_nice(oap_embed::REBUILD_NICE);
                         self.rebuild_inner(force, priority)
                     })
                     .map_err(EngineError::Thread)?;
@@ -688,7 +694,7 @@ impl Engine {
         let (index, mut report) = build_index(
             &self.config,
             &catalog,
-            self.embedder.as_deref(),
+            self.embedder.as_ref(),
             reuse,
             &fingerprint,
             embedding,
@@ -738,7 +744,7 @@ impl Engine {
         let (lexical, report) = build_index(
             &self.config,
             catalog,
-            self.embedder.as_deref(),
+            self.embedder.as_ref(),
             Some(on_disk.as_ref().unwrap_or(&current.index)),
             fingerprint,
             Embedding::AtStart(Some(0)),
@@ -1140,7 +1146,7 @@ enum Embedding<'a> {
 fn build_index(
     config: &EngineConfig,
     catalog: &Catalog,
-    embedder: Option<&dyn Embedder>,
+    embedder: Option<&Arc<dyn Embedder>>,
     previous: Option<&Index>,
     fingerprint: &str,
     embedding: Embedding<'_>,
@@ -1233,16 +1239,35 @@ fn build_index(
             EMBED_BATCH
         };
         let mut checkpoint_at = Instant::now() + CHECKPOINT_EVERY;
+        let mut worker = background.map(|_| BackgroundBatches::new(embedder));
         for batch in to_embed.chunks(chunk) {
             if is_retired() {
                 return Err(EngineError::Retired);
             }
             let texts: Vec<&str> = batch.iter().map(String::as_str).collect();
-            let vectors = match background {
+            let vectors = match worker.as_mut() {
                 None => embedder.embed(&texts)?,
-                Some(_) => {
+                Some(worker) => {
                     yield_to_queries();
-                    embedder.embed_background(&texts)?
+                    let step_aside = || is_retired() || another_rebuild_waits();
+                    match worker.embed(batch, &step_aside)? {
+                        Some(vectors) => vectors,
+                        None if is_retired() => return Err(EngineError::Retired),
+                        None => {
+                            // The batch in flight is dropped, not waited
+                            // for: at idle class on a busy machine it may
+                            // take minutes, and the newer rebuild embeds
+                            // these texts again.
+                            let left = to_embed.len() - embedded_rows;
+                            tracing::info!(
+                                embedded_rows,
+                                pending_texts = left,
+                                "background rebuild steps aside for a newer one, which carries on"
+                            );
+                            stepped_aside = left;
+                            break;
+                        }
+                    }
                 }
             };
             for (text, vector) in batch.iter().zip(vectors) {
@@ -1312,6 +1337,80 @@ fn build_index(
             ..BuildReport::default()
         },
     ))
+}
+
+/// How often a background rebuild waiting for its batch looks whether it
+/// should stop or step aside.
+const STEP_ASIDE_POLL: std::time::Duration = std::time::Duration::from_millis(20);
+
+/// A background rebuild's batches, embedded on a thread of their own so the
+/// rebuild can step aside for a newer one (or stop when retired) without
+/// waiting for the batch in flight: that batch runs at idle class, and on a
+/// machine busy with something else (Ollama generating, a build) it may get
+/// no CPU for minutes. An abandoned batch finishes on its thread and its
+/// vectors are dropped.
+struct BackgroundBatches {
+    requests: Option<std::sync::mpsc::Sender<Vec<String>>>,
+    results: std::sync::mpsc::Receiver<Result<Vec<Vec<f32>>, oap_embed::EmbedError>>,
+}
+
+impl BackgroundBatches {
+    fn new(embedder: &Arc<dyn Embedder>) -> BackgroundBatches {
+        let (requests, batches) = std::sync::mpsc::channel::<Vec<String>>();
+        let (done, results) = std::sync::mpsc::channel();
+        let embedder = Arc::clone(embedder);
+        let spawned = std::thread::Builder::new()
+            .name("oap-embed-batch".into())
+            .spawn(move || {
+                for batch in batches {
+                    let texts: Vec<&str> = batch.iter().map(String::as_str).collect();
+                    if done.send(embedder.embed_background(&texts)).is_err() {
+                        break;
+                    }
+                }
+            });
+        if let Err(err) = spawned {
+            // Without the thread every batch fails (below) naming this.
+            tracing::error!(error = %err, "cannot start the background embedding thread");
+        }
+        BackgroundBatches {
+            requests: Some(requests),
+            results,
+        }
+    }
+
+    /// The batch's vectors, or `None` when `step_aside` said so before they
+    /// came.
+    fn embed(
+        &mut self,
+        batch: &[String],
+        step_aside: &dyn Fn() -> bool,
+    ) -> Result<Option<Vec<Vec<f32>>>, EngineError> {
+        let gone = || {
+            EngineError::Embed(oap_embed::EmbedError::Inference(
+                "the background embedding thread ended".into(),
+            ))
+        };
+        let sent = self
+            .requests
+            .as_ref()
+            .is_some_and(|requests| requests.send(batch.to_vec()).is_ok());
+        if !sent {
+            return Err(gone());
+        }
+        loop {
+            match self.results.recv_timeout(STEP_ASIDE_POLL) {
+                Ok(vectors) => return Ok(Some(vectors?)),
+                Err(std::sync::mpsc::RecvTimeoutError::Timeout) if step_aside() => {
+                    // Closing the queue ends the thread after this batch.
+                    self.requests = None;
+                    return Ok(None);
+                }
+                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
+                Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => return Err(gone()),
+            }
+        }
+    }
 }
 
 /// Where the vectors of a build come from besides its own embeddings.

@@ -19,7 +19,9 @@ mod priority;
 
 pub use coalesce::{CoalesceStats, Coalescing, COALESCE_BYTE_BUDGET, DEFAULT_COALESCE_BATCH};
 pub use error::EmbedError;
-pub use priority::{lower_current_thread_priority, return_freed_memory};
+pub use priority::{
+    lower_current_thread_nice, lower_current_thread_priority, return_freed_memory, REBUILD_NICE,
+};
 
 /// A text-to-vector model.
 ///
