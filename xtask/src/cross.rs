@@ -89,6 +89,11 @@ const GUEST_ARGS: &[(&str, &[&str])] = &[
             "long_input_is_truncated_not_rejected",
             "--skip",
             "encoder_matches_candle_bert_model",
+            // A padded pass of 19 texts at 256 tokens: about four minutes
+            // under TCG. The packed pass it checks is what the reference
+            // scores' batch runs here too.
+            "--skip",
+            "a_packed_batch_of_uneven_texts_equals_each_text_alone_bit_for_bit",
         ],
     ),
     (
