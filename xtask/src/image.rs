@@ -136,6 +136,8 @@ struct Options {
     deb: Option<PathBuf>,
     build: bool,
     timeout: Duration,
+    /// Only the cached base root filesystem (CI makes it while compiling).
+    base_only: bool,
 }
 
 fn parse_options(args: &[String], boot: bool) -> Result<Options> {
@@ -144,6 +146,7 @@ fn parse_options(args: &[String], boot: bool) -> Result<Options> {
         deb: None,
         build: true,
         timeout: Duration::from_secs(900),
+        base_only: false,
     };
     let mut it = args.iter();
     while let Some(arg) = it.next() {
@@ -156,6 +159,7 @@ fn parse_options(args: &[String], boot: bool) -> Result<Options> {
             "--arch" => options.arch = Arch::parse(&value("--arch")?)?,
             "--deb" => options.deb = Some(PathBuf::from(value("--deb")?)),
             "--no-build" if boot => options.build = false,
+            "--base-only" if !boot => options.base_only = true,
             "--timeout" if boot => {
                 let secs: u64 = value("--timeout")?
                     .parse()
@@ -203,10 +207,24 @@ impl Layout {
     }
 }
 
-/// `cargo xtask image [--arch amd64|arm64] [--deb FILE]`.
+/// `cargo xtask image [--arch amd64|arm64] [--deb FILE] [--base-only]`.
 pub fn build(args: &[String]) -> Result<()> {
     let options = parse_options(args, false)?;
     let started = Instant::now();
+    if options.base_only {
+        preflight(options.arch)?;
+        let layout = Layout::new(options.arch);
+        for dir in [&layout.cache, &layout.work] {
+            fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+        }
+        let base = base_rootfs(&layout)?;
+        println!(
+            "image: base rootfs {} ready in {:.0} s",
+            base.display(),
+            started.elapsed().as_secs_f64()
+        );
+        return Ok(());
+    }
     build_image(&options)?;
     println!("image: built in {:.0} s", started.elapsed().as_secs_f64());
     Ok(())

@@ -181,9 +181,10 @@ const COMMANDS: &[Command] = &[
     },
     Command {
         name: "image",
-        usage: "image [--arch amd64|arm64] [--deb FILE]\n      \
+        usage: "image [--arch amd64|arm64] [--deb FILE] [--base-only]\n      \
                 flashable appliance image (image/README.md) into target/image/;\n      \
-                needs root, debootstrap, mtools, dosfstools, qemu-system-*",
+                needs root, debootstrap, mtools, dosfstools, qemu-system-*;\n      \
+                --base-only: only the cached base root filesystem",
         run: image::build,
     },
     Command {
