@@ -1246,36 +1246,30 @@ fn build_index(
             }
             let texts: Vec<&str> = batch.iter().map(String::as_str).collect();
             let vectors = match worker.as_mut() {
-                None => embedder.embed(&texts)?,
+                None => Some(embedder.embed(&texts)?),
                 Some(worker) => {
                     yield_to_queries();
+                    // When a newer rebuild waits, the batch in flight is
+                    // dropped, not waited for: at idle class on a busy
+                    // machine it may take minutes, and the newer rebuild
+                    // embeds these texts again.
                     let step_aside = || is_retired() || another_rebuild_waits();
-                    match worker.embed(batch, &step_aside)? {
-                        Some(vectors) => vectors,
-                        None if is_retired() => return Err(EngineError::Retired),
-                        None => {
-                            // The batch in flight is dropped, not waited
-                            // for: at idle class on a busy machine it may
-                            // take minutes, and the newer rebuild embeds
-                            // these texts again.
-                            let left = to_embed.len() - embedded_rows;
-                            tracing::info!(
-                                embedded_rows,
-                                pending_texts = left,
-                                "background rebuild steps aside for a newer one, which carries on"
-                            );
-                            stepped_aside = left;
-                            break;
-                        }
-                    }
+                    worker.embed(batch, &step_aside)?
                 }
             };
-            for (text, vector) in batch.iter().zip(vectors) {
-                fresh.insert(document::row_key(model_id, text), vector);
+            let dropped = vectors.is_none();
+            match vectors {
+                Some(vectors) => {
+                    for (text, vector) in batch.iter().zip(vectors) {
+                        fresh.insert(document::row_key(model_id, text), vector);
+                    }
+                    embedded_rows += batch.len();
+                }
+                None if is_retired() => return Err(EngineError::Retired),
+                None => {}
             }
-            embedded_rows += batch.len();
             let left = to_embed.len() - embedded_rows;
-            if left > 0 && another_rebuild_waits() {
+            if left > 0 && (dropped || another_rebuild_waits()) {
                 tracing::info!(
                     embedded_rows,
                     pending_texts = left,
