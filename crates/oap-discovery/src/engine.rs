@@ -1239,7 +1239,8 @@ fn build_index(
             EMBED_BATCH
         };
         let mut checkpoint_at = Instant::now() + CHECKPOINT_EVERY;
-        let mut worker = background.map(|_| BackgroundBatches::new(embedder));
+        let mut worker = (background.is_some() && !to_embed.is_empty())
+            .then(|| BackgroundBatches::new(embedder));
         for batch in to_embed.chunks(chunk) {
             if is_retired() {
                 return Err(EngineError::Retired);
