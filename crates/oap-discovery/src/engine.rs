@@ -407,9 +407,9 @@ pub enum Priority {
     /// Start-up and the command line: nothing else runs, use every core.
     Foreground,
     /// A rebuild while serving: embedding on idle-class threads, so queries
-    /// go first; the catalog parse and the index write at a low nice value
-    /// ([`oap_embed::REBUILD_NICE`]), so a changed catalog still gets out
-    /// on a busy machine.
+    /// go first; the catalog parse and the index write at normal priority,
+    /// pausing for running queries, so a changed catalog still gets out on
+    /// a busy machine.
     Background,
 }
 
@@ -545,19 +545,18 @@ impl Engine {
                 oap_embed::return_freed_memory();
                 result
             }
-            // A thread of its own, lowered for its lifetime so the caller's
-            // (pooled) thread keeps its priority: the embedding runs on the
-            // embedder's idle-class threads, the catalog parse and the
-            // index write here at a low nice value, so that a changed
-            // catalog is served even while something else keeps the CPU
-            // busy.
+            // A thread of its own at normal priority: the embedding runs on
+            // the embedder's idle-class threads, while the catalog parse and
+            // the index write (about a second at 2,000 manifests, and the
+            // changed catalog is not served until they are done) must
+            // progress while something else keeps the CPU busy; the write
+            // pauses for running queries (`QueryActivity`). At nice 10 a
+            // removal took over 60 s to show under the soak's load beside
+            // a build using both cores.
             Priority::Background => std::thread::scope(|scope| {
                 let worker = std::thread::Builder::new()
                     .name("oap-rebuild".into())
-                    .spawn_scoped(scope, || {
-                        oap_embed::lower_current_thread_nice(oap_embed::REBUILD_NICE);
-                        self.rebuild_inner(force, priority)
-                    })
+                    .spawn_scoped(scope, || self.rebuild_inner(force, priority))
                     .map_err(EngineError::Thread)?;
                 let result = match worker.join() {
                     Ok(result) => result,

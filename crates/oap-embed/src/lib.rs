@@ -19,9 +19,7 @@ mod priority;
 
 pub use coalesce::{CoalesceStats, Coalescing, COALESCE_BYTE_BUDGET, DEFAULT_COALESCE_BATCH};
 pub use error::EmbedError;
-pub use priority::{
-    lower_current_thread_nice, lower_current_thread_priority, return_freed_memory, REBUILD_NICE,
-};
+pub use priority::{lower_current_thread_priority, return_freed_memory};
 
 /// A text-to-vector model.
 ///

@@ -39,43 +39,6 @@ pub fn lower_current_thread_priority() -> bool {
     }
 }
 
-/// Nice value of the thread that parses the catalog and writes the index in
-/// a rebuild while serving. Not the idle class: that work is short (about a
-/// second at 2,000 manifests) and a changed catalog is not served until it
-/// is done, so it must progress while something else keeps the CPU busy
-/// (Ollama generating). At nice 10 it gets about a tenth of a core against
-/// a busy nice-0 thread, and a query's thread preempts it.
-pub const REBUILD_NICE: i32 = 10;
-
-/// Lowers the calling thread to nice `nice` in the normal class (Linux
-/// threads each have their own nice value). Returns whether it worked;
-/// raising it again would need privilege, so this is for a thread's
-/// lifetime.
-#[allow(
-    unsafe_code,
-    reason = "a system call; the SAFETY comment at the block says why it is sound"
-)]
-pub fn lower_current_thread_nice(nice: i32) -> bool {
-    #[cfg(target_os = "linux")]
-    {
-        // SAFETY: plain syscall on the calling thread (who = 0), no pointers.
-        if unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, nice) } == 0 {
-            return true;
-        }
-        tracing::debug!(
-            error = %std::io::Error::last_os_error(),
-            nice,
-            "cannot lower the nice value of a rebuild thread"
-        );
-        false
-    }
-    #[cfg(not(target_os = "linux"))]
-    {
-        let _ = nice;
-        false
-    }
-}
-
 /// Whether the calling thread runs in the idle class.
 #[cfg(all(test, target_os = "linux"))]
 #[allow(
@@ -119,22 +82,5 @@ mod tests {
         .unwrap();
         assert_eq!(lowered, (true, true));
         assert!(!current_thread_is_idle_class());
-    }
-
-    #[test]
-    #[cfg(target_os = "linux")]
-    #[allow(unsafe_code, reason = "reads the thread's nice value back")]
-    fn a_lowered_nice_value_is_the_calling_threads_only() {
-        // SAFETY: plain syscalls on the calling thread, no pointers.
-        let nice_now = || unsafe { libc::getpriority(libc::PRIO_PROCESS, 0) };
-        let before = nice_now();
-        let lowered = std::thread::spawn(move || {
-            let ok = lower_current_thread_nice(REBUILD_NICE.max(before));
-            (ok, nice_now(), current_thread_is_idle_class())
-        })
-        .join()
-        .unwrap();
-        assert_eq!(lowered, (true, REBUILD_NICE.max(before), false));
-        assert_eq!(nice_now(), before);
     }
 }
