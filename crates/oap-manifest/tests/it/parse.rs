@@ -273,6 +273,41 @@ fn unknown_fields_round_trip_without_added_nulls() {
     assert_eq!(back, doc);
 }
 
+/// Found by the `manifest` fuzz target: a number with more digits than an
+/// f64 holds (here a 121-digit integer in an example) was parsed one unit
+/// in the last place off, so writing the manifest back (the index stores
+/// it as JSON) and reading it again gave another number. Parsing is
+/// correctly rounded now (serde_json's `float_roundtrip`).
+#[test]
+fn long_numbers_survive_a_round_trip_unchanged() {
+    let long = format!("{}0", "1".repeat(120));
+    for number in [
+        long.as_str(),
+        "0.30000000000000004441",
+        "2.2250738585072011e-308",
+    ] {
+        let mut text = bytes(&minimal());
+        let doc = String::from_utf8(text.clone()).expect("utf-8");
+        let with_example = doc.replacen(
+            "{",
+            &format!("{{\"examples\": [{{\"input\": {{\"limit\": {number}}}}}],"),
+            1,
+        );
+        text = with_example.into_bytes();
+        let first = parse(&text).expect("parse").manifest;
+        let again = parse(&serde_json::to_vec(&first).expect("serialise"))
+            .expect("re-parse")
+            .manifest;
+        assert_eq!(again, first, "{number}");
+        let parsed: f64 = number.parse().expect("a number");
+        assert_eq!(
+            first.examples[0].input.as_ref().expect("input")["limit"].as_f64(),
+            Some(parsed),
+            "{number} is read as the nearest f64"
+        );
+    }
+}
+
 #[test]
 fn invoke_kind_and_auth_helpers() {
     assert_eq!(InvokeKind::parse("get"), Some(InvokeKind::Get));
