@@ -149,16 +149,16 @@ fn render(r: &SoakReport) -> String {
         ));
     }
     s.push_str(&format!(
-        "\nleaks ({}):\n  pid: born → settled → end s | RSS MB, open files, threads, tool processes, data files, index MB (the minute after settling → the last minute)\n",
+        "\nleaks ({}):\n  pid: born → warmed up → end s | RSS MB, open files, threads, tool processes, data files, index MB (the minute after warming up → the last minute)\n",
         r.drift.basis
     ));
     for p in &r.drift.processes {
-        let (a, b) = (&p.settled, &p.last);
+        let (a, b) = (&p.warm, &p.last);
         s.push_str(&format!(
             "  {}: {:.0} → {:.0} → {:.0}{} | {:.1} → {:.1}, {} → {}, {} → {}, {} → {}, {} → {}, {:.3} → {:.3}\n",
             p.pid,
             p.born_s,
-            p.settled_s,
+            p.warm_s,
             p.end_s,
             if p.judged_self { "" } else { " (too short to judge itself)" },
             a.rss_mb,

@@ -7,6 +7,11 @@ fn nan_if_null<'de, D: Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
     Ok(Option::<f64>::deserialize(d)?.unwrap_or(f64::NAN))
 }
 
+/// A missing number read as NaN (fields added to a report later).
+fn nan() -> f64 {
+    f64::NAN
+}
+
 /// `oap-bench embed`: the embedding model's load time, query latency and
 /// batch throughput, as the daemon would see them.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -899,10 +904,18 @@ pub struct SoakProcess {
     pub settled_s: f64,
     /// Its last sample.
     pub end_s: f64,
-    /// It ran long enough after settling for its own growth to be judged.
+    /// When it had warmed up: settled, and one cycle of the soak's faults
+    /// after its start (every rebuild and reload seen once). Its own growth
+    /// is judged from here. NaN: never within its life.
+    #[serde(default = "nan", deserialize_with = "nan_if_null")]
+    pub warm_s: f64,
+    /// It ran long enough after warming up for its own growth to be judged.
     pub judged_self: bool,
     /// Medians over the minute after it settled (compared across processes).
     pub settled: SoakLevels,
+    /// Medians over the minute after it warmed up (compared with `last`).
+    #[serde(default)]
+    pub warm: SoakLevels,
     /// Medians over its last minute.
     pub last: SoakLevels,
 }
