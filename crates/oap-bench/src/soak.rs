@@ -657,7 +657,12 @@ impl Setup {
                 .in_dir(state)
                 .listen(&[&format!("127.0.0.1:{}", self.port)])
                 .yaml(&self.yaml)
-                .env("RUST_LOG", "warn")
+                // `OAP_SOAK_DAEMON_LOG` (a filter such as
+                // `warn,oap_discovery=info`) to see what a run's daemon did.
+                .env(
+                    "RUST_LOG",
+                    &std::env::var("OAP_SOAK_DAEMON_LOG").unwrap_or_else(|_| "warn".into()),
+                )
                 .env("MALLOC_ARENA_MAX", "2")
                 .ready_within(Duration::from_secs(1800))
                 .try_spawn();

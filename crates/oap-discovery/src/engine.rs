@@ -399,6 +399,9 @@ pub struct Engine {
     /// its next batch: what they bring (a new manifest, a removed one) is
     /// served lexically at once instead of after the whole embedding.
     waiting_rebuilds: AtomicUsize,
+    /// A newer catalog was announced ([`Engine::note_newer_catalog`]) and
+    /// counted once in `waiting_rebuilds` until the next rebuild starts.
+    newer_catalog: std::sync::atomic::AtomicBool,
 }
 
 /// Who waits on an index build.
@@ -521,6 +524,7 @@ impl Engine {
             activity: QueryActivity::default(),
             retired: std::sync::atomic::AtomicBool::new(false),
             waiting_rebuilds: AtomicUsize::new(0),
+            newer_catalog: std::sync::atomic::AtomicBool::new(false),
         };
         Ok((engine, built))
     }
@@ -568,6 +572,19 @@ impl Engine {
                 oap_embed::return_freed_memory();
                 result
             }),
+        }
+    }
+
+    /// Says that the sources changed and a rebuild will follow (the
+    /// directory watch saw a change while a rebuild was running): a
+    /// background embedding in progress, while the served index is
+    /// lexical, steps aside at once as for a rebuild waiting on the build
+    /// lock, so the following rebuild serves the change without waiting
+    /// for vectors. The caller must start that rebuild; the next rebuild to
+    /// start clears the announcement.
+    pub fn note_newer_catalog(&self) {
+        if !self.newer_catalog.swap(true, Ordering::SeqCst) {
+            self.waiting_rebuilds.fetch_add(1, Ordering::SeqCst);
         }
     }
 
@@ -639,6 +656,11 @@ impl Engine {
             return Err(EngineError::Retired);
         }
         let started = Instant::now();
+        // Whatever was announced before this point is in the catalog read
+        // now; an announcement after it makes this rebuild step aside.
+        if self.newer_catalog.swap(false, Ordering::SeqCst) {
+            self.waiting_rebuilds.fetch_sub(1, Ordering::SeqCst);
+        }
         let catalog = Catalog::load(&self.sources);
         let model_id = self.embedder.as_ref().map(|e| e.model_id().to_string());
         let fingerprint = fingerprint(

@@ -30,6 +30,13 @@ pub fn backoff(consecutive: u32) -> Duration {
     RETRY_FIRST.saturating_mul(1u32 << doublings).min(RETRY_CAP)
 }
 
+/// The rebuilds [`Rebuilder::request`] runs one after another.
+#[derive(Default)]
+struct Requests {
+    running: bool,
+    again: Option<&'static str>,
+}
+
 /// How the directory watch follows the manifest directories, for `/health`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum WatchState {
@@ -62,6 +69,9 @@ impl WatchState {
 /// share: the load problems last logged, the planned retry, the watch mode.
 pub struct Rebuilder {
     engine: Arc<Engine>,
+    /// Rebuilds asked for with [`Rebuilder::request`]: whether one runs,
+    /// and the reason for one more after it.
+    requests: Mutex<Requests>,
     problems: Mutex<ProblemLog>,
     /// When the next retry of a failed rebuild is due.
     retry_at: Mutex<Option<Instant>>,
@@ -73,6 +83,7 @@ impl Rebuilder {
     pub fn new(engine: Arc<Engine>, startup: &BuildReport) -> Rebuilder {
         Rebuilder {
             engine,
+            requests: Mutex::new(Requests::default()),
             problems: Mutex::new(ProblemLog::seeded(startup)),
             retry_at: Mutex::new(None),
             watch: Mutex::new(WatchState::Off),
@@ -82,6 +93,41 @@ impl Rebuilder {
     /// The engine this generation's rebuilds replace the index of.
     pub fn engine(&self) -> &Arc<Engine> {
         &self.engine
+    }
+
+    /// Asks for a rebuild without waiting for it: one starts now if none of
+    /// these runs; otherwise one more runs after it (several requests
+    /// meanwhile make one, which reads the newest catalog), and the running
+    /// one is told a newer catalog follows, so a background embedding steps
+    /// aside instead of holding the change back until every vector is made.
+    pub fn request(self: &Arc<Self>, why: &'static str) {
+        let Ok(mut requests) = self.requests.lock() else {
+            return;
+        };
+        if requests.running {
+            requests.again = Some(why);
+            self.engine.note_newer_catalog();
+            return;
+        }
+        requests.running = true;
+        drop(requests);
+        let this = self.clone();
+        tokio::spawn(async move {
+            let mut why = why;
+            loop {
+                this.rebuild(why).await;
+                let Ok(mut requests) = this.requests.lock() else {
+                    return;
+                };
+                match requests.again.take() {
+                    Some(next) => why = next,
+                    None => {
+                        requests.running = false;
+                        return;
+                    }
+                }
+            }
+        });
     }
 
     /// Rebuilds the engine on a blocking thread (at background priority,
@@ -156,6 +202,12 @@ impl Rebuilder {
         let failure = self.engine.rebuild_failure()?;
         let mut planned = self.retry_at.lock().ok()?;
         Some(*planned.get_or_insert_with(|| Instant::now() + backoff(failure.consecutive)))
+    }
+
+    /// Forgets the planned retry; [`Rebuilder::retry_due`] plans the next
+    /// one a backoff from now while the failure stands.
+    pub fn replan_retry(&self) {
+        self.set_retry(None);
     }
 
     fn set_retry(&self, at: Option<Instant>) {

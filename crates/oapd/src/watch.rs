@@ -486,13 +486,20 @@ pub async fn watch_dirs(
         let why = tokio::select! {
             _ = &mut shutdown => return,
             why = next_change(&mut watcher) => why,
-            _ = tokio::time::sleep_until(retry_at), if retry.is_some() => "retrying a failed rebuild",
+            _ = tokio::time::sleep_until(retry_at), if retry.is_some() => {
+                // Planned afresh from now: the rebuild is not awaited here,
+                // and a plan left in the past would fire again at once.
+                rebuilder.replan_retry();
+                "retrying a failed rebuild"
+            }
             _ = behind_check.tick(), if retry.is_none() => continue,
         };
         if let Some(watcher) = &watcher {
             rebuilder.set_watch(watcher.state());
         }
-        rebuilder.rebuild(why).await;
+        // Not awaited: the next change must be seen (and hand over) while a
+        // rebuild still embeds in the background.
+        rebuilder.request(why);
     }
 }
 

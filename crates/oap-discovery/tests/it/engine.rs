@@ -890,3 +890,46 @@ fn a_manifest_added_during_a_background_embedding_is_served_before_it_ends() {
     assert_eq!(found.candidates[0].id, "local/open-meteo");
     assert_eq!(engine.stats().docs, names.len() + 1);
 }
+
+/// The directory watch does not wait for a rebuild before it looks for the
+/// next change: it announces a newer catalog, and a background embedding
+/// in progress steps aside at once (its batch in flight dropped), so the
+/// rebuild that follows serves the change. The announcement lasts until a
+/// rebuild starts, and not past it: that rebuild embeds to the end.
+#[test]
+fn an_announced_newer_catalog_makes_a_background_embedding_step_aside() {
+    let manifests = manifest_dir(CLI);
+    let data = tempfile::tempdir().unwrap();
+    let mut config = EngineConfig::new(data.path());
+    config.start_embed_limit = Some(0);
+    let gated = Gated::new();
+    let (engine, start) = Engine::open(
+        config,
+        vec![Source::Dir(manifests.path().into())],
+        Some(gated.clone()),
+    )
+    .expect("opens lexically");
+    let engine = Arc::new(engine);
+    assert!(start.pending_texts > 4, "{start:?}");
+
+    gated.allow(1);
+    let first = std::thread::spawn({
+        let engine = engine.clone();
+        move || engine.rebuild(false)
+    });
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    while gated.started.load(Ordering::SeqCst) < 2 {
+        assert!(std::time::Instant::now() < deadline, "no second batch");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    // The second batch is held at the gate; nobody waits on the build lock.
+    engine.note_newer_catalog();
+    let first = first.join().unwrap().expect("first rebuild");
+    assert!(first.pending_texts > 0, "stepped aside: {first:?}");
+    assert_eq!(gated.finished.load(Ordering::SeqCst), 1);
+
+    gated.allow(10_000);
+    let second = engine.rebuild(false).expect("second rebuild");
+    assert_eq!(second.pending_texts, 0, "{second:?}");
+    assert_eq!(engine.mode(), Mode::Hybrid);
+}
