@@ -1266,9 +1266,11 @@ fn build_index(
             if is_retired() {
                 return Err(EngineError::Retired);
             }
-            let texts: Vec<&str> = batch.iter().map(String::as_str).collect();
             let vectors = match worker.as_mut() {
-                None => Some(embedder.embed(&texts)?),
+                None => {
+                    let texts: Vec<&str> = batch.iter().map(String::as_str).collect();
+                    Some(embedder.embed(&texts)?)
+                }
                 Some(worker) => {
                     yield_to_queries();
                     // When a newer rebuild waits, the batch in flight is
