@@ -338,16 +338,16 @@ pub fn describe_specs(config: &Config) -> String {
     out
 }
 
-/// Rebuilds the index whenever the servers' tools change (a server came
-/// up, came back, said `tools/list_changed`, or was removed). One task per
-/// engine generation; a reload aborts it with the generation.
+/// Asks for an index rebuild whenever the servers' tools change (a server
+/// came up, came back, said `tools/list_changed`, or was removed). One task
+/// per engine generation; a reload aborts it with the generation.
 pub async fn rebuild_on_change(servers: Arc<McpServers>, rebuilder: Arc<Rebuilder>) {
     let mut changes = servers.hub.changes();
     // Servers may have come up between the engine reading the tools and
     // this task subscribing: one rebuild catches that (it changes nothing
     // when the tools are the same).
     if !servers.is_empty() {
-        rebuilder.rebuild("MCP server tools").await;
+        rebuilder.request("MCP server tools");
     }
     while changes.changed().await.is_ok() {
         // Let a burst settle into one rebuild.
@@ -358,7 +358,11 @@ pub async fn rebuild_on_change(servers: Arc<McpServers>, rebuilder: Arc<Rebuilde
             }
             changes.borrow_and_update();
         }
-        rebuilder.rebuild("MCP server tools changed").await;
+        // Not awaited, as the directory watch does: a change that arrives
+        // while a rebuild still embeds makes that embedding step aside and
+        // one more rebuild follow, so the new tools are served (lexically
+        // first) without waiting for the vectors of the old ones.
+        rebuilder.request("MCP server tools changed");
     }
 }
 
