@@ -240,6 +240,7 @@ fn wait_indexed(addr: SocketAddr, server: &str, tool: &str, tools: u64) -> Resul
 struct Runner {
     bench: PathBuf,
     fake: SocketAddr,
+    fake_pid: u32,
     requests: usize,
     duration: f64,
     rows: Vec<(String, ProxyLoadReport)>,
@@ -266,7 +267,7 @@ impl Runner {
             .args(["--concurrency", &concurrency.to_string()])
             .args(["--requests", &self.requests.to_string()])
             .args(["--duration", &self.duration.to_string()])
-            .args(["--warmup", "20", "--label", key]);
+            .args(["--warmup", &WARMUP_REQUESTS.to_string(), "--label", key]);
         if no_discover {
             command.arg("--no-discover");
         }
@@ -281,7 +282,59 @@ impl Runner {
         self.rows.push((key.to_string(), row.clone()));
         Ok(row)
     }
+
+    /// [`Runner::load`] with the CPU each program spent on it, in ms per
+    /// request: the bridge with its MCP server (`bridge_pid` and its
+    /// descendants), the fake Ollama, and the whole machine (the rest is
+    /// the load generator and whatever else ran). On a machine whose cores
+    /// every program shares, requests/s follows the machine's CPU per
+    /// request; the bridge's own share says what it would do with the cores
+    /// to itself.
+    fn load_with_cpu(
+        &mut self,
+        key: &str,
+        addr: SocketAddr,
+        concurrency: usize,
+        bridge_pid: u32,
+    ) -> Result<Value> {
+        use oap_testkit::cpu::{machine_busy_seconds, process_cpu_seconds, tree_cpu_seconds};
+        let fake_pid = self.fake_pid;
+        let sample = |pid: u32| -> Result<[f64; 4]> {
+            Ok([
+                tree_cpu_seconds(pid).with_context(|| format!("CPU of process {pid}"))?,
+                process_cpu_seconds(pid).with_context(|| format!("CPU of process {pid}"))?,
+                tree_cpu_seconds(fake_pid).context("CPU of the fake Ollama")?,
+                machine_busy_seconds().context("CPU of the machine")?,
+            ])
+        };
+        let before = sample(bridge_pid)?;
+        let row = self.load(key, addr, concurrency, false)?;
+        let after = sample(bridge_pid)?;
+        // Warm-up requests count: their CPU is inside the interval.
+        let answered = (row.requests + WARMUP_REQUESTS)
+            .saturating_sub(row.errors)
+            .max(1) as f64;
+        let per_request = |i: usize| (after[i] - before[i]) * 1000.0 / answered;
+        let cpu = json!({
+            "bridge_ms": per_request(0),
+            "bridge_alone_ms": per_request(1),
+            "fake_ms": per_request(2),
+            "machine_ms": per_request(3),
+        });
+        println!(
+            "CPU per request, {key}: bridge and its MCP server {:.2} ms (the bridge alone {:.2} ms), \
+             fake Ollama {:.2} ms, whole machine {:.2} ms",
+            per_request(0),
+            per_request(1),
+            per_request(2),
+            per_request(3)
+        );
+        Ok(json!({"load": row, "cpu": cpu}))
+    }
 }
+
+/// Requests each load run sends before it starts timing.
+const WARMUP_REQUESTS: usize = 20;
 
 /// `oap-bench discover-load` at concurrency 1 with the benchmark's task.
 fn discovery_alone(runner: &Runner, dir: &Path, addr: SocketAddr) -> Result<DiscoverLoadReport> {
@@ -453,6 +506,7 @@ pub fn run(args: &[String]) -> Result<()> {
     let mut runner = Runner {
         bench: bench.clone(),
         fake: fake.addr,
+        fake_pid: fake.child.id(),
         requests,
         duration,
         rows: Vec::new(),
@@ -533,7 +587,7 @@ pub fn run(args: &[String]) -> Result<()> {
     println!("oapd tool round checked: the server answered {result:?}");
     let mut home = json!({"oapd_tool": ours_tool, "oapd_offered": ours_offered});
     home["oapd_c1"] = json!(runner.load("home/oapd/c1", oapd.addr, 1, false)?);
-    home["oapd_c16"] = json!(runner.load("home/oapd/c16", oapd.addr, 16, false)?);
+    home["oapd_c16"] = runner.load_with_cpu("home/oapd/c16", oapd.addr, 16, oapd.pid())?;
     // Where the tool round's time goes: discovery of the same task alone
     // (the query embedding, nearly all of it), on the same daemon.
     home["oapd_discover_c1"] = json!(discovery_alone(&runner, &tmp.0, oapd.addr)?);
@@ -556,7 +610,7 @@ pub fn run(args: &[String]) -> Result<()> {
         home["peer_tool"] = json!(tool);
         home["peer_offered"] = json!(offered);
         home["peer_c1"] = json!(runner.load("home/peer/c1", peer.addr, 1, false)?);
-        home["peer_c16"] = json!(runner.load("home/peer/c16", peer.addr, 16, false)?);
+        home["peer_c16"] = runner.load_with_cpu("home/peer/c16", peer.addr, 16, peer.child.id())?;
     }
     home["memory"] = memory(
         "after the tool-round runs",
@@ -710,6 +764,25 @@ pub fn run(args: &[String]) -> Result<()> {
         goals.insert(
             "added_latency_tool_round_c1".into(),
             json!({"oapd_ms": a, "peer_ms": b, "share": share, "met": ok}),
+        );
+    }
+    // Work per request of the tool round at c=16, each bridge with its MCP
+    // server: what requests/s would follow on cores the bridge had to itself.
+    let cpu_of = |who: &str, what: &str| report["home"][format!("{who}_c16")]["cpu"][what].as_f64();
+    if let (Some(ours), Some(theirs)) = (cpu_of("oapd", "bridge_ms"), cpu_of("peer", "bridge_ms")) {
+        println!(
+            "| CPU per tool round, c=16, bridge + its MCP server (not a goal) | {ours:.2} ms | {theirs:.2} ms | {:.1}x less | - |",
+            ratio(theirs, ours)
+        );
+        if let (Some(a), Some(b)) = (cpu_of("oapd", "machine_ms"), cpu_of("peer", "machine_ms")) {
+            println!(
+                "| CPU per tool round, c=16, whole machine (load generator and fake included) | {a:.2} ms | {b:.2} ms | {:.1}x less | - |",
+                ratio(b, a)
+            );
+        }
+        goals.insert(
+            "cpu_per_tool_round_c16".into(),
+            json!({"oapd_ms": ours, "peer_ms": theirs, "ratio": ratio(theirs, ours)}),
         );
     }
     let office_ours = &report["office"]["oapd_offered"];

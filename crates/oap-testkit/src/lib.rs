@@ -16,7 +16,8 @@
 //! - [`mdns_device`]: a LAN device advertising manifests over mDNS;
 //! - [`script_server`]: a loopback server run as a child script (the MCP
 //!   SDK's echo server), over TLS with a [`pki`] certificate;
-//! - [`stats`] and [`rss`]: percentiles and resident memory, for benchmarks.
+//! - [`stats`], [`rss`] and [`cpu`]: percentiles, resident memory and CPU
+//!   time, for benchmarks.
 
 #![allow(
     clippy::unwrap_used,
@@ -27,6 +28,7 @@
     reason = "test support: a helper that cannot do its job fails the test that called it, loudly"
 )]
 
+pub mod cpu;
 pub mod daemon;
 pub mod http;
 #[cfg(all(feature = "tls", feature = "exec"))]
