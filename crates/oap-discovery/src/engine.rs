@@ -394,14 +394,38 @@ pub struct Engine {
     query_cache: Option<QueryCache>,
     /// Set by [`Engine::retire`]: a rebuild in progress stops.
     retired: std::sync::atomic::AtomicBool,
-    /// Rebuilds waiting for `build_lock`. A background rebuild that is
-    /// still embedding what the served index lacks steps aside for them at
-    /// its next batch: what they bring (a new manifest, a removed one) is
-    /// served lexically at once instead of after the whole embedding.
+    /// Why a background rebuild that is still embedding what the served
+    /// index lacks should step aside at its next batch: what a newer
+    /// catalog brings (a new manifest, a removed one) is then served
+    /// lexically at once instead of after the whole embedding.
+    newer_work: NewerWork,
+}
+
+/// The two signs that a rebuild with a newer catalog is coming, read
+/// together by a background embedding ([`NewerWork::is_coming`]).
+#[derive(Default)]
+struct NewerWork {
+    /// Rebuilds waiting for `build_lock`.
     waiting_rebuilds: AtomicUsize,
     /// A newer catalog was announced ([`Engine::note_newer_catalog`]) and
-    /// counted once in `waiting_rebuilds` until the next rebuild starts.
-    newer_catalog: std::sync::atomic::AtomicBool,
+    /// no rebuild has started since.
+    announced: std::sync::atomic::AtomicBool,
+}
+
+impl NewerWork {
+    fn is_coming(&self) -> bool {
+        self.waiting_rebuilds.load(Ordering::SeqCst) > 0 || self.announced.load(Ordering::SeqCst)
+    }
+
+    fn announce(&self) {
+        self.announced.store(true, Ordering::SeqCst);
+    }
+
+    /// A rebuild starts: it reads the catalog after this point, so an
+    /// announcement made before it is served by it.
+    fn clear_announcement(&self) {
+        self.announced.store(false, Ordering::SeqCst);
+    }
 }
 
 /// Who waits on an index build.
@@ -523,8 +547,7 @@ impl Engine {
             last_build: Mutex::new(last_build),
             activity: QueryActivity::default(),
             retired: std::sync::atomic::AtomicBool::new(false),
-            waiting_rebuilds: AtomicUsize::new(0),
-            newer_catalog: std::sync::atomic::AtomicBool::new(false),
+            newer_work: NewerWork::default(),
         };
         Ok((engine, built))
     }
@@ -583,9 +606,7 @@ impl Engine {
     /// for vectors. The caller must start that rebuild; the next rebuild to
     /// start clears the announcement.
     pub fn note_newer_catalog(&self) {
-        if !self.newer_catalog.swap(true, Ordering::SeqCst) {
-            self.waiting_rebuilds.fetch_add(1, Ordering::SeqCst);
-        }
+        self.newer_work.announce();
     }
 
     /// Texts of the catalog whose vectors the served index does not hold
@@ -617,9 +638,10 @@ impl Engine {
     }
 
     fn rebuild_inner(&self, force: bool, priority: Priority) -> Result<BuildReport, EngineError> {
-        self.waiting_rebuilds.fetch_add(1, Ordering::SeqCst);
+        let waiting = &self.newer_work.waiting_rebuilds;
+        waiting.fetch_add(1, Ordering::SeqCst);
         let guard = self.build_lock.lock();
-        self.waiting_rebuilds.fetch_sub(1, Ordering::SeqCst);
+        waiting.fetch_sub(1, Ordering::SeqCst);
         let started = Instant::now();
         let result = match &guard {
             Ok(_) => self.rebuild_locked(force, priority),
@@ -658,9 +680,7 @@ impl Engine {
         let started = Instant::now();
         // Whatever was announced before this point is in the catalog read
         // now; an announcement after it makes this rebuild step aside.
-        if self.newer_catalog.swap(false, Ordering::SeqCst) {
-            self.waiting_rebuilds.fetch_sub(1, Ordering::SeqCst);
-        }
+        self.newer_work.clear_announcement();
         let catalog = Catalog::load(&self.sources);
         let model_id = self.embedder.as_ref().map(|e| e.model_id().to_string());
         let fingerprint = fingerprint(
@@ -708,7 +728,7 @@ impl Engine {
                 retired: &self.retired,
                 // A hybrid index stays hybrid: stepping aside would
                 // publish one with vectors missing.
-                step_aside_for: (current.pending_texts > 0).then_some(&self.waiting_rebuilds),
+                step_aside_for: (current.pending_texts > 0).then_some(&self.newer_work),
             },
             None => Embedding::AtStart(None),
         };
@@ -1153,12 +1173,12 @@ enum Embedding<'a> {
     /// [`CHECKPOINT_EVERY`], stopping once `retired` is set. With
     /// `step_aside_for` (the served index is lexical already, so nothing is
     /// lost), it writes what it has and returns, texts still pending, when
-    /// another rebuild waits there: that one brings a newer catalog and
+    /// another rebuild is coming: that one brings a newer catalog and
     /// carries on from the file this one wrote.
     Background {
         activity: &'a QueryActivity,
         retired: &'a std::sync::atomic::AtomicBool,
-        step_aside_for: Option<&'a AtomicUsize>,
+        step_aside_for: Option<&'a NewerWork>,
     },
 }
 
@@ -1172,7 +1192,7 @@ fn build_index(
     fingerprint: &str,
     embedding: Embedding<'_>,
 ) -> Result<(Index, BuildReport), EngineError> {
-    let (background, retired, waiting_rebuilds) = match embedding {
+    let (background, retired, newer_work) = match embedding {
         Embedding::Background {
             activity,
             retired,
@@ -1180,8 +1200,7 @@ fn build_index(
         } => (Some(activity), Some(retired), step_aside_for),
         Embedding::AtStart(_) => (None, None, None),
     };
-    let another_rebuild_waits =
-        || waiting_rebuilds.is_some_and(|waiting| waiting.load(Ordering::SeqCst) > 0);
+    let another_rebuild_waits = || newer_work.is_some_and(NewerWork::is_coming);
     let is_retired = || retired.is_some_and(|r| r.load(std::sync::atomic::Ordering::Relaxed));
     let yielded = std::cell::Cell::new(std::time::Duration::ZERO);
     let yield_to_queries = || {
