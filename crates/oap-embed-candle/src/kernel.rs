@@ -9,9 +9,12 @@
 //! stream that the microkernel reads exactly once per block of rows, holding
 //! `MR × 2` accumulators in registers, with no packing at call time.
 //!
-//! SIMD comes from `pulp` (safe, runtime-dispatched: AVX2+FMA on x86-64,
-//! NEON on aarch64, scalar elsewhere); the panel width follows the vector
-//! width detected at load. Panels are split across the current rayon pool's
+//! SIMD comes from `pulp` (safe, runtime-dispatched: AVX-512 where the CPU
+//! has it, else AVX2+FMA on x86-64, NEON on aarch64, scalar elsewhere); the
+//! panel width follows the vector width detected at load. AVX-512 halves a
+//! query's time on the machines that have it (docs/BENCHMARKS.md, "Query
+//! embedding"): the same weights in panels twice as wide, half the loop
+//! iterations. Panels are split across the current rayon pool's
 //! threads, so one query uses every core of the pool.
 
 use pulp::{Arch, Simd, WithSimd};
@@ -311,8 +314,27 @@ pub(crate) mod tests {
         y
     }
 
+    /// Every instruction-set level this machine runs, not only the best
+    /// one `Arch::new` picks: a board without AVX-512 (or a CI runner
+    /// without AVX2) runs another path than the machine the tests ran on.
+    fn every_arch() -> Vec<Arch> {
+        #[allow(unused_mut, reason = "only x86-64 has levels to add")]
+        let mut levels = vec![Arch::Scalar, Arch::new()];
+        #[cfg(target_arch = "x86_64")]
+        {
+            levels.extend(pulp::x86::V3::try_new().map(Arch::V3));
+            levels.extend(pulp::x86::V4::try_new().map(Arch::V4));
+        }
+        levels
+    }
+
     fn check(m: usize, n: usize, k: usize, act: Act) {
-        let arch = Arch::new();
+        for arch in every_arch() {
+            check_on(arch, m, n, k, act);
+        }
+    }
+
+    fn check_on(arch: Arch, m: usize, n: usize, k: usize, act: Act) {
         let (x, w, b) = (values(m * k, 1), values(n * k, 2), values(n, 3));
         let packed = Packed::new(&w, &b, n, k, panel_width(arch)).unwrap();
         let want = naive(&x, &w, &b, m, n, k, act);
@@ -330,7 +352,8 @@ pub(crate) mod tests {
                 .fold(0.0f32, f32::max);
             assert!(
                 worst <= 1e-5 * (k as f32).sqrt(),
-                "m={m} n={n} k={k} threads={threads} {act:?}: off by {worst}"
+                "m={m} n={n} k={k} threads={threads} {act:?} width={}: off by {worst}",
+                panel_width(arch)
             );
         }
     }
