@@ -11,8 +11,8 @@
 //! gets the same bits alone or in any batch.
 //!
 //! Plain loops over slices, compiled under the SIMD features `pulp` detects
-//! (AVX-512 or AVX2+FMA, NEON): the dot products keep 8 independent partial sums so the
-//! compiler can vectorise them without reordering a single sum.
+//! (AVX-512 or AVX2+FMA, NEON): the dot products keep 8 independent partial
+//! sums so the compiler can vectorise them without reordering a single sum.
 
 use pulp::{Arch, Simd, WithSimd};
 use rayon::prelude::*;
