@@ -18,7 +18,7 @@ use tokenizers::{Encoding, Tokenizer, TruncationParams};
 
 use oap_embed::{EmbedError, Embedder};
 
-use crate::encoder::Encoder;
+use crate::encoder::{weight_prefix, Encoder};
 use crate::weights::WeightsFile;
 
 /// File names of a sentence-transformers model directory, in the order they are
@@ -207,8 +207,18 @@ impl BertEmbedder {
                 let digest = content_digest(&[&config_bytes, &tokenizer_bytes], &weights_path);
                 (digest, t.elapsed().as_secs_f64() * 1e3)
             });
+            // The word-embedding table stays in the file (weights.rs); a
+            // handle that cannot be cloned only means it is loaded whole.
+            let word_table = format!(
+                "{}embeddings.word_embeddings.weight",
+                weight_prefix(|name| weights.has(name), &cfg)
+            );
+            let word_rows = weights
+                .rows_on_disk(&word_table, cfg.vocab_size, cfg.hidden_size)
+                .ok()
+                .flatten();
             let vb = VarBuilder::from_backend(Box::new(weights), DType::F32, device.clone());
-            let model = Encoder::load(vb, &cfg);
+            let model = Encoder::load(vb, &cfg, word_rows);
             let (digest, hash_ms) = match hasher.join() {
                 Ok(r) => r,
                 Err(panic) => std::panic::resume_unwind(panic),

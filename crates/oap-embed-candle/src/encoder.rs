@@ -15,6 +15,8 @@
 
 use candle_core::{DType, Device, Module, Result, Tensor};
 use candle_nn::{Embedding, LayerNorm, VarBuilder};
+
+use crate::weights::RowsOnDisk;
 use candle_transformers::models::bert::{Config, HiddenAct};
 use pulp::Arch;
 
@@ -75,9 +77,43 @@ struct Layer {
     out_norm: LayerNorm,
 }
 
+/// The word-embedding table: read a row at a time from the weights file
+/// (`weights.rs`), or in memory where the file's table cannot be read so.
+enum WordTable {
+    OnDisk(RowsOnDisk),
+    InMemory(Embedding),
+}
+
+impl WordTable {
+    /// Rows `ids`, `[ids.len(), hidden]`.
+    fn rows(&self, ids: &[u32], hidden: usize, device: &Device) -> Result<Tensor> {
+        match self {
+            WordTable::OnDisk(table) => {
+                Tensor::from_vec(table.gather(ids)?, (ids.len(), hidden), device)
+            }
+            WordTable::InMemory(table) => {
+                table.forward(&Tensor::from_slice(ids, ids.len(), device)?)
+            }
+        }
+    }
+}
+
+/// The tensor-name prefix of a BERT checkpoint: `bert.`, `<model_type>.`
+/// or none, whichever holds the word embeddings (`has` says whether the
+/// file holds a tensor).
+pub(crate) fn weight_prefix(has: impl Fn(&str) -> bool, cfg: &Config) -> String {
+    if has("bert.embeddings.word_embeddings.weight") {
+        return "bert.".into();
+    }
+    match cfg.model_type.as_deref() {
+        Some(p) if has(&format!("{p}.embeddings.word_embeddings.weight")) => format!("{p}."),
+        _ => String::new(),
+    }
+}
+
 /// The encoder: token ids in, last hidden states out.
 pub(crate) struct Encoder {
-    word: Embedding,
+    word: WordTable,
     position: Tensor,
     token_type0: Tensor,
     emb_norm: LayerNorm,
@@ -101,27 +137,32 @@ fn layer_norm(vb: VarBuilder, dim: usize, eps: f64) -> Result<LayerNorm> {
 
 impl Encoder {
     /// Loads the weights candle-transformers' `BertModel` would load (with
-    /// or without a `bert.` / `<model_type>.` prefix).
-    pub(crate) fn load(vb: VarBuilder, cfg: &Config) -> Result<Self> {
-        let vb = if vb.contains_tensor("bert.embeddings.word_embeddings.weight") {
-            vb.pp("bert")
-        } else if let Some(prefix) = cfg
-            .model_type
-            .as_deref()
-            .filter(|p| vb.contains_tensor(&format!("{p}.embeddings.word_embeddings.weight")))
-        {
-            vb.pp(prefix)
-        } else {
-            vb
+    /// or without a `bert.` / `<model_type>.` prefix, [`weight_prefix`]).
+    /// `word_rows`, the word-embedding table as rows on disk, stands in for
+    /// loading that table when it has the config's shape.
+    pub(crate) fn load(
+        vb: VarBuilder,
+        cfg: &Config,
+        word_rows: Option<RowsOnDisk>,
+    ) -> Result<Self> {
+        let prefix = weight_prefix(|name| vb.contains_tensor(name), cfg);
+        let vb = match prefix.strip_suffix('.') {
+            Some(p) => vb.pp(p),
+            None => vb,
         };
         let d = cfg.hidden_size;
         let eps = cfg.layer_norm_eps;
         let emb = vb.pp("embeddings");
-        let word = Embedding::new(
-            emb.pp("word_embeddings")
-                .get((cfg.vocab_size, d), "weight")?,
-            d,
-        );
+        let word = match word_rows {
+            Some(rows) if rows.rows() == cfg.vocab_size && rows.cols() == d => {
+                WordTable::OnDisk(rows)
+            }
+            _ => WordTable::InMemory(Embedding::new(
+                emb.pp("word_embeddings")
+                    .get((cfg.vocab_size, d), "weight")?,
+                d,
+            )),
+        };
         let position = emb
             .pp("position_embeddings")
             .get((cfg.max_position_embeddings, d), "weight")?;
@@ -182,12 +223,14 @@ impl Encoder {
         cols: usize,
         mask: Option<&[u32]>,
     ) -> Result<Tensor> {
-        let ids = Tensor::from_slice(ids, rows * cols, &self.device)?;
+        if ids.len() != rows * cols {
+            candle_core::bail!("forward: {} token ids for {rows} x {cols}", ids.len());
+        }
         // Embeddings: word + position + token type 0, then LayerNorm.
-        let x = self
-            .word
-            .forward(&ids)?
-            .reshape((rows, cols, self.hidden))?;
+        let x =
+            self.word
+                .rows(ids, self.hidden, &self.device)?
+                .reshape((rows, cols, self.hidden))?;
         let pos = self.position.narrow(0, 0, cols)?;
         let x = x
             .broadcast_add(&pos)?
@@ -234,13 +277,12 @@ impl Encoder {
         }
         // Each text's positions restart at 0.
         let positions: Vec<u32> = lens.iter().flat_map(|&len| 0..len as u32).collect();
-        let ids = Tensor::from_slice(ids, total, &self.device)?;
         let positions = Tensor::from_vec(positions, total, &self.device)?;
         // Word + position + token type 0 (in that order, as in `forward`),
         // then LayerNorm.
         let x = self
             .word
-            .forward(&ids)?
+            .rows(ids, d, &self.device)?
             .add(&self.position.index_select(&positions, 0)?)?
             .broadcast_add(&self.token_type0)?;
         let mut x = self.emb_norm.forward(&x)?;
