@@ -20,6 +20,7 @@ use oap_embed::{EmbedError, Embedder};
 
 use crate::encoder::{weight_prefix, Encoder};
 use crate::weights::WeightsFile;
+use candle_nn::var_builder::SimpleBackend as _;
 
 /// File names of a sentence-transformers model directory, in the order they are
 /// hashed into the model id.
@@ -211,7 +212,7 @@ impl BertEmbedder {
             // handle that cannot be cloned only means it is loaded whole.
             let word_table = format!(
                 "{}embeddings.word_embeddings.weight",
-                weight_prefix(|name| weights.has(name), &cfg)
+                weight_prefix(|name| weights.contains_tensor(name), &cfg)
             );
             let word_rows = weights
                 .rows_on_disk(&word_table, cfg.vocab_size, cfg.hidden_size)

@@ -15,12 +15,11 @@
 
 use candle_core::{DType, Device, Module, Result, Tensor};
 use candle_nn::{Embedding, LayerNorm, VarBuilder};
-
-use crate::weights::RowsOnDisk;
 use candle_transformers::models::bert::{Config, HiddenAct};
 use pulp::Arch;
 
 use crate::kernel::{panel_width, Act, Packed};
+use crate::weights::RowsOnDisk;
 
 /// A linear layer `y = act(x W^T + b)` on a 2-D input, on the panel-packed
 /// weights of `kernel.rs`.
