@@ -2,11 +2,11 @@
 //! footprint and its effect on discovery latency. Generates the corpus
 //! (`oap-bench make-corpus`), runs `oap-bench crawl-load` (loopback HTTPS,
 //! one generated domain per manifest, the real `oapd serve`; see its doc),
-//! reads its JSON report and writes the figures into the "Crawler" section
-//! of docs/BENCHMARKS.md.
+//! reads its JSON report and renders the figures as a dated subsection in
+//! target/bench/bench-crawl.md, to add under "Crawler" in docs/BENCHMARKS.md
+//! beside the earlier runs (a run never overwrites the recorded history).
 
 use crate::bench_proxy::{loadavg, machine_description, now_utc};
-use std::path::Path;
 
 use anyhow::{bail, Context, Result};
 use oap_bench::report::{CrawlLoadReport, Phase};
@@ -74,7 +74,16 @@ pub fn run(args: &[String]) -> Result<()> {
     };
     let section = render(&result, &command, &load_before, &load_after);
     println!("\n{section}");
-    write_section(&root.join("docs/BENCHMARKS.md"), &section)
+    let out = root.join("target/bench/bench-crawl.md");
+    if let Some(dir) = out.parent() {
+        std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    }
+    std::fs::write(&out, &section).with_context(|| format!("cannot write {}", out.display()))?;
+    println!(
+        "wrote {}: add it under \"Crawler\" in docs/BENCHMARKS.md",
+        out.display()
+    );
+    Ok(())
 }
 
 fn render(r: &CrawlLoadReport, command: &str, load_before: &str, load_after: &str) -> String {
@@ -102,7 +111,7 @@ fn render(r: &CrawlLoadReport, command: &str, load_before: &str, load_after: &st
         )
     };
     format!(
-        "## Crawler\n\n\
+        "### `{command}`, {}\n\n\
          `{command}` (`--quick`: 1,000 manifests). Machine: {}; load average (1/5/15 min) \
          {load_before} before, {load_after} after; measured {} (a shared cloud machine: \
          compare the ratios of one run, not absolute times across runs).\n\n\
@@ -131,6 +140,7 @@ fn render(r: &CrawlLoadReport, command: &str, load_before: &str, load_after: &st
          p99 during the crawl / idle p99: **{ratio:.2}** against the bundled index before \
          the crawl, **{ratio_after:.2}** against the full index after it (same run) — \
          {verdict}.\n",
+        now_utc(),
         machine_description(),
         now_utc(),
         r.manifests,
@@ -157,29 +167,4 @@ fn render(r: &CrawlLoadReport, command: &str, load_before: &str, load_after: &st
         row("during the crawl", &r.during),
         row("idle after, full index", &r.idle_after),
     )
-}
-
-/// Replaces the `## Crawler` section (up to the next `## `) or appends it.
-#[allow(
-    clippy::string_slice,
-    reason = "every index comes from str::find on ASCII keys, so it is a char boundary"
-)]
-fn write_section(path: &Path, section: &str) -> Result<()> {
-    let text = std::fs::read_to_string(path).unwrap_or_default();
-    let updated = match text.find("\n## Crawler\n") {
-        Some(start) => {
-            let rest = &text[start + 1..];
-            let end = rest[3..]
-                .find("\n## ")
-                .map_or(text.len(), |i| start + 1 + 3 + i + 1);
-            format!("{}{section}\n{}", &text[..start + 1], &text[end..])
-        }
-        None => format!(
-            "{}\n{section}",
-            text.trim_end_matches('\n').to_string() + "\n"
-        ),
-    };
-    std::fs::write(path, updated).with_context(|| format!("cannot write {}", path.display()))?;
-    println!("wrote the Crawler section of {}", path.display());
-    Ok(())
 }

@@ -15,7 +15,7 @@ use std::time::Instant;
 use crate::client::pct;
 use oap_bench::report::{BatchRate, EmbedReport, Latency};
 use oap_embed::Embedder;
-use oap_embed_candle::{BertEmbedder, EmbedOptions};
+use oap_embed_candle::{BertEmbedder, EmbedOptions, WeightPrecision};
 use sha2::{Digest, Sha256};
 
 /// Load time, query latency and batch throughput of the embedding model.
@@ -33,6 +33,18 @@ pub struct Args {
     /// Batch size (default: the embedder's).
     #[arg(long)]
     batch: Option<usize>,
+    /// Precision of the linear layers' weights (default: the embedder's).
+    #[arg(long, value_enum)]
+    weights: Option<Weights>,
+}
+
+/// `--weights`: how the model keeps its linear layers' weights.
+#[derive(clap::ValueEnum, Clone, Copy, Debug)]
+pub enum Weights {
+    /// bfloat16, two per 32-bit lane.
+    Bf16,
+    /// The checkpoint's f32.
+    F32,
 }
 
 /// Measures the model.
@@ -54,8 +66,14 @@ pub fn run(args: Args) -> anyhow::Result<EmbedReport> {
     let opts = EmbedOptions {
         threads,
         batch_size,
+        weights: match args.weights {
+            Some(Weights::Bf16) => WeightPrecision::Bf16,
+            Some(Weights::F32) => WeightPrecision::F32,
+            None => EmbedOptions::default().weights,
+        },
         ..EmbedOptions::default()
     };
+    eprintln!("weights: {:?}", opts.weights);
     // First load in a fresh process, so VmHWM is the real load peak.
     let t = Instant::now();
     let mut model = BertEmbedder::load(&dir, opts.clone())?;

@@ -320,6 +320,8 @@ mod tests {
         let a = QueryAdapter::parse(&file(2, 1, "abc", &[0.0; 2], &[0.0; 2]), "t").unwrap();
         assert!(a.fits("all-MiniLM-L6-v2@abc", 2));
         assert!(a.fits("/some/other/dir@abc", 2));
+        // The same weights kept in bfloat16: the same model.
+        assert!(a.fits("all-MiniLM-L6-v2+bf16@abc", 2));
         assert!(!a.fits("all-MiniLM-L6-v2@abd", 2));
         assert!(!a.fits("all-MiniLM-L6-v2@abc", 3));
     }

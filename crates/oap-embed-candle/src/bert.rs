@@ -19,6 +19,7 @@ use tokenizers::{Encoding, Tokenizer, TruncationParams};
 use oap_embed::{EmbedError, Embedder};
 
 use crate::encoder::{weight_prefix, Encoder};
+use crate::kernel::WeightPrecision;
 use crate::weights::WeightsFile;
 use candle_nn::var_builder::SimpleBackend as _;
 
@@ -66,6 +67,11 @@ pub struct EmbedOptions {
     /// `RAYON_NUM_THREADS=n` in the service environment as well (systemd
     /// `Environment=`); a library cannot set it safely once threads exist.
     pub threads: Option<usize>,
+    /// How the linear layers keep their weights: `bfloat16` (the default,
+    /// a quarter less CPU per query) or the checkpoint's `f32`. Part of
+    /// [`Embedder::model_id`], so an index built at one precision is
+    /// re-embedded at the other.
+    pub weights: WeightPrecision,
 }
 
 impl Default for EmbedOptions {
@@ -74,6 +80,7 @@ impl Default for EmbedOptions {
             max_tokens: 256,
             batch_size: 16,
             threads: None,
+            weights: WeightPrecision::default(),
         }
     }
 }
@@ -219,7 +226,7 @@ impl BertEmbedder {
                 .ok()
                 .flatten();
             let vb = VarBuilder::from_backend(Box::new(weights), DType::F32, device.clone());
-            let model = Encoder::load(vb, &cfg, word_rows);
+            let model = Encoder::load(vb, &cfg, word_rows, opts.weights);
             let (digest, hash_ms) = match hasher.join() {
                 Ok(r) => r,
                 Err(panic) => std::panic::resume_unwind(panic),
@@ -249,8 +256,15 @@ impl BertEmbedder {
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_else(|| "model".to_owned());
+        // `<dir>[+bf16]@<sha256 prefix>`: the precision changes the vectors,
+        // so it is part of the id an index is built for; what follows the
+        // `@` names the weights alone (an adapter fits either precision).
+        let precision = match opts.weights {
+            WeightPrecision::F32 => "",
+            WeightPrecision::Bf16 => "+bf16",
+        };
         let model_id = format!(
-            "{dir_name}@{}",
+            "{dir_name}{precision}@{}",
             content_sha256.get(..16).unwrap_or(&content_sha256)
         );
         tracing::info!(

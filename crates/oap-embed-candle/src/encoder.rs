@@ -18,7 +18,7 @@ use candle_nn::{Embedding, LayerNorm, VarBuilder};
 use candle_transformers::models::bert::{Config, HiddenAct};
 use pulp::Arch;
 
-use crate::kernel::{panel_width, Act, Packed};
+use crate::kernel::{panel_width, Act, Packed, WeightPrecision};
 use crate::weights::RowsOnDisk;
 
 /// A linear layer `y = act(x W^T + b)` on a 2-D input, on the panel-packed
@@ -31,7 +31,13 @@ impl Linear {
     /// Loads `weight` (`[out, in]`) and `bias` (`[out]`) from one or more
     /// prefixes; several prefixes are stacked along the output dimension
     /// (the fused query/key/value layer).
-    fn load(vbs: &[VarBuilder], in_dim: usize, out_dim: usize, width: usize) -> Result<Self> {
+    fn load(
+        vbs: &[VarBuilder],
+        in_dim: usize,
+        out_dim: usize,
+        width: usize,
+        precision: WeightPrecision,
+    ) -> Result<Self> {
         let mut weights = Vec::with_capacity(vbs.len());
         let mut biases = Vec::with_capacity(vbs.len());
         for vb in vbs {
@@ -40,9 +46,10 @@ impl Linear {
         }
         let w = Tensor::cat(&weights, 0)?.flatten_all()?.to_vec1::<f32>()?; // [out * n, in]
         let bias = Tensor::cat(&biases, 0)?.to_vec1::<f32>()?;
-        let packed = Packed::new(&w, &bias, bias.len(), in_dim, width).ok_or_else(|| {
-            candle_core::Error::msg("linear layer: weight and bias sizes disagree")
-        })?;
+        let packed =
+            Packed::new(&w, &bias, bias.len(), in_dim, width, precision).ok_or_else(|| {
+                candle_core::Error::msg("linear layer: weight and bias sizes disagree")
+            })?;
         Ok(Self { packed })
     }
 
@@ -138,11 +145,13 @@ impl Encoder {
     /// Loads the weights candle-transformers' `BertModel` would load (with
     /// or without a `bert.` / `<model_type>.` prefix, [`weight_prefix`]).
     /// `word_rows`, the word-embedding table as rows on disk, stands in for
-    /// loading that table when it has the config's shape.
+    /// loading that table when it has the config's shape. The linear layers
+    /// keep their weights at `precision`.
     pub(crate) fn load(
         vb: VarBuilder,
         cfg: &Config,
         word_rows: Option<RowsOnDisk>,
+        precision: WeightPrecision,
     ) -> Result<Self> {
         let prefix = weight_prefix(|name| vb.contains_tensor(name), cfg);
         let vb = match prefix.strip_suffix('.') {
@@ -173,27 +182,24 @@ impl Encoder {
         let emb_norm = layer_norm(emb.pp("LayerNorm"), d, eps)?;
         let arch = Arch::new();
         let width = panel_width(arch);
+        let linear = |vbs: &[VarBuilder], in_dim, out_dim| {
+            Linear::load(vbs, in_dim, out_dim, width, precision)
+        };
         let mut layers = Vec::with_capacity(cfg.num_hidden_layers);
         for i in 0..cfg.num_hidden_layers {
             let l = vb.pp(format!("encoder.layer.{i}"));
             let att = l.pp("attention");
             let s = att.pp("self");
             layers.push(Layer {
-                qkv: Linear::load(&[s.pp("query"), s.pp("key"), s.pp("value")], d, d, width)?,
-                attn_out: Linear::load(&[att.pp("output").pp("dense")], d, d, width)?,
+                qkv: linear(&[s.pp("query"), s.pp("key"), s.pp("value")], d, d)?,
+                attn_out: linear(&[att.pp("output").pp("dense")], d, d)?,
                 attn_norm: layer_norm(att.pp("output").pp("LayerNorm"), d, eps)?,
-                up: Linear::load(
+                up: linear(
                     &[l.pp("intermediate").pp("dense")],
                     d,
                     cfg.intermediate_size,
-                    width,
                 )?,
-                down: Linear::load(
-                    &[l.pp("output").pp("dense")],
-                    cfg.intermediate_size,
-                    d,
-                    width,
-                )?,
+                down: linear(&[l.pp("output").pp("dense")], cfg.intermediate_size, d)?,
                 out_norm: layer_norm(l.pp("output").pp("LayerNorm"), d, eps)?,
             });
         }

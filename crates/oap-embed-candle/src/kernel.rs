@@ -37,15 +37,51 @@ pub(crate) enum Act {
     GeluErf,
 }
 
+/// How the linear layers keep their weights.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum WeightPrecision {
+    /// The checkpoint's `f32`, bit for bit: vectors equal candle's
+    /// `BertModel`'s to float rounding.
+    F32,
+    /// `bfloat16` (rounded to nearest even), two per 32-bit lane: half the
+    /// bytes a query streams from memory, widened back to `f32` in
+    /// registers (a mask and a shift) with products and sums still in
+    /// `f32`. A short query is bound by that stream, not by the
+    /// arithmetic, so it costs about a quarter less CPU; the vectors move
+    /// by about 1e-3 and the rankings of the task sets not at all or by a
+    /// task (docs/BENCHMARKS.md, "Query embedding").
+    #[default]
+    Bf16,
+}
+
+/// The panels' storage: a panel row is two vectors of `f32`, or one vector
+/// of `u32` lanes each holding the two columns' `bfloat16` values (the
+/// first vector's in the high half, the second's in the low half).
+enum PanelData {
+    F32(Vec<f32>),
+    Bf16Pairs(Vec<u32>),
+}
+
 /// A weight `[n, k]` repacked into panels of `width` output columns.
 pub(crate) struct Packed {
     k: usize,
     n: usize,
     width: usize,
-    /// `ceil(n / width)` panels of `k * width` floats; columns past `n` in the
-    /// last panel are zero.
-    data: Vec<f32>,
+    /// `ceil(n / width)` panels of `k` rows of `width` columns; columns past
+    /// `n` in the last panel are zero.
+    data: PanelData,
     bias: Vec<f32>,
+}
+
+/// `v` rounded to the nearest `bfloat16` (ties to even), as its 16 bits.
+pub(crate) fn bf16_bits(v: f32) -> u32 {
+    let bits = v.to_bits();
+    if v.is_nan() {
+        // Keep it a (quiet) NaN: rounding could carry into the exponent.
+        return (bits >> 16) | 0x40;
+    }
+    let round = 0x7fff + ((bits >> 16) & 1);
+    bits.wrapping_add(round) >> 16
 }
 
 /// Floats per panel row for this machine's vector width (two registers).
@@ -70,22 +106,45 @@ impl Packed {
         n: usize,
         k: usize,
         width: usize,
+        precision: WeightPrecision,
     ) -> Option<Self> {
-        if weight.len() != n.checked_mul(k)? || bias.len() != n || width == 0 || k == 0 {
+        if weight.len() != n.checked_mul(k)?
+            || bias.len() != n
+            || width == 0
+            || !width.is_multiple_of(2)
+            || k == 0
+        {
             return None;
         }
         let panels = n.div_ceil(width);
-        let mut data = vec![0.0f32; panels * k * width];
-        for (p, panel) in data.chunks_exact_mut(k * width).enumerate() {
-            for (kk, row) in panel.chunks_exact_mut(width).enumerate() {
-                for (j, slot) in row.iter_mut().enumerate() {
-                    let col = p * width + j;
-                    if col < n {
-                        *slot = weight[col * k + kk];
+        let at = |col: usize, kk: usize| if col < n { weight[col * k + kk] } else { 0.0 };
+        let data = match precision {
+            WeightPrecision::F32 => {
+                let mut data = vec![0.0f32; panels * k * width];
+                for (p, panel) in data.chunks_exact_mut(k * width).enumerate() {
+                    for (kk, row) in panel.chunks_exact_mut(width).enumerate() {
+                        for (j, slot) in row.iter_mut().enumerate() {
+                            *slot = at(p * width + j, kk);
+                        }
                     }
                 }
+                PanelData::F32(data)
             }
-        }
+            WeightPrecision::Bf16 => {
+                let lanes = width / 2;
+                let mut data = vec![0u32; panels * k * lanes];
+                for (p, panel) in data.chunks_exact_mut(k * lanes).enumerate() {
+                    for (kk, row) in panel.chunks_exact_mut(lanes).enumerate() {
+                        for (j, slot) in row.iter_mut().enumerate() {
+                            let first = bf16_bits(at(p * width + j, kk));
+                            let second = bf16_bits(at(p * width + lanes + j, kk));
+                            *slot = (first << 16) | second;
+                        }
+                    }
+                }
+                PanelData::Bf16Pairs(data)
+            }
+        };
         Some(Self {
             k,
             n,
@@ -113,7 +172,7 @@ impl Packed {
             return None;
         }
         let (k, w) = (self.k, self.width);
-        let panels = self.data.len() / (k * w);
+        let panels = self.n.div_ceil(w);
         // Panel-major result: panel p's rows are `[m][w]` at `p * m * w`.
         let mut pm = vec![0.0f32; panels * m * w];
         if m == 0 {
@@ -124,7 +183,14 @@ impl Packed {
         let run = |(t, out): (usize, &mut [f32])| {
             let first = t * per_task;
             let count = out.len() / (m * w);
-            let weights = &self.data[first * k * w..(first + count) * k * w];
+            let weights = match &self.data {
+                PanelData::F32(data) => {
+                    PanelSlice::F32(&data[first * k * w..(first + count) * k * w])
+                }
+                PanelData::Bf16Pairs(data) => {
+                    PanelSlice::Bf16Pairs(&data[first * k * (w / 2)..(first + count) * k * (w / 2)])
+                }
+            };
             arch.dispatch(Panels {
                 x,
                 m,
@@ -158,14 +224,74 @@ impl Packed {
     }
 }
 
+/// A run of panels in either storage.
+#[derive(Clone, Copy)]
+enum PanelSlice<'a> {
+    F32(&'a [f32]),
+    Bf16Pairs(&'a [u32]),
+}
+
 /// One thread's share: every row block of `x` against a run of panels.
 struct Panels<'a> {
     x: &'a [f32],
     m: usize,
     k: usize,
     w: usize,
-    weights: &'a [f32],
+    weights: PanelSlice<'a>,
     out: &'a mut [f32],
+}
+
+/// A panel's rows, each widened to its two vectors of `f32` weights.
+trait PanelRows<S: Simd>: Copy {
+    /// One panel row as stored.
+    type Row: Copy;
+    /// The panel's rows in order.
+    fn rows(self) -> impl Iterator<Item = Self::Row>;
+    /// A row's two weight vectors.
+    fn widen(self, simd: S, row: Self::Row) -> (S::f32s, S::f32s);
+}
+
+/// A panel of `f32`: two vectors per row.
+#[derive(Clone, Copy)]
+struct F32Rows<'a, S: Simd>(&'a [S::f32s]);
+
+impl<'a, S: Simd> PanelRows<S> for F32Rows<'a, S> {
+    type Row = &'a [S::f32s];
+
+    #[inline(always)]
+    fn rows(self) -> impl Iterator<Item = Self::Row> {
+        self.0.chunks_exact(2)
+    }
+
+    #[inline(always)]
+    fn widen(self, _simd: S, row: Self::Row) -> (S::f32s, S::f32s) {
+        (row[0], row[1])
+    }
+}
+
+/// A panel of `bfloat16` pairs: one vector of `u32` per row.
+#[derive(Clone, Copy)]
+struct Bf16Rows<'a, S: Simd> {
+    rows: &'a [S::u32s],
+    high: S::u32s,
+    shift: S::u32s,
+}
+
+impl<S: Simd> PanelRows<S> for Bf16Rows<'_, S> {
+    type Row = S::u32s;
+
+    #[inline(always)]
+    fn rows(self) -> impl Iterator<Item = Self::Row> {
+        self.rows.iter().copied()
+    }
+
+    #[inline(always)]
+    fn widen(self, simd: S, pair: Self::Row) -> (S::f32s, S::f32s) {
+        (
+            simd.transmute_f32s_u32s(simd.and_u32s(pair, self.high)),
+            simd.transmute_f32s_u32s(simd.wrapping_dyn_shl_u32s(pair, self.shift)),
+        )
+    }
 }
 
 impl WithSimd for Panels<'_> {
@@ -181,47 +307,76 @@ impl WithSimd for Panels<'_> {
             weights,
             out,
         } = self;
-        let mut r0 = 0;
-        while r0 < m {
-            let rows = MB.min(m - r0);
-            for (panel, out) in weights.chunks_exact(k * w).zip(out.chunks_exact_mut(m * w)) {
-                let (panel, _) = S::as_simd_f32s(panel);
-                let mut r = r0;
-                while r < r0 + rows {
-                    let tile = MR.min(r0 + rows - r);
-                    let xs = &x[r * k..(r + tile) * k];
-                    let dst = &mut out[r * w..(r + tile) * w];
-                    match tile {
-                        6 => tile_kernel::<S, 6>(simd, xs, k, panel, dst),
-                        5 => tile_kernel::<S, 5>(simd, xs, k, panel, dst),
-                        4 => tile_kernel::<S, 4>(simd, xs, k, panel, dst),
-                        3 => tile_kernel::<S, 3>(simd, xs, k, panel, dst),
-                        2 => tile_kernel::<S, 2>(simd, xs, k, panel, dst),
-                        _ => tile_kernel::<S, 1>(simd, xs, k, panel, dst),
-                    }
-                    r += tile;
-                }
+        match weights {
+            PanelSlice::F32(weights) => {
+                let panels = weights.chunks_exact(k * w).map(|panel| {
+                    let (panel, _) = S::as_simd_f32s(panel);
+                    F32Rows::<S>(panel)
+                });
+                row_blocks(simd, x, m, k, w, panels, out);
             }
-            r0 += rows;
+            PanelSlice::Bf16Pairs(weights) => {
+                let (high, shift) = (simd.splat_u32s(0xffff_0000), simd.splat_u32s(16));
+                let panels = weights.chunks_exact(k * w / 2).map(|panel| {
+                    let (rows, _) = S::as_simd_u32s(panel);
+                    Bf16Rows::<S> { rows, high, shift }
+                });
+                row_blocks(simd, x, m, k, w, panels, out);
+            }
         }
     }
 }
 
-/// `R` rows of `x` (`[R, k]`) times one panel (`k` pairs of vectors), into
-/// `dst` (`[R][2 vectors]`).
+/// Every row block of `x` against each panel in turn.
 #[inline(always)]
-fn tile_kernel<S: Simd, const R: usize>(
+fn row_blocks<S: Simd, P: PanelRows<S>>(
+    simd: S,
+    x: &[f32],
+    m: usize,
+    k: usize,
+    w: usize,
+    panels: impl Iterator<Item = P> + Clone,
+    out: &mut [f32],
+) {
+    let mut r0 = 0;
+    while r0 < m {
+        let rows = MB.min(m - r0);
+        for (panel, out) in panels.clone().zip(out.chunks_exact_mut(m * w)) {
+            let mut r = r0;
+            while r < r0 + rows {
+                let tile = MR.min(r0 + rows - r);
+                let xs = &x[r * k..(r + tile) * k];
+                let dst = &mut out[r * w..(r + tile) * w];
+                match tile {
+                    6 => tile_kernel::<S, P, 6>(simd, xs, k, panel, dst),
+                    5 => tile_kernel::<S, P, 5>(simd, xs, k, panel, dst),
+                    4 => tile_kernel::<S, P, 4>(simd, xs, k, panel, dst),
+                    3 => tile_kernel::<S, P, 3>(simd, xs, k, panel, dst),
+                    2 => tile_kernel::<S, P, 2>(simd, xs, k, panel, dst),
+                    _ => tile_kernel::<S, P, 1>(simd, xs, k, panel, dst),
+                }
+                r += tile;
+            }
+        }
+        r0 += rows;
+    }
+}
+
+/// `R` rows of `x` (`[R, k]`) times one panel (`k` rows of two vectors),
+/// into `dst` (`[R][2 vectors]`).
+#[inline(always)]
+fn tile_kernel<S: Simd, P: PanelRows<S>, const R: usize>(
     simd: S,
     xs: &[f32],
     k: usize,
-    panel: &[S::f32s],
+    panel: P,
     dst: &mut [f32],
 ) {
     let zero = simd.splat_f32s(0.0);
     let mut acc = [[zero; 2]; R];
     let rows: [&[f32]; R] = std::array::from_fn(|i| &xs[i * k..(i + 1) * k]);
-    for (kk, wv) in panel.chunks_exact(2).enumerate().take(k) {
-        let (w0, w1) = (wv[0], wv[1]);
+    for (kk, row) in panel.rows().enumerate().take(k) {
+        let (w0, w1) = panel.widen(simd, row);
         for i in 0..R {
             let b = simd.splat_f32s(rows[i][kk]);
             acc[i][0] = simd.mul_add_e_f32s(b, w0, acc[i][0]);
@@ -330,14 +485,25 @@ pub(crate) mod tests {
 
     fn check(m: usize, n: usize, k: usize, act: Act) {
         for arch in every_arch() {
-            check_on(arch, m, n, k, act);
+            for precision in [WeightPrecision::F32, WeightPrecision::Bf16] {
+                check_on(arch, m, n, k, act, precision);
+            }
         }
     }
 
-    fn check_on(arch: Arch, m: usize, n: usize, k: usize, act: Act) {
+    /// The packed product against the naive one on the weights the packing
+    /// keeps (rounded to `bfloat16` for that precision).
+    fn check_on(arch: Arch, m: usize, n: usize, k: usize, act: Act, precision: WeightPrecision) {
         let (x, w, b) = (values(m * k, 1), values(n * k, 2), values(n, 3));
-        let packed = Packed::new(&w, &b, n, k, panel_width(arch)).unwrap();
-        let want = naive(&x, &w, &b, m, n, k, act);
+        let packed = Packed::new(&w, &b, n, k, panel_width(arch), precision).unwrap();
+        let kept: Vec<f32> = match precision {
+            WeightPrecision::F32 => w.clone(),
+            WeightPrecision::Bf16 => w
+                .iter()
+                .map(|v| f32::from_bits(bf16_bits(*v) << 16))
+                .collect(),
+        };
+        let want = naive(&x, &kept, &b, m, n, k, act);
         for threads in [1, 2, 3] {
             let pool = rayon::ThreadPoolBuilder::new()
                 .num_threads(threads)
@@ -352,7 +518,7 @@ pub(crate) mod tests {
                 .fold(0.0f32, f32::max);
             assert!(
                 worst <= 1e-5 * (k as f32).sqrt(),
-                "m={m} n={n} k={k} threads={threads} {act:?} width={}: off by {worst}",
+                "m={m} n={n} k={k} threads={threads} {act:?} {precision:?} width={}: off by {worst}",
                 panel_width(arch)
             );
         }
@@ -379,15 +545,50 @@ pub(crate) mod tests {
     fn zero_rows_and_bad_shapes() {
         let arch = Arch::new();
         let width = panel_width(arch);
-        let p = Packed::new(&[1.0; 6], &[0.0; 2], 2, 3, width).unwrap();
+        let p = Packed::new(&[1.0; 6], &[0.0; 2], 2, 3, width, WeightPrecision::F32).unwrap();
         assert_eq!(p.forward(arch, &[], 0, Act::Identity), Some(Vec::new()));
         assert_eq!(p.forward(arch, &[1.0; 4], 1, Act::Identity), None);
-        assert!(Packed::new(&[1.0; 5], &[0.0; 2], 2, 3, width).is_none());
-        assert!(Packed::new(&[1.0; 6], &[0.0; 3], 2, 3, width).is_none());
-        assert!(Packed::new(&[1.0; 6], &[0.0; 2], 2, 3, width + 1)
-            .unwrap()
-            .forward(arch, &[1.0; 3], 1, Act::Identity)
-            .is_none());
+        assert!(Packed::new(&[1.0; 5], &[0.0; 2], 2, 3, width, WeightPrecision::F32).is_none());
+        assert!(Packed::new(&[1.0; 6], &[0.0; 3], 2, 3, width, WeightPrecision::F32).is_none());
+        // A panel row is two vectors: an odd width cannot be split.
+        assert!(Packed::new(&[1.0; 6], &[0.0; 2], 2, 3, 3, WeightPrecision::Bf16).is_none());
+        assert!(
+            Packed::new(&[1.0; 6], &[0.0; 2], 2, 3, width + 2, WeightPrecision::F32)
+                .unwrap()
+                .forward(arch, &[1.0; 3], 1, Act::Identity)
+                .is_none()
+        );
+    }
+
+    #[test]
+    fn bf16_rounds_to_nearest_even_and_keeps_specials() {
+        let bits = |v: u32| bf16_bits(f32::from_bits(v));
+        assert_eq!(bf16_bits(1.0), 0x3f80);
+        assert_eq!(bf16_bits(-2.0), 0xc000);
+        assert_eq!(bf16_bits(-0.0), 0x8000);
+        // Below half, above half, and both ties (to the even neighbour).
+        assert_eq!(bits(0x3f80_7fff), 0x3f80);
+        assert_eq!(bits(0x3f80_8001), 0x3f81);
+        assert_eq!(bits(0x3f80_8000), 0x3f80);
+        assert_eq!(bits(0x3f81_8000), 0x3f82);
+        // Rounding carries into the exponent; past the largest bf16 it is ∞.
+        assert_eq!(bits(0x3fff_ffff), 0x4000);
+        assert_eq!(bf16_bits(f32::MAX), 0x7f80);
+        assert_eq!(bf16_bits(f32::INFINITY), 0x7f80);
+        assert_eq!(bf16_bits(f32::NEG_INFINITY), 0xff80);
+        for nan in [
+            f32::NAN,
+            f32::from_bits(0x7f80_0001),
+            f32::from_bits(0xffff_ffff),
+        ] {
+            assert!(f32::from_bits(bf16_bits(nan) << 16).is_nan(), "{nan:?}");
+        }
+        // A value bf16 holds exactly comes back unchanged.
+        for v in [0.5f32, -3.0, 1.0e-3_f32, 65_536.0] {
+            let kept = f32::from_bits(bf16_bits(v) << 16);
+            assert!((kept - v).abs() <= v.abs() / 256.0, "{v} -> {kept}");
+        }
+        assert_eq!(f32::from_bits(bf16_bits(0.5) << 16), 0.5);
     }
 
     #[test]

@@ -16,3 +16,4 @@ mod kernel;
 mod weights;
 
 pub use bert::{BertEmbedder, EmbedOptions};
+pub use kernel::WeightPrecision;

@@ -7,10 +7,10 @@ use std::sync::Arc;
 use anyhow::Context;
 use oap_discovery::{BuildReport, Engine, EngineConfig, McpTools, Mode, Scoring, Source};
 use oap_embed::{Coalescing, Embedder};
-use oap_embed_candle::{BertEmbedder, EmbedOptions};
+use oap_embed_candle::{BertEmbedder, EmbedOptions, WeightPrecision};
 use serde::Serialize;
 
-use crate::config::{Config, DiscoveryMode, VectorDtypeConfig};
+use crate::config::{Config, DiscoveryMode, EmbeddingWeights, VectorDtypeConfig};
 
 /// State of the embedding model, as `/health` reports it.
 #[derive(Debug, Clone, Serialize)]
@@ -45,6 +45,10 @@ pub fn load_embedder(config: &Config) -> (Option<Arc<dyn Embedder>>, ModelState)
         max_tokens: config.embedding.max_tokens,
         batch_size: config.embedding.batch_size,
         threads: config.embedding.threads,
+        weights: match config.embedding.weights {
+            EmbeddingWeights::Bf16 => WeightPrecision::Bf16,
+            EmbeddingWeights::F32 => WeightPrecision::F32,
+        },
     };
     match BertEmbedder::load(&config.embedding.model_dir, options) {
         Ok(embedder) => {

@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Barrier, OnceLock};
 
 use oap_embed::{cosine, Coalescing, EmbedError, Embedder};
-use oap_embed_candle::{BertEmbedder, EmbedOptions};
+use oap_embed_candle::{BertEmbedder, EmbedOptions, WeightPrecision};
 use sha2::{Digest, Sha256};
 
 fn model_dir() -> PathBuf {
@@ -41,6 +41,18 @@ fn embedder() -> &'static BertEmbedder {
     static E: OnceLock<BertEmbedder> = OnceLock::new();
     E.get_or_init(|| {
         BertEmbedder::load(&require_model(), EmbedOptions::default()).expect("load real model")
+    })
+}
+
+/// The same model with the checkpoint's `f32` weights.
+fn f32_embedder() -> &'static BertEmbedder {
+    static E: OnceLock<BertEmbedder> = OnceLock::new();
+    E.get_or_init(|| {
+        let opts = EmbedOptions {
+            weights: WeightPrecision::F32,
+            ..EmbedOptions::default()
+        };
+        BertEmbedder::load(&require_model(), opts).expect("load real model")
     })
 }
 
@@ -120,7 +132,12 @@ fn dim_and_model_id() {
     let full = hex::encode(h.finalize());
     assert_eq!(e.content_sha256(), full);
     let name = e.model_dir().file_name().unwrap().to_string_lossy();
-    assert_eq!(e.model_id(), format!("{name}@{}", &full[..16]));
+    assert_eq!(e.model_id(), format!("{name}+bf16@{}", &full[..16]));
+    // The precision is part of the id (an index re-embeds when it changes);
+    // the weights' hash is not touched by it.
+    let f32_model = f32_embedder();
+    assert_eq!(f32_model.model_id(), format!("{name}@{}", &full[..16]));
+    assert_eq!(f32_model.content_sha256(), full);
 }
 
 #[test]
@@ -547,17 +564,21 @@ fn reference_vectors(texts: &[&str]) -> Vec<Vec<f32>> {
         .collect()
 }
 
-#[test]
-fn encoder_matches_candle_bert_model() {
-    let e = embedder();
-    let long = words(300);
-    let texts = [
+fn reference_texts(long: &str) -> [&str; 5] {
+    [
         "how many words are in this sentence",
         "convert a png image to pdf",
         "Ünïcödé façade — naïve café 東京",
         "a",
-        long.as_str(),
-    ];
+        long,
+    ]
+}
+
+#[test]
+fn encoder_matches_candle_bert_model() {
+    let e = f32_embedder();
+    let long = words(300);
+    let texts = reference_texts(&long);
     let reference = reference_vectors(&texts);
     // Alone (no padding, no mask) and as one padded batch (with a mask).
     let batch = e.embed(&texts).unwrap();
@@ -571,4 +592,37 @@ fn encoder_matches_candle_bert_model() {
         );
     }
     println!("max |encoder - BertModel| = {worst:e}");
+}
+
+/// The default `bfloat16` weights stay within rounding of the reference:
+/// every vector points the same way (cosine ≥ 0.999), no coordinate moves
+/// by more than 5e-3, and the two precisions really differ (the option is
+/// not ignored).
+#[test]
+fn bf16_weights_stay_within_rounding_of_candle_bert_model() {
+    let e = embedder();
+    let long = words(300);
+    let texts = reference_texts(&long);
+    let reference = reference_vectors(&texts);
+    let batch = e.embed(&texts).unwrap();
+    let (mut lowest, mut worst) = (1f32, 0f32);
+    for ((t, r), b) in texts.iter().zip(&reference).zip(&batch) {
+        let single = e.embed_one(t).unwrap();
+        for v in [&single, b] {
+            lowest = lowest.min(cosine(v, r));
+            worst = worst.max(max_abs_diff(v, r));
+        }
+        assert!(
+            cosine(&single, r) >= 0.999 && max_abs_diff(&single, r) < 5e-3,
+            "{t:?}: cosine {} and max diff {} from BertModel's vector",
+            cosine(&single, r),
+            max_abs_diff(&single, r)
+        );
+        assert!(max_abs_diff(&single, b) < 1e-5, "{t:?}: alone vs batch");
+    }
+    println!("bf16: lowest cosine to BertModel {lowest}, max |diff| {worst:e}");
+    assert!(
+        worst > 1e-5,
+        "bf16 vectors equal the f32 reference: not in effect"
+    );
 }

@@ -309,6 +309,18 @@ pub enum VectorDtype {
 /// Alias used by start-up code to tell the config enum apart from `oap_index::VectorDtype`.
 pub type VectorDtypeConfig = VectorDtype;
 
+/// How the embedding model's linear layers keep their weights.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum EmbeddingWeights {
+    /// `bfloat16`: half the bytes each query reads, about a quarter less CPU
+    /// per query; vectors within ~1e-3 of the checkpoint's.
+    #[default]
+    Bf16,
+    /// The checkpoint's 32-bit floats, bit for bit.
+    F32,
+}
+
 /// How `/v1/discover` ranks manifests.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -385,6 +397,16 @@ impl Named for VectorDtype {
         match self {
             Self::F32 => "f32",
             Self::I8 => "i8",
+        }
+    }
+}
+
+impl Named for EmbeddingWeights {
+    const ALL: &'static [Self] = &[Self::Bf16, Self::F32];
+    fn name(self) -> &'static str {
+        match self {
+            Self::Bf16 => "bf16",
+            Self::F32 => "f32",
         }
     }
 }
@@ -469,6 +491,9 @@ pub struct EmbeddingConfig {
     pub batch_size: usize,
     /// Threads for model inference; `None` (default) uses the engine's default.
     pub threads: Option<usize>,
+    /// Precision of the model's weights in memory (`bf16` or `f32`).
+    /// Changing it changes the model id, so the index is re-embedded.
+    pub weights: EmbeddingWeights,
 }
 
 impl Default for EmbeddingConfig {
@@ -479,6 +504,7 @@ impl Default for EmbeddingConfig {
             max_tokens: 256,
             batch_size: 16,
             threads: None,
+            weights: EmbeddingWeights::default(),
         }
     }
 }

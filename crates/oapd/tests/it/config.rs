@@ -4,8 +4,8 @@
 use std::path::{Path, PathBuf};
 
 use oapd::config::{
-    Config, ConfigError, DiscoveryMode, Loaded, LogFormat, UrlPolicy, VectorDtype,
-    MAX_CONFIG_FILE_BYTES,
+    Config, ConfigError, DiscoveryMode, EmbeddingWeights, Loaded, LogFormat, UrlPolicy,
+    VectorDtype, MAX_CONFIG_FILE_BYTES,
 };
 
 fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
@@ -112,6 +112,7 @@ fn defaults_are_the_documented_values() {
     assert_eq!(c.embedding.max_tokens, 256);
     assert_eq!(c.embedding.batch_size, 16);
     assert_eq!(c.embedding.threads, None);
+    assert_eq!(c.embedding.weights, EmbeddingWeights::Bf16);
     assert!(c.manifests.bundled);
     assert!(c.manifests.dirs.is_empty());
     assert_eq!(c.discovery.default_top_k, 5);
@@ -572,8 +573,10 @@ fn env_enums() {
             ("OAP_INDEX_VECTOR_DTYPE", "i8"),
             ("OAP_DISCOVERY_MODE", "DENSE"),
             ("OAP_LOG_FORMAT", "json"),
+            ("OAP_EMBEDDING_WEIGHTS", "f32"),
         ],
     ));
+    assert_eq!(c.embedding.weights, EmbeddingWeights::F32);
     assert_eq!(c.index.vector_dtype, VectorDtype::I8);
     assert_eq!(c.discovery.mode, DiscoveryMode::Dense);
     assert_eq!(c.log.format, LogFormat::Json);
@@ -581,6 +584,11 @@ fn env_enums() {
     assert_eq!(
         e.to_string(),
         r#"OAP_INDEX_VECTOR_DTYPE: expected one of "f32", "i8", got "f16""#
+    );
+    let e = err(yaml_env("", &[("OAP_EMBEDDING_WEIGHTS", "f16")]));
+    assert_eq!(
+        e.to_string(),
+        r#"OAP_EMBEDDING_WEIGHTS: expected one of "bf16", "f32", got "f16""#
     );
 }
 
@@ -606,7 +614,7 @@ fn every_key_is_reachable_from_the_env() {
     // experience, mcp, mcp_server
     assert_eq!(
         vars.len(),
-        15 + 4 + 5 + 2 + 6 + 13 + 6 + 10 + 2 + 17 + 4 + 4 + 1
+        15 + 4 + 6 + 2 + 6 + 13 + 6 + 10 + 2 + 17 + 4 + 4 + 1
     );
     assert!(vars.contains(&(
         "OAP_TOOL_BRIDGE_DEFAULT_TOP_K".to_owned(),
