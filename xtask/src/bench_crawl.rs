@@ -2,8 +2,8 @@
 //! footprint and its effect on discovery latency. Generates the corpus
 //! (`oap-bench make-corpus`), runs `oap-bench crawl-load` (loopback HTTPS,
 //! one generated domain per manifest, the real `oapd serve`; see its doc),
-//! reads its JSON report and renders the figures as a dated subsection in
-//! target/bench/bench-crawl.md, to add under "Crawler" in docs/BENCHMARKS.md
+//! reads its JSON report and renders the figures as a dated Markdown
+//! subsection under target/bench, to add under "Crawler" in docs/BENCHMARKS.md
 //! beside the earlier runs (a run never overwrites the recorded history).
 
 use crate::bench_proxy::{loadavg, machine_description, now_utc};
@@ -74,7 +74,7 @@ pub fn run(args: &[String]) -> Result<()> {
     };
     let section = render(&result, &command, &load_before, &load_after);
     println!("\n{section}");
-    let out = root.join("target/bench/bench-crawl.md");
+    let out = root.join("target/bench/bench-crawl.markdown");
     if let Some(dir) = out.parent() {
         std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
     }
