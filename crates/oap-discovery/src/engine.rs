@@ -534,6 +534,7 @@ impl Engine {
             reused_index: built.reused_index,
             error: None,
         };
+        index.prefault_vectors();
         let snapshot = Snapshot::new(index, model_id);
         let query_cache = QueryCache::new(config.query_cache);
         let engine = Engine {
@@ -748,6 +749,7 @@ impl Engine {
         drop(current);
         let previous = self.snapshot.swap(Arc::new(Snapshot::new(index, model_id)));
         retire(previous, background);
+        self.snapshot.load().index.prefault_vectors();
         Ok(report)
     }
 
@@ -802,6 +804,7 @@ impl Engine {
             model_id.map(str::to_string),
         )));
         retire(previous, Some(&self.activity));
+        self.snapshot.load().index.prefault_vectors();
         Ok(true)
     }
 
@@ -1139,7 +1142,9 @@ fn fingerprint(
 }
 
 /// Drops a replaced snapshot on the rebuilding thread once no query holds
-/// it any more. Dropping the last reference unmaps the old index and, since
+/// it any more. The new index is opened without faulting its pages in
+/// (`Index::open`), and its vectors are touched only after this, so the old
+/// and the new file are not resident together at the rebuild's peak. Dropping the last reference unmaps the old index and, since
 /// its file was replaced, frees its page cache: tens of milliseconds at
 /// 10,000 manifests. Left to chance it would land on whichever query
 /// finished last and show in the discovery tail. (After `swap`, arc-swap

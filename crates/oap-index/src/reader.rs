@@ -105,6 +105,31 @@ impl Iterator for Rows<'_> {
 impl ExactSizeIterator for Rows<'_> {}
 
 /// Makes a `Corrupt` error for `path`.
+/// Bytes between two touches when faulting pages in: the smallest page size
+/// of the platforms we build for.
+const PAGE_STRIDE: usize = 4096;
+
+/// crc32 of `len` bytes of `file` from `start`, read with positional reads
+/// into a small buffer: through the page cache, never into the daemon's
+/// mapped memory.
+fn crc_of_range(file: &File, start: usize, len: usize) -> io::Result<u32> {
+    use std::os::unix::fs::FileExt;
+    let mut hasher = crc32fast::Hasher::new();
+    let mut buf = vec![0u8; len.min(CRC_BUFFER)];
+    let (mut at, end) = (start as u64, (start + len) as u64);
+    while at < end {
+        let want = usize::try_from(end - at).map_or(buf.len(), |left| left.min(buf.len()));
+        let chunk = &mut buf[..want];
+        file.read_exact_at(chunk, at)?;
+        hasher.update(chunk);
+        at += want as u64;
+    }
+    Ok(hasher.finalize())
+}
+
+/// Read size for [`crc_of_range`].
+const CRC_BUFFER: usize = 256 * 1024;
+
 fn corrupt(path: &Path, reason: impl Into<String>) -> IndexError {
     IndexError::Corrupt {
         path: path.to_path_buf(),
@@ -180,11 +205,19 @@ impl Index {
         // place: writers create `<path>.tmp` and rename it over `<path>`, which leaves
         // the inode we map untouched (it lives until unmapped). Other processes must
         // follow the same rule; the index directory is owned by the daemon.
+        //
+        // Not populated: the checksums are read from the file, not through the
+        // map, so opening a new index while the old one still serves adds only
+        // the small sections the content checks walk to the daemon's resident
+        // memory, not the whole file (a rebuild at 10,000 manifests held both
+        // files resident at once). Queries fault in what they read; the
+        // engine touches the vectors once the old index is gone
+        // ([`Index::prefault_vectors`]).
         #[allow(unsafe_code)]
-        let map = unsafe { MmapOptions::new().populate().map(&file) }
+        let map = unsafe { MmapOptions::new().map(&file) }
             .map_err(|e| IndexError::io("mapping", path, e))?;
+        let index = Self::from_map(map, &file, path).map_err(|reason| corrupt(path, reason))?;
         drop(file);
-        let index = Self::from_map(map, path).map_err(|reason| corrupt(path, reason))?;
         tracing::debug!(
             path = %path.display(),
             docs = index.n_docs,
@@ -195,8 +228,9 @@ impl Index {
         Ok(index)
     }
 
-    /// Validates `map` and builds the index; errors are reasons for `Corrupt`.
-    fn from_map(map: Mmap, path: &Path) -> Result<Index, String> {
+    /// Validates `map` (whose checksums are read from `file`, the file it
+    /// maps) and builds the index; errors are reasons for `Corrupt`.
+    fn from_map(map: Mmap, file: &File, path: &Path) -> Result<Index, String> {
         let h = Header::decode(&map)?;
         let file_len = map.len() as u64;
         if h.file_len != file_len {
@@ -290,7 +324,8 @@ impl Index {
             if gap.iter().any(|&b| b != 0) {
                 return Err(format!("non-zero padding before section {}", s.name()));
             }
-            let crc = crc32fast::hash(bytes);
+            let crc = crc_of_range(file, start, bytes.len())
+                .map_err(|e| format!("cannot read section {}: {e}", s.name()))?;
             if crc != entry.crc {
                 return Err(format!(
                     "section {} crc mismatch (stored {:#010x}, computed {crc:#010x})",
@@ -321,6 +356,19 @@ impl Index {
         };
         index.validate_contents(&h)?;
         Ok(index)
+    }
+
+    /// Touches every page of the vectors, which every dense query scans, so
+    /// that the first queries on a newly opened index do not take the page
+    /// faults. Called once the index it replaces is unmapped, so the two are
+    /// never resident together.
+    pub fn prefault_vectors(&self) {
+        let vectors = self.sec(Section::Vectors);
+        let touched = vectors
+            .iter()
+            .step_by(PAGE_STRIDE)
+            .fold(0u8, |acc, b| acc ^ b);
+        std::hint::black_box(touched);
     }
 
     /// Content invariants that queries rely on (so they can never index out of range

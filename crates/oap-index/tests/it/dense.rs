@@ -260,3 +260,58 @@ fn results_are_deterministic_under_ties() {
         );
     }
 }
+
+/// Resident bytes of this process's mappings of `path` (`/proc/self/smaps`).
+fn resident_bytes_of(path: &std::path::Path) -> u64 {
+    let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap();
+    let name = path.to_str().unwrap();
+    let mut in_mapping = false;
+    let mut kb = 0u64;
+    for line in smaps.lines() {
+        let first = line.split_whitespace().next().unwrap_or("");
+        if first.contains('-') && first.chars().all(|c| c.is_ascii_hexdigit() || c == '-') {
+            in_mapping = line.trim_end().ends_with(name);
+        } else if in_mapping && first == "Rss:" {
+            kb += line
+                .split_whitespace()
+                .nth(1)
+                .unwrap()
+                .parse::<u64>()
+                .unwrap();
+        }
+    }
+    kb * 1024
+}
+
+/// Opening checks every byte but leaves the vectors out of the process's
+/// resident memory (a rebuild opens the new index while the old one still
+/// serves); `prefault_vectors` then brings them in.
+#[test]
+fn open_leaves_the_vectors_unmapped_until_prefaulted() {
+    let dir = tempfile::tempdir().unwrap();
+    let (n_docs, dim) = (4_000, 256);
+    let index = build(
+        &random_corpus(n_docs, dim, 7, false),
+        dim,
+        VectorDtype::F32,
+        dir.path(),
+    );
+    let path = dir.path().join("dense-F32");
+    let vectors = (n_docs * dim * 4) as u64;
+    let file = std::fs::metadata(&path).unwrap().len();
+    assert!(vectors * 10 > file * 9, "the vectors are most of the file");
+    let before = resident_bytes_of(&path);
+    assert!(
+        before < vectors / 4,
+        "{before} bytes resident after open, the vectors are {vectors}"
+    );
+    index.prefault_vectors();
+    let after = resident_bytes_of(&path);
+    assert!(
+        after >= vectors,
+        "{after} bytes resident after prefaulting {vectors} bytes of vectors"
+    );
+    // Still the same index: searching works and finds a stored vector first.
+    let q = index.row_at(0).unwrap().vector;
+    assert_eq!(index.dense_search(&q, 1).unwrap()[0].doc, 0);
+}
