@@ -1021,6 +1021,15 @@ fn resources(shared: &Shared) -> (f64, f64, f64, f64, u64) {
     (rss, count_fds(pid), threads, children, index)
 }
 
+/// The daemon's resident memory split into anonymous (heap) and mapped
+/// files (binary, index), MB: a step in RSS is read as a leak only if it
+/// is in the heap.
+fn rss_split(shared: &Shared) -> (f64, f64) {
+    let status = ProcStatus::of(shared.pid.load(Ordering::SeqCst)).ok();
+    let of = |key| status.as_ref().and_then(|s| s.mb(key)).unwrap_or(f64::NAN);
+    (of("RssAnon"), of("RssFile"))
+}
+
 fn sample(shared: &Shared) {
     if shared.down.load(Ordering::SeqCst) {
         return;
@@ -1031,9 +1040,11 @@ fn sample(shared: &Shared) {
         .and_then(|h| h["index"]["pending_texts"].as_u64())
         .map_or(f64::NAN, |n| n as f64);
     let t = shared.t();
+    let (anon_mb, file_mb) = rss_split(shared);
     shared.line(
         &json!({"type": "sample", "t_s": round1(t), "pid": shared.pid.load(Ordering::SeqCst),
-        "rss_mb": round1(rss_mb), "fds": fds, "threads": threads, "children": children,
+        "rss_mb": round1(rss_mb), "rss_anon_mb": round1(anon_mb), "rss_file_mb": round1(file_mb),
+        "fds": fds, "threads": threads, "children": children,
         "index_bytes": index_bytes, "data_files": files, "pending_texts": pending}),
     );
     shared
@@ -1081,9 +1092,11 @@ fn minute_line(shared: &Shared, minute: u64) {
         .iter()
         .map(|(t, kind)| json!({"t_s": round1(*t), "kind": kind}))
         .collect();
+    let (anon_mb, file_mb) = rss_split(shared);
     let line = json!({"type": "minute", "minute": minute, "t_s": round1(shared.t()),
         "daemon_pid": shared.pid.load(Ordering::SeqCst),
-        "rss_mb": round1(rss_mb), "fds": fds, "threads": threads, "children": children,
+        "rss_mb": round1(rss_mb), "rss_anon_mb": round1(anon_mb), "rss_file_mb": round1(file_mb),
+        "fds": fds, "threads": threads, "children": children,
         "index_bytes": index_bytes, "manifests": indexed(shared.addr),
         "routes": routes, "errors": window.errors, "faults": faults});
     eprintln!("  minute {minute}: {line}");
