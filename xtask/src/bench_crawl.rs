@@ -110,10 +110,11 @@ fn render(r: &CrawlLoadReport, command: &str, load_before: &str, load_after: &st
             phase.requests, phase.p50_ms, phase.p99_ms
         )
     };
+    let measured = now_utc();
     format!(
-        "### `{command}`, {}\n\n\
+        "### `{command}`, {measured}\n\n\
          `{command}` (`--quick`: 1,000 manifests). Machine: {}; load average (1/5/15 min) \
-         {load_before} before, {load_after} after; measured {} (a shared cloud machine: \
+         {load_before} before, {load_after} after; measured {measured} (a shared cloud machine: \
          compare the ratios of one run, not absolute times across runs).\n\n\
          Setup: {} generated manifests (`oap-bench make-corpus`, network ones only) served over loopback \
          HTTPS (test CA, wildcard certificate) under one domain each (`m00000.crawl.bench` …, \
@@ -140,9 +141,7 @@ fn render(r: &CrawlLoadReport, command: &str, load_before: &str, load_after: &st
          p99 during the crawl / idle p99: **{ratio:.2}** against the bundled index before \
          the crawl, **{ratio_after:.2}** against the full index after it (same run) — \
          {verdict}.\n",
-        now_utc(),
         machine_description(),
-        now_utc(),
         r.manifests,
         r.manifests,
         r.fetched_s.map_or("–".to_string(), |s| format!("{s:.1} s")),

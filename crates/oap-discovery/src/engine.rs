@@ -747,9 +747,7 @@ impl Engine {
         // Our own handle on the old snapshot goes first, or `retire` would
         // wait for itself.
         drop(current);
-        let previous = self.snapshot.swap(Arc::new(Snapshot::new(index, model_id)));
-        retire(previous, background);
-        self.snapshot.load().index.prefault_vectors();
+        self.publish(Snapshot::new(index, model_id), background);
         Ok(report)
     }
 
@@ -799,13 +797,20 @@ impl Engine {
         );
         drop(on_disk);
         drop(current);
-        let previous = self.snapshot.swap(Arc::new(Snapshot::new(
-            lexical,
-            model_id.map(str::to_string),
-        )));
-        retire(previous, Some(&self.activity));
-        self.snapshot.load().index.prefault_vectors();
+        self.publish(
+            Snapshot::new(lexical, model_id.map(str::to_string)),
+            Some(&self.activity),
+        );
         Ok(true)
+    }
+
+    /// Serves `snapshot` from now on: swaps it in, retires the one it
+    /// replaces, then faults in the new vectors, in that order so the two
+    /// index files are never resident together.
+    fn publish(&self, snapshot: Snapshot, activity: Option<&QueryActivity>) {
+        let previous = self.snapshot.swap(Arc::new(snapshot));
+        retire(previous, activity);
+        self.snapshot.load().index.prefault_vectors();
     }
 
     /// The configured retrieval mode, or [`Mode::Lexical`] when no embedding
@@ -1142,10 +1147,9 @@ fn fingerprint(
 }
 
 /// Drops a replaced snapshot on the rebuilding thread once no query holds
-/// it any more. The new index is opened without faulting its pages in
-/// (`Index::open`), and its vectors are touched only after this, so the old
-/// and the new file are not resident together at the rebuild's peak. Dropping the last reference unmaps the old index and, since
-/// its file was replaced, frees its page cache: tens of milliseconds at
+/// it any more (see [`Engine::publish`] for why the new index's vectors
+/// are faulted in only after this). Dropping the last reference unmaps the
+/// old index and, since its file was replaced, frees its page cache: tens of milliseconds at
 /// 10,000 manifests. Left to chance it would land on whichever query
 /// finished last and show in the discovery tail. (After `swap`, arc-swap
 /// has turned outstanding guards into counted references, so the count is

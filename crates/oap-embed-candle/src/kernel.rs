@@ -62,6 +62,22 @@ enum PanelData {
     Bf16Pairs(Vec<u32>),
 }
 
+impl PanelData {
+    /// The panels in `range`, each `floats` (`k × width`) weights long.
+    fn panels(&self, range: std::ops::Range<usize>, floats: usize) -> PanelSlice<'_> {
+        match self {
+            PanelData::F32(data) => {
+                PanelSlice::F32(&data[range.start * floats..range.end * floats])
+            }
+            // Two weights per `u32`.
+            PanelData::Bf16Pairs(data) => {
+                let words = floats / 2;
+                PanelSlice::Bf16Pairs(&data[range.start * words..range.end * words])
+            }
+        }
+    }
+}
+
 /// A weight `[n, k]` repacked into panels of `width` output columns.
 pub(crate) struct Packed {
     k: usize,
@@ -183,14 +199,7 @@ impl Packed {
         let run = |(t, out): (usize, &mut [f32])| {
             let first = t * per_task;
             let count = out.len() / (m * w);
-            let weights = match &self.data {
-                PanelData::F32(data) => {
-                    PanelSlice::F32(&data[first * k * w..(first + count) * k * w])
-                }
-                PanelData::Bf16Pairs(data) => {
-                    PanelSlice::Bf16Pairs(&data[first * k * (w / 2)..(first + count) * k * (w / 2)])
-                }
-            };
+            let weights = self.data.panels(first..first + count, k * w);
             arch.dispatch(Panels {
                 x,
                 m,

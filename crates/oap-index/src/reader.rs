@@ -104,7 +104,6 @@ impl Iterator for Rows<'_> {
 
 impl ExactSizeIterator for Rows<'_> {}
 
-/// Makes a `Corrupt` error for `path`.
 /// Bytes between two touches when faulting pages in: the smallest page size
 /// of the platforms we build for.
 const PAGE_STRIDE: usize = 4096;
@@ -130,6 +129,7 @@ fn crc_of_range(file: &File, start: usize, len: usize) -> io::Result<u32> {
 /// Read size for [`crc_of_range`].
 const CRC_BUFFER: usize = 256 * 1024;
 
+/// Makes a `Corrupt` error for `path`.
 fn corrupt(path: &Path, reason: impl Into<String>) -> IndexError {
     IndexError::Corrupt {
         path: path.to_path_buf(),
