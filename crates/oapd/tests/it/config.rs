@@ -809,6 +809,10 @@ fn wrong_types_in_file() {
             r#"config.yaml: index.vector_dtype: expected one of "f32", "i8", got "f16""#,
         ),
         (
+            "embedding:\n  weights: f16\n",
+            r#"config.yaml: embedding.weights: expected one of "bf16", "f32", got "f16""#,
+        ),
+        (
             "discovery:\n  mode: Hybrid\n",
             r#"config.yaml: discovery.mode: expected one of "hybrid", "dense", "lexical", got "Hybrid""#,
         ),
