@@ -1,7 +1,8 @@
 //! Retrieval quality benchmark: Recall@1/3/5, MRR and nDCG@10 of the
-//! lexical, dense and hybrid modes over a labelled task set (hybrid twice:
-//! abstaining on the cosine alone, as before lexical evidence counted, and
-//! the default), plus how well the "no fitting capability" score separates
+//! lexical, dense and hybrid modes over a labelled task set (hybrid three
+//! times: abstaining on the cosine alone, as before lexical evidence
+//! counted; ranking every request as one text, as before the asks of a
+//! request with several were ranked apart; and the default), plus how well the "no fitting capability" score separates
 //! no-fit queries from fitting ones (AUROC, share abstained of each).
 //!
 //! ```text
@@ -25,7 +26,8 @@
 //! - `--soft-negatives ID,...`: negatives known to conflict with the corpus,
 //!   reported apart in the threshold curve;
 //! - `--curve`: positives and negatives rejected per hybrid threshold;
-//! - `--misses`: list the tasks hybrid misses at 3;
+//! - `--misses`: list the tasks hybrid misses at 3 (and, for requests with
+//!   several asks, the ones hybrid as one query misses);
 //! - `--embed-cache FILE`: reuse embeddings across runs (speeds up the BFCL
 //!   corpus; latency is still measured with the uncached model);
 //! - `--dump FILE`: per task, the top 32 hybrid candidates with their score
@@ -34,6 +36,8 @@
 //!   (`bench/public_corpus.py`);
 //! - `--strip-filler`: drop leading filler from queries
 //!   (`QueryOptions::strip_filler`);
+//! - `--no-split-asks`: rank every request as one text in the default row
+//!   too (`QueryOptions::split_asks`);
 //! - `--adapter FILE`: also report dense and hybrid with the query
 //!   adapter (`oap_discovery::adapter`) in the same run, and measure the
 //!   engine's latency with it;
@@ -58,6 +62,7 @@ use std::time::Instant;
 
 use oap_bench::report::{Curve, CurvePoint, EngineLatency, ModeRow, RetrievalReport};
 use oap_discovery::document::row_key;
+use oap_discovery::intents;
 use oap_discovery::query::{self, QueryOptions};
 use oap_discovery::scoring::{self, Scoring};
 use oap_discovery::{Engine, EngineConfig, Mode, QueryAdapter, Source, StoredRecord};
@@ -135,6 +140,9 @@ pub struct Args {
     /// Drop leading filler ("hey", "could you please") from the query.
     #[arg(long)]
     strip_filler: bool,
+    /// Rank every request as one text, also in the default row.
+    #[arg(long)]
+    no_split_asks: bool,
     /// Also rank with the query adapter in this file.
     #[arg(long)]
     adapter: Option<PathBuf>,
@@ -378,6 +386,7 @@ pub fn run(args: Args) -> anyhow::Result<RetrievalReport> {
     config.scoring.query.dense_hint = !args.no_hint;
     config.scoring.query.lexical_hint = !args.no_lexical_hint;
     config.scoring.query.strip_filler = args.strip_filler;
+    config.scoring.query.split_asks = !args.no_split_asks;
     if let Some(similarity) = args.duplicate_similarity {
         config.scoring.duplicate_similarity = similarity;
     }
@@ -471,20 +480,33 @@ pub fn run(args: Args) -> anyhow::Result<RetrievalReport> {
     let mut runs: Vec<(String, Mode, Scoring)> = Vec::new();
     // Runs whose label starts with ADAPTED rank with the adapted vector.
     const ADAPTED: &str = "+adapter ";
+    // A run ranks the asks of a request with several apart too when its
+    // scoring says so (`oap_discovery::intents`): the default does, the
+    // baselines and the history rows rank the request as one text.
+    let one_query = Scoring {
+        query: QueryOptions {
+            split_asks: false,
+            ..config.scoring.query
+        },
+        ..config.scoring.clone()
+    };
     for mode in [Mode::Lexical, Mode::Dense] {
-        runs.push((format!("{mode:?}"), mode, config.scoring.clone()));
+        runs.push((format!("{mode:?}"), mode, one_query.clone()));
     }
-    // Hybrid as it was before abstention counted lexical evidence, then the
-    // default configuration.
+    // Hybrid as it was before abstention counted lexical evidence, before
+    // asks were ranked apart, then the default configuration.
     let cosine_abstention = Scoring {
         abstention_lexical_weight: 0.0,
-        ..config.scoring.clone()
+        ..one_query.clone()
     };
     runs.push((
         "Hybrid (cosine abstention)".into(),
         Mode::Hybrid,
         cosine_abstention,
     ));
+    if config.scoring.query.split_asks {
+        runs.push(("Hybrid (one query)".into(), Mode::Hybrid, one_query.clone()));
+    }
     runs.push(("Hybrid".into(), Mode::Hybrid, config.scoring.clone()));
     for &w in weights.iter().skip(1) {
         let scoring = Scoring {
@@ -494,16 +516,8 @@ pub fn run(args: Args) -> anyhow::Result<RetrievalReport> {
         runs.push((format!("Hybrid w={w}"), Mode::Hybrid, scoring));
     }
     if adapter.is_some() {
-        runs.push((
-            format!("{ADAPTED}Dense"),
-            Mode::Dense,
-            config.scoring.clone(),
-        ));
-        runs.push((
-            format!("{ADAPTED}Hybrid"),
-            Mode::Hybrid,
-            config.scoring.clone(),
-        ));
+        runs.push((format!("{ADAPTED}Dense"), Mode::Dense, one_query.clone()));
+        runs.push((format!("{ADAPTED}Hybrid"), Mode::Hybrid, one_query.clone()));
     }
     let mut tallies: Vec<Tally> = runs.iter().map(|_| Tally::default()).collect();
     let mut misses = Vec::new();
@@ -544,6 +558,16 @@ pub fn run(args: Args) -> anyhow::Result<RetrievalReport> {
             writeln!(out, "{line}").map_err(|e| anyhow::anyhow!("dump-vectors: {e}"))?;
         }
         let terms = oap_index::tokenize(&views.lexical);
+        // The asks are embedded whenever the request has several, for the
+        // runs that rank them apart.
+        let mut asks = Vec::new();
+        for ask in intents::split(&views.dense) {
+            let ask_views = query::views_with(&ask, &config.scoring.query);
+            let ask_vector = cached
+                .embed_one(&ask_views.dense)
+                .map_err(|e| anyhow::anyhow!("embed: {e}"))?;
+            asks.push((ask_vector, oap_index::tokenize(&ask_views.lexical)));
+        }
         let expected: Vec<String> = task.expected.iter().map(|e| display(e)).collect();
         let soft = args.soft_negatives.contains(&task.id);
         for ((label, mode, scoring), tally) in runs.iter().zip(tallies.iter_mut()) {
@@ -551,7 +575,14 @@ pub fn run(args: Args) -> anyhow::Result<RetrievalReport> {
                 Some(adapted) if label.starts_with(ADAPTED) => adapted,
                 _ => &vector,
             };
-            let scored = scoring::rank(&index, scoring, *mode, Some(vector), &terms, 10);
+            let mut scored = scoring::rank(&index, scoring, *mode, Some(vector), &terms, 10);
+            if scoring.query.split_asks && !asks.is_empty() {
+                let per_ask: Vec<_> = asks
+                    .iter()
+                    .map(|(v, t)| scoring::rank(&index, scoring, *mode, Some(v), t, 10))
+                    .collect();
+                scored = intents::merge(&scored, &per_ask, |p| scoring.accepts(*mode, p), 10);
+            }
             let found: Vec<String> = scored
                 .iter()
                 .map(|(doc, _)| display(names.get(*doc as usize).map_or("", |n| n.as_str())))
@@ -598,9 +629,10 @@ pub fn run(args: Args) -> anyhow::Result<RetrievalReport> {
                 (true, Some(0)) => tally.positives_matched_right += 1,
                 _ => {}
             }
-            if label == "Hybrid" && args.misses && rank.is_none_or(|r| r >= 3) {
+            let listed = label == "Hybrid" || (label == "Hybrid (one query)" && !asks.is_empty());
+            if listed && args.misses && rank.is_none_or(|r| r >= 3) {
                 misses.push(format!(
-                    "  {} {:?} expected {:?} got {:?}",
+                    "  {label}: {} {:?} expected {:?} got {:?}",
                     task.id,
                     views.dense,
                     expected,
@@ -672,7 +704,7 @@ pub fn run(args: Args) -> anyhow::Result<RetrievalReport> {
                 None => vector,
             };
             let terms = oap_index::tokenize(&views.lexical);
-            let ours = scoring::rank(
+            let mut ours = scoring::rank(
                 &index,
                 &config.scoring,
                 Mode::Hybrid,
@@ -680,6 +712,31 @@ pub fn run(args: Args) -> anyhow::Result<RetrievalReport> {
                 &terms,
                 5,
             );
+            // The engine ranks each ask of a request with several too.
+            let per_ask: Vec<_> = intents::split(&views.dense)
+                .iter()
+                .map(|ask| {
+                    let views = query::views(ask);
+                    let vector = cached.embed_one(&views.dense).unwrap_or_default();
+                    let vector = match &adapter {
+                        Some(adapter) => adapter.apply(&vector),
+                        None => vector,
+                    };
+                    let terms = oap_index::tokenize(&views.lexical);
+                    scoring::rank(
+                        &index,
+                        &config.scoring,
+                        Mode::Hybrid,
+                        Some(&vector),
+                        &terms,
+                        5,
+                    )
+                })
+                .collect();
+            if !per_ask.is_empty() {
+                let scoring = &config.scoring;
+                ours = intents::merge(&ours, &per_ask, |p| scoring.accepts(Mode::Hybrid, p), 5);
+            }
             let same = ours.len() == found.candidates.len()
                 && ours
                     .iter()

@@ -21,6 +21,7 @@ use crate::activity::{QueryActivity, MAX_PAUSE};
 use crate::adapter::QueryAdapter;
 use crate::catalog::{Catalog, CatalogEntry, Collision, LoadProblem, Origin, Source, Trust};
 use crate::document::{self, RowWeights, RECIPE_VERSION};
+use crate::intents;
 use crate::query;
 use crate::query_cache::QueryCache;
 use crate::scoring::{self, Mode, ScoreParts, Scoring};
@@ -272,6 +273,10 @@ pub struct DiscoverMeta {
     pub model: Option<String>,
     /// The instruction part of the task that retrieval used.
     pub query: String,
+    /// The asks of a request with several, each also ranked on its own
+    /// (empty for one ask).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub asks: Vec<String>,
 }
 
 /// The answer to a discovery request, in the reference service's shape.
@@ -890,6 +895,50 @@ impl Engine {
         Ok(vector)
     }
 
+    /// [`Engine::embed_query`] for several texts, the ones not cached
+    /// embedded in one encoder batch.
+    fn embed_queries(
+        &self,
+        embedder: &dyn Embedder,
+        texts: &[&str],
+    ) -> Result<Vec<Vec<f32>>, oap_embed::EmbedError> {
+        if let [one] = texts {
+            return Ok(vec![self.embed_query(embedder, one)?]);
+        }
+        let mut vectors: Vec<Option<Vec<f32>>> = texts
+            .iter()
+            .map(|text| self.query_cache.as_ref().and_then(|c| c.get(text)))
+            .collect();
+        let missing: Vec<&str> = texts
+            .iter()
+            .zip(&vectors)
+            .filter(|(_, cached)| cached.is_none())
+            .map(|(text, _)| *text)
+            .collect();
+        if !missing.is_empty() {
+            let mut fresh = embedder.embed(&missing)?.into_iter();
+            for (text, slot) in texts.iter().zip(vectors.iter_mut()) {
+                if slot.is_some() {
+                    continue;
+                }
+                let Some(vector) = fresh.next() else {
+                    return Err(oap_embed::EmbedError::Inference(
+                        "the encoder returned fewer vectors than texts".into(),
+                    ));
+                };
+                let vector = match &self.config.query_adapter {
+                    Some(adapter) => adapter.apply(&vector),
+                    None => vector,
+                };
+                if let Some(cache) = &self.query_cache {
+                    cache.insert(text, &vector);
+                }
+                *slot = Some(vector);
+            }
+        }
+        Ok(vectors.into_iter().flatten().collect())
+    }
+
     /// [`Engine::discover`] with the query vector already computed by
     /// [`Engine::query_vector`] for the same task.
     pub fn discover_with_vector(
@@ -932,35 +981,78 @@ impl Engine {
             Mode::Lexical
         };
 
+        // A request with several asks is also ranked ask by ask
+        // (`crate::intents`); each ask is a query of its own.
+        let ask_views: Vec<query::QueryViews> = if self.config.scoring.query.split_asks {
+            intents::split(&views.dense)
+                .iter()
+                .map(|ask| query::views_with(ask, &self.config.scoring.query))
+                .collect()
+        } else {
+            Vec::new()
+        };
+
         let embed_started = Instant::now();
-        let query_vector = match (&self.embedder, mode, precomputed) {
-            (Some(embedder), Mode::Dense | Mode::Hybrid, Some(vector))
-                if vector.len() == embedder.dim() =>
-            {
-                Some(vector)
+        let (query_vector, ask_vectors) = match (&self.embedder, mode) {
+            (Some(embedder), Mode::Dense | Mode::Hybrid) => {
+                let precomputed = precomputed.filter(|v| v.len() == embedder.dim());
+                let mut texts: Vec<&str> = Vec::with_capacity(ask_views.len() + 1);
+                if precomputed.is_none() {
+                    texts.push(&views.dense);
+                }
+                texts.extend(ask_views.iter().map(|v| v.dense.as_str()));
+                let mut vectors = self.embed_queries(embedder.as_ref(), &texts)?.into_iter();
+                let whole = match precomputed {
+                    Some(vector) => Some(vector),
+                    None => vectors.next(),
+                };
+                (whole, vectors.map(Some).collect())
             }
-            (Some(embedder), Mode::Dense | Mode::Hybrid, _) => {
-                Some(self.embed_query(embedder.as_ref(), &views.dense)?)
-            }
-            _ => None,
+            _ => (None, vec![None; ask_views.len()]),
         };
         let embed_ms = embed_started.elapsed().as_secs_f64() * 1e3;
 
         let search_started = Instant::now();
         let terms = oap_index::tokenize(&views.lexical);
-        // Unhealthy manifests are dropped after ranking; ask for more until
-        // `top_k` healthy ones are found or the index has no more (they are
-        // rare, so this is one pass nearly always).
-        let mut want = top_k;
-        let candidates: Vec<Candidate> = loop {
-            let scored = scoring::rank(
+        let asks: Vec<(Option<Vec<f32>>, Vec<String>)> = ask_vectors
+            .into_iter()
+            .zip(&ask_views)
+            .map(|(vector, views)| (vector, oap_index::tokenize(&views.lexical)))
+            .collect();
+        let scoring = &self.config.scoring;
+        let rank = |want: usize| {
+            let whole = scoring::rank(
                 &snapshot.index,
-                &self.config.scoring,
+                scoring,
                 mode,
                 query_vector.as_deref(),
                 &terms,
                 want,
             );
+            if asks.is_empty() {
+                return whole;
+            }
+            let per_ask: Vec<_> = asks
+                .iter()
+                .map(|(vector, terms)| {
+                    scoring::rank(
+                        &snapshot.index,
+                        scoring,
+                        mode,
+                        vector.as_deref(),
+                        terms,
+                        want,
+                    )
+                })
+                .collect();
+            intents::merge(&whole, &per_ask, |parts| scoring.accepts(mode, parts), want)
+        };
+        // Unhealthy manifests are dropped after ranking; ask for more until
+        // `top_k` healthy ones are found or the index has no more (they are
+        // rare, so this is one pass nearly always).
+        let mut want = top_k;
+        let candidates: Vec<Candidate> = loop {
+            let scored = rank(want);
             let exhausted = scored.len() < want;
             let mut healthy: Vec<Candidate> = scored
                 .into_iter()
@@ -993,6 +1085,7 @@ impl Engine {
                 index_docs: snapshot.index.len(),
                 model: snapshot.model_id.clone(),
                 query: views.dense,
+                asks: ask_views.into_iter().map(|v| v.dense).collect(),
             },
         })
     }

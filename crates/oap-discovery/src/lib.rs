@@ -3,7 +3,8 @@
 //! [`adapter`] maps query embeddings toward tool descriptions,
 //! [`catalog`] loads and de-duplicates manifests, [`document`] decides what
 //! is embedded and matched lexically, [`query`] separates a task's
-//! instruction from its inline data, [`query_cache`] keeps recent query
+//! instruction from its inline data, [`intents`] cuts a request with
+//! several asks into them, [`query_cache`] keeps recent query
 //! embeddings, [`scoring`] fuses dense and lexical scores, and [`engine`]
 //! ties them to the memory-mapped index.
 
@@ -12,6 +13,7 @@ pub mod adapter;
 pub mod catalog;
 pub mod document;
 pub mod engine;
+pub mod intents;
 pub mod query;
 pub mod query_cache;
 mod remote;

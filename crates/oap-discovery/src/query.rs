@@ -41,6 +41,9 @@ pub struct QueryOptions {
     /// nothing about which tool fits, and in a mean-pooled embedding of a
     /// short request they weigh as much as the ask.
     pub strip_filler: bool,
+    /// Rank each ask of a request with several on its own too
+    /// ([`crate::intents`]).
+    pub split_asks: bool,
 }
 
 impl Default for QueryOptions {
@@ -49,6 +52,7 @@ impl Default for QueryOptions {
             dense_hint: true,
             lexical_hint: true,
             strip_filler: false,
+            split_asks: true,
         }
     }
 }
@@ -487,6 +491,7 @@ mod tests {
             dense_hint: false,
             lexical_hint: false,
             strip_filler: false,
+            split_asks: false,
         }
     }
 
@@ -596,6 +601,7 @@ mod tests {
             dense_hint: true,
             lexical_hint: true,
             strip_filler: false,
+            split_asks: false,
         };
         let v = views_with("count lines in:\na\nb", &options);
         assert!(v.lexical.ends_with("lines of text"));

@@ -10,7 +10,7 @@ use oap_discovery::{Engine, EngineConfig, Source};
 
 use crate::engine::Counting;
 
-fn bundled_dir() -> PathBuf {
+pub(crate) fn bundled_dir() -> PathBuf {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../manifests/bundled");
     assert!(
         dir.is_dir(),

@@ -12,6 +12,7 @@
 
 mod abstention;
 mod adapter;
+mod asks;
 mod engine;
 mod mcp;
 mod query_cache;

@@ -52,11 +52,42 @@ fn serves_discovery_from_the_bundled_manifests() {
     assert_eq!(candidates[0]["invoke"]["method"], "stdio");
     assert!(body["meta"]["total_ms"].as_f64().unwrap() > 0.0);
 
+    assert!(
+        body["meta"].get("asks").is_none(),
+        "one ask: {}",
+        body["meta"]
+    );
+
     // top_k defaults to discovery.default_top_k (5).
     let body = daemon
         .post_json("/v1/discover", r#"{"task": "search a log for errors"}"#)
         .json();
     assert_eq!(body["candidates"].as_array().unwrap().len(), 5);
+
+    // Two asks: both are reported, and each ask's tool is listed.
+    let body = daemon
+        .post_json(
+            "/v1/discover",
+            r#"{"task": "What is today's date? Also, how many words are in this sentence", "top_k": 3}"#,
+        )
+        .json();
+    assert_eq!(
+        body["meta"]["asks"],
+        serde_json::json!([
+            "What is today's date?",
+            "how many words are in this sentence"
+        ])
+    );
+    let names: Vec<&str> = body["candidates"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["name"].as_str().unwrap())
+        .collect();
+    assert!(
+        names.contains(&"date") && names.contains(&"wc"),
+        "{names:?}"
+    );
 }
 
 #[test]
