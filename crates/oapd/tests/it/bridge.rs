@@ -733,3 +733,31 @@ fn a_model_that_is_not_a_string_is_named_as_such() {
     );
     assert!(upstream.fake.chat_requests().is_empty());
 }
+
+#[test]
+fn a_request_with_two_asks_gets_a_tool_for_each() {
+    // Ranked as one text, this request's top three lack a fitting `wc`
+    // (oap-discovery's asks tests check that); ask by ask, both the date
+    // and the word count are offered to the model.
+    let upstream = fake(models().turn(Turn::reply("It is Friday; seven words.")));
+    let daemon = daemon_for(&upstream);
+    let task = "What is today's date? Also, how many words are in this sentence";
+    let response = daemon.post_json(
+        "/api/chat",
+        &json!({"model": "qwen3:4b", "stream": false,
+                "messages": [{"role": "user", "content": task}]})
+        .to_string(),
+    );
+    assert_eq!(response.status, 200);
+    let sent = upstream.fake.chat_requests();
+    let offered: Vec<&str> = sent[0]["tools"]
+        .as_array()
+        .expect("tools injected")
+        .iter()
+        .filter_map(|t| t.pointer("/function/name").and_then(Value::as_str))
+        .collect();
+    assert!(
+        offered.contains(&"oap_date") && offered.contains(&"oap_wc"),
+        "{offered:?}"
+    );
+}
