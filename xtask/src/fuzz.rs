@@ -36,6 +36,7 @@ pub const TARGETS: &[&str] = &[
     "crawl",
     "exec_input",
     "mcp",
+    "query",
 ];
 
 /// Targets that link the whole daemon (fuzz/Cargo.toml's `daemon`
