@@ -42,6 +42,16 @@ fn content_of(chunks: &[Value]) -> String {
         .collect()
 }
 
+/// The names of the tools a request forwarded to Ollama offers.
+fn offered_tools(request: &Value) -> Vec<&str> {
+    request["tools"]
+        .as_array()
+        .expect("tools injected")
+        .iter()
+        .filter_map(|t| t.pointer("/function/name").and_then(Value::as_str))
+        .collect()
+}
+
 /// Exactly one `done:true`, and it is the last line.
 fn assert_one_final_done(chunks: &[Value]) {
     let done: Vec<usize> = chunks
@@ -120,12 +130,7 @@ fn a_discovered_tool_is_executed_and_the_answer_streams_back() {
     let body = generate[0].body.clone().unwrap();
     assert_eq!(body["keep_alive"], "5m");
     assert_eq!(body["model"], "qwen3:4b");
-    let offered: Vec<&str> = sent[0]["tools"]
-        .as_array()
-        .expect("tools injected")
-        .iter()
-        .filter_map(|t| t.pointer("/function/name").and_then(Value::as_str))
-        .collect();
+    let offered = offered_tools(&sent[0]);
     assert!(offered.contains(&"oap_wc"), "{offered:?}");
     // Round two carries the call and its result, with tool_name.
     let messages = sent[1]["messages"].as_array().unwrap();
@@ -750,12 +755,7 @@ fn a_request_with_two_asks_gets_a_tool_for_each() {
     );
     assert_eq!(response.status, 200);
     let sent = upstream.fake.chat_requests();
-    let offered: Vec<&str> = sent[0]["tools"]
-        .as_array()
-        .expect("tools injected")
-        .iter()
-        .filter_map(|t| t.pointer("/function/name").and_then(Value::as_str))
-        .collect();
+    let offered = offered_tools(&sent[0]);
     assert!(
         offered.contains(&"oap_date") && offered.contains(&"oap_wc"),
         "{offered:?}"
