@@ -2,8 +2,9 @@
 //! lexical, dense and hybrid modes over a labelled task set (hybrid three
 //! times: abstaining on the cosine alone, as before lexical evidence
 //! counted; ranking every request as one text, as before the asks of a
-//! request with several were ranked apart; and the default), plus how well the "no fitting capability" score separates
-//! no-fit queries from fitting ones (AUROC, share abstained of each).
+//! request with several were ranked apart; and the default), plus how
+//! well the "no fitting capability" score separates no-fit queries from
+//! fitting ones (AUROC, share abstained of each).
 //!
 //! ```text
 //! oap-bench retrieval \
@@ -360,6 +361,25 @@ fn auroc(scores: &[(f32, bool)]) -> f64 {
     wins / (pos.len() * neg.len()) as f64
 }
 
+/// The asks of a request whose retrieval text is `dense`, as queries:
+/// each ask's dense view through `embed`, its lexical view tokenised
+/// (none for a request with one ask).
+fn asks_of(
+    dense: &str,
+    options: &QueryOptions,
+    embed: impl Fn(&str) -> anyhow::Result<Vec<f32>>,
+) -> anyhow::Result<Vec<intents::Ask>> {
+    intents::ask_views(dense, options)
+        .into_iter()
+        .map(|views| {
+            Ok(intents::Ask {
+                vector: Some(embed(&views.dense)?),
+                terms: oap_index::tokenize(&views.lexical),
+            })
+        })
+        .collect()
+}
+
 /// Evaluates the task set.
 pub fn run(args: Args) -> anyhow::Result<RetrievalReport> {
     let mut tasks = load_tasks(&args.tasks).map_err(anyhow::Error::msg)?;
@@ -560,14 +580,11 @@ pub fn run(args: Args) -> anyhow::Result<RetrievalReport> {
         let terms = oap_index::tokenize(&views.lexical);
         // The asks are embedded whenever the request has several, for the
         // runs that rank them apart.
-        let mut asks = Vec::new();
-        for ask in intents::split(&views.dense) {
-            let ask_views = query::views_with(&ask, &config.scoring.query);
-            let ask_vector = cached
-                .embed_one(&ask_views.dense)
-                .map_err(|e| anyhow::anyhow!("embed: {e}"))?;
-            asks.push((ask_vector, oap_index::tokenize(&ask_views.lexical)));
-        }
+        let asks = asks_of(&views.dense, &config.scoring.query, |text| {
+            cached
+                .embed_one(text)
+                .map_err(|e| anyhow::anyhow!("embed: {e}"))
+        })?;
         let expected: Vec<String> = task.expected.iter().map(|e| display(e)).collect();
         let soft = args.soft_negatives.contains(&task.id);
         for ((label, mode, scoring), tally) in runs.iter().zip(tallies.iter_mut()) {
@@ -575,14 +592,12 @@ pub fn run(args: Args) -> anyhow::Result<RetrievalReport> {
                 Some(adapted) if label.starts_with(ADAPTED) => adapted,
                 _ => &vector,
             };
-            let mut scored = scoring::rank(&index, scoring, *mode, Some(vector), &terms, 10);
-            if scoring.query.split_asks && !asks.is_empty() {
-                let per_ask: Vec<_> = asks
-                    .iter()
-                    .map(|(v, t)| scoring::rank(&index, scoring, *mode, Some(v), t, 10))
-                    .collect();
-                scored = intents::merge(&scored, &per_ask, |p| scoring.accepts(*mode, p), 10);
-            }
+            let run_asks = if scoring.query.split_asks {
+                &asks[..]
+            } else {
+                &[]
+            };
+            let scored = intents::rank(&index, scoring, *mode, Some(vector), &terms, run_asks, 10);
             let found: Vec<String> = scored
                 .iter()
                 .map(|(doc, _)| display(names.get(*doc as usize).map_or("", |n| n.as_str())))
@@ -704,39 +719,23 @@ pub fn run(args: Args) -> anyhow::Result<RetrievalReport> {
                 None => vector,
             };
             let terms = oap_index::tokenize(&views.lexical);
-            let mut ours = scoring::rank(
+            // The engine ranks each ask of a request with several too.
+            let asks = asks_of(&views.dense, &config.scoring.query, |text| {
+                let vector = cached.embed_one(text).unwrap_or_default();
+                Ok(match &adapter {
+                    Some(adapter) => adapter.apply(&vector),
+                    None => vector,
+                })
+            })?;
+            let ours = intents::rank(
                 &index,
                 &config.scoring,
                 Mode::Hybrid,
                 Some(&vector),
                 &terms,
+                &asks,
                 5,
             );
-            // The engine ranks each ask of a request with several too.
-            let per_ask: Vec<_> = intents::split(&views.dense)
-                .iter()
-                .map(|ask| {
-                    let views = query::views(ask);
-                    let vector = cached.embed_one(&views.dense).unwrap_or_default();
-                    let vector = match &adapter {
-                        Some(adapter) => adapter.apply(&vector),
-                        None => vector,
-                    };
-                    let terms = oap_index::tokenize(&views.lexical);
-                    scoring::rank(
-                        &index,
-                        &config.scoring,
-                        Mode::Hybrid,
-                        Some(&vector),
-                        &terms,
-                        5,
-                    )
-                })
-                .collect();
-            if !per_ask.is_empty() {
-                let scoring = &config.scoring;
-                ours = intents::merge(&ours, &per_ask, |p| scoring.accepts(Mode::Hybrid, p), 5);
-            }
             let same = ours.len() == found.candidates.len()
                 && ours
                     .iter()

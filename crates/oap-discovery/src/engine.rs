@@ -24,7 +24,7 @@ use crate::document::{self, RowWeights, RECIPE_VERSION};
 use crate::intents;
 use crate::query;
 use crate::query_cache::QueryCache;
-use crate::scoring::{self, Mode, ScoreParts, Scoring};
+use crate::scoring::{Mode, ScoreParts, Scoring};
 
 /// File name of the index inside the data directory.
 pub const INDEX_FILE: &str = "index.oapx";
@@ -884,7 +884,12 @@ impl Engine {
         if let Some(vector) = self.query_cache.as_ref().and_then(|c| c.get(text)) {
             return Ok(vector);
         }
-        let vector = embedder.embed_one(text)?;
+        Ok(self.adapt_and_remember(text, embedder.embed_one(text)?))
+    }
+
+    /// A fresh encoder vector for `text`, through the query adapter if
+    /// there is one, kept in the query cache.
+    fn adapt_and_remember(&self, text: &str, vector: Vec<f32>) -> Vec<f32> {
         let vector = match &self.config.query_adapter {
             Some(adapter) => adapter.apply(&vector),
             None => vector,
@@ -892,11 +897,12 @@ impl Engine {
         if let Some(cache) = &self.query_cache {
             cache.insert(text, &vector);
         }
-        Ok(vector)
+        vector
     }
 
     /// [`Engine::embed_query`] for several texts, the ones not cached
-    /// embedded in one encoder batch.
+    /// embedded in one encoder batch (one text goes through `embed_one`,
+    /// which an embedder may serve differently, e.g. coalesced).
     fn embed_queries(
         &self,
         embedder: &dyn Embedder,
@@ -926,14 +932,7 @@ impl Engine {
                         "the encoder returned fewer vectors than texts".into(),
                     ));
                 };
-                let vector = match &self.config.query_adapter {
-                    Some(adapter) => adapter.apply(&vector),
-                    None => vector,
-                };
-                if let Some(cache) = &self.query_cache {
-                    cache.insert(text, &vector);
-                }
-                *slot = Some(vector);
+                *slot = Some(self.adapt_and_remember(text, vector));
             }
         }
         Ok(vectors.into_iter().flatten().collect())
@@ -984,10 +983,7 @@ impl Engine {
         // A request with several asks is also ranked ask by ask
         // (`crate::intents`); each ask is a query of its own.
         let ask_views: Vec<query::QueryViews> = if self.config.scoring.query.split_asks {
-            intents::split(&views.dense)
-                .iter()
-                .map(|ask| query::views_with(ask, &self.config.scoring.query))
-                .collect()
+            intents::ask_views(&views.dense, &self.config.scoring.query)
         } else {
             Vec::new()
         };
@@ -1014,38 +1010,24 @@ impl Engine {
 
         let search_started = Instant::now();
         let terms = oap_index::tokenize(&views.lexical);
-        let asks: Vec<(Option<Vec<f32>>, Vec<String>)> = ask_vectors
+        let asks: Vec<intents::Ask> = ask_vectors
             .into_iter()
             .zip(&ask_views)
-            .map(|(vector, views)| (vector, oap_index::tokenize(&views.lexical)))
+            .map(|(vector, views)| intents::Ask {
+                vector,
+                terms: oap_index::tokenize(&views.lexical),
+            })
             .collect();
-        let scoring = &self.config.scoring;
         let rank = |want: usize| {
-            let whole = scoring::rank(
+            intents::rank(
                 &snapshot.index,
-                scoring,
+                &self.config.scoring,
                 mode,
                 query_vector.as_deref(),
                 &terms,
+                &asks,
                 want,
-            );
-            if asks.is_empty() {
-                return whole;
-            }
-            let per_ask: Vec<_> = asks
-                .iter()
-                .map(|(vector, terms)| {
-                    scoring::rank(
-                        &snapshot.index,
-                        scoring,
-                        mode,
-                        vector.as_deref(),
-                        terms,
-                        want,
-                    )
-                })
-                .collect();
-            intents::merge(&whole, &per_ask, |parts| scoring.accepts(mode, parts), want)
+            )
         };
         // Unhealthy manifests are dropped after ranking; ask for more until
         // `top_k` healthy ones are found or the index has no more (they are

@@ -5,8 +5,9 @@
 //! tools, near neither, and the top three fill up with whichever ask reads
 //! louder. So a request is cut where a new ask plainly starts (a new
 //! sentence that opens with a connective or an imperative verb, or "and" /
-//! "then" / "also" before an imperative verb or a question word), each ask is ranked on its own, and each ask's best tool
-//! gets a slot near the top when it fits its ask. The whole request is
+//! "then" / "also" before an imperative verb or a question word), each ask
+//! is ranked on its own ([`rank`]), and each ask's best tool gets a slot
+//! near the top when it fits its ask ([`merge`]). The whole request is
 //! still ranked too and keeps the first slot: a cut in the wrong place
 //! costs at most a slot, never the tool the whole request points at.
 //!
@@ -15,10 +16,13 @@
 //! it misses ("the lights on, the heating down") is ranked as one request,
 //! as before.
 
-use crate::scoring::ScoreParts;
+use oap_index::Index;
+
+use crate::query::{self, QueryOptions, QueryViews};
+use crate::scoring::{self, Mode, ScoreParts, Scoring};
 
 /// At most this many asks are ranked apart; more are ranked as the last
-/// one (each costs an encoder pass).
+/// one (each adds its words to the encoder's batch and a ranking pass).
 pub const MAX_INTENTS: usize = 4;
 
 /// An ask shorter than this many words ("and Paris", "Dr.") is glued to
@@ -28,6 +32,7 @@ const MIN_WORDS: usize = 3;
 
 /// Words that start a new ask after "and", "then" or "also": imperative
 /// verbs a request to an assistant begins with, and question words.
+/// Sorted, for [`is_ask_starter`].
 const ASK_STARTERS: &[&str] = &[
     "activate",
     "add",
@@ -208,6 +213,10 @@ const ASK_STARTERS: &[&str] = &[
     "write",
 ];
 
+fn is_ask_starter(word: &Word<'_>) -> bool {
+    ASK_STARTERS.binary_search(&word.core.as_str()).is_ok()
+}
+
 /// Words between a connective and the verb that do not change the cut
 /// ("and then please tell me").
 const SOFTENERS: &[&str] = &["also", "then", "please", "finally", "lastly", "next"];
@@ -302,7 +311,7 @@ fn starts_ask(words: &[Word<'_>], mut at: usize) -> bool {
             at += 1;
             continue;
         }
-        return ASK_STARTERS.contains(&word.core.as_str());
+        return is_ask_starter(word);
     }
     false
 }
@@ -311,9 +320,8 @@ fn starts_ask(words: &[Word<'_>], mut at: usize) -> bool {
 /// neither an ask starter nor a stopword. "Find some for me?" does not;
 /// ranked alone, it would promote whatever finds things.
 fn names_something(ask: &[Word<'_>]) -> bool {
-    ask.iter().any(|word| {
-        !ASK_STARTERS.contains(&word.core.as_str()) && !oap_index::tokenize(&word.core).is_empty()
-    })
+    ask.iter()
+        .any(|word| !is_ask_starter(word) && !oap_index::tokenize(&word.core).is_empty())
 }
 
 /// The asks of `text` when it has at least two, else nothing. Each ask
@@ -334,7 +342,7 @@ pub fn split(text: &str) -> Vec<String> {
         // tool on its own.
         let cut = (ends_sentence(before)
             && (word.core != "first" && OPENERS.contains(&word.core.as_str())
-                || ASK_STARTERS.contains(&word.core.as_str())))
+                || is_ask_starter(word)))
             || (word.core == "and" && starts_ask(&words, i + 1))
             || ((word.core == "then" || word.core == "also" || word.core == "plus")
                 && (after_comma || before.core == "and")
@@ -347,18 +355,16 @@ pub fn split(text: &str) -> Vec<String> {
     if cuts.is_empty() {
         return Vec::new();
     }
-    let mut spans: Vec<(usize, usize)> = Vec::new();
-    let mut first = 0;
-    for &cut in cuts.iter().chain(std::iter::once(&words.len())) {
-        if cut > first {
-            spans.push((first, cut));
-        }
-        first = cut;
-    }
+    // Cuts are increasing and after the first word: every span has words.
+    let bounds: Vec<usize> = std::iter::once(0)
+        .chain(cuts)
+        .chain(std::iter::once(words.len()))
+        .collect();
     // Each ask without its opening connectives; too short ones glued to
     // the ask before (or, for the first, to the one after).
     let mut asks: Vec<(usize, usize)> = Vec::new();
-    for (from, to) in spans {
+    for span in bounds.windows(2) {
+        let (from, to) = (span[0], span[1]);
         let mut from_word = from;
         while from_word < to && OPENERS.contains(&words[from_word].core.as_str()) {
             from_word += 1;
@@ -394,6 +400,60 @@ pub fn split(text: &str) -> Vec<String> {
             slice.trim_end_matches([',', ';', ':']).trim().to_string()
         })
         .collect()
+}
+
+/// The views of each ask of a request whose retrieval text is `dense`
+/// (none for a request with one ask).
+pub fn ask_views(dense: &str, options: &QueryOptions) -> Vec<QueryViews> {
+    split(dense)
+        .iter()
+        .map(|ask| query::views_with(ask, options))
+        .collect()
+}
+
+/// One ask as a query: its vector (none in lexical mode) and its terms.
+#[derive(Debug, Clone, Default)]
+pub struct Ask {
+    /// The embedding of the ask's dense view.
+    pub vector: Option<Vec<f32>>,
+    /// The tokens of the ask's lexical view.
+    pub terms: Vec<String>,
+}
+
+/// [`scoring::rank`] for a request and its asks: the request's own ranking
+/// when it has none, else that ranking [`merge`]d with each ask's.
+pub fn rank(
+    index: &Index,
+    scoring: &Scoring,
+    mode: Mode,
+    vector: Option<&[f32]>,
+    terms: &[String],
+    asks: &[Ask],
+    top_k: usize,
+) -> Vec<(u32, ScoreParts)> {
+    let whole = scoring::rank(index, scoring, mode, vector, terms, top_k);
+    if asks.is_empty() {
+        return whole;
+    }
+    let per_ask: Vec<_> = asks
+        .iter()
+        .map(|ask| {
+            scoring::rank(
+                index,
+                scoring,
+                mode,
+                ask.vector.as_deref(),
+                &ask.terms,
+                top_k,
+            )
+        })
+        .collect();
+    merge(
+        &whole,
+        &per_ask,
+        |parts| scoring.accepts(mode, parts),
+        top_k,
+    )
 }
 
 /// The candidate list for a request with several asks: the whole
@@ -517,6 +577,11 @@ mod tests {
             asks[MAX_INTENTS - 1],
             "play some music. set a timer. lock the door."
         );
+    }
+
+    #[test]
+    fn ask_starters_are_sorted_for_binary_search() {
+        assert!(ASK_STARTERS.windows(2).all(|w| w[0] < w[1]));
     }
 
     #[test]
