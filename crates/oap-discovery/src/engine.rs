@@ -1318,7 +1318,11 @@ fn build_index(
     if let Some(model_id) = &model_id {
         let mut queued: HashSet<[u8; 16]> = HashSet::new();
         for entry in &catalog.entries {
-            for row in document::rows(&entry.manifest, config.row_weights) {
+            // Unreadable entries are reported and left out by `write_index`.
+            let Ok(manifest) = entry.manifest() else {
+                continue;
+            };
+            for row in document::rows(&manifest, config.row_weights) {
                 let key = document::row_key(model_id, &row.text);
                 if !reusable.contains_key(&key) && queued.insert(key) {
                     to_embed.push(row.text);
@@ -1589,15 +1593,27 @@ fn write_index(
     let mut reused_rows = 0;
     let mut docs = 0;
     for entry in &catalog.entries {
+        // Each manifest is decoded here and dropped after its record and
+        // terms are written, so the build never holds the parsed catalog.
+        let decoded = entry
+            .manifest()
+            .and_then(|manifest| Ok((manifest, entry.manifest_value()?)));
+        let (manifest, manifest_value) = match decoded {
+            Ok(decoded) => decoded,
+            Err(err) => {
+                tracing::error!(id = %entry.id, error = %err, "cannot decode manifest, skipping");
+                continue;
+            }
+        };
         let record = StoredRecord {
             id: entry.id.clone(),
             trust: entry.trust,
             origin: entry.origin.clone(),
             content_hash: entry.content_hash.clone(),
-            manifest: serde_json::to_value(&entry.manifest).unwrap_or(serde_json::Value::Null),
+            manifest: manifest_value,
             warnings: entry.warnings.iter().map(|w| w.to_string()).collect(),
             unhealthy: entry.unhealthy.clone(),
-            mcp: entry.mcp.clone(),
+            mcp: entry.mcp.as_deref().cloned(),
         };
         let record = match serde_json::to_vec(&record) {
             Ok(bytes) => bytes,
@@ -1608,7 +1624,7 @@ fn write_index(
         };
         let mut rows = Vec::new();
         if let Some(model_id) = sources.model_id {
-            for row in document::rows(&entry.manifest, config.row_weights) {
+            for row in document::rows(&manifest, config.row_weights) {
                 let key = document::row_key(model_id, &row.text);
                 let vector = match fresh.get(&key) {
                     Some(vector) => vector.clone(),
@@ -1639,7 +1655,7 @@ fn write_index(
             id: entry.id.clone(),
             record,
             rows,
-            lexical: document::lexical_terms(&entry.manifest),
+            lexical: document::lexical_terms(&manifest),
         })?;
         docs += 1;
     }

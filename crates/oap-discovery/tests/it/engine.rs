@@ -259,6 +259,28 @@ fn a_model_change_re_embeds_everything() {
 }
 
 #[test]
+fn the_catalog_gives_back_every_manifest_as_it_was_parsed() {
+    // The catalog keeps manifests compactly and the build reads them back;
+    // the index must get exactly what parsing the file gave.
+    let catalog = oap_discovery::Catalog::load(&[
+        Source::Dir(reference_dir()),
+        Source::Dir(reference_dir().join("../manifest-repo")),
+    ]);
+    assert!(catalog.entries.len() >= 40, "{}", catalog.entries.len());
+    for entry in &catalog.entries {
+        let bytes = fs::read(&entry.origin.location).unwrap();
+        let parsed = oap_manifest::parse(&bytes).unwrap().manifest;
+        assert_eq!(entry.manifest().unwrap(), parsed, "{}", entry.id);
+        assert_eq!(
+            entry.manifest_value().unwrap(),
+            serde_json::to_value(&parsed).unwrap(),
+            "{}",
+            entry.id
+        );
+    }
+}
+
+#[test]
 fn invalid_and_oversized_files_are_reported_and_skipped() {
     let manifests = manifest_dir(&["grep", "wc"]);
     let dir = manifests.path();

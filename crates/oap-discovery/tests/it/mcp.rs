@@ -58,6 +58,7 @@ fn an_mcp_tool_is_catalogued_under_its_server_with_its_schema_untouched() {
     let catalog = Catalog::load(&[Source::Mcp(listed)]);
     assert!(catalog.problems.is_empty(), "{:?}", catalog.problems);
     let entry = &catalog.entries[0];
+    let manifest = entry.manifest().unwrap();
     assert_eq!(entry.id, "mcp/weather/get_forecast");
     assert_eq!(entry.origin.kind, "mcp");
     let binding = entry.mcp.as_ref().expect("an MCP binding");
@@ -67,12 +68,12 @@ fn an_mcp_tool_is_catalogued_under_its_server_with_its_schema_untouched() {
     assert_eq!(binding.annotations, Some(json!({"readOnlyHint": true})));
     // The manifest made for search names the parameters, and its invoke
     // method is one no parsed document may declare.
-    assert!(entry.manifest.input.as_ref().is_some_and(|input| input
+    assert!(manifest.input.as_ref().is_some_and(|input| input
         .parameters
         .as_ref()
         .is_some_and(|p| p.contains_key("city"))));
-    assert_eq!(entry.manifest.invoke.method, "mcp");
-    assert_eq!(entry.manifest.invoke_kind(), None);
+    assert_eq!(manifest.invoke.method, "mcp");
+    assert_eq!(manifest.invoke_kind(), None);
 }
 
 #[test]
