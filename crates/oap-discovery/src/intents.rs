@@ -26,8 +26,8 @@ use crate::scoring::{self, Mode, ScoreParts, Scoring};
 pub const MAX_INTENTS: usize = 4;
 
 /// An ask shorter than this many words ("and Paris", "Dr.") is glued to
-/// the ask before it, as is one that names nothing (see
-/// [`names_something`]): too little to rank on its own.
+/// the ask before it (the first ask to the one after it), as is one that
+/// names nothing (see [`names_something`]): too little to rank on its own.
 const MIN_WORDS: usize = 3;
 
 /// Words that start a new ask after "and", "then" or "also": imperative
@@ -376,8 +376,11 @@ pub fn split(text: &str) -> Vec<String> {
             _ => asks.push((from_word, to)),
         }
     }
+    // The first ask is held to the same two rules as the others: "Could
+    // you do something for me?" ranked alone would promote whatever does
+    // things, so it opens the ask after it instead.
     if let [first, second, ..] = asks.as_slice() {
-        if first.1 - first.0 < MIN_WORDS {
+        if first.1 - first.0 < MIN_WORDS || !names_something(&words[first.0..first.1]) {
             let merged = (first.0, second.1);
             asks.splice(0..2, [merged]);
         }
@@ -577,6 +580,21 @@ mod tests {
             asks[MAX_INTENTS - 1],
             "play some music. set a timer. lock the door."
         );
+    }
+
+    #[test]
+    fn a_first_ask_that_names_nothing_opens_the_next() {
+        assert_eq!(
+            split(
+                "Could you find some for me? Find a hotel in Paris and set a timer for ten minutes"
+            ),
+            [
+                "Could you find some for me? Find a hotel in Paris",
+                "set a timer for ten minutes"
+            ]
+        );
+        // With only one ask left there is nothing to cut.
+        assert!(split("Could you find some for me? Find a hotel in Paris").is_empty());
     }
 
     #[test]
