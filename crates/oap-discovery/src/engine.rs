@@ -1595,9 +1595,13 @@ fn write_index(
     for entry in &catalog.entries {
         // Each manifest is decoded here and dropped after its record and
         // terms are written, so the build never holds the parsed catalog.
-        let decoded = entry
-            .manifest()
-            .and_then(|manifest| Ok((manifest, entry.manifest_value()?)));
+        // One parse of the text; the struct is read from the value.
+        let decoded = entry.manifest_value().and_then(|value| {
+            Ok((
+                <oap_manifest::Manifest as serde::Deserialize>::deserialize(&value)?,
+                value,
+            ))
+        });
         let (manifest, manifest_value) = match decoded {
             Ok(decoded) => decoded,
             Err(err) => {
