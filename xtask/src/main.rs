@@ -21,6 +21,7 @@ mod bench_retrieval;
 mod bench_run;
 mod bench_tokens;
 mod cross;
+mod debfile;
 mod debian;
 mod fuzz;
 mod guest;
@@ -137,7 +138,7 @@ const COMMANDS: &[Command] = &[
     Command {
         name: "deb",
         usage: "deb [--arch amd64|arm64] [--no-build]\n      \
-                build the .deb (cargo-deb) into target/debian/ and check its\n      \
+                build the .deb (dpkg-deb) into target/debian/ and check its\n      \
                 contents, scripts, model hashes and (host arch) the packaged binary",
         run: package::deb,
     },

@@ -1,7 +1,7 @@
 //! Packaging tasks: `cargo xtask deb` (the Debian package, checked) and
 //! `cargo xtask check-units` (systemd unit verification and the sandboxing
-//! exposure score). Neither installs anything: `.ci/run` installs cargo-deb,
-//! systemd and dpkg-dev first.
+//! exposure score). Neither installs anything: `.ci/run` installs systemd
+//! and dpkg-dev first; the package itself is written by `debfile.rs`.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -85,13 +85,6 @@ pub fn deb(args: &[String]) -> Result<()> {
     }
     let target = rust_target(&arch)?;
     crate::model::run(&[])?;
-    ensure!(
-        Command::new("cargo")
-            .args(["deb", "--version"])
-            .output()
-            .is_ok_and(|o| o.status.success()),
-        "cargo-deb is not installed: cargo install cargo-deb --locked --version 3.8.0"
-    );
     if build {
         let mut command = cargo();
         command.args(["build", "--release", "--package", "oapd"]);
@@ -108,24 +101,14 @@ pub fn deb(args: &[String]) -> Result<()> {
     );
     let out_dir = repo_root().join("target/debian");
     fs::create_dir_all(&out_dir)?;
-    let mut command = cargo();
-    command.args([
-        "deb",
-        "--package",
-        "oapd",
-        "--no-build",
-        "--fast",
-        "--strip",
-        "--output",
-    ]);
-    command.arg(&out_dir);
-    if let Some(target) = target {
-        command.args(["--target", target]);
-    }
-    run_in_root(&mut command)?;
-    let version = workspace_version()?;
-    let deb = out_dir.join(format!("oapd_{version}-1_{arch}.deb"));
-    ensure!(deb.is_file(), "cargo deb did not write {}", deb.display());
+    // binutils' strip reads only its own architecture: the cross build's
+    // comes with Debian's gcc-aarch64-linux-gnu.
+    let strip = match target {
+        Some("aarch64-unknown-linux-gnu") => "aarch64-linux-gnu-strip",
+        Some("x86_64-unknown-linux-gnu") => "x86_64-linux-gnu-strip",
+        _ => "strip",
+    };
+    let deb = crate::debfile::write(&binary, strip, &arch, &workspace_version()?, &out_dir)?;
     check_deb(&deb, &arch)?;
     println!(
         "deb: {} ({} bytes) checked",
