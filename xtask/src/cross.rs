@@ -87,8 +87,6 @@ const GUEST_ARGS: &[(&str, &[&str])] = &[
             "batch_size_does_not_change_results",
             "--skip",
             "long_input_is_truncated_not_rejected",
-            "--skip",
-            "encoder_matches_candle_bert_model",
             // A padded pass of 19 texts at 256 tokens: about four minutes
             // under TCG. The packed pass it checks is what the reference
             // scores' batch runs here too.

@@ -10,9 +10,9 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
+use crate::config::BertConfig;
 use candle_core::{DType, Device, Tensor};
 use candle_nn::VarBuilder;
-use candle_transformers::models::bert::Config;
 use sha2::{Digest, Sha256};
 use tokenizers::{Encoding, Tokenizer, TruncationParams};
 
@@ -149,7 +149,7 @@ impl BertEmbedder {
         let weights_path = dir.join(WEIGHTS_FILE);
 
         let config_bytes = read_file(&config_path)?;
-        let cfg: Config =
+        let cfg: BertConfig =
             serde_json::from_slice(&config_bytes).map_err(|e| EmbedError::BadConfig {
                 path: config_path.clone(),
                 reason: e.to_string(),
@@ -544,7 +544,7 @@ fn file_error(path: &Path, source: std::io::Error) -> EmbedError {
 
 /// Checks the config fields candle's BERT would otherwise trip over later with
 /// a less helpful message (or a panic on a division by zero).
-fn validate_config(cfg: &Config) -> Result<(), String> {
+fn validate_config(cfg: &BertConfig) -> Result<(), String> {
     if cfg.hidden_size == 0 || cfg.num_hidden_layers == 0 || cfg.vocab_size == 0 {
         return Err("hidden_size, num_hidden_layers and vocab_size must be > 0".into());
     }

@@ -13,9 +13,9 @@
 //!   to back, no padding and so no attention mask, attention per text
 //!   (`attention.rs`); the padded, masked `forward` stays for benchmarks.
 
+use crate::config::{BertConfig, HiddenAct};
 use candle_core::{DType, Device, Module, Result, Tensor};
 use candle_nn::{Embedding, LayerNorm, VarBuilder};
-use candle_transformers::models::bert::{Config, HiddenAct};
 use pulp::Arch;
 
 use crate::kernel::{panel_width, Act, Packed, WeightPrecision};
@@ -107,7 +107,7 @@ impl WordTable {
 /// The tensor-name prefix of a BERT checkpoint: `bert.`, `<model_type>.`
 /// or none, whichever holds the word embeddings (`has` says whether the
 /// file holds a tensor).
-pub(crate) fn weight_prefix(has: impl Fn(&str) -> bool, cfg: &Config) -> String {
+pub(crate) fn weight_prefix(has: impl Fn(&str) -> bool, cfg: &BertConfig) -> String {
     if has("bert.embeddings.word_embeddings.weight") {
         return "bert.".into();
     }
@@ -149,7 +149,7 @@ impl Encoder {
     /// keep their weights at `precision`.
     pub(crate) fn load(
         vb: VarBuilder,
-        cfg: &Config,
+        cfg: &BertConfig,
         word_rows: Option<RowsOnDisk>,
         precision: WeightPrecision,
     ) -> Result<Self> {

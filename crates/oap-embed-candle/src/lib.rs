@@ -11,6 +11,7 @@
 
 mod attention;
 mod bert;
+mod config;
 mod encoder;
 mod kernel;
 mod weights;
