@@ -143,8 +143,10 @@ def main():
 
     while True:
         if pause.exists():
-            for t, proc, *_ in running.values():
-                proc.send_signal(signal.SIGINT)
+            # os.kill, not Popen.send_signal: that polls first, and a poll
+            # reaps the child, whose rusage would then be lost.
+            for pid in running:
+                os.kill(pid, signal.SIGINT)
         else:
             while len(running) < args.slots and start_next():
                 pass
@@ -155,9 +157,9 @@ def main():
         pid, status, usage = os.wait4(-1, os.WNOHANG)
         if pid == 0:
             now = time.monotonic()
-            for t, proc, started, _, seconds in running.values():
+            for pid, (_, _, started, _, seconds) in running.items():
                 if now - started > seconds + 60:
-                    proc.kill()
+                    os.kill(pid, signal.SIGKILL)
             time.sleep(1)
             continue
         if pid not in running:
