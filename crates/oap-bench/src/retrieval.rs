@@ -144,6 +144,14 @@ pub struct Args {
     /// Rank every request as one text, also in the default row.
     #[arg(long)]
     no_split_asks: bool,
+    /// Put these words before the embedded query text (not the lexical
+    /// one) in the default row; adds a "Hybrid (no prefix)" row.
+    #[arg(long)]
+    dense_prefix: Option<String>,
+    /// The default row's "no fitting capability" threshold (hybrid and
+    /// dense), as the daemon's `discovery.min_score` sets it.
+    #[arg(long)]
+    min_score: Option<f32>,
     /// Also rank with the query adapter in this file.
     #[arg(long)]
     adapter: Option<PathBuf>,
@@ -407,6 +415,15 @@ pub fn run(args: Args) -> anyhow::Result<RetrievalReport> {
     config.scoring.query.lexical_hint = !args.no_lexical_hint;
     config.scoring.query.strip_filler = args.strip_filler;
     config.scoring.query.split_asks = !args.no_split_asks;
+    if let Some(prefix) = &args.dense_prefix {
+        // Leaked once per run: the options are `Copy` and live for the whole process.
+        config.scoring.query.dense_prefix =
+            (!prefix.is_empty()).then(|| &*Box::leak(prefix.clone().into_boxed_str()));
+    }
+    if let Some(min_score) = args.min_score {
+        config.scoring.min_score_hybrid = min_score;
+        config.scoring.min_score_dense = min_score;
+    }
     if let Some(similarity) = args.duplicate_similarity {
         config.scoring.duplicate_similarity = similarity;
     }
@@ -503,18 +520,31 @@ pub fn run(args: Args) -> anyhow::Result<RetrievalReport> {
     // A run ranks the asks of a request with several apart too when its
     // scoring says so (`oap_discovery::intents`): the default does, the
     // baselines and the history rows rank the request as one text.
-    let one_query = Scoring {
+    // The history rows embed the request without a query prefix and
+    // abstain at the engine's own thresholds (`before`).
+    let defaults = Scoring::default();
+    let before = Scoring {
+        min_score_hybrid: defaults.min_score_hybrid,
+        min_score_dense: defaults.min_score_dense,
         query: QueryOptions {
-            split_asks: false,
+            dense_prefix: None,
             ..config.scoring.query
         },
         ..config.scoring.clone()
+    };
+    let one_query = Scoring {
+        query: QueryOptions {
+            split_asks: false,
+            ..before.query
+        },
+        ..before.clone()
     };
     for mode in [Mode::Lexical, Mode::Dense] {
         runs.push((format!("{mode:?}"), mode, one_query.clone()));
     }
     // Hybrid as it was before abstention counted lexical evidence, before
-    // asks were ranked apart, then the default configuration.
+    // asks were ranked apart, before the query prefix, then the default
+    // configuration.
     let cosine_abstention = Scoring {
         abstention_lexical_weight: 0.0,
         ..one_query.clone()
@@ -527,6 +557,10 @@ pub fn run(args: Args) -> anyhow::Result<RetrievalReport> {
     if config.scoring.query.split_asks {
         runs.push(("Hybrid (one query)".into(), Mode::Hybrid, one_query.clone()));
     }
+    if config.scoring.query.dense_prefix.is_some() {
+        runs.push(("Hybrid (no prefix)".into(), Mode::Hybrid, before.clone()));
+        runs.push(("Dense (prefix)".into(), Mode::Dense, config.scoring.clone()));
+    }
     runs.push(("Hybrid".into(), Mode::Hybrid, config.scoring.clone()));
     for &w in weights.iter().skip(1) {
         let scoring = Scoring {
@@ -536,8 +570,20 @@ pub fn run(args: Args) -> anyhow::Result<RetrievalReport> {
         runs.push((format!("Hybrid w={w}"), Mode::Hybrid, scoring));
     }
     if adapter.is_some() {
-        runs.push((format!("{ADAPTED}Dense"), Mode::Dense, one_query.clone()));
-        runs.push((format!("{ADAPTED}Hybrid"), Mode::Hybrid, one_query.clone()));
+        // The adapter maps the default view's vector, so these rows use its options.
+        let adapted_one_query = Scoring {
+            query: QueryOptions {
+                split_asks: false,
+                ..config.scoring.query
+            },
+            ..config.scoring.clone()
+        };
+        runs.push((
+            format!("{ADAPTED}Dense"),
+            Mode::Dense,
+            adapted_one_query.clone(),
+        ));
+        runs.push((format!("{ADAPTED}Hybrid"), Mode::Hybrid, adapted_one_query));
     }
     let mut tallies: Vec<Tally> = runs.iter().map(|_| Tally::default()).collect();
     let mut misses = Vec::new();
@@ -588,16 +634,38 @@ pub fn run(args: Args) -> anyhow::Result<RetrievalReport> {
         let expected: Vec<String> = task.expected.iter().map(|e| display(e)).collect();
         let soft = args.soft_negatives.contains(&task.id);
         for ((label, mode, scoring), tally) in runs.iter().zip(tallies.iter_mut()) {
+            // A run whose query options differ from the default's embeds
+            // its own view of the request (from the embedding cache when
+            // the text was seen before).
+            let own = (scoring.query != config.scoring.query)
+                .then(|| -> anyhow::Result<_> {
+                    let views = query::views_with(&task.query, &scoring.query);
+                    let vector = cached
+                        .embed_one(&views.dense)
+                        .map_err(|e| anyhow::anyhow!("embed: {e}"))?;
+                    let terms = oap_index::tokenize(&views.lexical);
+                    let asks = asks_of(&views.dense, &scoring.query, |text| {
+                        cached
+                            .embed_one(text)
+                            .map_err(|e| anyhow::anyhow!("embed: {e}"))
+                    })?;
+                    Ok((vector, terms, asks))
+                })
+                .transpose()?;
+            let (vector, terms, asks) = match &own {
+                Some((vector, terms, asks)) => (vector, terms, asks),
+                None => (&vector, &terms, &asks),
+            };
             let vector = match &adapted {
                 Some(adapted) if label.starts_with(ADAPTED) => adapted,
-                _ => &vector,
+                _ => vector,
             };
             let run_asks = if scoring.query.split_asks {
                 &asks[..]
             } else {
                 &[]
             };
-            let scored = intents::rank(&index, scoring, *mode, Some(vector), &terms, run_asks, 10);
+            let scored = intents::rank(&index, scoring, *mode, Some(vector), terms, run_asks, 10);
             let found: Vec<String> = scored
                 .iter()
                 .map(|(doc, _)| display(names.get(*doc as usize).map_or("", |n| n.as_str())))
