@@ -20,7 +20,7 @@ use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::EnvFilter;
 
-use crate::config::{LogConfig, LogFormat};
+use crate::config::{log_filter_builder, LogConfig, LogFormat};
 
 /// Prefix of oapd's own journald fields (`OAPD_MANIFESTS=13`), so they can
 /// never clash with journald's trusted fields and are easy to filter on.
@@ -39,8 +39,10 @@ pub fn init(config: &LogConfig, log_content: bool) {
             std::env::var(EnvFilter::DEFAULT_ENV)
                 .ok()
                 .filter(|directives| directives.is_ascii())
-                .and_then(|directives| EnvFilter::try_new(directives).ok())
-                .unwrap_or_else(|| EnvFilter::new(format!("{},hyper=warn", config.level))),
+                .and_then(|directives| log_filter_builder().parse(directives).ok())
+                .unwrap_or_else(|| {
+                    log_filter_builder().parse_lossy(format!("{},hyper=warn", config.level))
+                }),
             log_content,
         )
     };

@@ -467,6 +467,15 @@ fn check_http_url(url: &str, origin_only: bool) -> Result<(), String> {
     Ok(())
 }
 
+/// How every log filter of the daemon is built: field values in a
+/// directive (`target[span{field=value}]=level`) are matched as literal
+/// text, not compiled as regular expressions. The regex engine behind the
+/// filter builds a DFA whose size can grow exponentially with the pattern:
+/// a 300-byte `log.level` (found by fuzzing) kept start-up busy for minutes.
+pub(crate) fn log_filter_builder() -> tracing_subscriber::filter::Builder {
+    tracing_subscriber::EnvFilter::builder().with_regex(false)
+}
+
 fn check_log_level(level: &str) -> Result<(), String> {
     const LEVELS: &[&str] = &["trace", "debug", "info", "warn", "error", "off"];
     let trimmed = level.trim();
@@ -488,7 +497,7 @@ fn check_log_level(level: &str) -> Result<(), String> {
             quote(level)
         ));
     }
-    tracing_subscriber::EnvFilter::builder()
+    log_filter_builder()
         .parse(trimmed)
         .map(|_| ())
         .map_err(|e| format!("{hint}; {e}, in {}", quote(level)))
@@ -578,6 +587,27 @@ mod tests {
                 .unwrap_err();
         assert!(err.contains("a filter directive is ASCII"), "{err}");
         assert!(check_log_level("info,oäpd=debug").is_err());
+    }
+
+    #[test]
+    fn field_values_in_a_log_filter_are_literal_text_not_patterns() {
+        // Found by fuzzing (`OAP_LOG_LEVEL`): compiled as a regular
+        // expression, the field value below (42 `.` among NULs) kept the
+        // filter's DFA builder busy for minutes. As literal text it is a
+        // directive like any other, checked at once.
+        let fuzzed = format!(
+            "7|r[[K\r\u{1}\0'\0|\r  \u{11}!mdn{{6=\0\0 \0\0\0\0|{}{}{}'\0*\0\0\0\0\0 =7: .|r[UU}}UU|{}8",
+            "\0".repeat(12),
+            ".".repeat(42),
+            "\0".repeat(50),
+            "\0".repeat(7),
+        );
+        let _ = check_log_level(&fuzzed);
+        // The same kind of pattern in a valid directive: a field filter
+        // whose value as a pattern (`.*a` and 24 more characters) would
+        // need a DFA of 2^24 states.
+        let directive = format!("info,oapd[request{{path=.*a{}}}]=debug", ".".repeat(24));
+        assert_eq!(check_log_level(&directive), Ok(()));
     }
 
     #[test]
