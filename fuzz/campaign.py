@@ -9,7 +9,7 @@ Runs the targets `cargo xtask fuzz` builds (build them first with
 processes at a time, each in the idle scheduling class (`chrt -i 0`) so that
 builds, tests and benchmarks on the same machine are not slowed. A process
 runs for at most CHUNK seconds of wall time, then the next target in need
-takes its slot; the CPU time of each process (user + system, from its
+takes its slot (a target takes a second slot when no other needs one); the CPU time of each process (user + system, from its
 rusage) is added to its target in DIR/campaign.json (DIR: target/fuzz
 unless --dir names another, which then holds the corpus, artifacts and
 logs too), with the
@@ -125,14 +125,19 @@ def main():
         return not entry.get("failed") and entry.get("cpu", 0.0) < args.goal
 
     def start_next():
-        busy = {t for t, *_ in running.values()}
-        for t in args.targets:
-            if t in busy or not needs_time(t):
-                continue
+        busy = [t for t, *_ in running.values()]
+        # A target already running takes a second slot only when no other
+        # target needs one: its processes share the corpus directory, and
+        # each one's CPU is counted from its own rusage.
+        waiting = [t for t in args.targets if t not in busy and needs_time(t)]
+        waiting += [t for t in args.targets if t in busy and needs_time(t)]
+        for t in waiting:
             left = args.goal - state.get(t, {}).get("cpu", 0.0)
+            # A process already running for this target will count its share.
+            left = left / (busy.count(t) + 1)
             seconds = max(10, min(args.chunk, int(left) + 5))
             cmd = command(t, seconds)
-            log = FUZZ / "logs" / f"campaign-{t}-{int(time.time())}.log"
+            log = FUZZ / "logs" / f"campaign-{t}-{time.time_ns()}.log"
             with open(log, "wb") as out:
                 proc = subprocess.Popen(cmd, cwd=ROOT, stdout=out,
                                         stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
