@@ -33,12 +33,14 @@ const JOURNAL_FIELD_PREFIX: &str = "OAPD";
 pub fn init(config: &LogConfig, log_content: bool) {
     let filter = || {
         content_filter(
-            // `RUST_LOG` when it is set and ASCII: the filter parser panics
-            // on some non-ASCII directives, and the configured level (checked
-            // when the configuration loaded) is the better answer then.
+            // `RUST_LOG` when it is set, ASCII and without field filters:
+            // the filter parser panics on some non-ASCII directives, and
+            // field filters are refused in `log.level` for the reasons
+            // given there; the configured level (checked when the
+            // configuration loaded) is the better answer then.
             std::env::var(EnvFilter::DEFAULT_ENV)
                 .ok()
-                .filter(|directives| directives.is_ascii())
+                .filter(|directives| directives.is_ascii() && !directives.contains(['{', '}']))
                 .and_then(|directives| log_filter_builder().parse(directives).ok())
                 .unwrap_or_else(|| {
                     log_filter_builder().parse_lossy(format!("{},hyper=warn", config.level))
