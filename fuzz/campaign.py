@@ -9,8 +9,8 @@ Runs the targets `cargo xtask fuzz` builds (build them first with
 processes at a time, each in the idle scheduling class (`chrt -i 0`) so that
 builds, tests and benchmarks on the same machine are not slowed. A process
 runs for at most CHUNK seconds of wall time, then the next target in need
-takes its slot (a target takes a second slot when no other needs one); the CPU time of each process (user + system, from its
-rusage) is added to its target in DIR/campaign.json (DIR: target/fuzz
+takes its slot (a target takes a second slot when no other needs one);
+the CPU time of each process (user + system, from its rusage) is added to its target in DIR/campaign.json (DIR: target/fuzz
 unless --dir names another, which then holds the corpus, artifacts and
 logs too), with the
 executions and the last coverage, features and corpus size libFuzzer

@@ -20,7 +20,7 @@ use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::EnvFilter;
 
-use crate::config::{log_filter_builder, LogConfig, LogFormat};
+use crate::config::{parse_log_filter, LogConfig, LogFormat};
 
 /// Prefix of oapd's own journald fields (`OAPD_MANIFESTS=13`), so they can
 /// never clash with journald's trusted fields and are easy to filter on.
@@ -33,18 +33,13 @@ const JOURNAL_FIELD_PREFIX: &str = "OAPD";
 pub fn init(config: &LogConfig, log_content: bool) {
     let filter = || {
         content_filter(
-            // `RUST_LOG` when it is set, ASCII and without field filters:
-            // the filter parser panics on some non-ASCII directives, and
-            // field filters are refused in `log.level` for the reasons
-            // given there; the configured level (checked when the
-            // configuration loaded) is the better answer then.
+            // `RUST_LOG` when it is set and passes the checks `log.level`
+            // passed when the configuration loaded; else that level.
             std::env::var(EnvFilter::DEFAULT_ENV)
                 .ok()
-                .filter(|directives| directives.is_ascii() && !directives.contains(['{', '}']))
-                .and_then(|directives| log_filter_builder().parse(directives).ok())
-                .unwrap_or_else(|| {
-                    log_filter_builder().parse_lossy(format!("{},hyper=warn", config.level))
-                }),
+                .and_then(|directives| parse_log_filter(&directives).ok())
+                .or_else(|| parse_log_filter(&format!("{},hyper=warn", config.level)).ok())
+                .unwrap_or_else(|| EnvFilter::new("info,hyper=warn")),
             log_content,
         )
     };

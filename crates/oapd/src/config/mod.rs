@@ -45,7 +45,7 @@ pub(crate) use crawler::parse_host_entry;
 pub use crawler::CrawlerConfig;
 pub use env::{env_var_name, process_env, ENV_PREFIX, NON_CONFIG_ENV_VARS};
 pub use error::{ConfigError, Position, Problem};
-pub(crate) use validate::log_filter_builder;
+pub(crate) use validate::parse_log_filter;
 
 use text::quote;
 

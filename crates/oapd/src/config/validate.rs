@@ -4,6 +4,8 @@
 use std::fmt;
 use std::net::{IpAddr, SocketAddr};
 
+use tracing_subscriber::EnvFilter;
+
 use super::text::quote;
 use super::{
     Config, ConfigError, DiscoveryConfig, DiscoveryMode, EmbeddingConfig, ExperienceConfig,
@@ -467,13 +469,27 @@ fn check_http_url(url: &str, origin_only: bool) -> Result<(), String> {
     Ok(())
 }
 
-/// How every log filter of the daemon is built: field values in a
-/// directive (`target[span{field=value}]=level`) are matched as literal
-/// text, not compiled as regular expressions. The regex engine behind the
-/// filter builds a DFA whose size can grow exponentially with the pattern:
-/// a 300-byte `log.level` (found by fuzzing) kept start-up busy for minutes.
-pub(crate) fn log_filter_builder() -> tracing_subscriber::filter::Builder {
-    tracing_subscriber::EnvFilter::builder().with_regex(false)
+/// Parses a log filter the way the daemon builds every one (`log.level`
+/// and `RUST_LOG`); the error says what is wrong, without the value.
+///
+/// Refused before the parser sees them: non-ASCII directives (the parser
+/// slices them at byte offsets and panics) and field filters
+/// (`target[span{field=value}]=level`: as patterns their DFA can take
+/// minutes to build; as literal text the same one twice breaks an
+/// invariant of the filter library). All three were found by fuzzing.
+/// Field values are literal text all the same (`with_regex(false)`), so a
+/// filter built here never compiles a pattern.
+pub(crate) fn parse_log_filter(directives: &str) -> Result<EnvFilter, String> {
+    if let Some(c) = directives.chars().find(|c| !c.is_ascii()) {
+        return Err(format!("a filter directive is ASCII, found {c:?}"));
+    }
+    if directives.contains(['{', '}']) {
+        return Err("field filters ({...}) are not supported".to_string());
+    }
+    EnvFilter::builder()
+        .with_regex(false)
+        .parse(directives)
+        .map_err(|e| e.to_string())
 }
 
 fn check_log_level(level: &str) -> Result<(), String> {
@@ -488,28 +504,7 @@ fn check_log_level(level: &str) -> Result<(), String> {
     if trimmed.is_empty() || !trimmed.contains(['=', ',']) {
         return Err(format!("{hint}, got {}", quote(level)));
     }
-    // Targets, levels and field names are ASCII; and the filter parser
-    // slices non-ASCII directives at byte offsets and panics (found by
-    // fuzzing), so such a value is refused before it gets there.
-    if let Some(c) = trimmed.chars().find(|c| !c.is_ascii()) {
-        return Err(format!(
-            "{hint}; a filter directive is ASCII, found {c:?} in {}",
-            quote(level)
-        ));
-    }
-    // Field filters (`target[span{field=value}]=level`) are refused: the
-    // filter library compiles their values as patterns (a DFA that can grow
-    // exponentially) or, as literal text, trips an internal invariant when
-    // the same one appears twice (found by fuzzing, both). Levels per
-    // target and per span name are what an operator needs.
-    if trimmed.contains(['{', '}']) {
-        return Err(format!(
-            "{hint}; field filters ({{...}}) are not supported, in {}",
-            quote(level)
-        ));
-    }
-    log_filter_builder()
-        .parse(trimmed)
+    parse_log_filter(trimmed)
         .map(|_| ())
         .map_err(|e| format!("{hint}; {e}, in {}", quote(level)))
 }
@@ -630,9 +625,8 @@ mod tests {
         // assertions are on). It is refused like any field filter.
         let twice = "info,[{path=x}]=debug,[{path=x}]=trace";
         assert!(check_log_level(twice).is_err());
-        // Built directly (as `RUST_LOG` would be without the check), the
-        // field value is literal text, so the pattern costs nothing.
-        assert!(log_filter_builder().parse(&directive).is_ok());
+        // `RUST_LOG` goes through the same parser.
+        assert!(parse_log_filter(&directive).is_err());
     }
 
     #[test]
