@@ -20,6 +20,7 @@ use oap_embed::{EmbedError, Embedder};
 
 use crate::encoder::{weight_prefix, Encoder};
 use crate::kernel::WeightPrecision;
+use crate::tuning::{ToolTuning, Tuned, ID_MARKER, TRAINED_FOR_SHA256};
 use crate::weights::WeightsFile;
 use candle_nn::var_builder::SimpleBackend as _;
 
@@ -72,6 +73,12 @@ pub struct EmbedOptions {
     /// [`Embedder::model_id`], so an index built at one precision is
     /// re-embedded at the other.
     pub weights: WeightPrecision,
+    /// Merge the compiled-in tool-retrieval tuning into the weights
+    /// (`tuning.rs`; off by default until its abstention is refitted: see
+    /// docs/BENCHMARKS.md). It applies only to the all-MiniLM-L6-v2 files it
+    /// was trained from; any other model directory loads as it is. Part of
+    /// [`Embedder::model_id`] (`+tools`) when applied.
+    pub tool_tuning: bool,
 }
 
 impl Default for EmbedOptions {
@@ -81,6 +88,7 @@ impl Default for EmbedOptions {
             batch_size: 16,
             threads: None,
             weights: WeightPrecision::default(),
+            tool_tuning: false,
         }
     }
 }
@@ -203,6 +211,19 @@ impl BertEmbedder {
                 reason,
             }
         })?;
+        // The tuning fits one architecture; a model of another shape loads
+        // untuned without trying (its digest could not match anyway).
+        let tuning = if opts.tool_tuning && fits_tool_tuning(&cfg) {
+            Some(
+                ToolTuning::compiled_in().map_err(|reason| EmbedError::BadWeights {
+                    path: weights_path.clone(),
+                    reason,
+                })?,
+            )
+        } else {
+            None
+        };
+        let tuned = tuning.is_some();
         let read_ms = started.elapsed().as_secs_f64() * 1e3;
         let device = Device::Cpu;
         // Hash on a second thread, reading the file in chunks, while the
@@ -225,7 +246,14 @@ impl BertEmbedder {
                 .rows_on_disk(&word_table, cfg.vocab_size, cfg.hidden_size)
                 .ok()
                 .flatten();
-            let vb = VarBuilder::from_backend(Box::new(weights), DType::F32, device.clone());
+            let backend: Box<dyn candle_nn::var_builder::SimpleBackend> = match tuning {
+                Some(tuning) => Box::new(Tuned {
+                    inner: weights,
+                    tuning,
+                }),
+                None => Box::new(weights),
+            };
+            let vb = VarBuilder::from_backend(backend, DType::F32, device.clone());
             let model = Encoder::load(vb, &cfg, word_rows, opts.weights);
             let (digest, hash_ms) = match hasher.join() {
                 Ok(r) => r,
@@ -234,6 +262,22 @@ impl BertEmbedder {
             (digest, model, hash_ms)
         });
         let content_sha256 = content_sha256?;
+        if tuned && content_sha256 != TRAINED_FOR_SHA256 {
+            // Same shape, other weights (another MiniLM, a fine-tune of
+            // its own): the update would only damage them. Rare, so the
+            // load is simply done again, untuned.
+            tracing::info!(
+                dir = %dir.display(),
+                "tool tuning not applied: it was trained for other weights"
+            );
+            return Self::load(
+                &dir,
+                EmbedOptions {
+                    tool_tuning: false,
+                    ..opts
+                },
+            );
+        }
         let model = model.map_err(|e| EmbedError::BadWeights {
             path: weights_path.clone(),
             reason: e.to_string(),
@@ -256,15 +300,16 @@ impl BertEmbedder {
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_else(|| "model".to_owned());
-        // `<dir>[+bf16]@<sha256 prefix>`: the precision changes the vectors,
-        // so it is part of the id an index is built for; what follows the
-        // `@` names the weights alone (an adapter fits either precision).
+        // `<dir>[+bf16][+tools]@<sha256 prefix>`: the precision and the
+        // tuning change the vectors, so they are part of the id an index is
+        // built for; what follows the `@` names the weight files alone.
         let precision = match opts.weights {
             WeightPrecision::F32 => "",
             WeightPrecision::Bf16 => "+bf16",
         };
+        let tuning_marker = if tuned { ID_MARKER } else { "" };
         let model_id = format!(
-            "{dir_name}{precision}@{}",
+            "{dir_name}{precision}{tuning_marker}@{}",
             content_sha256.get(..16).unwrap_or(&content_sha256)
         );
         tracing::info!(
@@ -296,6 +341,12 @@ impl BertEmbedder {
     /// carries its first 16 hex digits.
     pub fn content_sha256(&self) -> &str {
         &self.content_sha256
+    }
+
+    /// Whether the tool-retrieval tuning was merged into the weights
+    /// (asked for, and the directory holds the weights it was trained from).
+    pub fn tool_tuned(&self) -> bool {
+        self.model_id.contains(ID_MARKER)
     }
 
     /// Canonical path of the model directory.
@@ -588,6 +639,11 @@ fn content_digest(head: &[&[u8]], tail: &Path) -> Result<String, EmbedError> {
         h.update(buf.get(..n).unwrap_or_default());
     }
     Ok(hex::encode(h.finalize()))
+}
+
+/// The architecture the tool tuning was trained on: all-MiniLM-L6-v2's.
+fn fits_tool_tuning(cfg: &BertConfig) -> bool {
+    cfg.hidden_size == 384 && cfg.num_hidden_layers == 6 && cfg.intermediate_size == 1536
 }
 
 /// Longest prefix of `s` of at most `max` bytes that ends on a char boundary.

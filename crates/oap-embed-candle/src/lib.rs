@@ -14,6 +14,7 @@ mod bert;
 mod config;
 mod encoder;
 mod kernel;
+mod tuning;
 mod weights;
 
 pub use bert::{BertEmbedder, EmbedOptions};

@@ -36,12 +36,20 @@ fn require_model() -> PathBuf {
     dir
 }
 
+/// The checkpoint as published, without the compiled-in tool tuning: what
+/// the sentence-transformers reference computes. The tuning has its own
+/// tests at the end.
+fn base_options() -> EmbedOptions {
+    EmbedOptions {
+        tool_tuning: false,
+        ..EmbedOptions::default()
+    }
+}
+
 /// One shared model per test binary: loading is ~100 ms and ~90 MB.
 fn embedder() -> &'static BertEmbedder {
     static E: OnceLock<BertEmbedder> = OnceLock::new();
-    E.get_or_init(|| {
-        BertEmbedder::load(&require_model(), EmbedOptions::default()).expect("load real model")
-    })
+    E.get_or_init(|| BertEmbedder::load(&require_model(), base_options()).expect("load real model"))
 }
 
 /// The same model with the checkpoint's `f32` weights.
@@ -50,7 +58,7 @@ fn f32_embedder() -> &'static BertEmbedder {
     E.get_or_init(|| {
         let opts = EmbedOptions {
             weights: WeightPrecision::F32,
-            ..EmbedOptions::default()
+            ..base_options()
         };
         BertEmbedder::load(&require_model(), opts).expect("load real model")
     })
@@ -239,7 +247,7 @@ fn concurrent_queries_through_the_coalescing_wrapper_get_their_own_vectors() {
         .iter()
         .map(|t| embedder().embed_one(t).unwrap())
         .collect();
-    let model = BertEmbedder::load(&require_model(), EmbedOptions::default()).unwrap();
+    let model = BertEmbedder::load(&require_model(), base_options()).unwrap();
     let coalescing = Arc::new(Coalescing::new(model, 16));
     let texts = queries();
     // Several rounds, every thread released at once each round.
@@ -283,7 +291,7 @@ fn batch_size_does_not_change_results() {
         EmbedOptions {
             batch_size: 3,
             threads: Some(1),
-            ..EmbedOptions::default()
+            ..base_options()
         },
     )
     .unwrap();
@@ -352,7 +360,7 @@ fn partial_copy(skip: &[&str]) -> tempfile::TempDir {
 fn missing_dir() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("nope");
-    match BertEmbedder::load(&dir, EmbedOptions::default()) {
+    match BertEmbedder::load(&dir, base_options()) {
         Err(EmbedError::ModelDirNotFound { path }) => assert_eq!(path, dir),
         other => panic!("expected ModelDirNotFound, got {other:?}"),
     }
@@ -362,7 +370,7 @@ fn missing_dir() {
 fn missing_files() {
     for f in ["config.json", "tokenizer.json", "model.safetensors"] {
         let tmp = partial_copy(&[f]);
-        match BertEmbedder::load(tmp.path(), EmbedOptions::default()) {
+        match BertEmbedder::load(tmp.path(), base_options()) {
             Err(e @ EmbedError::MissingFile { .. }) => {
                 let EmbedError::MissingFile { path } = &e else {
                     unreachable!()
@@ -383,7 +391,7 @@ fn corrupt_config() {
     ] {
         let tmp = partial_copy(&["config.json"]);
         fs::write(tmp.path().join("config.json"), body).unwrap();
-        match BertEmbedder::load(tmp.path(), EmbedOptions::default()) {
+        match BertEmbedder::load(tmp.path(), base_options()) {
             Err(e @ EmbedError::BadConfig { .. }) => {
                 assert!(e.to_string().contains("config.json"), "{why}: {e}")
             }
@@ -398,7 +406,7 @@ fn corrupt_config() {
     let tmp = partial_copy(&["config.json"]);
     fs::write(tmp.path().join("config.json"), bad.to_string()).unwrap();
     assert!(matches!(
-        BertEmbedder::load(tmp.path(), EmbedOptions::default()),
+        BertEmbedder::load(tmp.path(), base_options()),
         Err(EmbedError::BadConfig { .. })
     ));
 }
@@ -407,7 +415,7 @@ fn corrupt_config() {
 fn corrupt_tokenizer() {
     let tmp = partial_copy(&["tokenizer.json"]);
     fs::write(tmp.path().join("tokenizer.json"), "{}").unwrap();
-    match BertEmbedder::load(tmp.path(), EmbedOptions::default()) {
+    match BertEmbedder::load(tmp.path(), base_options()) {
         Err(e @ EmbedError::Tokenizer(_)) => assert!(e.to_string().contains("tokenizer.json")),
         other => panic!("expected Tokenizer, got {other:?}"),
     }
@@ -420,7 +428,7 @@ fn truncated_weights() {
     for cut in [good.len() / 2, 100] {
         let tmp = partial_copy(&["model.safetensors"]);
         fs::write(tmp.path().join("model.safetensors"), &good[..cut]).unwrap();
-        match BertEmbedder::load(tmp.path(), EmbedOptions::default()) {
+        match BertEmbedder::load(tmp.path(), base_options()) {
             Err(e @ EmbedError::BadWeights { .. }) => {
                 assert!(e.to_string().contains("model.safetensors"), "{e}")
             }
@@ -438,7 +446,7 @@ fn model_id_changes_when_weights_change() {
     bytes[i] ^= 0x01;
     let tmp = partial_copy(&["model.safetensors"]);
     fs::write(tmp.path().join("model.safetensors"), &bytes).unwrap();
-    let changed = BertEmbedder::load(tmp.path(), EmbedOptions::default()).unwrap();
+    let changed = BertEmbedder::load(tmp.path(), base_options()).unwrap();
     let original = embedder();
     assert_ne!(changed.model_id(), original.model_id());
     assert_ne!(changed.content_sha256(), original.content_sha256());
@@ -450,19 +458,19 @@ fn invalid_options() {
     for opts in [
         EmbedOptions {
             batch_size: 0,
-            ..EmbedOptions::default()
+            ..base_options()
         },
         EmbedOptions {
             max_tokens: 1,
-            ..EmbedOptions::default()
+            ..base_options()
         },
         EmbedOptions {
             max_tokens: 100_000,
-            ..EmbedOptions::default()
+            ..base_options()
         },
         EmbedOptions {
             threads: Some(0),
-            ..EmbedOptions::default()
+            ..base_options()
         },
     ] {
         assert!(
@@ -640,5 +648,101 @@ fn bf16_weights_stay_within_rounding_of_candle_bert_model() {
     assert!(
         worst > 1e-5,
         "bf16 vectors equal the f32 reference: not in effect"
+    );
+}
+
+/// The compiled-in tool tuning: applied to the weights it was trained from.
+fn tuned_embedder() -> &'static BertEmbedder {
+    static E: OnceLock<BertEmbedder> = OnceLock::new();
+    E.get_or_init(|| {
+        let opts = EmbedOptions {
+            tool_tuning: true,
+            ..EmbedOptions::default()
+        };
+        BertEmbedder::load(&require_model(), opts).expect("load real model")
+    })
+}
+
+#[test]
+fn tool_tuning_is_named_in_the_model_id_and_moves_the_vectors() {
+    let tuned = tuned_embedder();
+    let base = embedder();
+    assert!(tuned.tool_tuned());
+    assert!(!base.tool_tuned());
+    // Same files, so the same digest; the id tells the two apart, so an
+    // index embedded with one is re-embedded with the other.
+    assert_eq!(tuned.content_sha256(), base.content_sha256());
+    let full = base.content_sha256();
+    let name = tuned
+        .model_dir()
+        .file_name()
+        .unwrap()
+        .to_string_lossy()
+        .to_string();
+    assert_eq!(
+        tuned.model_id(),
+        format!("{name}+bf16+tools@{}", &full[..16])
+    );
+    let text = "what's the weather like in Paris tomorrow";
+    let (t, b) = (
+        tuned.embed_one(text).unwrap(),
+        base.embed_one(text).unwrap(),
+    );
+    assert!((norm(&t) - 1.0).abs() < 1e-3);
+    assert!(
+        cosine(&t, &b) < 0.999,
+        "tuned and base vectors are the same: the tuning was not merged"
+    );
+    // A low-rank update moves the vectors, it does not replace the model.
+    assert!(
+        cosine(&t, &b) > 0.7,
+        "tuned vector unrelated to the base one"
+    );
+}
+
+#[test]
+fn tool_tuning_brings_a_request_nearer_its_tool_than_the_base_model_does() {
+    // Public-API style: a request and the description row the daemon
+    // embeds for its tool, against a near miss of the same domain.
+    let request = "Tell me the water quality of the lake near the cabin.";
+    let tool =
+        "Retrieve water quality information. Inputs: location (The location of the water body).";
+    let other = "Retrieve weather information. Inputs: location (The city or place).";
+    let margin = |e: &BertEmbedder| {
+        let v = e.embed(&[request, tool, other]).unwrap();
+        cosine(&v[0], &v[1]) - cosine(&v[0], &v[2])
+    };
+    let (tuned, base) = (margin(tuned_embedder()), margin(embedder()));
+    assert!(tuned > 0.0, "tuned model prefers the wrong tool ({tuned})");
+    assert!(
+        tuned > base,
+        "the tuning does not separate the tools better: tuned margin {tuned}, base {base}"
+    );
+}
+
+#[test]
+fn tool_tuning_leaves_other_weights_untouched() {
+    // Weights of the same shape but not the ones it was trained from: the
+    // update would only damage them, so they load untuned.
+    let mut bytes = fs::read(require_model().join("model.safetensors")).unwrap();
+    let i = bytes.len() - 7;
+    bytes[i] ^= 0x01;
+    let tmp = partial_copy(&["model.safetensors"]);
+    fs::write(tmp.path().join("model.safetensors"), &bytes).unwrap();
+    let opts = EmbedOptions {
+        tool_tuning: true,
+        ..EmbedOptions::default()
+    };
+    let other = BertEmbedder::load(tmp.path(), opts).unwrap();
+    assert!(!other.tool_tuned());
+    assert!(!other.model_id().contains("+tools"), "{}", other.model_id());
+    let text = "set a timer for ten minutes";
+    let (o, b) = (
+        other.embed_one(text).unwrap(),
+        embedder().embed_one(text).unwrap(),
+    );
+    assert!(
+        max_abs_diff(&o, &b) < 1e-3,
+        "untuned load differs from the base model"
     );
 }
