@@ -152,6 +152,10 @@ pub struct Args {
     /// dense), as the daemon's `discovery.min_score` sets it.
     #[arg(long)]
     min_score: Option<f32>,
+    /// Load the model with the compiled-in tool-retrieval tuning (the
+    /// daemon's `embedding.tool_tuning: true`), with its thresholds.
+    #[arg(long)]
+    tool_tuning: bool,
     /// Also rank with the query adapter in this file.
     #[arg(long)]
     adapter: Option<PathBuf>,
@@ -400,14 +404,26 @@ pub fn run(args: Args) -> anyhow::Result<RetrievalReport> {
             );
         }
     }
-    let model: Arc<dyn Embedder> = Arc::new(
-        BertEmbedder::load(&args.model, EmbedOptions::default())
-            .map_err(|e| anyhow::anyhow!("model: {e}"))?,
-    );
+    let bert = BertEmbedder::load(
+        &args.model,
+        EmbedOptions {
+            tool_tuning: args.tool_tuning,
+            ..EmbedOptions::default()
+        },
+    )
+    .map_err(|e| anyhow::anyhow!("model: {e}"))?;
+    // The daemon's thresholds for this encoder (`oapd::app::engine_config`).
+    let engine_defaults = if bert.tool_tuned() {
+        Scoring::tool_tuned()
+    } else {
+        Scoring::default()
+    };
+    let model: Arc<dyn Embedder> = Arc::new(bert);
     let cached = Arc::new(Cached::load(model.clone(), args.embed_cache.as_ref()));
 
     let data = std::env::temp_dir().join(format!("oapd-eval-{}", std::process::id()));
     let mut config = EngineConfig::new(&data);
+    config.scoring = engine_defaults.clone();
     if let Some(&w) = args.lexical_weights.first() {
         config.scoring.lexical_weight = w;
     }
@@ -522,7 +538,7 @@ pub fn run(args: Args) -> anyhow::Result<RetrievalReport> {
     // baselines and the history rows rank the request as one text.
     // The history rows embed the request without a query prefix and
     // abstain at the engine's own thresholds (`before`).
-    let defaults = Scoring::default();
+    let defaults = engine_defaults;
     let before = Scoring {
         min_score_hybrid: defaults.min_score_hybrid,
         min_score_dense: defaults.min_score_dense,

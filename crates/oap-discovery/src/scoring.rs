@@ -102,6 +102,19 @@ impl Default for Scoring {
 }
 
 impl Scoring {
+    /// The defaults for an encoder with the tool-retrieval tuning
+    /// (`oap-embed-candle`'s `tool_tuning`). Its training pulls a request
+    /// toward its tool, which lifts every request's cosines: the hybrid
+    /// threshold was refitted on tuning data (`bench/fit_abstention.py`,
+    /// docs/BENCHMARKS.md) and the dense one moved by the same amount.
+    pub fn tool_tuned() -> Self {
+        Scoring {
+            min_score_hybrid: 0.36,
+            min_score_dense: 0.34,
+            ..Scoring::default()
+        }
+    }
+
     /// The "no fitting capability" threshold configured for `mode`.
     pub fn threshold(&self, mode: Mode) -> f32 {
         match mode {

@@ -49,6 +49,7 @@ pub fn load_embedder(config: &Config) -> (Option<Arc<dyn Embedder>>, ModelState)
             EmbeddingWeights::Bf16 => WeightPrecision::Bf16,
             EmbeddingWeights::F32 => WeightPrecision::F32,
         },
+        tool_tuning: config.embedding.tool_tuning,
     };
     match BertEmbedder::load(&config.embedding.model_dir, options) {
         Ok(embedder) => {
@@ -119,13 +120,19 @@ pub fn engine_config(config: &Config) -> EngineConfig {
         VectorDtypeConfig::F32 => oap_index::VectorDtype::F32,
         VectorDtypeConfig::I8 => oap_index::VectorDtype::I8,
     };
+    // The calibrated thresholds depend on the encoder's tuning.
+    let defaults = if config.embedding.tool_tuning {
+        Scoring::tool_tuned()
+    } else {
+        Scoring::default()
+    };
     let mut scoring = Scoring {
         mode: match config.discovery.mode {
             DiscoveryMode::Hybrid => Mode::Hybrid,
             DiscoveryMode::Dense => Mode::Dense,
             DiscoveryMode::Lexical => Mode::Lexical,
         },
-        ..Scoring::default()
+        ..defaults
     };
     // The configured threshold is a cosine (hybrid and dense modes); the
     // lexical fallback keeps its own scale and threshold.

@@ -6,7 +6,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use oap_discovery::{Engine, EngineConfig, Source};
+use oap_discovery::{Engine, Source};
 
 use crate::engine::Counting;
 
@@ -23,7 +23,7 @@ pub(crate) fn bundled_dir() -> PathBuf {
 fn bundled_engine(data: &Path) -> Engine {
     let model: Arc<dyn oap_embed::Embedder> = Counting::new();
     let (engine, report) = Engine::open(
-        EngineConfig::new(data),
+        crate::engine::daemon_config(data),
         vec![Source::Dir(bundled_dir())],
         Some(model),
     )

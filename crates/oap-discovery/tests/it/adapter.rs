@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use oap_discovery::{query, Engine, EngineConfig, QueryAdapter, Source};
+use oap_discovery::{query, Engine, QueryAdapter, Source};
 use oap_embed::Embedder;
 
 use crate::engine::{manifest_dir, Counting, CLI};
@@ -43,7 +43,7 @@ fn an_adapter_changes_query_vectors_as_its_formula_says_and_not_the_index() {
     let task = "count the words in a file";
 
     let (plain, _) = Engine::open(
-        EngineConfig::new(data.path()),
+        crate::engine::daemon_config(data.path()),
         sources.clone(),
         Some(model.clone()),
     )
@@ -54,7 +54,7 @@ fn an_adapter_changes_query_vectors_as_its_formula_says_and_not_the_index() {
 
     let file = adapter_file(data.path(), &model_hash(model.model_id()), model.dim());
     let adapter = QueryAdapter::load(&file).unwrap();
-    let mut config = EngineConfig::new(data.path());
+    let mut config = crate::engine::daemon_config(data.path());
     config.query_adapter = Some(Arc::new(adapter));
     let before = model.embedded();
     let (adapted, report) = Engine::open(config, sources, Some(model.clone())).unwrap();
@@ -87,7 +87,7 @@ fn an_adapter_of_another_model_is_dropped_and_vectors_stay_as_they_were() {
     let data = tempfile::tempdir().unwrap();
     let model = Counting::new();
     let file = adapter_file(data.path(), "0000000000000000", model.dim());
-    let mut config = EngineConfig::new(data.path());
+    let mut config = crate::engine::daemon_config(data.path());
     config.query_adapter = Some(Arc::new(QueryAdapter::load(&file).unwrap()));
     let (engine, _) = Engine::open(
         config,

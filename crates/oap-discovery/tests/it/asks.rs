@@ -5,14 +5,14 @@
 
 use std::sync::Arc;
 
-use oap_discovery::{Engine, EngineConfig, Source};
+use oap_discovery::{Engine, Source};
 
 use crate::abstention::bundled_dir;
 use crate::engine::Counting;
 
 fn engine(data: &std::path::Path, split_asks: bool) -> (Engine, Arc<Counting>) {
     let model = Counting::new();
-    let mut config = EngineConfig::new(data);
+    let mut config = crate::engine::daemon_config(data);
     config.scoring.query.split_asks = split_asks;
     let (engine, _) = Engine::open(
         config,

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 
-use oap_discovery::{Engine, EngineConfig, Mode, Source, Trust};
+use oap_discovery::{Engine, EngineConfig, Mode, Scoring, Source, Trust};
 use oap_embed::{EmbedError, Embedder};
 use oap_embed_candle::{BertEmbedder, EmbedOptions};
 
@@ -34,6 +34,17 @@ fn real_model() -> Arc<BertEmbedder> {
             Arc::new(BertEmbedder::load(&dir, EmbedOptions::default()).expect("load model"))
         })
         .clone()
+}
+
+/// The engine's settings as the daemon makes them for the real model
+/// (`oapd::app::engine_config`): the calibrated thresholds follow the
+/// encoder's tool tuning.
+pub(crate) fn daemon_config(data: &Path) -> EngineConfig {
+    let mut config = EngineConfig::new(data);
+    if real_model().tool_tuned() {
+        config.scoring = Scoring::tool_tuned();
+    }
+    config
 }
 
 /// The real model, counting how many texts it embeds, optionally under
@@ -112,7 +123,7 @@ fn open(
     sources: Vec<Source>,
     embedder: Option<Arc<dyn Embedder>>,
 ) -> (Engine, oap_discovery::BuildReport) {
-    Engine::open(EngineConfig::new(data), sources, embedder).expect("engine opens")
+    Engine::open(daemon_config(data), sources, embedder).expect("engine opens")
 }
 
 #[test]
@@ -648,7 +659,7 @@ fn a_start_with_too_much_to_embed_serves_lexically_until_a_rebuild_embeds_it() {
     )
     .unwrap();
     let sources = || vec![Source::Dir(manifests.path().into())];
-    let mut config = EngineConfig::new(data.path());
+    let mut config = daemon_config(data.path());
     config.start_embed_limit = Some(3);
 
     let embedder = Counting::new();
@@ -730,7 +741,7 @@ fn a_model_change_over_the_limit_keeps_serving_and_a_retired_engine_stops() {
     assert_eq!(built.pending_texts, 0);
 
     // Another model: no vector is reusable, more than the limit pending.
-    let mut config = EngineConfig::new(data.path());
+    let mut config = daemon_config(data.path());
     config.start_embed_limit = Some(2);
     let other = Counting::renamed("another-model");
     let (engine, report) = Engine::open(config, sources(), Some(other.clone())).expect("opens");
@@ -752,7 +763,7 @@ fn a_model_change_over_the_limit_keeps_serving_and_a_retired_engine_stops() {
 fn under_the_limit_a_start_embeds_everything_first() {
     let manifests = manifest_dir(CLI);
     let data = tempfile::tempdir().unwrap();
-    let mut config = EngineConfig::new(data.path());
+    let mut config = daemon_config(data.path());
     config.start_embed_limit = Some(1000);
     let (engine, report) = Engine::open(
         config,
@@ -832,7 +843,7 @@ fn a_manifest_added_during_a_background_embedding_is_served_before_it_ends() {
     let manifests = manifest_dir(&names);
     let data = tempfile::tempdir().unwrap();
     let sources = || vec![Source::Dir(manifests.path().into())];
-    let mut config = EngineConfig::new(data.path());
+    let mut config = daemon_config(data.path());
     config.start_embed_limit = Some(0);
     let gated = Gated::new();
     let (engine, start) =
@@ -922,7 +933,7 @@ fn a_manifest_added_during_a_background_embedding_is_served_before_it_ends() {
 fn an_announced_newer_catalog_makes_a_background_embedding_step_aside() {
     let manifests = manifest_dir(CLI);
     let data = tempfile::tempdir().unwrap();
-    let mut config = EngineConfig::new(data.path());
+    let mut config = daemon_config(data.path());
     config.start_embed_limit = Some(0);
     let gated = Gated::new();
     let (engine, start) = Engine::open(

@@ -4,7 +4,7 @@
 
 use std::sync::{Arc, Mutex};
 
-use oap_discovery::{Catalog, Engine, EngineConfig, McpToolDoc, McpTools, Source, Trust};
+use oap_discovery::{Catalog, Engine, McpToolDoc, McpTools, Source, Trust};
 use serde_json::{json, Value};
 
 use crate::engine::{manifest_dir, Counting, CLI};
@@ -140,8 +140,12 @@ fn mcp_tools_are_discovered_beside_manifests_and_unchanged_ones_are_not_re_embed
         Source::Mcp(listed.clone()),
     ];
     let first = Counting::new();
-    let (engine, report) =
-        Engine::open(EngineConfig::new(data.path()), sources, Some(first.clone())).unwrap();
+    let (engine, report) = Engine::open(
+        crate::engine::daemon_config(data.path()),
+        sources,
+        Some(first.clone()),
+    )
+    .unwrap();
     assert_eq!(report.docs, CLI.len() + 2);
 
     let found = engine

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use oap_discovery::{Engine, EngineConfig, Source};
+use oap_discovery::{Engine, Source};
 use oap_embed::Embedder;
 
 use crate::engine::{manifest_dir, Counting, CLI};
@@ -14,7 +14,7 @@ fn engine_with(
 ) -> (Engine, tempfile::TempDir, tempfile::TempDir) {
     let manifests = manifest_dir(CLI);
     let data = tempfile::tempdir().unwrap();
-    let mut config = EngineConfig::new(data.path());
+    let mut config = crate::engine::daemon_config(data.path());
     config.query_cache = cache;
     let (engine, _) = Engine::open(
         config,

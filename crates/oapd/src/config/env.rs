@@ -53,7 +53,7 @@ config_keys! {
         log_content,
     }
     index { data_dir, vector_dtype, search_threads, start_embed_limit }
-    embedding { enabled, model_dir, max_tokens, batch_size, threads, weights }
+    embedding { enabled, model_dir, max_tokens, batch_size, threads, weights, tool_tuning }
     manifests { bundled, dirs }
     discovery { default_top_k, max_top_k, min_score, mode, query_cache, coalesce_queries }
     tool_bridge {

@@ -496,6 +496,10 @@ pub struct EmbeddingConfig {
     /// Precision of the model's weights in memory (`bf16` or `f32`).
     /// Changing it changes the model id, so the index is re-embedded.
     pub weights: EmbeddingWeights,
+    /// Merge the compiled-in tool-retrieval tuning into all-MiniLM-L6-v2's
+    /// weights (default `false`); other models load as they are. Changing it
+    /// changes the model id, so the index is re-embedded.
+    pub tool_tuning: bool,
 }
 
 impl Default for EmbeddingConfig {
@@ -507,6 +511,7 @@ impl Default for EmbeddingConfig {
             batch_size: 16,
             threads: None,
             weights: EmbeddingWeights::default(),
+            tool_tuning: false,
         }
     }
 }

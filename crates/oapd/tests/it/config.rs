@@ -113,6 +113,7 @@ fn defaults_are_the_documented_values() {
     assert_eq!(c.embedding.batch_size, 16);
     assert_eq!(c.embedding.threads, None);
     assert_eq!(c.embedding.weights, EmbeddingWeights::Bf16);
+    assert!(!c.embedding.tool_tuning);
     assert!(c.manifests.bundled);
     assert!(c.manifests.dirs.is_empty());
     assert_eq!(c.discovery.default_top_k, 5);
@@ -566,6 +567,30 @@ fn env_empty_option_is_none() {
 }
 
 #[test]
+fn tool_tuning_from_yaml_and_env() {
+    let c = ok(yaml_env("embedding:\n  tool_tuning: true\n", &[]));
+    assert!(c.embedding.tool_tuning);
+    let c = ok(yaml_env(
+        "embedding:\n  tool_tuning: true\n",
+        &[("OAP_EMBEDDING_TOOL_TUNING", "false")],
+    ));
+    assert!(
+        !c.embedding.tool_tuning,
+        "the environment overrides the file"
+    );
+    let e = err(yaml_env("", &[("OAP_EMBEDDING_TOOL_TUNING", "sometimes")]));
+    assert!(
+        e.to_string().starts_with("OAP_EMBEDDING_TOOL_TUNING"),
+        "error names the variable: {e}"
+    );
+    let e = err(yaml_env("embedding:\n  tool_tuning: 3\n", &[]));
+    assert!(
+        e.to_string().contains("embedding.tool_tuning"),
+        "error names the key: {e}"
+    );
+}
+
+#[test]
 fn env_enums() {
     let c = ok(yaml_env(
         "",
@@ -614,7 +639,7 @@ fn every_key_is_reachable_from_the_env() {
     // experience, mcp, mcp_server
     assert_eq!(
         vars.len(),
-        15 + 4 + 6 + 2 + 6 + 13 + 6 + 10 + 2 + 17 + 4 + 4 + 1
+        15 + 4 + 7 + 2 + 6 + 13 + 6 + 10 + 2 + 17 + 4 + 4 + 1
     );
     assert!(vars.contains(&(
         "OAP_TOOL_BRIDGE_DEFAULT_TOP_K".to_owned(),

@@ -808,3 +808,42 @@ fn the_old_config_variable_is_read_with_a_deprecation_warning() {
         "{stderr}"
     );
 }
+
+#[test]
+fn tool_tuning_is_opt_in_and_shows_in_the_model_id_and_threshold() {
+    let task = r#"{"task": "merge these two lists side by side line by line", "top_k": 3}"#;
+    let plain = support::daemon().start();
+    let health = plain.get("/health").json();
+    let plain_id = health["model"]["id"].as_str().unwrap().to_string();
+    assert!(!plain_id.contains("+tools"), "off by default: {plain_id}");
+    let plain_found = plain.post_json("/v1/discover", task).json();
+    drop(plain);
+
+    let tuned = support::daemon()
+        .env("OAP_EMBEDDING_TOOL_TUNING", "true")
+        .start();
+    let health = tuned.get("/health").json();
+    let tuned_id = health["model"]["id"].as_str().unwrap();
+    assert!(tuned_id.contains("+tools@"), "{tuned_id}");
+    // The same files: the digest after the `@` is the same.
+    assert_eq!(
+        tuned_id.rsplit('@').next(),
+        plain_id.rsplit('@').next(),
+        "{tuned_id} vs {plain_id}"
+    );
+    let found = tuned.post_json("/v1/discover", task).json();
+    assert_eq!(found["match"]["name"], "paste", "{found}");
+    // The tuned encoder's refitted threshold is in effect.
+    let (tuned_threshold, plain_threshold) = (
+        found["meta"]["threshold"].as_f64().unwrap(),
+        plain_found["meta"]["threshold"].as_f64().unwrap(),
+    );
+    assert!(
+        tuned_threshold > plain_threshold,
+        "threshold {tuned_threshold} (tuned) vs {plain_threshold}"
+    );
+    assert_ne!(
+        found["candidates"][0]["score"], plain_found["candidates"][0]["score"],
+        "the tuned encoder scores differently"
+    );
+}
