@@ -14,7 +14,7 @@ use oap_discovery::{Engine, EngineConfig, Mode, Scoring, Source, Trust};
 use oap_embed::{EmbedError, Embedder};
 use oap_embed_candle::{BertEmbedder, EmbedOptions};
 
-fn model_dir() -> PathBuf {
+pub(crate) fn model_dir() -> PathBuf {
     match std::env::var_os("OAPD_MODEL_DIR") {
         Some(dir) => PathBuf::from(dir),
         None => Path::new(env!("CARGO_MANIFEST_DIR")).join("../../models/all-MiniLM-L6-v2"),
