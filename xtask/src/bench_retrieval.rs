@@ -1,5 +1,6 @@
 //! `cargo xtask bench-retrieval [--bfcl-only|--shared-only|--public-only|--catalog-size]`:
-//! retrieval quality (`oap-bench retrieval`) on the shared task set, on the
+//! retrieval quality (`oap-bench retrieval`, each corpus without and with
+//! the optional tool tuning of the encoder) on the shared task set, on the
 //! BFCL-derived corpus and on the held-out public corpora
 //! (bench/public_corpus.py: Home Assistant intents, NESTFUL), whose
 //! `evaluation` split is what docs/BENCHMARKS.md reports and whose `tuning`
@@ -21,9 +22,19 @@ use crate::tasks::run_in_root;
 pub fn run(args: &[String]) -> Result<()> {
     crate::model::run(&[])?;
     let bin = bench_run::build(&[])?;
-    let eval = |args: &mut Command| -> Result<()> {
-        let report: RetrievalReport = bench_run::report(args.arg("--quiet"))?;
-        println!("{}", report.table());
+    // Every corpus twice: the default encoder, then with the optional
+    // tool tuning (`embedding.tool_tuning`) and the scoring the daemon
+    // takes for it, so the two read side by side.
+    let eval = |make: &dyn Fn() -> Command| -> Result<()> {
+        for tuned in [false, true] {
+            let mut command = make();
+            if tuned {
+                println!("-- with the tool tuning (embedding.tool_tuning: true)");
+                command.arg("--tool-tuning");
+            }
+            let report: RetrievalReport = bench_run::report(command.arg("--quiet"))?;
+            println!("{}", report.table());
+        }
         Ok(())
     };
     let only = args.first().map(String::as_str);
@@ -46,19 +57,23 @@ pub fn run(args: &[String]) -> Result<()> {
         println!(
             "== corpus (a): bench/discovery-tasks.jsonl over tests/fixtures/reference-manifests"
         );
-        eval(bench_run::command(&bin, "retrieval").args([
-            "--tasks",
-            "bench/discovery-tasks.jsonl",
-            "--dir",
-            "tests/fixtures/reference-manifests/oap-dev",
-            "--dir",
-            "tests/fixtures/reference-manifests/manifest-repo",
-            // These three negatives match manifests added after they were
-            // written (bench/TASKS.md): reported apart as soft.
-            "--soft-negatives",
-            "neg-001,neg-003,neg-010",
-            "--curve",
-        ]))?;
+        eval(&|| {
+            let mut command = bench_run::command(&bin, "retrieval");
+            command.args([
+                "--tasks",
+                "bench/discovery-tasks.jsonl",
+                "--dir",
+                "tests/fixtures/reference-manifests/oap-dev",
+                "--dir",
+                "tests/fixtures/reference-manifests/manifest-repo",
+                // These three negatives match manifests added after they were
+                // written (bench/TASKS.md): reported apart as soft.
+                "--soft-negatives",
+                "neg-001,neg-003,neg-010",
+                "--curve",
+            ]);
+            command
+        })?;
     }
     // A corpus built by a bench script: its tasks.jsonl and manifests/.
     let corpus_at = |out: &Path| {
@@ -73,16 +88,24 @@ pub fn run(args: &[String]) -> Result<()> {
     if wants("--bfcl-only") {
         let out = bfcl_corpus()?;
         println!("== corpus (b): BFCL v4 multiple/live_multiple/parallel_multiple (base names)");
-        eval(corpus_at(&out).args(["--base-names", "--curve"]))?;
+        eval(&|| {
+            let mut command = corpus_at(&out);
+            command.args(["--base-names", "--curve"]);
+            command
+        })?;
         println!("== corpus (b), exact manifest names (secondary)");
-        eval(&mut corpus_at(&out))?;
+        eval(&|| corpus_at(&out))?;
     }
     if wants("--public-only") {
         for corpus in ["ha-intents", "nestful"] {
             let out = public_corpus(corpus)?;
             for split in ["evaluation", "tuning"] {
                 println!("== corpus {corpus}, {split} split (bench/public_corpus.py)");
-                eval(corpus_at(&out).args(["--split", split]))?;
+                eval(&|| {
+                    let mut command = corpus_at(&out);
+                    command.args(["--split", split]);
+                    command
+                })?;
             }
         }
     }

@@ -53,6 +53,15 @@ const NO_FIT: &[&str] = &[
     "send an email to my boss saying I'm late",
 ];
 
+/// The candidates with their score parts, for failure messages.
+fn listed(found: &oap_discovery::Discovery) -> Vec<(&str, oap_discovery::ScoreParts)> {
+    found
+        .candidates
+        .iter()
+        .map(|c| (c.name.as_str(), c.scores))
+        .collect()
+}
+
 fn bundled_engine(data: &Path) -> Engine {
     let model: Arc<dyn oap_embed::Embedder> = Counting::new();
     let (engine, report) = Engine::open(
@@ -76,11 +85,7 @@ fn a_tools_own_kind_of_request_finds_it_first_and_matches() {
             best.map(|b| b.0),
             Some(tool),
             "{query:?}: match {best:?}, candidates {:?}",
-            found
-                .candidates
-                .iter()
-                .map(|c| (&c.name, c.scores))
-                .collect::<Vec<_>>()
+            listed(&found)
         );
     }
 }
@@ -134,11 +139,7 @@ fn with_the_tool_tuning_ranking_holds_and_wc_is_listed_but_not_matched() {
             found.candidates.first().map(|c| c.name.as_str()),
             Some(tool),
             "{query:?}: {:?}",
-            found
-                .candidates
-                .iter()
-                .map(|c| (&c.name, c.scores))
-                .collect::<Vec<_>>()
+            listed(&found)
         );
         let matched = found.best.as_ref().map(|b| b.name.as_str());
         if tool == "wc" {

@@ -437,15 +437,21 @@ fn truncated_weights() {
     }
 }
 
-#[test]
-fn model_id_changes_when_weights_change() {
+/// A copy of the model whose weights differ in one byte near the end
+/// (inside the last tensor's data): still a valid file that loads, but
+/// different weights.
+fn changed_weights() -> tempfile::TempDir {
     let mut bytes = fs::read(require_model().join("model.safetensors")).unwrap();
-    // Flip one byte near the end (inside the last tensor's data): still a valid
-    // file that loads, but different weights.
     let i = bytes.len() - 7;
     bytes[i] ^= 0x01;
     let tmp = partial_copy(&["model.safetensors"]);
     fs::write(tmp.path().join("model.safetensors"), &bytes).unwrap();
+    tmp
+}
+
+#[test]
+fn model_id_changes_when_weights_change() {
+    let tmp = changed_weights();
     let changed = BertEmbedder::load(tmp.path(), base_options()).unwrap();
     let original = embedder();
     assert_ne!(changed.model_id(), original.model_id());
@@ -724,11 +730,7 @@ fn tool_tuning_brings_a_request_nearer_its_tool_than_the_base_model_does() {
 fn tool_tuning_leaves_other_weights_untouched() {
     // Weights of the same shape but not the ones it was trained from: the
     // update would only damage them, so they load untuned.
-    let mut bytes = fs::read(require_model().join("model.safetensors")).unwrap();
-    let i = bytes.len() - 7;
-    bytes[i] ^= 0x01;
-    let tmp = partial_copy(&["model.safetensors"]);
-    fs::write(tmp.path().join("model.safetensors"), &bytes).unwrap();
+    let tmp = changed_weights();
     let opts = EmbedOptions {
         tool_tuning: true,
         ..EmbedOptions::default()
