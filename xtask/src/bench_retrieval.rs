@@ -59,13 +59,7 @@ pub fn run(args: &[String]) -> Result<()> {
         );
         eval(&|| {
             let mut command = bench_run::command(&bin, "retrieval");
-            command.args([
-                "--tasks",
-                "bench/discovery-tasks.jsonl",
-                "--dir",
-                "tests/fixtures/reference-manifests/oap-dev",
-                "--dir",
-                "tests/fixtures/reference-manifests/manifest-repo",
+            command.args(bench_run::SHARED_TASK_SET).args([
                 // These three negatives match manifests added after they were
                 // written (bench/TASKS.md): reported apart as soft.
                 "--soft-negatives",

@@ -13,6 +13,17 @@ use serde::de::DeserializeOwned;
 use crate::repo_root;
 use crate::tasks::{cargo, run_in_root};
 
+/// The shared task set (corpus (a) of docs/BENCHMARKS.md): its tasks and
+/// the reference manifests they are labelled against.
+pub(crate) const SHARED_TASK_SET: [&str; 6] = [
+    "--tasks",
+    "bench/discovery-tasks.jsonl",
+    "--dir",
+    "tests/fixtures/reference-manifests/oap-dev",
+    "--dir",
+    "tests/fixtures/reference-manifests/manifest-repo",
+];
+
 /// Builds `oap-bench` and, from `also`, more `--package P --bin B` pairs
 /// (`&[("oapd", "oapd")]`), in one release build; returns `oap-bench`'s path.
 pub(crate) fn build(also: &[(&str, &str)]) -> Result<PathBuf> {

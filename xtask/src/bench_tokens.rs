@@ -12,15 +12,10 @@ use crate::bench_run;
 pub fn run(args: &[String]) -> Result<()> {
     let bin = bench_run::build(&[])?;
     let mut command = bench_run::command(&bin, "tool-tokens");
-    command.env("RUST_LOG", "warn").args([
-        "--quiet",
-        "--tasks",
-        "bench/discovery-tasks.jsonl",
-        "--dir",
-        "tests/fixtures/reference-manifests/oap-dev",
-        "--dir",
-        "tests/fixtures/reference-manifests/manifest-repo",
-    ]);
+    command
+        .env("RUST_LOG", "warn")
+        .arg("--quiet")
+        .args(bench_run::SHARED_TASK_SET);
     let mut budgets = false;
     let mut rest = args.iter();
     while let Some(arg) = rest.next() {
