@@ -102,6 +102,8 @@ pub struct BertEmbedder {
     pad_id: u32,
     model_id: String,
     content_sha256: String,
+    /// The tool tuning was merged into the weights.
+    tool_tuned: bool,
     dir: PathBuf,
     opts: EmbedOptions,
     pool: Option<rayon::ThreadPool>,
@@ -328,6 +330,7 @@ impl BertEmbedder {
             pad_id,
             model_id,
             content_sha256,
+            tool_tuned: tuned,
             dir,
             opts,
             pool,
@@ -346,7 +349,7 @@ impl BertEmbedder {
     /// Whether the tool-retrieval tuning was merged into the weights
     /// (asked for, and the directory holds the weights it was trained from).
     pub fn tool_tuned(&self) -> bool {
-        self.model_id.contains(ID_MARKER)
+        self.tool_tuned
     }
 
     /// Canonical path of the model directory.
