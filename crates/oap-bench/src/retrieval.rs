@@ -67,7 +67,7 @@ use oap_discovery::intents;
 use oap_discovery::query::{self, QueryOptions};
 use oap_discovery::scoring::{self, Scoring};
 use oap_discovery::{Engine, EngineConfig, Mode, QueryAdapter, Source, StoredRecord};
-use oap_embed::{EmbedError, Embedder};
+use oap_embed::{Calibration, EmbedError, Embedder};
 use oap_embed_candle::{BertEmbedder, EmbedOptions};
 use oap_index::Index;
 
@@ -242,6 +242,9 @@ impl Embedder for Cached {
     fn model_id(&self) -> &str {
         self.inner.model_id()
     }
+    fn calibration(&self) -> Calibration {
+        self.inner.calibration()
+    }
     fn dim(&self) -> usize {
         self.inner.dim()
     }
@@ -413,11 +416,7 @@ pub fn run(args: Args) -> anyhow::Result<RetrievalReport> {
     )
     .map_err(|e| anyhow::anyhow!("model: {e}"))?;
     // The daemon's thresholds for this encoder (`oapd::app::engine_config`).
-    let engine_defaults = if bert.tool_tuned() {
-        Scoring::tool_tuned()
-    } else {
-        Scoring::default()
-    };
+    let engine_defaults = Scoring::calibrated(bert.calibration());
     let model: Arc<dyn Embedder> = Arc::new(bert);
     let cached = Arc::new(Cached::load(model.clone(), args.embed_cache.as_ref()));
 

@@ -16,6 +16,7 @@
 //! whatever the query length, and the corpus size is accounted for by the
 //! idf of the unit.
 
+use oap_embed::Calibration;
 use oap_index::{Hit, Index, BM25_K1};
 use serde::{Deserialize, Serialize};
 
@@ -115,6 +116,15 @@ impl Scoring {
             min_score_hybrid: 0.36,
             min_score_dense: 0.34,
             ..Scoring::default()
+        }
+    }
+
+    /// The defaults for an encoder of this calibration: what the daemon
+    /// takes for the model that actually loaded.
+    pub fn calibrated(calibration: Calibration) -> Self {
+        match calibration {
+            Calibration::General => Scoring::default(),
+            Calibration::ToolTuned => Scoring::tool_tuned(),
         }
     }
 

@@ -16,7 +16,7 @@ use candle_nn::VarBuilder;
 use sha2::{Digest, Sha256};
 use tokenizers::{Encoding, Tokenizer, TruncationParams};
 
-use oap_embed::{EmbedError, Embedder};
+use oap_embed::{Calibration, EmbedError, Embedder};
 
 use crate::encoder::{weight_prefix, Encoder};
 use crate::kernel::WeightPrecision;
@@ -346,12 +346,6 @@ impl BertEmbedder {
         &self.content_sha256
     }
 
-    /// Whether the tool-retrieval tuning was merged into the weights
-    /// (asked for, and the directory holds the weights it was trained from).
-    pub fn tool_tuned(&self) -> bool {
-        self.tool_tuned
-    }
-
     /// Canonical path of the model directory.
     pub fn model_dir(&self) -> &Path {
         &self.dir
@@ -489,6 +483,16 @@ impl BertEmbedder {
 impl Embedder for BertEmbedder {
     fn model_id(&self) -> &str {
         &self.model_id
+    }
+
+    /// Tool-tuned when the tuning was merged into the weights: asked for,
+    /// and the directory holds the weights it was trained from.
+    fn calibration(&self) -> Calibration {
+        if self.tool_tuned {
+            Calibration::ToolTuned
+        } else {
+            Calibration::General
+        }
     }
 
     fn dim(&self) -> usize {

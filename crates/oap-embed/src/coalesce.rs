@@ -31,7 +31,7 @@ use std::collections::{HashMap, VecDeque};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
 
-use crate::{EmbedError, Embedder};
+use crate::{Calibration, EmbedError, Embedder};
 
 /// Input bytes per coalesced pass, summed over its texts (bytes stand in
 /// for tokens before tokenizing). It bounds one pass's work, and so how
@@ -238,6 +238,10 @@ impl<E: Embedder> Drop for Leader<'_, E> {
 impl<E: Embedder> Embedder for Coalescing<E> {
     fn model_id(&self) -> &str {
         self.inner.model_id()
+    }
+
+    fn calibration(&self) -> Calibration {
+        self.inner.calibration()
     }
 
     fn dim(&self) -> usize {

@@ -50,6 +50,27 @@ pub trait Embedder: Send + Sync {
             .pop()
             .ok_or_else(|| EmbedError::Inference("model returned no embedding".into()))
     }
+
+    /// Which calibration of the "nothing fits" thresholds this model's
+    /// cosines follow. The weights that actually loaded decide it, not the
+    /// configuration that asked for them: a requested tuning that does not
+    /// fit the model is not applied, and its thresholds must not be either.
+    fn calibration(&self) -> Calibration {
+        Calibration::General
+    }
+}
+
+/// The score scale a model's cosines are on, which the discovery engine's
+/// calibrated thresholds follow.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Calibration {
+    /// A general-purpose sentence encoder (the plain model).
+    #[default]
+    General,
+    /// The encoder with the tool-retrieval tuning merged into its weights:
+    /// requests sit nearer their tools, and also nearer tools that do not
+    /// fit, so the thresholds are higher.
+    ToolTuned,
 }
 
 /// A shared embedder is an embedder (so a wrapper such as [`Coalescing`]
@@ -74,6 +95,10 @@ impl<E: Embedder + ?Sized> Embedder for std::sync::Arc<E> {
 
     fn embed_one(&self, text: &str) -> Result<Vec<f32>, EmbedError> {
         (**self).embed_one(text)
+    }
+
+    fn calibration(&self) -> Calibration {
+        (**self).calibration()
     }
 }
 

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use oap_discovery::{BuildReport, Engine, EngineConfig, McpTools, Mode, Scoring, Source};
-use oap_embed::{Coalescing, Embedder};
+use oap_embed::{Calibration, Coalescing, Embedder};
 use oap_embed_candle::{BertEmbedder, EmbedOptions, WeightPrecision};
 use serde::Serialize;
 
@@ -114,18 +114,15 @@ pub fn sources(config: &Config, mcp: Option<Arc<dyn McpTools>>) -> Vec<Source> {
 /// The discovery engine's settings from `index:` and `discovery:`
 /// (data directory, vector type, ranking); shared by `serve`, `index`,
 /// `discover` and reloads so they open the same index the same way.
-pub fn engine_config(config: &Config) -> EngineConfig {
+/// `calibration` is the loaded encoder's: the default thresholds follow
+/// the weights that loaded, not the tuning the configuration asked for.
+pub fn engine_config(config: &Config, calibration: Calibration) -> EngineConfig {
     let mut engine = EngineConfig::new(&config.index.data_dir);
     engine.dtype = match config.index.vector_dtype {
         VectorDtypeConfig::F32 => oap_index::VectorDtype::F32,
         VectorDtypeConfig::I8 => oap_index::VectorDtype::I8,
     };
-    // The calibrated thresholds depend on the encoder's tuning.
-    let defaults = if config.embedding.tool_tuning {
-        Scoring::tool_tuned()
-    } else {
-        Scoring::default()
-    };
+    let defaults = Scoring::calibrated(calibration);
     let mut scoring = Scoring {
         mode: match config.discovery.mode {
             DiscoveryMode::Hybrid => Mode::Hybrid,
@@ -163,7 +160,7 @@ pub fn open_serving_engine(
     embedder: Option<Arc<dyn Embedder>>,
     mcp: Option<Arc<dyn McpTools>>,
 ) -> anyhow::Result<(Engine, BuildReport)> {
-    let mut engine_config = engine_config(config);
+    let mut engine_config = engine_config(config, calibration_of(embedder.as_ref()));
     engine_config.start_embed_limit = Some(config.index.start_embed_limit);
     open_with(config, engine_config, embedder, mcp)
 }
@@ -176,7 +173,13 @@ pub fn open_engine_with(
     embedder: Option<Arc<dyn Embedder>>,
     mcp: Option<Arc<dyn McpTools>>,
 ) -> anyhow::Result<(Engine, BuildReport)> {
-    open_with(config, engine_config(config), embedder, mcp)
+    let engine_config = engine_config(config, calibration_of(embedder.as_ref()));
+    open_with(config, engine_config, embedder, mcp)
+}
+
+/// Without a model discovery is lexical, and the dense thresholds are moot.
+fn calibration_of(embedder: Option<&Arc<dyn Embedder>>) -> Calibration {
+    embedder.map_or(Calibration::General, |e| e.calibration())
 }
 
 fn open_with(

@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use oap_discovery::{Engine, EngineConfig, Scoring, Source};
+use oap_embed::{Calibration, Embedder};
 use oap_embed_candle::{BertEmbedder, EmbedOptions};
 
 use crate::engine::Counting;
@@ -122,10 +123,10 @@ fn with_the_tool_tuning_ranking_holds_and_wc_is_listed_but_not_matched() {
         },
     )
     .expect("load the tuned model");
-    assert!(model.tool_tuned());
+    assert_eq!(model.calibration(), Calibration::ToolTuned);
     let data = tempfile::tempdir().unwrap();
     let mut config = EngineConfig::new(data.path());
-    config.scoring = Scoring::tool_tuned();
+    config.scoring = Scoring::calibrated(model.calibration());
     let (engine, report) = Engine::open(
         config,
         vec![Source::Dir(bundled_dir())],

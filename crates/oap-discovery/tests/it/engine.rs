@@ -41,9 +41,7 @@ fn real_model() -> Arc<BertEmbedder> {
 /// encoder's tool tuning.
 pub(crate) fn daemon_config(data: &Path) -> EngineConfig {
     let mut config = EngineConfig::new(data);
-    if real_model().tool_tuned() {
-        config.scoring = Scoring::tool_tuned();
-    }
+    config.scoring = Scoring::calibrated(real_model().calibration());
     config
 }
 

@@ -11,7 +11,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Barrier, OnceLock};
 
-use oap_embed::{cosine, Coalescing, EmbedError, Embedder};
+use oap_embed::{cosine, Calibration, Coalescing, EmbedError, Embedder};
 use oap_embed_candle::{BertEmbedder, EmbedOptions, WeightPrecision};
 use sha2::{Digest, Sha256};
 
@@ -673,8 +673,8 @@ fn tuned_embedder() -> &'static BertEmbedder {
 fn tool_tuning_is_named_in_the_model_id_and_moves_the_vectors() {
     let tuned = tuned_embedder();
     let base = embedder();
-    assert!(tuned.tool_tuned());
-    assert!(!base.tool_tuned());
+    assert_eq!(tuned.calibration(), Calibration::ToolTuned);
+    assert_eq!(base.calibration(), Calibration::General);
     // Same files, so the same digest; the id tells the two apart, so an
     // index embedded with one is re-embedded with the other.
     assert_eq!(tuned.content_sha256(), base.content_sha256());
@@ -736,7 +736,7 @@ fn tool_tuning_leaves_other_weights_untouched() {
         ..EmbedOptions::default()
     };
     let other = BertEmbedder::load(tmp.path(), opts).unwrap();
-    assert!(!other.tool_tuned());
+    assert_eq!(other.calibration(), Calibration::General);
     assert!(!other.model_id().contains("+tools"), "{}", other.model_id());
     let text = "set a timer for ten minutes";
     let (o, b) = (

@@ -847,3 +847,37 @@ fn tool_tuning_is_opt_in_and_shows_in_the_model_id_and_threshold() {
         "the tuned encoder scores differently"
     );
 }
+
+/// The tuning asked for on weights it was not trained from is not merged,
+/// and the thresholds follow the weights that loaded: the plain model's,
+/// not the tuned encoder's higher ones.
+#[test]
+fn tool_tuning_on_other_weights_keeps_the_plain_thresholds() {
+    let task = r#"{"task": "merge these two lists side by side line by line", "top_k": 3}"#;
+    let model = support::require_model().canonicalize().unwrap();
+    let other = tempfile::tempdir().unwrap();
+    for file in ["config.json", "tokenizer.json"] {
+        std::os::unix::fs::symlink(model.join(file), other.path().join(file)).unwrap();
+    }
+    // One bit of the last weight flipped: same shapes, other content.
+    let mut weights = std::fs::read(model.join("model.safetensors")).unwrap();
+    let last = weights.len() - 7;
+    weights[last] ^= 0x01;
+    std::fs::write(other.path().join("model.safetensors"), weights).unwrap();
+
+    let plain = support::daemon().start();
+    let plain_found = plain.post_json("/v1/discover", task).json();
+    drop(plain);
+    let asked = support::daemon()
+        .model_dir(other.path())
+        .env("OAP_EMBEDDING_TOOL_TUNING", "true")
+        .start();
+    let health = asked.get("/health").json();
+    let id = health["model"]["id"].as_str().unwrap();
+    assert!(!id.contains("+tools"), "not merged: {id}");
+    let found = asked.post_json("/v1/discover", task).json();
+    assert_eq!(
+        found["meta"]["threshold"], plain_found["meta"]["threshold"],
+        "{found}"
+    );
+}
