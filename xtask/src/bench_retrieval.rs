@@ -1,6 +1,6 @@
 //! `cargo xtask bench-retrieval [--bfcl-only|--shared-only|--public-only|--catalog-size]`:
-//! retrieval quality (`oap-bench retrieval`, each corpus without and with
-//! the optional tool tuning of the encoder) on the shared task set, on the
+//! retrieval quality (`oap-bench retrieval`, each corpus with the plain
+//! encoder and with the default, tool-tuned one) on the shared task set, on the
 //! BFCL-derived corpus and on the held-out public corpora
 //! (bench/public_corpus.py: Home Assistant intents, NESTFUL), whose
 //! `evaluation` split is what docs/BENCHMARKS.md reports and whose `tuning`
@@ -22,15 +22,17 @@ use crate::tasks::run_in_root;
 pub fn run(args: &[String]) -> Result<()> {
     crate::model::run(&[])?;
     let bin = bench_run::build(&[])?;
-    // Every corpus twice: the default encoder, then with the optional
-    // tool tuning (`embedding.tool_tuning`) and the scoring the daemon
-    // takes for it, so the two read side by side.
+    // Every corpus twice: the plain encoder (`embedding.tool_tuning:
+    // false`), then the default with the tool tuning, each with the scoring
+    // the daemon takes for it, so the two read side by side.
     let eval = |make: &dyn Fn() -> Command| -> Result<()> {
-        for tuned in [false, true] {
+        for plain in [true, false] {
             let mut command = make();
-            if tuned {
-                println!("-- with the tool tuning (embedding.tool_tuning: true)");
-                command.arg("--tool-tuning");
+            if plain {
+                println!("-- the plain encoder (embedding.tool_tuning: false)");
+                command.arg("--plain-model");
+            } else {
+                println!("-- the default: the tool-tuned encoder");
             }
             let report: RetrievalReport = bench_run::report(command.arg("--quiet"))?;
             println!("{}", report.table());

@@ -152,10 +152,11 @@ pub struct Args {
     /// dense), as the daemon's `discovery.min_score` sets it.
     #[arg(long)]
     min_score: Option<f32>,
-    /// Load the model with the compiled-in tool-retrieval tuning (the
-    /// daemon's `embedding.tool_tuning: true`), with its thresholds.
+    /// Load the model without the compiled-in tool-retrieval tuning (the
+    /// daemon's `embedding.tool_tuning: false`), with its thresholds; by
+    /// default it is merged, as the daemon does.
     #[arg(long)]
-    tool_tuning: bool,
+    plain_model: bool,
     /// Also rank with the query adapter in this file.
     #[arg(long)]
     adapter: Option<PathBuf>,
@@ -410,7 +411,7 @@ pub fn run(args: Args) -> anyhow::Result<RetrievalReport> {
     let bert = BertEmbedder::load(
         &args.model,
         EmbedOptions {
-            tool_tuning: args.tool_tuning,
+            tool_tuning: !args.plain_model,
             ..EmbedOptions::default()
         },
     )

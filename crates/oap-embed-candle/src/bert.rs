@@ -20,7 +20,7 @@ use oap_embed::{Calibration, EmbedError, Embedder};
 
 use crate::encoder::{weight_prefix, Encoder};
 use crate::kernel::WeightPrecision;
-use crate::tuning::{ToolTuning, Tuned, ID_MARKER, TRAINED_FOR_SHA256};
+use crate::tuning::{id_marker, ToolTuning, Tuned, TRAINED_FOR_SHA256};
 use crate::weights::WeightsFile;
 use candle_nn::var_builder::SimpleBackend as _;
 
@@ -74,10 +74,10 @@ pub struct EmbedOptions {
     /// re-embedded at the other.
     pub weights: WeightPrecision,
     /// Merge the compiled-in tool-retrieval tuning into the weights
-    /// (`tuning.rs`; off by default until its abstention is refitted: see
-    /// docs/BENCHMARKS.md). It applies only to the all-MiniLM-L6-v2 files it
-    /// was trained from; any other model directory loads as it is. Part of
-    /// [`Embedder::model_id`] (`+tools`) when applied.
+    /// (`tuning.rs`; on by default). It applies only to the
+    /// all-MiniLM-L6-v2 files it was trained from; any other model
+    /// directory loads as it is. Part of [`Embedder::model_id`]
+    /// (`+tools.<digest of the factors>`) when applied.
     pub tool_tuning: bool,
 }
 
@@ -88,7 +88,7 @@ impl Default for EmbedOptions {
             batch_size: 16,
             threads: None,
             weights: WeightPrecision::default(),
-            tool_tuning: false,
+            tool_tuning: true,
         }
     }
 }
@@ -302,14 +302,16 @@ impl BertEmbedder {
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_else(|| "model".to_owned());
-        // `<dir>[+bf16][+tools]@<sha256 prefix>`: the precision and the
-        // tuning change the vectors, so they are part of the id an index is
-        // built for; what follows the `@` names the weight files alone.
+        // `<dir>[+bf16][+tools.<factors>]@<sha256 prefix>`: the precision
+        // and the tuning change the vectors, so they are part of the id an
+        // index is built for (the tuning by its factors' digest, so new
+        // factors re-embed an index too); what follows the `@` names the
+        // weight files alone.
         let precision = match opts.weights {
             WeightPrecision::F32 => "",
             WeightPrecision::Bf16 => "+bf16",
         };
-        let tuning_marker = if tuned { ID_MARKER } else { "" };
+        let tuning_marker = if tuned { id_marker() } else { String::new() };
         let model_id = format!(
             "{dir_name}{precision}{tuning_marker}@{}",
             content_sha256.get(..16).unwrap_or(&content_sha256)

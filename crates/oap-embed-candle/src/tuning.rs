@@ -12,13 +12,14 @@
 //! The update only fits the weights it was trained from: it is applied
 //! when the model directory holds exactly those files (checked by their
 //! digest once loaded; `bert.rs` loads again without it otherwise), and
-//! the model id carries `+tools`, so an index embedded without the tuning
-//! is re-embedded with it, and the other way round.
+//! the model id carries `+tools.` and the factors' digest, so an index
+//! embedded without the tuning, or with other factors, is re-embedded.
 
 use std::collections::HashMap;
 
 use candle_core::{DType, Device, Result, Shape, Tensor};
 use candle_nn::var_builder::SimpleBackend;
+use sha2::{Digest, Sha256};
 
 /// The LoRA factors: for each tuned linear layer `NAME`, `NAME.lora_A`
 /// (`[rank, in]`) and `NAME.lora_B` (`[out, rank]`, already multiplied by
@@ -31,8 +32,13 @@ const TOOLS_LORA: &[u8] = include_bytes!("../tuning/all-MiniLM-L6-v2-tools.safet
 pub(crate) const TRAINED_FOR_SHA256: &str =
     "ad404e0d5b244ee2e391705619f5989deee738e156a5a2528f51f079585a0559";
 
-/// The model-id marker of a tuned model.
-pub(crate) const ID_MARKER: &str = "+tools";
+/// The model-id marker of a tuned model: `+tools.` and the first 8 hex
+/// digits of the factors' sha256.
+pub(crate) fn id_marker() -> String {
+    let digest = Sha256::digest(TOOLS_LORA);
+    let hex: String = digest.iter().take(4).map(|b| format!("{b:02x}")).collect();
+    format!("+tools.{hex}")
+}
 
 /// The factors of each tuned weight, by the weight's tensor name.
 pub(crate) struct ToolTuning {

@@ -6,6 +6,7 @@
 use std::sync::Arc;
 
 use oap_discovery::{Engine, Source};
+use oap_embed::Embedder as _;
 
 use crate::abstention::bundled_dir;
 use crate::engine::Counting;
@@ -85,11 +86,21 @@ fn each_ask_of_a_request_gets_its_fitting_tool_listed_and_matched() {
 
 #[test]
 fn without_splitting_the_second_ask_is_crowded_out() {
-    // What the split is for: ranked as one text, each of these requests
-    // lacks one of its two tools among the fitting top three (checked so
-    // the test above means something).
+    // What the split is for: ranked as one text by the plain encoder, each
+    // of these requests lacks one of its two tools among the fitting top
+    // three (checked so the test above means something). The tool-tuned
+    // encoder lists both of the second one's tools even unsplit.
     let data = tempfile::tempdir().unwrap();
-    let (engine, _) = engine(data.path(), false);
+    let model = crate::engine::plain_model();
+    let mut config = oap_discovery::EngineConfig::new(data.path());
+    config.scoring = oap_discovery::Scoring::calibrated(model.calibration());
+    config.scoring.query.split_asks = false;
+    let (engine, _) = Engine::open(
+        config,
+        vec![Source::Dir(bundled_dir())],
+        Some(model as Arc<dyn oap_embed::Embedder>),
+    )
+    .expect("engine opens");
     for (request, tools) in TWO_ASKS {
         let found = engine.discover(request, 3).unwrap();
         assert!(found.meta.asks.is_empty());

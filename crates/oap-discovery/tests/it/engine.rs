@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use oap_discovery::{Engine, EngineConfig, Mode, Scoring, Source, Trust};
-use oap_embed::{EmbedError, Embedder};
+use oap_embed::{Calibration, EmbedError, Embedder};
 use oap_embed_candle::{BertEmbedder, EmbedOptions};
 
 pub(crate) fn model_dir() -> PathBuf {
@@ -32,6 +32,21 @@ fn real_model() -> Arc<BertEmbedder> {
                 dir.display()
             );
             Arc::new(BertEmbedder::load(&dir, EmbedOptions::default()).expect("load model"))
+        })
+        .clone()
+}
+
+/// The real model without the tool tuning (`embedding.tool_tuning:
+/// false`), for what the plain encoder must still do.
+pub(crate) fn plain_model() -> Arc<BertEmbedder> {
+    static MODEL: OnceLock<Arc<BertEmbedder>> = OnceLock::new();
+    MODEL
+        .get_or_init(|| {
+            let options = EmbedOptions {
+                tool_tuning: false,
+                ..EmbedOptions::default()
+            };
+            Arc::new(BertEmbedder::load(&model_dir(), options).expect("load the plain model"))
         })
         .clone()
 }
@@ -87,6 +102,9 @@ impl Embedder for Counting {
     fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, EmbedError> {
         self.texts.fetch_add(texts.len(), Ordering::SeqCst);
         self.inner.embed(texts)
+    }
+    fn calibration(&self) -> Calibration {
+        self.inner.calibration()
     }
 }
 

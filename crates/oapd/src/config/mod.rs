@@ -497,7 +497,7 @@ pub struct EmbeddingConfig {
     /// Changing it changes the model id, so the index is re-embedded.
     pub weights: EmbeddingWeights,
     /// Merge the compiled-in tool-retrieval tuning into all-MiniLM-L6-v2's
-    /// weights (default `false`); other models load as they are. Changing it
+    /// weights (default `true`); other models load as they are. Changing it
     /// changes the model id, so the index is re-embedded.
     pub tool_tuning: bool,
 }
@@ -511,7 +511,7 @@ impl Default for EmbeddingConfig {
             batch_size: 16,
             threads: None,
             weights: EmbeddingWeights::default(),
-            tool_tuning: false,
+            tool_tuning: true,
         }
     }
 }

@@ -113,7 +113,7 @@ fn defaults_are_the_documented_values() {
     assert_eq!(c.embedding.batch_size, 16);
     assert_eq!(c.embedding.threads, None);
     assert_eq!(c.embedding.weights, EmbeddingWeights::Bf16);
-    assert!(!c.embedding.tool_tuning);
+    assert!(c.embedding.tool_tuning);
     assert!(c.manifests.bundled);
     assert!(c.manifests.dirs.is_empty());
     assert_eq!(c.discovery.default_top_k, 5);
@@ -568,14 +568,14 @@ fn env_empty_option_is_none() {
 
 #[test]
 fn tool_tuning_from_yaml_and_env() {
-    let c = ok(yaml_env("embedding:\n  tool_tuning: true\n", &[]));
-    assert!(c.embedding.tool_tuning);
+    let c = ok(yaml_env("embedding:\n  tool_tuning: false\n", &[]));
+    assert!(!c.embedding.tool_tuning);
     let c = ok(yaml_env(
-        "embedding:\n  tool_tuning: true\n",
-        &[("OAP_EMBEDDING_TOOL_TUNING", "false")],
+        "embedding:\n  tool_tuning: false\n",
+        &[("OAP_EMBEDDING_TOOL_TUNING", "true")],
     ));
     assert!(
-        !c.embedding.tool_tuning,
+        c.embedding.tool_tuning,
         "the environment overrides the file"
     );
     let e = err(yaml_env("", &[("OAP_EMBEDDING_TOOL_TUNING", "sometimes")]));

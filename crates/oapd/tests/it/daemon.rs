@@ -810,37 +810,38 @@ fn the_old_config_variable_is_read_with_a_deprecation_warning() {
 }
 
 #[test]
-fn tool_tuning_is_opt_in_and_shows_in_the_model_id_and_threshold() {
+fn tool_tuning_is_on_by_default_and_shows_in_the_model_id_and_threshold() {
     let task = r#"{"task": "merge these two lists side by side line by line", "top_k": 3}"#;
-    let plain = support::daemon().start();
-    let health = plain.get("/health").json();
-    let plain_id = health["model"]["id"].as_str().unwrap().to_string();
-    assert!(!plain_id.contains("+tools"), "off by default: {plain_id}");
-    let plain_found = plain.post_json("/v1/discover", task).json();
-    drop(plain);
-
-    let tuned = support::daemon()
-        .env("OAP_EMBEDDING_TOOL_TUNING", "true")
-        .start();
+    let tuned = support::daemon().start();
     let health = tuned.get("/health").json();
-    let tuned_id = health["model"]["id"].as_str().unwrap();
-    assert!(tuned_id.contains("+tools@"), "{tuned_id}");
+    let tuned_id = health["model"]["id"].as_str().unwrap().to_string();
+    assert!(tuned_id.contains("+tools."), "on by default: {tuned_id}");
+    let found = tuned.post_json("/v1/discover", task).json();
+    drop(tuned);
+
+    let plain = support::daemon()
+        .env("OAP_EMBEDDING_TOOL_TUNING", "false")
+        .start();
+    let health = plain.get("/health").json();
+    let plain_id = health["model"]["id"].as_str().unwrap();
+    assert!(!plain_id.contains("+tools"), "{plain_id}");
     // The same files: the digest after the `@` is the same.
     assert_eq!(
         tuned_id.rsplit('@').next(),
         plain_id.rsplit('@').next(),
         "{tuned_id} vs {plain_id}"
     );
-    let found = tuned.post_json("/v1/discover", task).json();
+    let plain_found = plain.post_json("/v1/discover", task).json();
     assert_eq!(found["match"]["name"], "paste", "{found}");
-    // The tuned encoder's refitted threshold is in effect.
+    assert_eq!(plain_found["match"]["name"], "paste", "{plain_found}");
+    // Each model's own calibrated threshold is in effect.
     let (tuned_threshold, plain_threshold) = (
         found["meta"]["threshold"].as_f64().unwrap(),
         plain_found["meta"]["threshold"].as_f64().unwrap(),
     );
     assert!(
-        tuned_threshold > plain_threshold,
-        "threshold {tuned_threshold} (tuned) vs {plain_threshold}"
+        (tuned_threshold - plain_threshold).abs() > 0.01,
+        "threshold {tuned_threshold} (tuned) vs {plain_threshold} (plain)"
     );
     assert_ne!(
         found["candidates"][0]["score"], plain_found["candidates"][0]["score"],
@@ -865,13 +866,13 @@ fn tool_tuning_on_other_weights_keeps_the_plain_thresholds() {
     weights[last] ^= 0x01;
     std::fs::write(other.path().join("model.safetensors"), weights).unwrap();
 
-    let plain = support::daemon().start();
+    let plain = support::daemon()
+        .env("OAP_EMBEDDING_TOOL_TUNING", "false")
+        .start();
     let plain_found = plain.post_json("/v1/discover", task).json();
     drop(plain);
-    let asked = support::daemon()
-        .model_dir(other.path())
-        .env("OAP_EMBEDDING_TOOL_TUNING", "true")
-        .start();
+    // On by default: asked for without saying so.
+    let asked = support::daemon().model_dir(other.path()).start();
     let health = asked.get("/health").json();
     let id = health["model"]["id"].as_str().unwrap();
     assert!(!id.contains("+tools"), "not merged: {id}");
