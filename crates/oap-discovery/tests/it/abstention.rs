@@ -6,7 +6,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use oap_discovery::{Engine, EngineConfig, Scoring, Source};
+use oap_discovery::{Engine, EngineConfig, Source};
 use oap_embed::{Calibration, Embedder};
 
 use crate::engine::Counting;
@@ -62,16 +62,16 @@ fn listed(found: &oap_discovery::Discovery) -> Vec<(&str, oap_discovery::ScorePa
         .collect()
 }
 
-fn bundled_engine(data: &Path) -> Engine {
-    let model: Arc<dyn oap_embed::Embedder> = Counting::new();
-    let (engine, report) = Engine::open(
-        crate::engine::daemon_config(data),
-        vec![Source::Dir(bundled_dir())],
-        Some(model),
-    )
-    .expect("engine opens");
+/// An engine over the bundled tools with these settings and this model.
+pub(crate) fn open_bundled(config: EngineConfig, model: Arc<dyn Embedder>) -> Engine {
+    let (engine, report) =
+        Engine::open(config, vec![Source::Dir(bundled_dir())], Some(model)).expect("engine opens");
     assert!(report.problems.is_empty(), "{:?}", report.problems);
     engine
+}
+
+fn bundled_engine(data: &Path) -> Engine {
+    open_bundled(crate::engine::daemon_config(data), Counting::new())
 }
 
 #[test]
@@ -114,15 +114,7 @@ fn with_the_plain_model_every_pinned_behaviour_holds_too() {
     let model = crate::engine::plain_model();
     assert_eq!(model.calibration(), Calibration::General);
     let data = tempfile::tempdir().unwrap();
-    let mut config = EngineConfig::new(data.path());
-    config.scoring = Scoring::calibrated(model.calibration());
-    let (engine, report) = Engine::open(
-        config,
-        vec![Source::Dir(bundled_dir())],
-        Some(model as Arc<dyn Embedder>),
-    )
-    .expect("engine opens");
-    assert!(report.problems.is_empty(), "{:?}", report.problems);
+    let engine = open_bundled(crate::engine::plain_config(data.path()), model);
     for &(query, tool) in OWN_KIND {
         let found = engine.discover(query, 3).unwrap();
         let matched = found.best.as_ref().map(|b| b.name.as_str());

@@ -5,23 +5,16 @@
 
 use std::sync::Arc;
 
-use oap_discovery::{Engine, Source};
-use oap_embed::Embedder as _;
+use oap_discovery::Engine;
 
-use crate::abstention::bundled_dir;
+use crate::abstention::open_bundled;
 use crate::engine::Counting;
 
 fn engine(data: &std::path::Path, split_asks: bool) -> (Engine, Arc<Counting>) {
     let model = Counting::new();
     let mut config = crate::engine::daemon_config(data);
     config.scoring.query.split_asks = split_asks;
-    let (engine, _) = Engine::open(
-        config,
-        vec![Source::Dir(bundled_dir())],
-        Some(model.clone() as Arc<dyn oap_embed::Embedder>),
-    )
-    .expect("engine opens");
-    (engine, model)
+    (open_bundled(config, model.clone()), model)
 }
 
 /// Requests with two asks whose tools, ranked as one text, are not both
@@ -91,16 +84,9 @@ fn without_splitting_the_second_ask_is_crowded_out() {
     // three (checked so the test above means something). The tool-tuned
     // encoder lists both of the second one's tools even unsplit.
     let data = tempfile::tempdir().unwrap();
-    let model = crate::engine::plain_model();
-    let mut config = oap_discovery::EngineConfig::new(data.path());
-    config.scoring = oap_discovery::Scoring::calibrated(model.calibration());
+    let mut config = crate::engine::plain_config(data.path());
     config.scoring.query.split_asks = false;
-    let (engine, _) = Engine::open(
-        config,
-        vec![Source::Dir(bundled_dir())],
-        Some(model as Arc<dyn oap_embed::Embedder>),
-    )
-    .expect("engine opens");
+    let engine = open_bundled(config, crate::engine::plain_model());
     for (request, tools) in TWO_ASKS {
         let found = engine.discover(request, 3).unwrap();
         assert!(found.meta.asks.is_empty());

@@ -51,6 +51,13 @@ pub(crate) fn plain_model() -> Arc<BertEmbedder> {
         .clone()
 }
 
+/// The engine's settings as the daemon makes them for [`plain_model`].
+pub(crate) fn plain_config(data: &Path) -> EngineConfig {
+    let mut config = EngineConfig::new(data);
+    config.scoring = Scoring::calibrated(plain_model().calibration());
+    config
+}
+
 /// The engine's settings as the daemon makes them for the real model
 /// (`oapd::app::engine_config`): the calibrated thresholds follow the
 /// encoder's tool tuning.
