@@ -10,6 +10,10 @@ read from git clones at pinned commits and checked file by file (sha256):
 * ToolAlpaca (github.com/tangqiaoyu/ToolAlpaca): the functions of its
   evaluation APIs and their instructions (209 requests).
 
+`--hwu64 CLONE` adds HWU64's voice-assistant utterances (NLU-Evaluation-Data
+at a pinned commit, CC BY 4.0) as requests of its intents; tried and not
+adopted, so the shipped factors are made without it.
+
 None of the project's benchmark corpora is read: the shared task set, BFCL,
 and both halves of ha-intents and NESTFUL stay checks. A tenth of the
 training tools (by a hash of the tool key) is held out; its requests are the
@@ -68,6 +72,22 @@ ALPACA_FILES = {
 }
 VERSIONS = {"torch": "2.5.1", "transformers": "4.46.3", "tokenizers": "0.20.3", "safetensors": "0.8.0"}
 MAX_TOOLS_PER_REQUEST = 6
+# HWU64 (github.com/xliuhw/NLU-Evaluation-Data, CC BY 4.0) at this commit:
+# the annotated utterances of its first cross-validation fold's test set, one
+# file per intent. Its intents have names, not descriptions: a tool document
+# is the intent's name in words (the glossary below spells out its compound
+# and abbreviated tokens) and the slot types most of its utterances fill.
+# The "general" scenario (yes, no, repeat, a joke) is dialogue, not a tool.
+HWU_COMMIT = "f6071b496b17d71e6eb43f543af0707f4ff30557"
+HWU_DIR = "CrossValidation/autoGeneFromRealAnno/autoGene_2018_03_22-13_01_25_169/CrossValidation/KFold_1/testset/annotated"
+# sha256 over the sorted "intent/file sha256" lines of the intent files
+HWU_DIGEST = "7fad61698aa1b52f7f63f4ecaa558574003799c10d057aa93b0458192d89f6ac"
+HWU_GLOSSARY = {
+    "iot": "smart home", "hue": "hue lights", "wemo": "wemo smart plug", "qa": "question",
+    "lightoff": "light off", "lighton": "light on", "lightdim": "light dim", "lightup": "light up",
+    "lightchange": "light change", "addcontact": "add contact", "querycontact": "query contact",
+    "sendemail": "send email", "createoradd": "create or add", "timeofday": "time of day",
+}
 
 
 def read_pinned(root, rel, sha):
@@ -93,6 +113,30 @@ def description_row(desc, params):
             inputs.append(f"{humanize(name)} ({text})" if text else humanize(name))
         row += " Inputs: " + "; ".join(inputs) + "."
     return row
+
+
+def hwu_pairs(root, per_intent=None):
+    """HWU64's intents as tools and its utterances as their requests."""
+    folder = Path(root) / HWU_DIR
+    files = sorted(folder.glob("*/*.json"))
+    listing = "".join(f"{f.parent.name}/{f.name} {hashlib.sha256(f.read_bytes()).hexdigest()}\n" for f in files)
+    digest = hashlib.sha256(listing.encode()).hexdigest()
+    if HWU_DIGEST and digest != HWU_DIGEST:
+        sys.exit(f"{folder}: digest {digest}, expected {HWU_DIGEST} (wrong commit?)")
+    docs, pairs = {}, []
+    for f in files:
+        rows = next(iter(json.loads(f.read_text()).values()))
+        intent = f.parent.name
+        scenario, _, action = intent.partition("_")
+        if scenario == "general":
+            continue
+        words = lambda text: " ".join(HWU_GLOSSARY.get(w, w) for w in text.split("_"))
+        slots = Counter(e["entity"] for r in rows for e in {x["entity"]: x for x in r["entities"]}.values())
+        inputs = [(HWU_GLOSSARY.get(name, name), "") for name, n in slots.most_common(4) if n >= 2]
+        docs["hwu:" + intent] = description_row(f"{words(scenario)}: {words(action)}.", inputs)
+        for r in rows[:per_intent]:
+            pairs.append({"query": r["text"], "tools": ["hwu:" + intent], "source": "hwu64"})
+    return docs, pairs, digest
 
 
 def build_pairs(seal_root, alpaca_root):
@@ -138,6 +182,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--seal-tools", required=True, help="Seal-Tools clone at the pinned commit")
     ap.add_argument("--toolalpaca", required=True, help="ToolAlpaca clone at the pinned commit")
+    ap.add_argument("--hwu64", help="NLU-Evaluation-Data clone at the pinned commit (voice-assistant intents)")
+    ap.add_argument("--hwu64-per-intent", type=int, help="at most this many utterances per HWU64 intent (the first in its file)")
     ap.add_argument("--base", default="models/all-MiniLM-L6-v2")
     ap.add_argument("--out", required=True)
     ap.add_argument("--rank", type=int, default=16)
@@ -167,6 +213,11 @@ def main():
             print(f"warning: {module.__name__} {module.__version__}, the figures were made with {want}", file=sys.stderr)
 
     docs, pairs = build_pairs(a.seal_tools, a.toolalpaca)
+    if a.hwu64:
+        hwu_docs, more, digest = hwu_pairs(a.hwu64, a.hwu64_per_intent)
+        print("HWU64 intent files digest", digest)
+        docs.update(hwu_docs)
+        pairs += more
     print(len(docs), "tools,", len(pairs), "requests", dict(Counter(p["source"] for p in pairs)))
 
     torch.manual_seed(a.seed)

@@ -1,4 +1,4 @@
-//! `cargo xtask bench-retrieval [--bfcl-only|--shared-only|--public-only|--catalog-size]`:
+//! `cargo xtask bench-retrieval [--bfcl-only|--shared-only|--public-only|--catalog-size|--hwu64 CLONE]`:
 //! retrieval quality (`oap-bench retrieval`, each corpus with the plain
 //! encoder and with the default, tool-tuned one) on the shared task set, on the
 //! BFCL-derived corpus and on the held-out public corpora
@@ -7,7 +7,10 @@
 //! split is the only one tuning may read. `--catalog-size` runs only
 //! `oap-bench catalog-size`: the shared set's queries against the 13 bundled
 //! manifests, then against them plus the 10,000-manifest corpus of `oap-bench
-//! make-corpus` less its copies of the bundled tools.
+//! make-corpus` less its copies of the bundled tools. `--hwu64 CLONE` runs
+//! only the HWU64 voice-assistant intents (bench/hwu_corpus.py, from a git
+//! clone at its pinned commit: it is not on a package registry), a tuning
+//! corpus for choices between encoders, never a reported result.
 
 use std::path::Path;
 use std::process::Command;
@@ -20,6 +23,25 @@ use crate::repo_root;
 use crate::tasks::run_in_root;
 
 pub fn run(args: &[String]) -> Result<()> {
+    let only = args.first().map(String::as_str);
+    if let Some(flag) = only.filter(|f| {
+        !matches!(
+            *f,
+            "--bfcl-only" | "--shared-only" | "--public-only" | "--catalog-size" | "--hwu64"
+        )
+    }) {
+        anyhow::bail!(
+            "bench-retrieval: unknown option {flag} \
+             (--bfcl-only, --shared-only, --public-only, --catalog-size, --hwu64 CLONE)"
+        );
+    }
+    let hwu64_clone = match (only, args.get(1)) {
+        (Some("--hwu64"), None) => anyhow::bail!(
+            "bench-retrieval: --hwu64 takes the NLU-Evaluation-Data clone's directory"
+        ),
+        (Some("--hwu64"), Some(clone)) => Some(clone.clone()),
+        _ => None,
+    };
     crate::model::run(&[])?;
     let bin = bench_run::build(&[])?;
     // Every corpus twice: the plain encoder (`embedding.tool_tuning:
@@ -39,20 +61,29 @@ pub fn run(args: &[String]) -> Result<()> {
         }
         Ok(())
     };
-    let only = args.first().map(String::as_str);
-    if let Some(flag) = only.filter(|f| {
-        !matches!(
-            *f,
-            "--bfcl-only" | "--shared-only" | "--public-only" | "--catalog-size"
-        )
-    }) {
-        anyhow::bail!(
-            "bench-retrieval: unknown option {flag} \
-             (--bfcl-only, --shared-only, --public-only, --catalog-size)"
-        );
-    }
     if only == Some("--catalog-size") {
         return catalog_size(&bin);
+    }
+    if let Some(clone) = hwu64_clone {
+        let out = repo_root().join("target/bench/hwu64");
+        run_in_root(
+            Command::new("python3")
+                .arg("bench/hwu_corpus.py")
+                .arg("--hwu64")
+                .arg(clone)
+                .arg("--out")
+                .arg(&out),
+        )?;
+        println!("== corpus hwu64 (bench/hwu_corpus.py; tuning data only)");
+        return eval(&|| {
+            let mut command = bench_run::command(&bin, "retrieval");
+            command
+                .arg("--tasks")
+                .arg(out.join("tasks.jsonl"))
+                .arg("--dir")
+                .arg(out.join("manifests"));
+            command
+        });
     }
     let wants = |corpus: &str| only.is_none() || only == Some(corpus);
     if wants("--shared-only") {
