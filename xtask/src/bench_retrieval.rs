@@ -64,6 +64,16 @@ pub fn run(args: &[String]) -> Result<()> {
     if only == Some("--catalog-size") {
         return catalog_size(&bin);
     }
+    // A corpus built by a bench script: its tasks.jsonl and manifests/.
+    let corpus_at = |out: &Path| {
+        let mut command = bench_run::command(&bin, "retrieval");
+        command
+            .arg("--tasks")
+            .arg(out.join("tasks.jsonl"))
+            .arg("--dir")
+            .arg(out.join("manifests"));
+        command
+    };
     if let Some(clone) = hwu64_clone {
         let out = repo_root().join("target/bench/hwu64");
         run_in_root(
@@ -75,15 +85,7 @@ pub fn run(args: &[String]) -> Result<()> {
                 .arg(&out),
         )?;
         println!("== corpus hwu64 (bench/hwu_corpus.py; tuning data only)");
-        return eval(&|| {
-            let mut command = bench_run::command(&bin, "retrieval");
-            command
-                .arg("--tasks")
-                .arg(out.join("tasks.jsonl"))
-                .arg("--dir")
-                .arg(out.join("manifests"));
-            command
-        });
+        return eval(&|| corpus_at(&out));
     }
     let wants = |corpus: &str| only.is_none() || only == Some(corpus);
     if wants("--shared-only") {
@@ -102,16 +104,6 @@ pub fn run(args: &[String]) -> Result<()> {
             command
         })?;
     }
-    // A corpus built by a bench script: its tasks.jsonl and manifests/.
-    let corpus_at = |out: &Path| {
-        let mut command = bench_run::command(&bin, "retrieval");
-        command
-            .arg("--tasks")
-            .arg(out.join("tasks.jsonl"))
-            .arg("--dir")
-            .arg(out.join("manifests"));
-        command
-    };
     if wants("--bfcl-only") {
         let out = bfcl_corpus()?;
         println!("== corpus (b): BFCL v4 multiple/live_multiple/parallel_multiple (base names)");
