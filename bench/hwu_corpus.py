@@ -20,19 +20,12 @@ pin as `train_encoder.py --hwu64`) and writes, like public_corpus.py:
     python3 bench/hwu_corpus.py --hwu64 HWU --out target/bench/hwu64
 """
 import argparse
-import hashlib
 import json
 import sys
-from collections import Counter
 from pathlib import Path
 
-from public_corpus import is_withheld, manifest, slugify, write_json
-from train_encoder import HWU_DIGEST, HWU_DIR, HWU_GLOSSARY
-
-
-def words(text):
-    """An intent or slot name in words, the glossary's spellings applied."""
-    return " ".join(HWU_GLOSSARY.get(w, w) for w in text.split("_"))
+from public_corpus import is_withheld, manifest, manifest_stem, write_json
+from train_encoder import hwu_words, read_hwu
 
 
 def main():
@@ -41,41 +34,26 @@ def main():
     ap.add_argument("--hwu64", required=True, type=Path, help="NLU-Evaluation-Data clone at the pinned commit")
     ap.add_argument("--out", required=True, type=Path)
     args = ap.parse_args()
-    files = sorted((args.hwu64 / HWU_DIR).glob("*/*.json"))
-    listing = "".join(f"{f.parent.name}/{f.name} {hashlib.sha256(f.read_bytes()).hexdigest()}\n" for f in files)
-    digest = hashlib.sha256(listing.encode()).hexdigest()
-    if digest != HWU_DIGEST:
-        sys.exit(f"{args.hwu64 / HWU_DIR}: digest {digest}, expected {HWU_DIGEST} (wrong commit?)")
-
+    intents, digest = read_hwu(args.hwu64)
     manifest_dir = args.out / "manifests"
     manifest_dir.mkdir(parents=True, exist_ok=True)
     for old in manifest_dir.glob("*.json"):
         old.unlink()
-    tasks, withheld, indexed = [], [], 0
-    for f in files:
-        intent = f.parent.name
-        scenario, _, action = intent.partition("_")
-        if scenario == "general":
-            continue
-        rows = next(iter(json.loads(f.read_text()).values()))
-        slots = Counter(e["entity"] for r in rows for e in {x["entity"]: x for x in r["entities"]}.values())
-        params = {name: {"type": "string", "description": words(name), "required": False}
-                  for name, n in slots.most_common(4) if n >= 2}
+    tasks, withheld = [], []
+    for intent, description, slots, utterances in intents:
+        params = {name: {"type": "string", "description": hwu_words(name), "required": False} for name in slots}
         hidden = is_withheld(intent)
         if hidden:
             withheld.append(intent)
         else:
-            indexed += 1
-            stem = f"{slugify(intent)}-{hashlib.sha256(intent.encode()).hexdigest()[:8]}"
-            write_json(manifest_dir / f"{stem}.json",
-                       manifest(intent, f"{words(scenario)}: {words(action)}.", params, "hwu64"))
-        for r in rows:
-            tasks.append({"id": f"hwu64-{len(tasks):05d}", "category": intent, "query": r["text"],
+            write_json(manifest_dir / f"{manifest_stem(intent)}.json", manifest(intent, description, params, "hwu64"))
+        for text in utterances:
+            tasks.append({"id": f"hwu64-{len(tasks):05d}", "category": intent, "query": text,
                           "expected": [] if hidden else [intent], "negative": hidden, "split": "tuning"})
     with open(args.out / "tasks.jsonl", "w", encoding="utf-8") as out:
         out.writelines(json.dumps(t, ensure_ascii=False) + "\n" for t in tasks)
     no_fit = sum(t["negative"] for t in tasks)
-    print(f"HWU64 (digest {digest[:12]}…): {indexed} indexed, {len(withheld)} withheld "
+    print(f"HWU64 (digest {digest[:12]}…): {len(intents) - len(withheld)} indexed, {len(withheld)} withheld "
           f"({', '.join(withheld)}); {len(tasks) - no_fit} fitting, {no_fit} no-fit -> {args.out}")
     return 0
 

@@ -86,6 +86,11 @@ def slugify(text):
     return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-") or "fn"
 
 
+def manifest_stem(name):
+    """A manifest's file name without .json: readable, and unique by the hash."""
+    return f"{slugify(name)}-{hashlib.sha256(name.encode()).hexdigest()[:8]}"
+
+
 def manifest(name, description, params, corpus):
     """An OAP v1.0 manifest with JSON parameters."""
     listed = ", ".join(f"{k} ({p['type']}, {'required' if p['required'] else 'optional'})"
@@ -281,7 +286,7 @@ def main():
     for name, m in sorted(tools.items()):
         if name in withheld:
             continue
-        stem = f"{slugify(name)}-{hashlib.sha256(name.encode()).hexdigest()[:8]}"
+        stem = manifest_stem(name)
         stems[name] = stem
         write_json(manifest_dir / f"{stem}.json", m)
 

@@ -115,27 +115,45 @@ def description_row(desc, params):
     return row
 
 
-def hwu_pairs(root, per_intent=None):
-    """HWU64's intents as tools and its utterances as their requests."""
+def hwu_words(name):
+    """An HWU64 intent or slot name in words, the glossary's spellings applied."""
+    return " ".join(HWU_GLOSSARY.get(w, w) for w in name.split("_"))
+
+
+def read_hwu(root):
+    """HWU64's intents outside the "general" scenario, checked against
+    HWU_DIGEST: (intent, description, slot names, utterances) each, and the
+    digest."""
     folder = Path(root) / HWU_DIR
     files = sorted(folder.glob("*/*.json"))
+    if not files:
+        sys.exit(f"{folder}: no intent files (is {root} a clone of NLU-Evaluation-Data?)")
     listing = "".join(f"{f.parent.name}/{f.name} {hashlib.sha256(f.read_bytes()).hexdigest()}\n" for f in files)
     digest = hashlib.sha256(listing.encode()).hexdigest()
-    if HWU_DIGEST and digest != HWU_DIGEST:
-        sys.exit(f"{folder}: digest {digest}, expected {HWU_DIGEST} (wrong commit?)")
-    docs, pairs = {}, []
+    if digest != HWU_DIGEST:
+        sys.exit(f"{folder}: digest {digest}, expected {HWU_DIGEST} (not commit {HWU_COMMIT}?)")
+    intents = []
     for f in files:
-        rows = next(iter(json.loads(f.read_text()).values()))
         intent = f.parent.name
         scenario, _, action = intent.partition("_")
         if scenario == "general":
             continue
-        words = lambda text: " ".join(HWU_GLOSSARY.get(w, w) for w in text.split("_"))
+        rows = next(iter(json.loads(f.read_text()).values()))
+        # Slot types counted once per utterance; those at least two fill.
         slots = Counter(e["entity"] for r in rows for e in {x["entity"]: x for x in r["entities"]}.values())
-        inputs = [(HWU_GLOSSARY.get(name, name), "") for name, n in slots.most_common(4) if n >= 2]
-        docs["hwu:" + intent] = description_row(f"{words(scenario)}: {words(action)}.", inputs)
-        for r in rows[:per_intent]:
-            pairs.append({"query": r["text"], "tools": ["hwu:" + intent], "source": "hwu64"})
+        intents.append((intent, f"{hwu_words(scenario)}: {hwu_words(action)}.",
+                        [name for name, n in slots.most_common(4) if n >= 2], [r["text"] for r in rows]))
+    return intents, digest
+
+
+def hwu_pairs(root, per_intent=None):
+    """HWU64's intents as tools and its utterances as their requests."""
+    intents, digest = read_hwu(root)
+    docs, pairs = {}, []
+    for intent, description, slots, utterances in intents:
+        docs["hwu:" + intent] = description_row(description, [(hwu_words(name), "") for name in slots])
+        for text in utterances[:per_intent]:
+            pairs.append({"query": text, "tools": ["hwu:" + intent], "source": "hwu64"})
     return docs, pairs, digest
 
 
