@@ -22,26 +22,30 @@ use crate::bench_run;
 use crate::repo_root;
 use crate::tasks::run_in_root;
 
-pub fn run(args: &[String]) -> Result<()> {
+/// The one option (`None`: every corpus) and, for `--hwu64`, its clone;
+/// checked before anything is built.
+fn parse(args: &[String]) -> Result<(Option<&str>, Option<&str>)> {
+    const USAGE: &str = "--bfcl-only, --shared-only, --public-only, --catalog-size, --hwu64 CLONE";
     let only = args.first().map(String::as_str);
-    if let Some(flag) = only.filter(|f| {
-        !matches!(
-            *f,
-            "--bfcl-only" | "--shared-only" | "--public-only" | "--catalog-size" | "--hwu64"
-        )
-    }) {
+    let takes = match only {
+        None => 0,
+        Some("--bfcl-only" | "--shared-only" | "--public-only" | "--catalog-size") => 1,
+        Some("--hwu64") => 2,
+        Some(flag) => anyhow::bail!("bench-retrieval: unknown option {flag} ({USAGE})"),
+    };
+    if takes == 2 && args.len() < 2 {
+        anyhow::bail!("bench-retrieval: --hwu64 takes the NLU-Evaluation-Data clone's directory");
+    }
+    if let Some(extra) = args.get(takes) {
         anyhow::bail!(
-            "bench-retrieval: unknown option {flag} \
-             (--bfcl-only, --shared-only, --public-only, --catalog-size, --hwu64 CLONE)"
+            "bench-retrieval: unexpected argument {extra}: one option at a time ({USAGE})"
         );
     }
-    let hwu64_clone = match (only, args.get(1)) {
-        (Some("--hwu64"), None) => anyhow::bail!(
-            "bench-retrieval: --hwu64 takes the NLU-Evaluation-Data clone's directory"
-        ),
-        (Some("--hwu64"), Some(clone)) => Some(clone.clone()),
-        _ => None,
-    };
+    Ok((only, args.get(1).map(String::as_str).filter(|_| takes == 2)))
+}
+
+pub fn run(args: &[String]) -> Result<()> {
+    let (only, hwu64_clone) = parse(args)?;
     crate::model::run(&[])?;
     let bin = bench_run::build(&[])?;
     // Every corpus twice: the plain encoder (`embedding.tool_tuning:
@@ -242,4 +246,37 @@ fn catalog_size(bin: &Path) -> Result<()> {
     let report: CatalogSizeReport = bench_run::report(command.arg("--quiet"))?;
     println!("{}", report.table());
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse;
+
+    fn args(list: &[&str]) -> Vec<String> {
+        list.iter().map(|a| a.to_string()).collect()
+    }
+
+    #[test]
+    fn one_option_or_none_and_the_clone_for_hwu64() {
+        assert_eq!(parse(&args(&[])).unwrap(), (None, None));
+        assert_eq!(
+            parse(&args(&["--public-only"])).unwrap(),
+            (Some("--public-only"), None)
+        );
+        assert_eq!(
+            parse(&args(&["--hwu64", "HWU"])).unwrap(),
+            (Some("--hwu64"), Some("HWU"))
+        );
+    }
+
+    #[test]
+    fn bad_arguments_are_named_before_anything_is_built() {
+        let error = |list: &[&str]| parse(&args(list)).unwrap_err().to_string();
+        assert!(error(&["--bogus"]).contains("unknown option --bogus"));
+        assert!(error(&["--hwu64"]).contains("--hwu64 takes"));
+        assert!(
+            error(&["--shared-only", "--bfcl-only"]).contains("unexpected argument --bfcl-only")
+        );
+        assert!(error(&["--hwu64", "HWU", "more"]).contains("unexpected argument more"));
+    }
 }
