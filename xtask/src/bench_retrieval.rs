@@ -1,10 +1,13 @@
-//! `cargo xtask bench-retrieval [--bfcl-only|--shared-only|--public-only|--catalog-size|--hwu64 CLONE]`:
+//! `cargo xtask bench-retrieval [--bfcl-only|--shared-only|--public-only|--relevance|--catalog-size|--hwu64 CLONE]`:
 //! retrieval quality (`oap-bench retrieval`, each corpus with the plain
 //! encoder and with the default, tool-tuned one) on the shared task set, on the
 //! BFCL-derived corpus and on the held-out public corpora
 //! (bench/public_corpus.py: Home Assistant intents, NESTFUL), whose
 //! `evaluation` split is what docs/BENCHMARKS.md reports and whose `tuning`
-//! split is the only one tuning may read. `--catalog-size` runs only
+//! split is the only one tuning may read. `--relevance` runs only
+//! `oap-bench relevance` on BFCL's relevance categories
+//! (bench/bfcl_relevance.py): each request against its own small catalog,
+//! which one tool fits or none does, both halves. `--catalog-size` runs only
 //! `oap-bench catalog-size`: the shared set's queries against the 13 bundled
 //! manifests, then against them plus the 10,000-manifest corpus of `oap-bench
 //! make-corpus` less its copies of the bundled tools. `--hwu64 CLONE` runs
@@ -16,7 +19,7 @@ use std::path::Path;
 use std::process::Command;
 
 use anyhow::Result;
-use oap_bench::report::{CatalogSizeReport, RetrievalReport};
+use oap_bench::report::{CatalogSizeReport, RelevanceReport, RetrievalReport};
 
 use crate::bench_run;
 use crate::repo_root;
@@ -25,11 +28,14 @@ use crate::tasks::run_in_root;
 /// The one option (`None`: every corpus) and, for `--hwu64`, its clone;
 /// checked before anything is built.
 fn parse(args: &[String]) -> Result<(Option<&str>, Option<&str>)> {
-    const USAGE: &str = "--bfcl-only, --shared-only, --public-only, --catalog-size, --hwu64 CLONE";
+    const USAGE: &str =
+        "--bfcl-only, --shared-only, --public-only, --relevance, --catalog-size, --hwu64 CLONE";
     let only = args.first().map(String::as_str);
     let takes = match only {
         None => 0,
-        Some("--bfcl-only" | "--shared-only" | "--public-only" | "--catalog-size") => 1,
+        Some(
+            "--bfcl-only" | "--shared-only" | "--public-only" | "--relevance" | "--catalog-size",
+        ) => 1,
         Some("--hwu64") => 2,
         Some(flag) => anyhow::bail!("bench-retrieval: unknown option {flag} ({USAGE})"),
     };
@@ -131,6 +137,41 @@ pub fn run(args: &[String]) -> Result<()> {
                 })?;
             }
         }
+    }
+    if wants("--relevance") {
+        relevance(&bin)?;
+    }
+    Ok(())
+}
+
+/// BFCL's relevance categories, each request against its own catalog,
+/// with the plain encoder and with the default.
+fn relevance(bin: &Path) -> Result<()> {
+    let out = repo_root().join("target/bench/bfcl-relevance");
+    if !out.join("tasks.jsonl").is_file() {
+        run_in_root(
+            Command::new("python3")
+                .arg("bench/bfcl_relevance.py")
+                .arg("--out")
+                .arg(&out),
+        )?;
+    }
+    println!("== BFCL relevance: each request against its own catalog (bench/bfcl_relevance.py)");
+    for plain in [true, false] {
+        let mut command = bench_run::command(bin, "relevance");
+        command
+            .arg("--tasks")
+            .arg(out.join("tasks.jsonl"))
+            .arg("--catalogs")
+            .arg(out.join("catalogs"));
+        if plain {
+            println!("-- the plain encoder (embedding.tool_tuning: false)");
+            command.arg("--plain-model");
+        } else {
+            println!("-- the default: the tool-tuned encoder");
+        }
+        let report: RelevanceReport = bench_run::report(command.arg("--quiet"))?;
+        println!("{}", report.table());
     }
     Ok(())
 }
@@ -262,6 +303,10 @@ mod tests {
         assert_eq!(
             parse(&args(&["--public-only"])).unwrap(),
             (Some("--public-only"), None)
+        );
+        assert_eq!(
+            parse(&args(&["--relevance"])).unwrap(),
+            (Some("--relevance"), None)
         );
         assert_eq!(
             parse(&args(&["--hwu64", "HWU"])).unwrap(),

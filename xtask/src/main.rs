@@ -71,11 +71,13 @@ const COMMANDS: &[Command] = &[
     },
     Command {
         name: "bench-retrieval",
-        usage: "bench-retrieval [--shared-only|--bfcl-only|--public-only|--catalog-size|--hwu64 CLONE]\n      \
+        usage: "bench-retrieval [--shared-only|--bfcl-only|--public-only|--relevance|--catalog-size|--hwu64 CLONE]\n      \
                 Recall@k, MRR, nDCG@10 and abstention on the shared task set, the BFCL corpus\n      \
-                and the held-out public corpora; --catalog-size: the \"nothing fits\" decision\n      \
-                with the 13 bundled manifests alone and with 10,000 more; --hwu64: the HWU64\n      \
-                voice intents from a clone of NLU-Evaluation-Data (tuning data)",
+                and the held-out public corpora; --relevance: \"nothing fits\" with BFCL's\n      \
+                relevance requests, each against its own small catalog; --catalog-size: the\n      \
+                \"nothing fits\" decision with the 13 bundled manifests alone and with 10,000\n      \
+                more; --hwu64: the HWU64 voice intents from a clone of NLU-Evaluation-Data\n      \
+                (tuning data)",
         run: bench_retrieval::run,
     },
     Command {

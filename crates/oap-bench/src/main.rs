@@ -22,6 +22,7 @@ mod embed_batches;
 mod experience_replay;
 mod make_corpus;
 mod proxy_load;
+mod relevance;
 mod request_tokens;
 mod retrieval;
 mod search;
@@ -82,6 +83,8 @@ enum Bench {
     /// The "nothing fits" decision against a small catalog and against it
     /// plus a large corpus.
     CatalogSize(catalog_size::Args),
+    /// "Nothing fits" when each task brings its own small catalog.
+    Relevance(relevance::Args),
 }
 
 /// Writes `report` as pretty JSON to `path` or stdout.
@@ -163,6 +166,11 @@ fn run(cli: Cli) -> anyhow::Result<bool> {
         }
         Bench::CatalogSize(args) => {
             let report = catalog_size::run(args)?;
+            table(report.table());
+            emit(&report, json)?;
+        }
+        Bench::Relevance(args) => {
+            let report = relevance::run(args)?;
             table(report.table());
             emit(&report, json)?;
         }

@@ -789,6 +789,74 @@ impl CatalogSizeReport {
     }
 }
 
+/// `oap-bench relevance`: "nothing fits" when each task brings its own
+/// small catalog.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RelevanceReport {
+    /// The encoder's model id.
+    pub model: String,
+    /// The hybrid threshold a best candidate's abstention score must reach.
+    pub threshold: f32,
+    /// Distinct catalogs.
+    pub catalogs: usize,
+    /// Manifests that did not load, over all catalogs.
+    pub load_problems: usize,
+    /// Per half of the corpus (`tuning`, `evaluation`), then `all`.
+    pub halves: Vec<RelevanceHalf>,
+}
+
+/// One half of a relevance corpus; shares are of its fitting or no-fit tasks.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RelevanceHalf {
+    /// `tuning`, `evaluation` or `all`.
+    pub half: String,
+    /// Tasks one tool of their catalog fits.
+    pub fitting: usize,
+    /// Tasks no tool of their catalog fits.
+    pub no_fit: usize,
+    /// AUROC of the best candidate's abstention score, fitting against
+    /// no-fit (none without tasks of both kinds).
+    pub auroc: Option<f64>,
+    /// No-fit tasks answered without a match.
+    pub no_fit_abstained: f64,
+    /// Fitting tasks answered without a match.
+    pub fitting_abstained: f64,
+    /// Fitting tasks whose best candidate is their tool.
+    pub fitting_best_right: f64,
+    /// No-fit tasks whose catalog holds more than one tool.
+    pub no_fit_in_larger_catalogs: usize,
+    /// Those answered without a match.
+    pub no_fit_in_larger_catalogs_abstained: f64,
+}
+
+impl RelevanceReport {
+    /// The report as the table developers read.
+    pub fn table(&self) -> String {
+        let mut out = format!(
+            "\n{}, hybrid threshold {:.2}; {} catalogs, {} load problems\n\n\
+             | half | fitting | no-fit | AUROC | no-fit abstained | fitting abstained \
+             | fitting best right | no-fit, 2+ tools: abstained |\n\
+             |---|---|---|---|---|---|---|---|\n",
+            self.model, self.threshold, self.catalogs, self.load_problems,
+        );
+        for h in &self.halves {
+            out.push_str(&format!(
+                "| {} | {} | {} | {} | {:.3} | {:.3} | {:.3} | {:.3} of {} |\n",
+                h.half,
+                h.fitting,
+                h.no_fit,
+                h.auroc.map_or("–".to_string(), |a| format!("{a:.3}")),
+                h.no_fit_abstained,
+                h.fitting_abstained,
+                h.fitting_best_right,
+                h.no_fit_in_larger_catalogs_abstained,
+                h.no_fit_in_larger_catalogs,
+            ));
+        }
+        out
+    }
+}
+
 /// `oap-bench soak`: the whole appliance under load with faults. The
 /// per-minute records are in the JSON-lines file it names.
 #[derive(Debug, Clone, Serialize, Deserialize)]

@@ -356,7 +356,7 @@ fn ndcg_at_10(found: &[String], expected: &[String]) -> f64 {
     }
 }
 
-fn auroc(scores: &[(f32, bool)]) -> f64 {
+pub(crate) fn auroc(scores: &[(f32, bool)]) -> f64 {
     let pos: Vec<f32> = scores.iter().filter(|s| s.1).map(|s| s.0).collect();
     let neg: Vec<f32> = scores.iter().filter(|s| !s.1).map(|s| s.0).collect();
     if pos.is_empty() || neg.is_empty() {

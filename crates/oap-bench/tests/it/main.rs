@@ -11,4 +11,5 @@
     reason = "test code: a failed assumption is a failed test, and tests read their own fixtures whole"
 )]
 
+mod relevance;
 mod report;
