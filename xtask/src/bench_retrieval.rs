@@ -1,4 +1,4 @@
-//! `cargo xtask bench-retrieval [--bfcl-only|--shared-only|--public-only|--relevance|--catalog-size|--hwu64 CLONE]`:
+//! `cargo xtask bench-retrieval [--bfcl-only|--shared-only|--public-only|--relevance|--catalog-size|--hwu64 CLONE|--toollens CLONE]`:
 //! retrieval quality (`oap-bench retrieval`, each corpus with the plain
 //! encoder and with the default, tool-tuned one) on the shared task set, on the
 //! BFCL-derived corpus and on the held-out public corpora
@@ -14,6 +14,9 @@
 //! only the HWU64 voice-assistant intents (bench/hwu_corpus.py, from a git
 //! clone at its pinned commit: it is not on a package registry), a tuning
 //! corpus for choices between encoders, never a reported result.
+//! `--toollens CLONE` runs only ToolLens (bench/toollens_corpus.py, from a
+//! clone of COLT at its pinned commit): ToolBench endpoints and requests
+//! that need several of them, both halves.
 
 use std::path::Path;
 use std::process::Command;
@@ -25,22 +28,30 @@ use crate::bench_run;
 use crate::repo_root;
 use crate::tasks::run_in_root;
 
-/// The one option (`None`: every corpus) and, for `--hwu64`, its clone;
-/// checked before anything is built.
+/// The one option (`None`: every corpus) and, for `--hwu64` and
+/// `--toollens`, its clone; checked before anything is built.
 fn parse(args: &[String]) -> Result<(Option<&str>, Option<&str>)> {
-    const USAGE: &str =
-        "--bfcl-only, --shared-only, --public-only, --relevance, --catalog-size, --hwu64 CLONE";
+    const USAGE: &str = "--bfcl-only, --shared-only, --public-only, --relevance, --catalog-size, \
+                         --hwu64 CLONE, --toollens CLONE";
     let only = args.first().map(String::as_str);
     let takes = match only {
         None => 0,
         Some(
             "--bfcl-only" | "--shared-only" | "--public-only" | "--relevance" | "--catalog-size",
         ) => 1,
-        Some("--hwu64") => 2,
+        Some("--hwu64" | "--toollens") => 2,
         Some(flag) => anyhow::bail!("bench-retrieval: unknown option {flag} ({USAGE})"),
     };
     if takes == 2 && args.len() < 2 {
-        anyhow::bail!("bench-retrieval: --hwu64 takes the NLU-Evaluation-Data clone's directory");
+        let clone = if only == Some("--hwu64") {
+            "NLU-Evaluation-Data"
+        } else {
+            "COLT"
+        };
+        anyhow::bail!(
+            "bench-retrieval: {} takes the {clone} clone's directory",
+            only.unwrap_or_default()
+        );
     }
     if let Some(extra) = args.get(takes) {
         anyhow::bail!(
@@ -51,7 +62,7 @@ fn parse(args: &[String]) -> Result<(Option<&str>, Option<&str>)> {
 }
 
 pub fn run(args: &[String]) -> Result<()> {
-    let (only, hwu64_clone) = parse(args)?;
+    let (only, clone) = parse(args)?;
     crate::model::run(&[])?;
     let bin = bench_run::build(&[])?;
     // Every corpus twice: the plain encoder (`embedding.tool_tuning:
@@ -84,7 +95,27 @@ pub fn run(args: &[String]) -> Result<()> {
             .arg(out.join("manifests"));
         command
     };
-    if let Some(clone) = hwu64_clone {
+    if let (Some("--toollens"), Some(clone)) = (only, clone) {
+        let out = repo_root().join("target/bench/toollens");
+        run_in_root(
+            Command::new("python3")
+                .arg("bench/toollens_corpus.py")
+                .arg("--colt")
+                .arg(clone)
+                .arg("--out")
+                .arg(&out),
+        )?;
+        for split in ["evaluation", "tuning"] {
+            println!("== corpus toollens, {split} split (bench/toollens_corpus.py)");
+            eval(&|| {
+                let mut command = corpus_at(&out);
+                command.args(["--split", split]);
+                command
+            })?;
+        }
+        return Ok(());
+    }
+    if let Some(clone) = clone {
         let out = repo_root().join("target/bench/hwu64");
         run_in_root(
             Command::new("python3")
@@ -309,6 +340,10 @@ mod tests {
             (Some("--relevance"), None)
         );
         assert_eq!(
+            parse(&args(&["--toollens", "COLT"])).unwrap(),
+            (Some("--toollens"), Some("COLT"))
+        );
+        assert_eq!(
             parse(&args(&["--hwu64", "HWU"])).unwrap(),
             (Some("--hwu64"), Some("HWU"))
         );
@@ -318,7 +353,8 @@ mod tests {
     fn bad_arguments_are_named_before_anything_is_built() {
         let error = |list: &[&str]| parse(&args(list)).unwrap_err().to_string();
         assert!(error(&["--bogus"]).contains("unknown option --bogus"));
-        assert!(error(&["--hwu64"]).contains("--hwu64 takes"));
+        assert!(error(&["--hwu64"]).contains("--hwu64 takes the NLU-Evaluation-Data clone"));
+        assert!(error(&["--toollens"]).contains("--toollens takes the COLT clone"));
         assert!(
             error(&["--shared-only", "--bfcl-only"]).contains("unexpected argument --bfcl-only")
         );

@@ -71,13 +71,14 @@ const COMMANDS: &[Command] = &[
     },
     Command {
         name: "bench-retrieval",
-        usage: "bench-retrieval [--shared-only|--bfcl-only|--public-only|--relevance|--catalog-size|--hwu64 CLONE]\n      \
+        usage: "bench-retrieval [--shared-only|--bfcl-only|--public-only|--relevance|--catalog-size|\n      \
+                --hwu64 CLONE|--toollens CLONE]\n      \
                 Recall@k, MRR, nDCG@10 and abstention on the shared task set, the BFCL corpus\n      \
                 and the held-out public corpora; --relevance: \"nothing fits\" with BFCL's\n      \
                 relevance requests, each against its own small catalog; --catalog-size: the\n      \
                 \"nothing fits\" decision with the 13 bundled manifests alone and with 10,000\n      \
                 more; --hwu64: the HWU64 voice intents from a clone of NLU-Evaluation-Data\n      \
-                (tuning data)",
+                (tuning data); --toollens: ToolLens from a clone of COLT",
         run: bench_retrieval::run,
     },
     Command {
