@@ -16,8 +16,9 @@
 //! - `--model DIR` (default models/all-MiniLM-L6-v2), `--dtype i8`;
 //! - `--base-names`: score `name#k` manifests by their base name (BFCL corpus);
 //! - `--rows desc|desc+examples|all`: which rows are embedded (default: the
-//!   engine's, the description with its inputs); `--no-inputs-row` leaves the
-//!   input parameters out of the description row;
+//!   engine's, the description with its inputs and the examples'
+//!   descriptions; `desc+examples` and `all` add the example inputs);
+//!   `--no-inputs-row` leaves the input parameters out of the description row;
 //! - `--lexical-weight W[,W...]`: hybrid weight(s); with several, one hybrid
 //!   row per weight (the query is embedded once);
 //! - `--duplicate-similarity C`, `--variant-similarity C`: demotion of near
@@ -455,10 +456,12 @@ pub fn run(args: Args) -> anyhow::Result<RetrievalReport> {
         Some("desc+examples") => {
             config.row_weights.name_usage = 0.0;
             config.row_weights.example = 0.9;
+            config.row_weights.example_inputs = true;
         }
         Some("all") => {
             config.row_weights.name_usage = 0.9;
             config.row_weights.example = 0.9;
+            config.row_weights.example_inputs = true;
         }
         Some(other) => anyhow::bail!("--rows {other}: expected desc, desc+examples or all"),
     }

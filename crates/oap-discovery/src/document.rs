@@ -15,7 +15,7 @@ use sha2::{Digest, Sha256};
 
 /// Bumped whenever the row or term recipe changes, so that an index built
 /// with an older recipe is rebuilt instead of silently mixing recipes.
-pub const RECIPE_VERSION: u32 = 2;
+pub const RECIPE_VERSION: u32 = 3;
 
 /// Longest text embedded for one row, in bytes. The model truncates at its
 /// token limit anyway; this keeps hostile manifests from costing tokenizer
@@ -24,6 +24,12 @@ const MAX_ROW_TEXT: usize = 2_000;
 
 /// At most this many example rows per manifest.
 const MAX_EXAMPLE_ROWS: usize = 8;
+
+/// Longest text of an example row, in bytes. An example's description is a
+/// phrase ("Financial document summarization"); the cut keeps a manifest's
+/// eight example rows from costing the encoder more than about two full
+/// description rows.
+const MAX_EXAMPLE_TEXT: usize = 300;
 
 /// One text to embed, with its weight in the max-over-rows document score.
 #[derive(Debug, Clone, PartialEq)]
@@ -37,18 +43,25 @@ pub struct RowText {
 /// Relative weights of the row kinds; a weight of 0 (or less) leaves the
 /// row kind out of the index. A document scores as its best weighted row.
 ///
-/// Only the description row is on by default: on both benchmark corpora a
-/// name/usage row lowered dense recall (short rows like "grep. Usage: grep
-/// PATTERN" match loosely), and example rows made no measurable difference
-/// (docs/BENCHMARKS.md).
+/// The description row and the examples' own descriptions are on by
+/// default. A name/usage row lowered dense recall on both benchmark corpora
+/// (short rows like "grep. Usage: grep PATTERN" match loosely). An example's
+/// description is the publisher's own word for a request the tool serves
+/// ("Financial document summarization"), so a request like it finds the
+/// tool first even when the description is about something broader; few
+/// manifests carry examples, so the rows cost little, and on the benchmark
+/// corpora they change nothing (docs/BENCHMARKS.md). Example *inputs* stay
+/// out: they are data ("echo 'hello world' | grep hello"), not requests.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct RowWeights {
     /// The description row (with the inputs if `inputs_in_description`).
     pub description: f32,
     /// A row of the humanized name, tags and `usage`.
     pub name_usage: f32,
-    /// One row per example description or input, at most 8.
+    /// One row per example description, at most 8 example rows.
     pub example: f32,
+    /// Example inputs get rows too (with the `example` weight).
+    pub example_inputs: bool,
     /// Append the input parameters, with their descriptions, to the
     /// description row. Many descriptions are one terse sentence ("Search
     /// for hotels based on specified criteria"); the parameters say which
@@ -62,7 +75,8 @@ impl Default for RowWeights {
         RowWeights {
             description: 1.0,
             name_usage: 0.0,
-            example: 0.0,
+            example: 0.9,
+            example_inputs: false,
             inputs_in_description: true,
         }
     }
@@ -99,13 +113,19 @@ pub fn rows(manifest: &Manifest, weights: RowWeights) -> Vec<RowText> {
     }
     push_row(&mut rows, &name_line, weights.name_usage);
 
+    let inputs: &[String] = if weights.example_inputs {
+        &fields.example_inputs
+    } else {
+        &[]
+    };
     let examples = fields
         .example_descriptions
         .iter()
-        .chain(fields.example_inputs.iter())
+        .chain(inputs)
         .take(MAX_EXAMPLE_ROWS);
     for example in examples {
-        push_row(&mut rows, example, weights.example);
+        let text = truncate_on_char_boundary(example.trim(), MAX_EXAMPLE_TEXT);
+        push_row(&mut rows, text, weights.example);
     }
     rows
 }
@@ -218,6 +238,36 @@ mod tests {
     }
 
     #[test]
+    fn by_default_each_example_description_is_a_row_and_its_input_is_not() {
+        let long = "word ".repeat(200);
+        let examples: Vec<String> = (0..10)
+            .map(|i| format!(r#"{{"input":"input {i}","description":"example {i} {long}"}}"#))
+            .collect();
+        let m = manifest(&format!(
+            r#"{{"oap":"1.0","name":"summarize","description":"Summarize text.",
+                "invoke":{{"method":"POST","url":"https://example.com/s"}},
+                "examples":[{{"input":"The quarterly report...","description":"Financial document summarization"}},
+                            {{"input":"no description here"}},{}]}}"#,
+            examples.join(",")
+        ));
+        let rows = rows(&m, RowWeights::default());
+        let texts: Vec<&str> = rows.iter().map(|r| r.text.as_str()).collect();
+        assert_eq!(texts[0], "Summarize text.");
+        assert_eq!(texts[1], "Financial document summarization");
+        assert_eq!(rows[1].weight, 0.9);
+        assert!(
+            !texts
+                .iter()
+                .any(|t| t.starts_with("input") || t.contains("quarterly")),
+            "example inputs are data, not rows: {texts:?}"
+        );
+        // The description row and at most eight example rows, each cut short.
+        assert_eq!(rows.len(), 1 + MAX_EXAMPLE_ROWS, "{texts:?}");
+        assert!(rows[2..].iter().all(|r| r.text.len() <= MAX_EXAMPLE_TEXT));
+        assert!(texts[2].starts_with("example 0 word"));
+    }
+
+    #[test]
     fn rows_cover_description_name_usage_and_examples_without_duplicates() {
         let m = manifest(
             r#"{"oap":"1.0","name":"grep","description":"Search lines.","usage":"grep PATTERN",
@@ -228,6 +278,7 @@ mod tests {
         let all = RowWeights {
             name_usage: 0.9,
             example: 0.9,
+            example_inputs: true,
             ..RowWeights::default()
         };
         let rows = rows(&m, all);
@@ -241,7 +292,7 @@ mod tests {
     }
 
     #[test]
-    fn by_default_only_the_description_with_its_inputs_is_embedded() {
+    fn by_default_name_usage_and_example_inputs_get_no_row() {
         let m = manifest(
             r#"{"oap":"1.0","name":"Hotels_2_SearchHotel#3","description":"Search for hotels.",
                 "usage":"unused","tags":["travel"],

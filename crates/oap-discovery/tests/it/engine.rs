@@ -190,6 +190,50 @@ fn discovers_the_fitting_tool_and_says_when_none_fits() {
     assert!(!found.candidates.is_empty(), "candidates are still listed");
 }
 
+/// A publisher's example says what a request for the tool looks like: each
+/// example's description, asked as a request, finds its tool first and
+/// matches it, among every reference manifest. (mynewscast's "Get current
+/// Portland news" ranks a news API first by its description alone.)
+#[test]
+fn a_tools_own_example_request_finds_it_first() {
+    let data = tempfile::tempdir().unwrap();
+    let (engine, report) = open(
+        data.path(),
+        vec![Source::Dir(reference_dir())],
+        Some(Counting::new()),
+    );
+    assert!(report.problems.is_empty(), "{:?}", report.problems);
+    let mut asked = 0;
+    for entry in fs::read_dir(reference_dir()).unwrap() {
+        let text = fs::read(entry.unwrap().path()).unwrap();
+        let manifest: serde_json::Value = serde_json::from_slice(&text).unwrap();
+        let name = manifest["name"].as_str().unwrap();
+        let examples = manifest["examples"].as_array().cloned().unwrap_or_default();
+        for example in examples.iter().take(8) {
+            let Some(request) = example["description"].as_str() else {
+                continue;
+            };
+            asked += 1;
+            let found = engine.discover(request, 3).unwrap();
+            let best = found.best.as_ref().map(|b| b.name.as_str());
+            assert_eq!(
+                best,
+                Some(name),
+                "{request:?}: candidates {:?}",
+                found
+                    .candidates
+                    .iter()
+                    .map(|c| (c.name.as_str(), c.score))
+                    .collect::<Vec<_>>()
+            );
+        }
+    }
+    assert!(
+        asked >= 8,
+        "the reference set carries examples ({asked} asked)"
+    );
+}
+
 #[test]
 fn unchanged_manifests_are_not_re_embedded() {
     let manifests = manifest_dir(CLI);
