@@ -179,15 +179,21 @@ def write_json(path, obj):
     path.write_text(json.dumps(obj, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
 
 
-def main():
-    """CLI entry point."""
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def pinned_wheel_args(description):
+    """``--out`` and ``--requirements`` parsed, and the pinned wheel fetched or reused:
+    (args, version, sha256, wheel path)."""
+    ap = argparse.ArgumentParser(description=description)
     ap.add_argument("--out", required=True, type=Path, help="output directory")
     ap.add_argument("--requirements", type=Path, default=REQUIREMENTS,
                     help="pinned requirements file (default: %(default)s)")
     args = ap.parse_args()
     version, sha = read_pin(args.requirements, "bfcl-eval")
-    wheel = ensure_wheel(args.out / ".cache", "bfcl-eval", version, sha)
+    return args, version, sha, ensure_wheel(args.out / ".cache", "bfcl-eval", version, sha)
+
+
+def main():
+    """CLI entry point."""
+    args, version, sha, wheel = pinned_wheel_args(__doc__.splitlines()[0])
 
     questions, answers, files = {}, {}, {}
     with zipfile.ZipFile(wheel) as zf:

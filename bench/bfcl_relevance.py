@@ -26,16 +26,13 @@ file, never installed), written as:
 Run by ``cargo xtask bench-relevance`` (then ``oap-bench relevance``).
 Standard library only.
 """
-import argparse
 import json
 import shutil
 import sys
 import zipfile
 from collections import Counter
-from pathlib import Path
 
-from bfcl_corpus import REQUIREMENTS, build_manifest, canonical, read_jsonl, slugify, write_json
-from pinned_wheel import ensure_wheel, read_pin
+from bfcl_corpus import build_manifest, canonical, pinned_wheel_args, read_jsonl, slugify, write_json
 from public_corpus import bucket
 
 FITTING = ("simple_python", "live_simple")
@@ -84,13 +81,7 @@ def catalog_of(entry, unknown_types):
 
 def main():
     """CLI entry point."""
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", required=True, type=Path, help="output directory")
-    ap.add_argument("--requirements", type=Path, default=REQUIREMENTS,
-                    help="pinned requirements file (default: %(default)s)")
-    args = ap.parse_args()
-    version, sha = read_pin(args.requirements, "bfcl-eval")
-    wheel = ensure_wheel(args.out / ".cache", "bfcl-eval", version, sha)
+    args, version, sha, wheel = pinned_wheel_args(__doc__.splitlines()[0])
 
     catalogs = args.out / "catalogs"
     if catalogs.exists():

@@ -25,9 +25,8 @@ use oap_bench::report::{RelevanceHalf, RelevanceReport};
 use oap_discovery::scoring::Scoring;
 use oap_discovery::{Engine, EngineConfig, Mode, Source};
 use oap_embed::Embedder;
-use oap_embed_candle::{BertEmbedder, EmbedOptions};
 
-use crate::retrieval::{auroc, Cached};
+use crate::retrieval::{auroc, load_encoder, Cached};
 
 /// "Nothing fits" with each task's own small catalog.
 #[derive(clap::Args, Debug)]
@@ -150,14 +149,7 @@ pub fn run(args: Args) -> anyhow::Result<RelevanceReport> {
     if tasks.is_empty() {
         anyhow::bail!("{}: no task", args.tasks.display());
     }
-    let bert = BertEmbedder::load(
-        &args.model,
-        EmbedOptions {
-            tool_tuning: !args.plain_model,
-            ..EmbedOptions::default()
-        },
-    )
-    .map_err(|e| anyhow::anyhow!("model: {e}"))?;
+    let bert = load_encoder(&args.model, args.plain_model)?;
     let mut scoring = Scoring::calibrated(bert.calibration());
     if let Some(min_score) = args.min_score {
         scoring.min_score_hybrid = min_score;

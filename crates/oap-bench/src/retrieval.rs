@@ -397,6 +397,19 @@ fn asks_of(
         .collect()
 }
 
+/// The encoder as the daemon loads it: the compiled-in tool tuning merged,
+/// unless `plain` (`embedding.tool_tuning: false`).
+pub(crate) fn load_encoder(dir: &std::path::Path, plain: bool) -> anyhow::Result<BertEmbedder> {
+    BertEmbedder::load(
+        dir,
+        EmbedOptions {
+            tool_tuning: !plain,
+            ..EmbedOptions::default()
+        },
+    )
+    .map_err(|e| anyhow::anyhow!("model: {e}"))
+}
+
 /// Evaluates the task set.
 pub fn run(args: Args) -> anyhow::Result<RetrievalReport> {
     let mut tasks = load_tasks(&args.tasks).map_err(anyhow::Error::msg)?;
@@ -409,14 +422,7 @@ pub fn run(args: Args) -> anyhow::Result<RetrievalReport> {
             );
         }
     }
-    let bert = BertEmbedder::load(
-        &args.model,
-        EmbedOptions {
-            tool_tuning: !args.plain_model,
-            ..EmbedOptions::default()
-        },
-    )
-    .map_err(|e| anyhow::anyhow!("model: {e}"))?;
+    let bert = load_encoder(&args.model, args.plain_model)?;
     // The daemon's thresholds for this encoder (`oapd::app::engine_config`).
     let engine_defaults = Scoring::calibrated(bert.calibration());
     let model: Arc<dyn Embedder> = Arc::new(bert);
