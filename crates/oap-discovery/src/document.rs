@@ -50,8 +50,9 @@ pub struct RowText {
 /// ("Financial document summarization"), so a request like it finds the
 /// tool first even when the description is about something broader; few
 /// manifests carry examples, so the rows cost little, and on the benchmark
-/// corpora they change nothing (docs/BENCHMARKS.md). Example *inputs* stay
-/// out: they are data ("echo 'hello world' | grep hello"), not requests.
+/// corpora they change no R@3 or abstention figure (docs/BENCHMARKS.md).
+/// Example *inputs* stay out: they are data ("echo 'hello world' | grep
+/// hello"), not requests.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct RowWeights {
     /// The description row (with the inputs if `inputs_in_description`).
