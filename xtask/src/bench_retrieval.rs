@@ -18,11 +18,12 @@
 //! clone of COLT at its pinned commit): ToolBench endpoints and requests
 //! that need several of them, both halves.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use anyhow::Result;
 use oap_bench::report::{CatalogSizeReport, RelevanceReport, RetrievalReport};
+use serde::de::DeserializeOwned;
 
 use crate::bench_run;
 use crate::repo_root;
@@ -65,23 +66,6 @@ pub fn run(args: &[String]) -> Result<()> {
     let (only, clone) = parse(args)?;
     crate::model::run(&[])?;
     let bin = bench_run::build(&[])?;
-    // Every corpus twice: the plain encoder (`embedding.tool_tuning:
-    // false`), then the default with the tool tuning, each with the scoring
-    // the daemon takes for it, so the two read side by side.
-    let eval = |make: &dyn Fn() -> Command| -> Result<()> {
-        for plain in [true, false] {
-            let mut command = make();
-            if plain {
-                println!("-- the plain encoder (embedding.tool_tuning: false)");
-                command.arg("--plain-model");
-            } else {
-                println!("-- the default: the tool-tuned encoder");
-            }
-            let report: RetrievalReport = bench_run::report(command.arg("--quiet"))?;
-            println!("{}", report.table());
-        }
-        Ok(())
-    };
     if only == Some("--catalog-size") {
         return catalog_size(&bin);
     }
@@ -95,45 +79,38 @@ pub fn run(args: &[String]) -> Result<()> {
             .arg(out.join("manifests"));
         command
     };
-    if let (Some("--toollens"), Some(clone)) = (only, clone) {
-        let out = repo_root().join("target/bench/toollens");
-        run_in_root(
-            Command::new("python3")
-                .arg("bench/toollens_corpus.py")
-                .arg("--colt")
-                .arg(clone)
-                .arg("--out")
-                .arg(&out),
-        )?;
+    let retrieval = |make: &dyn Fn() -> Command| both_encoders(make, RetrievalReport::table);
+    // Both halves of a held-out corpus, the evaluation half first.
+    let halves = |name: &str, script: &str, out: &Path| -> Result<()> {
         for split in ["evaluation", "tuning"] {
-            println!("== corpus toollens, {split} split (bench/toollens_corpus.py)");
-            eval(&|| {
-                let mut command = corpus_at(&out);
+            println!("== corpus {name}, {split} split (bench/{script})");
+            retrieval(&|| {
+                let mut command = corpus_at(out);
                 command.args(["--split", split]);
                 command
             })?;
         }
-        return Ok(());
-    }
-    if let Some(clone) = clone {
-        let out = repo_root().join("target/bench/hwu64");
-        run_in_root(
-            Command::new("python3")
-                .arg("bench/hwu_corpus.py")
-                .arg("--hwu64")
-                .arg(clone)
-                .arg("--out")
-                .arg(&out),
-        )?;
-        println!("== corpus hwu64 (bench/hwu_corpus.py; tuning data only)");
-        return eval(&|| corpus_at(&out));
+        Ok(())
+    };
+    match (only, clone) {
+        (Some("--toollens"), Some(clone)) => {
+            let script = "toollens_corpus.py";
+            let out = built_corpus("toollens", script, &["--colt", clone], true)?;
+            return halves("toollens", script, &out);
+        }
+        (Some("--hwu64"), Some(clone)) => {
+            let out = built_corpus("hwu64", "hwu_corpus.py", &["--hwu64", clone], true)?;
+            println!("== corpus hwu64 (bench/hwu_corpus.py; tuning data only)");
+            return retrieval(&|| corpus_at(&out));
+        }
+        _ => {}
     }
     let wants = |corpus: &str| only.is_none() || only == Some(corpus);
     if wants("--shared-only") {
         println!(
             "== corpus (a): bench/discovery-tasks.jsonl over tests/fixtures/reference-manifests"
         );
-        eval(&|| {
+        retrieval(&|| {
             let mut command = bench_run::command(&bin, "retrieval");
             command.args(bench_run::SHARED_TASK_SET).args([
                 // These three negatives match manifests added after they were
@@ -148,72 +125,72 @@ pub fn run(args: &[String]) -> Result<()> {
     if wants("--bfcl-only") {
         let out = bfcl_corpus()?;
         println!("== corpus (b): BFCL v4 multiple/live_multiple/parallel_multiple (base names)");
-        eval(&|| {
+        retrieval(&|| {
             let mut command = corpus_at(&out);
             command.args(["--base-names", "--curve"]);
             command
         })?;
         println!("== corpus (b), exact manifest names (secondary)");
-        eval(&|| corpus_at(&out))?;
+        retrieval(&|| corpus_at(&out))?;
     }
     if wants("--public-only") {
         for corpus in ["ha-intents", "nestful"] {
-            let out = public_corpus(corpus)?;
-            for split in ["evaluation", "tuning"] {
-                println!("== corpus {corpus}, {split} split (bench/public_corpus.py)");
-                eval(&|| {
-                    let mut command = corpus_at(&out);
-                    command.args(["--split", split]);
-                    command
-                })?;
-            }
+            halves(corpus, "public_corpus.py", &public_corpus(corpus)?)?;
         }
     }
     if wants("--relevance") {
-        relevance(&bin)?;
+        let out = built_corpus("bfcl-relevance", "bfcl_relevance.py", &[], false)?;
+        println!(
+            "== BFCL relevance: each request against its own catalog (bench/bfcl_relevance.py)"
+        );
+        both_encoders(
+            &|| {
+                let mut command = bench_run::command(&bin, "relevance");
+                command
+                    .arg("--tasks")
+                    .arg(out.join("tasks.jsonl"))
+                    .arg("--catalogs")
+                    .arg(out.join("catalogs"));
+                command
+            },
+            RelevanceReport::table,
+        )?;
     }
     Ok(())
 }
 
-/// BFCL's relevance categories, each request against its own catalog,
-/// with the plain encoder and with the default.
-fn relevance(bin: &Path) -> Result<()> {
-    let out = repo_root().join("target/bench/bfcl-relevance");
-    if !out.join("tasks.jsonl").is_file() {
-        run_in_root(
-            Command::new("python3")
-                .arg("bench/bfcl_relevance.py")
-                .arg("--out")
-                .arg(&out),
-        )?;
-    }
-    println!("== BFCL relevance: each request against its own catalog (bench/bfcl_relevance.py)");
+/// Runs the command `make` gives twice, with the plain encoder
+/// (`embedding.tool_tuning: false`) and then with the default, tool-tuned
+/// one, each with the scoring the daemon takes for it, and prints each
+/// report's table, so the two read side by side.
+fn both_encoders<R: DeserializeOwned>(
+    make: &dyn Fn() -> Command,
+    table: fn(&R) -> String,
+) -> Result<()> {
     for plain in [true, false] {
-        let mut command = bench_run::command(bin, "relevance");
-        command
-            .arg("--tasks")
-            .arg(out.join("tasks.jsonl"))
-            .arg("--catalogs")
-            .arg(out.join("catalogs"));
+        let mut command = make();
         if plain {
             println!("-- the plain encoder (embedding.tool_tuning: false)");
             command.arg("--plain-model");
         } else {
             println!("-- the default: the tool-tuned encoder");
         }
-        let report: RelevanceReport = bench_run::report(command.arg("--quiet"))?;
-        println!("{}", report.table());
+        let report: R = bench_run::report(command.arg("--quiet"))?;
+        println!("{}", table(&report));
     }
     Ok(())
 }
 
-/// `target/bench/bfcl`, built by bench/bfcl_corpus.py on first use.
-fn bfcl_corpus() -> Result<std::path::PathBuf> {
-    let out = repo_root().join("target/bench/bfcl");
-    if !out.join("tasks.jsonl").is_file() {
+/// `target/bench/<dir>`, written by `python3 bench/<script> ARGS --out DIR`:
+/// on first use, or every time with `always` (a corpus read from a clone
+/// whose path may differ between runs).
+fn built_corpus(dir: &str, script: &str, args: &[&str], always: bool) -> Result<PathBuf> {
+    let out = repo_root().join("target/bench").join(dir);
+    if always || !out.join("tasks.jsonl").is_file() {
         run_in_root(
             Command::new("python3")
-                .arg("bench/bfcl_corpus.py")
+                .arg(format!("bench/{script}"))
+                .args(args)
                 .arg("--out")
                 .arg(&out),
         )?;
@@ -221,18 +198,14 @@ fn bfcl_corpus() -> Result<std::path::PathBuf> {
     Ok(out)
 }
 
+/// `target/bench/bfcl`, built by bench/bfcl_corpus.py on first use.
+fn bfcl_corpus() -> Result<PathBuf> {
+    built_corpus("bfcl", "bfcl_corpus.py", &[], false)
+}
+
 /// `target/bench/<corpus>`, built by bench/public_corpus.py on first use.
-fn public_corpus(corpus: &str) -> Result<std::path::PathBuf> {
-    let out = repo_root().join("target/bench").join(corpus);
-    if !out.join("tasks.jsonl").is_file() {
-        run_in_root(
-            Command::new("python3")
-                .arg("bench/public_corpus.py")
-                .args(["--corpus", corpus, "--out"])
-                .arg(&out),
-        )?;
-    }
-    Ok(out)
+fn public_corpus(corpus: &str) -> Result<PathBuf> {
+    built_corpus(corpus, "public_corpus.py", &["--corpus", corpus], false)
 }
 
 /// Copies the manifests of `from` that are not a copy of a bundled tool
