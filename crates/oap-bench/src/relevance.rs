@@ -56,11 +56,15 @@ pub struct Args {
     dump: Option<PathBuf>,
 }
 
+/// One line of the task file.
+#[derive(serde::Deserialize)]
 struct Task {
     id: String,
     query: String,
     catalog: String,
-    expected: Option<String>,
+    /// The fitting tool's manifest name; none when nothing fits.
+    #[serde(default)]
+    expected: Vec<String>,
     split: String,
 }
 
@@ -72,42 +76,24 @@ fn load(path: &PathBuf) -> anyhow::Result<Vec<Task>> {
         if line.trim().is_empty() {
             continue;
         }
-        let v: serde_json::Value = serde_json::from_str(line)
+        let task: Task = serde_json::from_str(line)
             .map_err(|e| anyhow::anyhow!("{} line {}: {e}", path.display(), n + 1))?;
-        let field = |name: &str| -> anyhow::Result<String> {
-            v[name].as_str().map(str::to_string).ok_or_else(|| {
-                anyhow::anyhow!("{} line {}: no string `{name}`", path.display(), n + 1)
-            })
-        };
-        let expected: Vec<String> = v["expected"]
-            .as_array()
-            .map(|a| {
-                a.iter()
-                    .filter_map(|x| x.as_str().map(str::to_string))
-                    .collect()
-            })
-            .unwrap_or_default();
-        if expected.len() > 1 {
+        if task.expected.len() > 1 {
             anyhow::bail!(
                 "{} line {}: a task here fits one tool or none, not {}",
                 path.display(),
                 n + 1,
-                expected.len()
+                task.expected.len()
             );
         }
-        tasks.push(Task {
-            id: field("id")?,
-            query: field("query")?,
-            catalog: field("catalog")?,
-            expected: expected.into_iter().next(),
-            split: field("split")?,
-        });
+        tasks.push(task);
     }
     Ok(tasks)
 }
 
 /// What the engine answered for one task.
 struct Outcome {
+    split: String,
     fits: bool,
     /// The abstention score of the best candidate (−∞ for an empty answer).
     score: f32,
@@ -143,6 +129,13 @@ fn half(label: &str, outcomes: &[&Outcome]) -> RelevanceHalf {
     }
 }
 
+/// An engine opened over one catalog alone.
+struct OpenCatalog {
+    name: String,
+    engine: Engine,
+    size: usize,
+}
+
 /// Answers every task against its own catalog.
 pub fn run(args: Args) -> anyhow::Result<RelevanceReport> {
     let tasks = load(&args.tasks)?;
@@ -163,32 +156,42 @@ pub fn run(args: Args) -> anyhow::Result<RelevanceReport> {
         Some(path) => Some(std::io::BufWriter::new(std::fs::File::create(path)?)),
         None => None,
     };
-    let mut outcomes: Vec<(String, Outcome)> = Vec::new();
+    let mut outcomes: Vec<Outcome> = Vec::new();
     let mut load_problems = 0;
-    // The engine of the catalog the previous task used, and its data dir.
-    let mut current: Option<(String, PathBuf, Engine, usize)> = None;
+    // The catalog the previous task used: consecutive tasks of one catalog
+    // share its engine. Each engine keeps its index under `data` until the
+    // end of the run (a few kilobytes per catalog).
+    let mut current: Option<OpenCatalog> = None;
     for (n, task) in tasks.iter().enumerate() {
-        if current
-            .as_ref()
-            .is_none_or(|(name, ..)| *name != task.catalog)
-        {
-            if let Some((_, dir, engine, _)) = current.take() {
-                drop(engine);
-                let _ = std::fs::remove_dir_all(dir);
+        if current.as_ref().is_none_or(|c| c.name != task.catalog) {
+            // A missing directory would open as an empty catalog and count
+            // as an abstention: refuse it instead.
+            let catalog = args.catalogs.join(&task.catalog);
+            if !catalog.is_dir() {
+                anyhow::bail!(
+                    "task {}: catalog {} is not a directory",
+                    task.id,
+                    catalog.display()
+                );
             }
-            let dir = data.join(n.to_string());
-            let mut config = EngineConfig::new(&dir);
+            let mut config = EngineConfig::new(data.join(n.to_string()));
             config.scoring = scoring.clone();
-            let (engine, report) = Engine::open(
-                config,
-                vec![Source::Dir(args.catalogs.join(&task.catalog))],
-                Some(cached.clone()),
-            )
-            .map_err(|e| anyhow::anyhow!("catalog {}: {e}", task.catalog))?;
+            let (engine, report) =
+                Engine::open(config, vec![Source::Dir(catalog)], Some(cached.clone()))
+                    .map_err(|e| anyhow::anyhow!("catalog {}: {e}", task.catalog))?;
             load_problems += report.problems.len();
-            current = Some((task.catalog.clone(), dir, engine, report.docs));
+            current = Some(OpenCatalog {
+                name: task.catalog.clone(),
+                engine,
+                size: report.docs,
+            });
         }
-        let Some((_, _, engine, catalog_size)) = current.as_ref() else {
+        let Some(OpenCatalog {
+            engine,
+            size: catalog_size,
+            ..
+        }) = current.as_ref()
+        else {
             continue;
         };
         let catalog_size = *catalog_size;
@@ -199,14 +202,13 @@ pub fn run(args: Args) -> anyhow::Result<RelevanceReport> {
         let score = top.map_or(f32::NEG_INFINITY, |c| {
             scoring.abstention_score(Mode::Hybrid, &c.scores)
         });
+        let expected = task.expected.first();
         let outcome = Outcome {
-            fits: task.expected.is_some(),
+            split: task.split.clone(),
+            fits: expected.is_some(),
             score,
             matched: found.best.is_some(),
-            right: task
-                .expected
-                .as_deref()
-                .is_some_and(|name| top.is_some_and(|c| c.name == name)),
+            right: expected.is_some_and(|name| top.is_some_and(|c| c.name == *name)),
             catalog_size,
         };
         if let Some(out) = dump.as_mut() {
@@ -224,7 +226,7 @@ pub fn run(args: Args) -> anyhow::Result<RelevanceReport> {
             });
             writeln!(out, "{line}")?;
         }
-        outcomes.push((task.split.clone(), outcome));
+        outcomes.push(outcome);
         if (n + 1) % 200 == 0 {
             eprintln!("{} / {} tasks", n + 1, tasks.len());
         }
@@ -239,17 +241,12 @@ pub fn run(args: Args) -> anyhow::Result<RelevanceReport> {
 
     let mut halves = Vec::new();
     for label in ["tuning", "evaluation"] {
-        let of_half: Vec<&Outcome> = outcomes
-            .iter()
-            .filter(|(split, _)| split == label)
-            .map(|(_, o)| o)
-            .collect();
+        let of_half: Vec<&Outcome> = outcomes.iter().filter(|o| o.split == label).collect();
         if !of_half.is_empty() {
             halves.push(half(label, &of_half));
         }
     }
-    let all: Vec<&Outcome> = outcomes.iter().map(|(_, o)| o).collect();
-    halves.push(half("all", &all));
+    halves.push(half("all", &outcomes.iter().collect::<Vec<_>>()));
     Ok(RelevanceReport {
         model: model_id,
         threshold: scoring.min_score_hybrid,

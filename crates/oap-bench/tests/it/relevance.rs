@@ -6,16 +6,10 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use oap_bench::report::RelevanceReport;
-
-fn model_dir() -> PathBuf {
-    match std::env::var_os("OAPD_MODEL_DIR") {
-        Some(dir) => PathBuf::from(dir),
-        None => Path::new(env!("CARGO_MANIFEST_DIR")).join("../../models/all-MiniLM-L6-v2"),
-    }
-}
+use oap_testkit::model::{require_model, workspace_root};
 
 fn bundled(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("../../manifests/bundled/{name}.json"))
+    workspace_root().join(format!("manifests/bundled/{name}.json"))
 }
 
 /// A catalog directory holding the named bundled manifests.
@@ -29,12 +23,7 @@ fn catalog(root: &Path, dir: &str, tools: &[&str]) {
 
 fn relevance(root: &Path, tasks: &str) -> std::process::Output {
     std::fs::write(root.join("tasks.jsonl"), tasks).unwrap();
-    let model = model_dir();
-    assert!(
-        model.join("model.safetensors").is_file(),
-        "real model not found in {}: run `cargo xtask fetch-model`",
-        model.display()
-    );
+    let model = require_model();
     Command::new(env!("CARGO_BIN_EXE_oap-bench"))
         .arg("relevance")
         .arg("--tasks")
@@ -108,4 +97,33 @@ fn a_task_with_two_fitting_tools_is_refused_with_its_line() {
         stderr.contains("line 2") && stderr.contains("one tool or none"),
         "{stderr}"
     );
+}
+
+#[test]
+fn a_task_without_its_catalog_is_refused_with_the_field_named() {
+    let dir = tempfile::tempdir().unwrap();
+    catalog(dir.path(), "text", &["wc"]);
+    let out = relevance(
+        dir.path(),
+        r#"{"id":"a","query":"count words","expected":["wc"],"split":"tuning"}"#,
+    );
+    assert!(!out.status.success(), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("line 1") && stderr.contains("catalog"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn a_catalog_directory_that_is_not_there_is_named() {
+    let dir = tempfile::tempdir().unwrap();
+    catalog(dir.path(), "text", &["wc"]);
+    let out = relevance(
+        dir.path(),
+        r#"{"id":"a","query":"count words","catalog":"gone","expected":["wc"],"split":"tuning"}"#,
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{out:?}");
+    assert!(stderr.contains("gone"), "{stderr}");
 }
