@@ -101,7 +101,7 @@ pub fn rows(manifest: &Manifest, weights: RowWeights) -> Vec<RowText> {
         description.push_str(&inputs.join("; "));
         description.push('.');
     }
-    push_row(&mut rows, &description, weights.description);
+    push_row(&mut rows, &description, weights.description, MAX_ROW_TEXT);
 
     let mut name_line = humanize_name(&fields.name);
     if !fields.tags.is_empty() {
@@ -112,7 +112,7 @@ pub fn rows(manifest: &Manifest, weights: RowWeights) -> Vec<RowText> {
         name_line.push_str(". Usage: ");
         name_line.push_str(usage);
     }
-    push_row(&mut rows, &name_line, weights.name_usage);
+    push_row(&mut rows, &name_line, weights.name_usage, MAX_ROW_TEXT);
 
     let inputs: &[String] = if weights.example_inputs {
         &fields.example_inputs
@@ -125,8 +125,7 @@ pub fn rows(manifest: &Manifest, weights: RowWeights) -> Vec<RowText> {
         .chain(inputs)
         .take(MAX_EXAMPLE_ROWS);
     for example in examples {
-        let text = truncate_on_char_boundary(example.trim(), MAX_EXAMPLE_TEXT);
-        push_row(&mut rows, text, weights.example);
+        push_row(&mut rows, example, weights.example, MAX_EXAMPLE_TEXT);
     }
     rows
 }
@@ -162,8 +161,10 @@ pub fn humanize_name(name: &str) -> String {
         .join(" ")
 }
 
-fn push_row(rows: &mut Vec<RowText>, text: &str, weight: f32) {
-    let text = truncate_on_char_boundary(text.trim(), MAX_ROW_TEXT);
+/// Adds `text`, trimmed and cut to `max_bytes`, unless its weight leaves
+/// the row kind out, it is empty, or an earlier row has the same text.
+fn push_row(rows: &mut Vec<RowText>, text: &str, weight: f32, max_bytes: usize) {
+    let text = truncate_on_char_boundary(text.trim(), max_bytes);
     if weight <= 0.0 || text.is_empty() || rows.iter().any(|row| row.text == text) {
         return;
     }
