@@ -25,7 +25,6 @@ never copied into this one) and writes, like public_corpus.py:
 """
 import argparse
 import csv
-import hashlib
 import io
 import json
 import re
@@ -34,6 +33,7 @@ from collections import Counter, defaultdict
 from pathlib import Path
 
 from public_corpus import is_withheld, manifest, manifest_stem, split_of, write_json
+from train_encoder import read_pinned
 
 COMMIT = "bbec292c38cabe3fbae098f50cc31b2e9f7e8fca"
 FILES = {
@@ -49,15 +49,6 @@ ENDPOINT = re.compile(
 TYPES = {"STRING": "string", "NUMBER": "number", "BOOLEAN": "boolean", "ENUM": "string",
          "DATE (YYYY-MM-DD)": "string", "TIME (24-hour HH:MM)": "string", "ARRAY": "array",
          "OBJECT": "object", "GEOPOINT (latitude, longitude)": "string"}
-
-
-def read_pinned(clone, rel):
-    """A file of the clone, refused unless its sha256 is the pinned one."""
-    data = (clone / rel).read_bytes()
-    digest = hashlib.sha256(data).hexdigest()
-    if digest != FILES[rel]:
-        sys.exit(f"{rel}: sha256 {digest}, expected {FILES[rel]} (check out {COMMIT})")
-    return data.decode("utf-8")
 
 
 def parameters(required, optional, unknown):
@@ -99,17 +90,23 @@ def main():
     ap.add_argument("--colt", required=True, type=Path, help="COLT clone at the pinned commit")
     ap.add_argument("--out", required=True, type=Path)
     args = ap.parse_args()
+
+    def read(name):
+        """A ToolLens file of the clone, refused unless its sha256 is the pinned one."""
+        rel = f"datasets/ToolLens/{name}"
+        return read_pinned(args.colt, rel, FILES[rel])
+
     unknown = Counter()
-    tools = endpoints(read_pinned(args.colt, "datasets/ToolLens/corpus.jsonl"), unknown)
+    tools = endpoints(read("corpus.jsonl"), unknown)
     if len({name for name, _, _ in tools.values()}) != len(tools):
         sys.exit("two endpoints share a name")
     queries = {}
-    for line in read_pinned(args.colt, "datasets/ToolLens/queries.jsonl").splitlines():
+    for line in read("queries.jsonl").splitlines():
         if line.strip():
             q = json.loads(line)
             queries[q["_id"]] = q["text"].strip()
     wanted = defaultdict(list)
-    qrels = csv.DictReader(io.StringIO(read_pinned(args.colt, "datasets/ToolLens/qrels/test.tsv")),
+    qrels = csv.DictReader(io.StringIO(read("qrels/test.tsv")),
                            delimiter="\t")
     for row in qrels:
         if int(row["score"]) > 0 and row["corpus-id"] not in wanted[row["query-id"]]:
