@@ -138,6 +138,9 @@ pub struct CatalogEntry {
     /// made for search and listings, and the call goes to the server.
     /// Boxed: few entries have one, and every entry would carry its size.
     pub mcp: Option<Box<McpBinding>>,
+    /// Request rows from outside the manifest ([`crate::requests`]),
+    /// already checked and capped; part of the index fingerprint.
+    pub requests: Vec<String>,
 }
 
 impl CatalogEntry {
@@ -159,6 +162,7 @@ impl CatalogEntry {
             warnings: Vec::new(),
             unhealthy: None,
             mcp: None,
+            requests: Vec::new(),
         })
     }
 
@@ -213,6 +217,14 @@ pub fn local_id(manifest: &Manifest) -> String {
 }
 
 impl Catalog {
+    /// Attaches each entry's request rows from `rows`, checked and capped
+    /// ([`crate::requests::accepted`]).
+    pub fn attach_requests(&mut self, rows: &dyn crate::requests::RequestRows) {
+        for entry in &mut self.entries {
+            entry.requests = crate::requests::accepted(rows.requests(entry));
+        }
+    }
+
     /// Loads every source in precedence order (first wins on id collisions).
     pub fn load(sources: &[Source]) -> Catalog {
         let mut catalog = Catalog::default();

@@ -15,7 +15,7 @@ use sha2::{Digest, Sha256};
 
 /// Bumped whenever the row or term recipe changes, so that an index built
 /// with an older recipe is rebuilt instead of silently mixing recipes.
-pub const RECIPE_VERSION: u32 = 3;
+pub const RECIPE_VERSION: u32 = 4;
 
 /// Longest text embedded for one row, in bytes. The model truncates at its
 /// token limit anyway; this keeps hostile manifests from costing tokenizer
@@ -61,6 +61,9 @@ pub struct RowWeights {
     pub name_usage: f32,
     /// One row per example description, at most 8 example rows.
     pub example: f32,
+    /// One row per request row given from outside the manifest
+    /// ([`crate::requests`]), at most 8.
+    pub request: f32,
     /// Example inputs get rows too (with the `example` weight).
     pub example_inputs: bool,
     /// Append the input parameters, with their descriptions, to the
@@ -77,14 +80,16 @@ impl Default for RowWeights {
             description: 1.0,
             name_usage: 0.0,
             example: 0.9,
+            request: 0.9,
             example_inputs: false,
             inputs_in_description: true,
         }
     }
 }
 
-/// The rows to embed for a manifest.
-pub fn rows(manifest: &Manifest, weights: RowWeights) -> Vec<RowText> {
+/// The rows to embed for a manifest and the request rows attached to it
+/// (already checked by [`crate::requests::accepted`]).
+pub fn rows(manifest: &Manifest, requests: &[String], weights: RowWeights) -> Vec<RowText> {
     let fields = manifest.search_fields();
     let mut rows = Vec::new();
     let mut description = fields.description.trim().to_string();
@@ -126,6 +131,14 @@ pub fn rows(manifest: &Manifest, weights: RowWeights) -> Vec<RowText> {
         .take(MAX_EXAMPLE_ROWS);
     for example in examples {
         push_row(&mut rows, example, weights.example, MAX_EXAMPLE_TEXT);
+    }
+    for request in requests.iter().take(crate::requests::MAX_REQUEST_ROWS) {
+        push_row(
+            &mut rows,
+            request,
+            weights.request,
+            crate::requests::MAX_REQUEST_TEXT,
+        );
     }
     rows
 }
@@ -252,7 +265,7 @@ mod tests {
                             {{"input":"no description here"}},{}]}}"#,
             examples.join(",")
         ));
-        let rows = rows(&m, RowWeights::default());
+        let rows = rows(&m, &[], RowWeights::default());
         let texts: Vec<&str> = rows.iter().map(|r| r.text.as_str()).collect();
         assert_eq!(texts[0], "Summarize text.");
         assert_eq!(texts[1], "Financial document summarization");
@@ -283,7 +296,7 @@ mod tests {
             example_inputs: true,
             ..RowWeights::default()
         };
-        let rows = rows(&m, all);
+        let rows = rows(&m, &[], all);
         let texts: Vec<&str> = rows.iter().map(|r| r.text.as_str()).collect();
         assert_eq!(texts[0], "Search lines.");
         assert_eq!(texts[1], "grep: search, text. Usage: grep PATTERN");
@@ -304,7 +317,7 @@ mod tests {
                 "invoke":{"method":"POST","url":"https://example.com/h"},
                 "examples":[{"input":"hotels in Rome"}]}"#,
         );
-        let rows = rows(&m, RowWeights::default());
+        let rows = rows(&m, &[], RowWeights::default());
         let texts: Vec<&str> = rows.iter().map(|r| r.text.as_str()).collect();
         assert_eq!(
             texts,
@@ -314,7 +327,7 @@ mod tests {
             inputs_in_description: false,
             ..RowWeights::default()
         };
-        assert_eq!(super::rows(&m, plain)[0].text, "Search for hotels.");
+        assert_eq!(super::rows(&m, &[], plain)[0].text, "Search for hotels.");
     }
 
     #[test]

@@ -24,6 +24,7 @@ use crate::document::{self, RowWeights, RECIPE_VERSION};
 use crate::intents;
 use crate::query;
 use crate::query_cache::QueryCache;
+use crate::requests::RequestRows;
 use crate::scoring::{Mode, ScoreParts, Scoring};
 
 /// File name of the index inside the data directory.
@@ -84,6 +85,9 @@ pub struct EngineConfig {
     /// with the vectors it already has, and [`Engine::pending_texts`] says
     /// what a background rebuild must still embed.
     pub start_embed_limit: Option<usize>,
+    /// Request rows attached to catalog entries at every load
+    /// ([`crate::requests`]); `None`: only the manifests' own texts.
+    pub request_rows: Option<Arc<dyn RequestRows>>,
 }
 
 impl EngineConfig {
@@ -99,6 +103,7 @@ impl EngineConfig {
             query_cache: DEFAULT_QUERY_CACHE,
             query_adapter: None,
             start_embed_limit: None,
+            request_rows: None,
         }
     }
 
@@ -472,7 +477,7 @@ impl Engine {
             source,
         })?;
         let started = Instant::now();
-        let catalog = Catalog::load(&sources);
+        let catalog = load_catalog(&sources, &config);
         let model_id = embedder.as_ref().map(|e| e.model_id().to_string());
         let fingerprint = fingerprint(
             &catalog,
@@ -687,7 +692,7 @@ impl Engine {
         // Whatever was announced before this point is in the catalog read
         // now; an announcement after it makes this rebuild step aside.
         self.newer_work.clear_announcement();
-        let catalog = Catalog::load(&self.sources);
+        let catalog = load_catalog(&self.sources, &self.config);
         let model_id = self.embedder.as_ref().map(|e| e.model_id().to_string());
         let fingerprint = fingerprint(
             &catalog,
@@ -1189,6 +1194,15 @@ fn read_meta(index: &Index) -> Option<IndexMeta> {
     serde_json::from_slice(index.meta()).ok()
 }
 
+/// Loads the catalog and attaches its request rows.
+fn load_catalog(sources: &[Source], config: &EngineConfig) -> Catalog {
+    let mut catalog = Catalog::load(sources);
+    if let Some(rows) = &config.request_rows {
+        catalog.attach_requests(rows.as_ref());
+    }
+    catalog
+}
+
 /// Identity of what an index was built from. Equal fingerprints mean the
 /// existing file can be mapped as it is.
 fn fingerprint(
@@ -1217,6 +1231,12 @@ fn fingerprint(
         hasher.update([entry.trust as u8]);
         hasher.update(entry.unhealthy.as_deref().unwrap_or("").as_bytes());
         hasher.update([0]);
+        // Request rows are rows: a new or changed one must be embedded.
+        for request in &entry.requests {
+            hasher.update(request.as_bytes());
+            hasher.update([0]);
+        }
+        hasher.update([1]);
     }
     hex::encode(hasher.finalize())
 }
@@ -1322,7 +1342,7 @@ fn build_index(
             let Ok(manifest) = entry.manifest() else {
                 continue;
             };
-            for row in document::rows(&manifest, config.row_weights) {
+            for row in document::rows(&manifest, &entry.requests, config.row_weights) {
                 let key = document::row_key(model_id, &row.text);
                 if !reusable.contains_key(&key) && queued.insert(key) {
                     to_embed.push(row.text);
@@ -1628,7 +1648,7 @@ fn write_index(
         };
         let mut rows = Vec::new();
         if let Some(model_id) = sources.model_id {
-            for row in document::rows(&manifest, config.row_weights) {
+            for row in document::rows(&manifest, &entry.requests, config.row_weights) {
                 let key = document::row_key(model_id, &row.text);
                 let vector = match fresh.get(&key) {
                     Some(vector) => vector.clone(),

@@ -5,7 +5,8 @@
 //! is embedded and matched lexically, [`query`] separates a task's
 //! instruction from its inline data, [`intents`] cuts a request with
 //! several asks into them, [`query_cache`] keeps recent query
-//! embeddings, [`scoring`] fuses dense and lexical scores, and [`engine`]
+//! embeddings, [`requests`] checks the request rows given from outside a
+//! manifest, [`scoring`] fuses dense and lexical scores, and [`engine`]
 //! ties them to the memory-mapped index.
 
 mod activity;
@@ -17,6 +18,7 @@ pub mod intents;
 pub mod query;
 pub mod query_cache;
 mod remote;
+pub mod requests;
 pub mod scoring;
 
 pub use adapter::{AdapterError, QueryAdapter};
@@ -29,4 +31,5 @@ pub use engine::{
     EngineStats, LastBuild, ManifestSummary, Priority, RebuildFailure, StoredRecord,
     DEFAULT_QUERY_CACHE,
 };
+pub use requests::RequestRows;
 pub use scoring::{Mode, ScoreParts, Scoring};
