@@ -146,7 +146,7 @@ fn outcome(
             best.is_some_and(|(_, p)| previous_rule(p)),
         ],
         score: [
-            best.map_or(f32::NAN, |(_, p)| scoring.abstention_score(Mode::Hybrid, p)),
+            best.map_or(f32::NAN, |(_, p)| scoring.decision_score(Mode::Hybrid, p)),
             best.map_or(f32::NAN, |(_, p)| previous_score(p)),
         ],
         hit_at_3: scored.iter().any(|(doc, _)| expected.contains(&name(*doc))),

@@ -200,7 +200,7 @@ pub fn run(args: Args) -> anyhow::Result<RelevanceReport> {
             .map_err(|e| anyhow::anyhow!("{}: {e}", task.id))?;
         let top = found.candidates.first();
         let score = top.map_or(f32::NEG_INFINITY, |c| {
-            scoring.abstention_score(Mode::Hybrid, &c.scores)
+            scoring.decision_score(Mode::Hybrid, &c.scores)
         });
         let expected = task.expected.first();
         let outcome = Outcome {

@@ -697,7 +697,7 @@ pub fn run(args: Args) -> anyhow::Result<RetrievalReport> {
                 .collect();
             let top = scored
                 .first()
-                .map_or(f32::MIN, |s| scoring.abstention_score(*mode, &s.1));
+                .map_or(f32::MIN, |s| scoring.decision_score(*mode, &s.1));
             let accepted = scored.first().is_some_and(|s| scoring.accepts(*mode, &s.1));
             if expected.is_empty() {
                 tally.negatives += 1;

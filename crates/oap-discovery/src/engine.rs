@@ -251,8 +251,18 @@ pub struct Candidate {
     pub description: String,
     /// The manifest's `invoke` object as published (`null` if absent).
     pub invoke: serde_json::Value,
-    /// The fused score results are ranked by (same as `scores.fused`).
+    /// The value the "does it fit" decision is made on: in hybrid mode the
+    /// cosine plus a capped share of word evidence, in dense mode the
+    /// cosine, in lexical mode the word evidence. The candidate fits when
+    /// `score >= meta.threshold`, and the answer's `match` is the first
+    /// candidate when it fits. Candidates are ranked by `scores.fused`,
+    /// which weighs words differently (they order plausible tools well
+    /// but say little about whether any fits), so a lower-ranked candidate
+    /// may show a higher `score`.
     pub score: f32,
+    /// Whether `score` reaches `meta.threshold`: only fitting candidates
+    /// are offered to a model as tools.
+    pub fits: bool,
     /// How far the manifest is trusted; decides where its tool may connect.
     pub trust: Trust,
     /// The parts of `score`, so an operator can see why it ranked where it did.
@@ -270,7 +280,8 @@ pub struct DiscoverMeta {
     pub search_ms: f64,
     /// The mode actually used: lexical when the engine or the index has no model.
     pub mode: Mode,
-    /// The "no fitting capability" threshold for `mode`.
+    /// The threshold each candidate's `score` is compared with: the one of
+    /// `mode`, or the lexical one when this query's dense scores failed.
     pub threshold: f32,
     /// Manifests in the index that answered.
     pub index_docs: usize,
@@ -1051,14 +1062,21 @@ impl Engine {
             }
             want = want.saturating_mul(2).min(snapshot.index.len());
         };
-        let threshold = self.config.scoring.threshold(mode);
+        let scoring = &self.config.scoring;
+        let mut candidates = candidates;
+        for candidate in &mut candidates {
+            candidate.score = scoring.decision_score(mode, &candidate.scores);
+            candidate.fits = scoring.accepts(mode, &candidate.scores);
+        }
+        let threshold = match candidates.first() {
+            Some(first) => scoring.decision_threshold(mode, &first.scores),
+            None => scoring.threshold(mode),
+        };
         let search_ms = search_started.elapsed().as_secs_f64() * 1e3;
-        // Abstention looks at the best candidate's score parts (its cosine in
-        // hybrid mode), calibrated on the retrieval benchmark.
-        let best = candidates
-            .first()
-            .filter(|c| self.config.scoring.accepts(mode, &c.scores))
-            .cloned();
+        // The answer is the best-ranked candidate when it fits: the
+        // decision looks at its own score parts, calibrated on tuning data,
+        // never at the rest of the catalog.
+        let best = candidates.first().filter(|c| c.fits).cloned();
         Ok(Discovery {
             task: task.to_string(),
             best,
@@ -1148,7 +1166,9 @@ fn candidate(index: &Index, doc: u32, scores: ScoreParts) -> Option<Candidate> {
             .cloned()
             .unwrap_or(serde_json::Value::Null),
         id: record.id,
+        // Set from the scoring rule by the caller, which knows the mode.
         score: scores.fused,
+        fits: false,
         trust: record.trust,
         scores,
     })

@@ -151,7 +151,7 @@ impl Scoring {
     /// share of the words keeps that and lets "how many words are in this
     /// sentence" (cosine 0.26 with `wc`, one specific word) through
     /// (docs/BENCHMARKS.md).
-    pub fn abstention_score(&self, mode: Mode, parts: &ScoreParts) -> f32 {
+    pub fn decision_score(&self, mode: Mode, parts: &ScoreParts) -> f32 {
         match (mode, parts.dense) {
             (_, None) => parts.lexical,
             (Mode::Hybrid, Some(dense)) => {
@@ -163,14 +163,22 @@ impl Scoring {
         }
     }
 
-    /// Whether the best candidate, scored in `mode`, is a match.
-    pub fn accepts(&self, mode: Mode, parts: &ScoreParts) -> bool {
-        let threshold = match (mode, parts.dense) {
-            // Dense scoring failed for this query: lexical units apply.
+    /// The threshold [`Scoring::decision_score`] is compared with for a
+    /// candidate scored in `mode`: the mode's own, or the lexical one when
+    /// dense scoring failed for this query (the score is then in lexical
+    /// units).
+    pub fn decision_threshold(&self, mode: Mode, parts: &ScoreParts) -> f32 {
+        match (mode, parts.dense) {
             (_, None) => self.min_score_lexical,
             (mode, Some(_)) => self.threshold(mode),
-        };
-        self.abstention_score(mode, parts) >= threshold
+        }
+    }
+
+    /// Whether a candidate, scored in `mode`, fits: its decision score
+    /// reaches the decision threshold. One number against one threshold,
+    /// both reported with every answer.
+    pub fn accepts(&self, mode: Mode, parts: &ScoreParts) -> bool {
+        self.decision_score(mode, parts) >= self.decision_threshold(mode, parts)
     }
 }
 

@@ -129,3 +129,59 @@ fn with_the_plain_model_every_pinned_behaviour_holds_too() {
         );
     }
 }
+
+/// The answer explains itself: every candidate's `score` is the number the
+/// decision compares with `meta.threshold`, so `match` is set exactly when
+/// the first candidate's score reaches it, and a candidate `fits` exactly
+/// when its own score does. Checked over every request of the shared task
+/// set and the no-fit requests above, which land on both sides of the line.
+#[test]
+fn the_reported_score_and_threshold_decide_the_match() {
+    let data = tempfile::tempdir().unwrap();
+    let engine = bundled_engine(data.path());
+    let tasks_file =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../bench/discovery-tasks.jsonl");
+    let tasks = std::fs::read_to_string(&tasks_file).expect("shared task set");
+    let mut queries: Vec<String> = tasks
+        .lines()
+        .map(|line| {
+            let task: serde_json::Value = serde_json::from_str(line).expect("task line");
+            task["query"].as_str().expect("query").to_string()
+        })
+        .collect();
+    queries.extend(NO_FIT.iter().map(|q| q.to_string()));
+    let (mut matched, mut abstained) = (0, 0);
+    for query in &queries {
+        let found = engine.discover(query, 5).unwrap();
+        let threshold = found.meta.threshold;
+        for candidate in &found.candidates {
+            assert_eq!(
+                candidate.fits,
+                candidate.score >= threshold,
+                "{query:?}: {} scores {} against {threshold}",
+                candidate.id,
+                candidate.score
+            );
+        }
+        let first = found.candidates.first().expect("candidates are listed");
+        assert_eq!(
+            found.best.is_some(),
+            first.score >= threshold,
+            "{query:?}: first {} scores {} against {threshold}, match {:?}",
+            first.id,
+            first.score,
+            found.best.as_ref().map(|b| &b.id)
+        );
+        if let Some(best) = &found.best {
+            assert_eq!(best.id, first.id);
+            matched += 1;
+        } else {
+            abstained += 1;
+        }
+    }
+    // Both sides of the threshold were exercised.
+    assert!(
+        matched > 100 && abstained >= NO_FIT.len(),
+        "{matched} matched, {abstained} abstained"
+    );
+}

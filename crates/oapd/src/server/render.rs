@@ -12,17 +12,22 @@ pub fn discovery(discovery: &Discovery) -> String {
         Some(best) => {
             let _ = writeln!(
                 out,
-                "match: {} ({}), score {:.3}",
-                best.name, best.id, best.score
+                "match: {} ({}), score {:.3} >= threshold {:.3}",
+                best.name, best.id, best.score, discovery.meta.threshold
             );
         }
-        None => {
-            let _ = writeln!(
-                out,
-                "no fitting capability (best score below {:.2})",
-                discovery.meta.threshold
-            );
-        }
+        None => match discovery.candidates.first() {
+            Some(first) => {
+                let _ = writeln!(
+                    out,
+                    "no fitting capability: the best-ranked score {:.3} < threshold {:.3}",
+                    first.score, discovery.meta.threshold
+                );
+            }
+            None => {
+                let _ = writeln!(out, "no fitting capability: no candidate");
+            }
+        },
     }
     for (rank, candidate) in discovery.candidates.iter().enumerate() {
         let mut description: String = candidate.description.chars().take(70).collect();
@@ -31,10 +36,11 @@ pub fn discovery(discovery: &Discovery) -> String {
         }
         let _ = writeln!(
             out,
-            "{:>2}. {:<24} {:.3}  {}",
+            "{:>2}. {:<24} {:.3} {} {}",
             rank + 1,
             candidate.id,
             candidate.score,
+            if candidate.fits { "fits" } else { "    " },
             description
         );
     }

@@ -266,14 +266,19 @@
     const d = answer.body;
     const meta = d.meta || {};
     const timing = " (" + meta.mode + " retrieval, " + Number(meta.total_ms).toFixed(1) + " ms)";
+    const threshold = Number(meta.threshold).toFixed(3);
     if (d.match) {
-      verdict.replaceChildren(badge("match", "good"), " " + d.match.name + " (" + d.match.id + ")" + timing);
+      verdict.replaceChildren(badge("match", "good"), " " + d.match.name + " (" + d.match.id + "): score " +
+        Number(d.match.score).toFixed(3) + " ≥ threshold " + threshold + timing);
+    } else if (d.candidates.length > 0) {
+      verdict.replaceChildren(badge("abstains", "warn"), " nothing fits: the best-ranked score " +
+        Number(d.candidates[0].score).toFixed(3) + " < threshold " + threshold + timing);
     } else {
-      verdict.replaceChildren(badge("abstains", "warn"),
-        " nothing fits: the best score is below " + Number(meta.threshold).toFixed(2) + timing);
+      verdict.replaceChildren(badge("abstains", "warn"), " nothing fits: no candidate" + timing);
     }
     fill(table.tBodies[0], d.candidates.map((c, i) => {
-      const tr = row(String(i + 1), el("td", "mono id", c.id), clamped(c.description), c.trust, num(Number(c.score).toFixed(3)));
+      const tr = row(String(i + 1), el("td", "mono id", c.id), clamped(c.description), c.trust,
+        num(Number(c.score).toFixed(3)), c.fits ? "yes" : "no");
       if (d.match && c.id === d.match.id) {
         tr.className = "best";
       }
