@@ -657,11 +657,16 @@ pub fn run(args: Args) -> anyhow::Result<RetrievalReport> {
         let terms = oap_index::tokenize_with(&views.lexical, config.stemmer);
         // The asks are embedded whenever the request has several, for the
         // runs that rank them apart.
-        let asks = asks_of(&views.dense, &config.scoring.query, config.stemmer, |text| {
-            cached
-                .embed_one(text)
-                .map_err(|e| anyhow::anyhow!("embed: {e}"))
-        })?;
+        let asks = asks_of(
+            &views.dense,
+            &config.scoring.query,
+            config.stemmer,
+            |text| {
+                cached
+                    .embed_one(text)
+                    .map_err(|e| anyhow::anyhow!("embed: {e}"))
+            },
+        )?;
         let expected: Vec<String> = task.expected.iter().map(|e| display(e)).collect();
         let soft = args.soft_negatives.contains(&task.id);
         for ((label, mode, scoring), tally) in runs.iter().zip(tallies.iter_mut()) {
@@ -819,13 +824,18 @@ pub fn run(args: Args) -> anyhow::Result<RetrievalReport> {
             };
             let terms = oap_index::tokenize_with(&views.lexical, config.stemmer);
             // The engine ranks each ask of a request with several too.
-            let asks = asks_of(&views.dense, &config.scoring.query, config.stemmer, |text| {
-                let vector = cached.embed_one(text).unwrap_or_default();
-                Ok(match &adapter {
-                    Some(adapter) => adapter.apply(&vector),
-                    None => vector,
-                })
-            })?;
+            let asks = asks_of(
+                &views.dense,
+                &config.scoring.query,
+                config.stemmer,
+                |text| {
+                    let vector = cached.embed_one(text).unwrap_or_default();
+                    Ok(match &adapter {
+                        Some(adapter) => adapter.apply(&vector),
+                        None => vector,
+                    })
+                },
+            )?;
             let ours = intents::rank(
                 &index,
                 &config.scoring,

@@ -111,14 +111,21 @@ fn snowball_folds_the_suffixes_a_request_and_a_description_differ_by() {
     assert_eq!(Stemmer::Snowball.stem("reminder"), "remind");
     assert_eq!(Stemmer::Snowball.stem("running"), "run");
     // The light stemmer keeps the derivations apart: why it was replaced.
-    assert_ne!(Stemmer::Light.stem("reminder"), Stemmer::Light.stem("remind"));
+    assert_ne!(
+        Stemmer::Light.stem("reminder"),
+        Stemmer::Light.stem("remind")
+    );
     assert_ne!(
         Stemmer::Light.stem("calculator"),
         Stemmer::Light.stem("calculate")
     );
     // Words that differ in meaning stay apart.
     for (a, b) in [("general", "generate"), ("news", "new"), ("time", "timer")] {
-        assert_ne!(Stemmer::Snowball.stem(a), Stemmer::Snowball.stem(b), "{a} / {b}");
+        assert_ne!(
+            Stemmer::Snowball.stem(a),
+            Stemmer::Snowball.stem(b),
+            "{a} / {b}"
+        );
     }
 }
 
