@@ -412,7 +412,7 @@ mod tests {
         parse_number(text).map(|(v, _)| v)
     }
 
-    fn found<'a>(text: &'a str) -> Vec<&'a str> {
+    fn found(text: &str) -> Vec<&str> {
         arithmetic_spans(text)
             .into_iter()
             .map(|r| text.get(r).unwrap_or_default())
@@ -438,8 +438,8 @@ mod tests {
         assert_eq!(value("2 million"), Some(2e6));
         assert_eq!(value("1,000"), Some(1000.0));
         assert_eq!(value("3.5"), Some(3.5));
-        let pi = value("three point one four").unwrap();
-        assert!((pi - 3.14).abs() < 1e-9, "{pi}");
+        let decimal = value("two point seven one").unwrap();
+        assert!((decimal - 2.71).abs() < 1e-9, "{decimal}");
         assert_eq!(value("Twelve"), Some(12.0));
     }
 
