@@ -164,6 +164,10 @@ pub struct Args {
     /// Document row vectors and query vectors, as JSON lines.
     #[arg(long)]
     dump_vectors: Option<PathBuf>,
+    /// How words become lexical terms, in the index and the queries:
+    /// `snowball` (the engine's default) or `light` (the previous default).
+    #[arg(long, default_value = "snowball")]
+    stemmer: oap_index::Stemmer,
 }
 
 pub(crate) fn load_tasks(path: &PathBuf) -> Result<Vec<Task>, String> {
@@ -384,6 +388,7 @@ pub(crate) fn auroc(scores: &[(f32, bool)]) -> f64 {
 fn asks_of(
     dense: &str,
     options: &QueryOptions,
+    stemmer: oap_index::Stemmer,
     embed: impl Fn(&str) -> anyhow::Result<Vec<f32>>,
 ) -> anyhow::Result<Vec<intents::Ask>> {
     intents::ask_views(dense, options)
@@ -391,7 +396,7 @@ fn asks_of(
         .map(|views| {
             Ok(intents::Ask {
                 vector: Some(embed(&views.dense)?),
-                terms: oap_index::tokenize(&views.lexical),
+                terms: oap_index::tokenize_with(&views.lexical, stemmer),
             })
         })
         .collect()
@@ -477,6 +482,7 @@ pub fn run(args: Args) -> anyhow::Result<RetrievalReport> {
     if args.dtype == "i8" {
         config.dtype = oap_index::VectorDtype::I8;
     }
+    config.stemmer = args.stemmer;
     let adapter = match &args.adapter {
         None => None,
         Some(path) => Some(QueryAdapter::load(path)?),
@@ -510,8 +516,8 @@ pub fn run(args: Args) -> anyhow::Result<RetrievalReport> {
     );
     eprintln!("tasks: {} ({})", tasks.len(), args.tasks.display());
     eprintln!(
-        "rows {:?}, query {:?}",
-        config.row_weights, config.scoring.query
+        "rows {:?}, query {:?}, stemmer {}",
+        config.row_weights, config.scoring.query, config.stemmer
     );
     let index =
         Index::open(engine.config().index_path()).map_err(|e| anyhow::anyhow!("index: {e}"))?;
@@ -648,14 +654,19 @@ pub fn run(args: Args) -> anyhow::Result<RetrievalReport> {
             });
             writeln!(out, "{line}").map_err(|e| anyhow::anyhow!("dump-vectors: {e}"))?;
         }
-        let terms = oap_index::tokenize(&views.lexical);
+        let terms = oap_index::tokenize_with(&views.lexical, config.stemmer);
         // The asks are embedded whenever the request has several, for the
         // runs that rank them apart.
-        let asks = asks_of(&views.dense, &config.scoring.query, |text| {
-            cached
-                .embed_one(text)
-                .map_err(|e| anyhow::anyhow!("embed: {e}"))
-        })?;
+        let asks = asks_of(
+            &views.dense,
+            &config.scoring.query,
+            config.stemmer,
+            |text| {
+                cached
+                    .embed_one(text)
+                    .map_err(|e| anyhow::anyhow!("embed: {e}"))
+            },
+        )?;
         let expected: Vec<String> = task.expected.iter().map(|e| display(e)).collect();
         let soft = args.soft_negatives.contains(&task.id);
         for ((label, mode, scoring), tally) in runs.iter().zip(tallies.iter_mut()) {
@@ -668,8 +679,8 @@ pub fn run(args: Args) -> anyhow::Result<RetrievalReport> {
                     let vector = cached
                         .embed_one(&views.dense)
                         .map_err(|e| anyhow::anyhow!("embed: {e}"))?;
-                    let terms = oap_index::tokenize(&views.lexical);
-                    let asks = asks_of(&views.dense, &scoring.query, |text| {
+                    let terms = oap_index::tokenize_with(&views.lexical, config.stemmer);
+                    let asks = asks_of(&views.dense, &scoring.query, config.stemmer, |text| {
                         cached
                             .embed_one(text)
                             .map_err(|e| anyhow::anyhow!("embed: {e}"))
@@ -811,15 +822,20 @@ pub fn run(args: Args) -> anyhow::Result<RetrievalReport> {
                 Some(adapter) => adapter.apply(&vector),
                 None => vector,
             };
-            let terms = oap_index::tokenize(&views.lexical);
+            let terms = oap_index::tokenize_with(&views.lexical, config.stemmer);
             // The engine ranks each ask of a request with several too.
-            let asks = asks_of(&views.dense, &config.scoring.query, |text| {
-                let vector = cached.embed_one(text).unwrap_or_default();
-                Ok(match &adapter {
-                    Some(adapter) => adapter.apply(&vector),
-                    None => vector,
-                })
-            })?;
+            let asks = asks_of(
+                &views.dense,
+                &config.scoring.query,
+                config.stemmer,
+                |text| {
+                    let vector = cached.embed_one(text).unwrap_or_default();
+                    Ok(match &adapter {
+                        Some(adapter) => adapter.apply(&vector),
+                        None => vector,
+                    })
+                },
+            )?;
             let ours = intents::rank(
                 &index,
                 &config.scoring,

@@ -10,11 +10,14 @@
 //! field weights (a name match counts more than a word deep in an input
 //! description).
 
+use oap_index::Stemmer;
 use oap_manifest::Manifest;
 use sha2::{Digest, Sha256};
 
 /// Bumped whenever the row or term recipe changes, so that an index built
 /// with an older recipe is rebuilt instead of silently mixing recipes.
+/// 4: terms are stemmed by the engine's [`oap_index::Stemmer`] (Snowball by
+/// default), no longer always by the light suffix stripper; request rows.
 pub const RECIPE_VERSION: u32 = 4;
 
 /// Longest text embedded for one row, in bytes. The model truncates at its
@@ -187,12 +190,19 @@ fn push_row(rows: &mut Vec<RowText>, text: &str, weight: f32, max_bytes: usize) 
     });
 }
 
-/// Weighted lexical terms of the enriched document.
+/// Weighted lexical terms of the enriched document, under the default
+/// stemmer.
 pub fn lexical_terms(manifest: &Manifest) -> Vec<(String, f32)> {
+    lexical_terms_with(manifest, Stemmer::default())
+}
+
+/// Weighted lexical terms of the enriched document; queries must be
+/// tokenised with the same `stemmer`.
+pub fn lexical_terms_with(manifest: &Manifest, stemmer: Stemmer) -> Vec<(String, f32)> {
     let fields = manifest.search_fields();
     let mut terms = Vec::new();
     let mut add = |text: &str, weight: f32| {
-        for token in oap_index::tokenize(text) {
+        for token in oap_index::tokenize_with(text, stemmer) {
             terms.push((token, weight));
         }
     };

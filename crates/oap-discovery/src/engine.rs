@@ -13,7 +13,7 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use arc_swap::ArcSwap;
 use oap_embed::Embedder;
-use oap_index::{DocInput, Index, IndexError, RowInput, StreamWriter, VectorDtype};
+use oap_index::{DocInput, Index, IndexError, RowInput, Stemmer, StreamWriter, VectorDtype};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
@@ -70,6 +70,11 @@ pub struct EngineConfig {
     pub scoring: Scoring,
     /// Which texts of a manifest are embedded; part of the fingerprint, so a change rebuilds.
     pub row_weights: RowWeights,
+    /// How words become lexical terms, in the index and in queries alike;
+    /// part of the fingerprint, so a change rebuilds. Snowball by default;
+    /// [`Stemmer::Light`] is the recipe of earlier releases, kept for
+    /// comparison.
+    pub stemmer: Stemmer,
     /// Threads for a dense scan of a large index (default: all cores).
     pub search_threads: Option<usize>,
     /// Query embeddings kept for repeated query texts (see
@@ -99,6 +104,7 @@ impl EngineConfig {
             dtype: VectorDtype::F32,
             scoring: Scoring::default(),
             row_weights: RowWeights::default(),
+            stemmer: Stemmer::default(),
             search_threads: None,
             query_cache: DEFAULT_QUERY_CACHE,
             query_adapter: None,
@@ -495,6 +501,7 @@ impl Engine {
             model_id.as_deref(),
             config.dtype,
             &config.row_weights,
+            config.stemmer,
         );
         let path = config.index_path();
 
@@ -710,6 +717,7 @@ impl Engine {
             model_id.as_deref(),
             self.config.dtype,
             &self.config.row_weights,
+            self.config.stemmer,
         );
         let published_first = priority == Priority::Background
             && !force
@@ -1025,13 +1033,14 @@ impl Engine {
         let embed_ms = embed_started.elapsed().as_secs_f64() * 1e3;
 
         let search_started = Instant::now();
-        let terms = oap_index::tokenize(&views.lexical);
+        let stemmer = self.config.stemmer;
+        let terms = oap_index::tokenize_with(&views.lexical, stemmer);
         let asks: Vec<intents::Ask> = ask_vectors
             .into_iter()
             .zip(&ask_views)
             .map(|(vector, views)| intents::Ask {
                 vector,
-                terms: oap_index::tokenize(&views.lexical),
+                terms: oap_index::tokenize_with(&views.lexical, stemmer),
             })
             .collect();
         let rank = |want: usize| {
@@ -1230,6 +1239,7 @@ fn fingerprint(
     model_id: Option<&str>,
     dtype: VectorDtype,
     rows: &RowWeights,
+    stemmer: Stemmer,
 ) -> String {
     let mut hasher = Sha256::new();
     hasher.update(RECIPE_VERSION.to_le_bytes());
@@ -1237,6 +1247,10 @@ fn fingerprint(
     hasher.update([0, matches!(dtype, VectorDtype::I8) as u8]);
     // The row recipe decides which vectors exist: a change must rebuild.
     hasher.update(format!("{rows:?}").as_bytes());
+    // The stemmer decides which terms exist: queries of one stemmer do not
+    // meet the terms of the other.
+    hasher.update(stemmer.name().as_bytes());
+    hasher.update([0]);
     let mut entries: Vec<&CatalogEntry> = catalog.entries.iter().collect();
     entries.sort_by(|a, b| a.id.cmp(&b.id));
     for entry in entries {
@@ -1699,7 +1713,7 @@ fn write_index(
             id: entry.id.clone(),
             record,
             rows,
-            lexical: document::lexical_terms(&manifest),
+            lexical: document::lexical_terms_with(&manifest, config.stemmer),
         })?;
         docs += 1;
     }

@@ -3,7 +3,8 @@
 //! [`adapter`] maps query embeddings toward tool descriptions,
 //! [`catalog`] loads and de-duplicates manifests, [`document`] decides what
 //! is embedded and matched lexically, [`query`] separates a task's
-//! instruction from its inline data, [`intents`] cuts a request with
+//! instruction from its inline data (with [`spoken_numbers`] finding
+//! arithmetic said in words), [`intents`] cuts a request with
 //! several asks into them, [`query_cache`] keeps recent query
 //! embeddings, [`requests`] checks the request rows given from outside a
 //! manifest, [`scoring`] fuses dense and lexical scores, and [`engine`]
@@ -20,6 +21,7 @@ pub mod query_cache;
 mod remote;
 pub mod requests;
 pub mod scoring;
+pub mod spoken_numbers;
 
 pub use adapter::{AdapterError, QueryAdapter};
 pub use catalog::{

@@ -41,7 +41,9 @@ pub use format::{MAX_DIM, MAX_ID_LEN, MAX_META_LEN, MAX_RECORD_LEN, MAX_TERM_LEN
 pub use reader::{Index, RowRef, Rows, SearchConfig, PARALLEL_MIN_ROWS};
 pub use search::{BM25_B, BM25_K1};
 pub use stream::{StreamWriter, DEFAULT_POSTING_BUFFER};
-pub use tokenize::{is_stopword, stem, tokenize, MAX_TOKEN_CHARS};
+pub use tokenize::{
+    is_stopword, stem, tokenize, tokenize_with, Stemmer, UnknownStemmer, MAX_TOKEN_CHARS,
+};
 pub use writer::{DocInput, IndexWriter, RowInput, WriteStats};
 
 /// Storage type of the vector matrix.

@@ -1,8 +1,8 @@
 //! Lexical analysis shared by the index writer's callers and by queries.
 //!
-//! The same function must run at index time and at query time, otherwise BM25 terms do
-//! not meet; it is therefore deliberately small, dependency-free and deterministic
-//! (no locale, no hash-order effects).
+//! The same function, with the same [`Stemmer`], must run at index time and at query
+//! time, otherwise BM25 terms do not meet; it is therefore deterministic (no locale, no
+//! hash-order effects).
 
 /// Tokens longer than this many chars are dropped: they are almost always hashes,
 /// base64 or URLs glued together, never something a user types.
@@ -161,21 +161,95 @@ pub fn is_stopword(w: &str) -> bool {
     STOPWORDS.binary_search(&w).is_ok()
 }
 
+/// How a word is reduced to its index term.
+///
+/// The stemmer is part of what an index was built with: terms of one stemmer do not
+/// meet queries tokenised with the other, so a change of stemmer must rebuild the index.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub enum Stemmer {
+    /// The light suffix stripper of earlier releases ([`stem`]): plurals, `-ing`, `-ed`,
+    /// `-ly` and a final `e`. It leaves derivations apart ("remind" and "reminder",
+    /// "calculate" and "calculator"), so a request rarely meets a description that
+    /// names the same thing with another suffix. Kept to compare against.
+    Light,
+    /// The Snowball English stemmer (Porter2), which also folds derivational suffixes
+    /// (`-er`, `-ation`, `-ment`, `-ness`, ...): "reminder" and "remind" are one term.
+    #[default]
+    Snowball,
+}
+
+impl Stemmer {
+    /// The stemmer's name as the command line and logs spell it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Stemmer::Light => "light",
+            Stemmer::Snowball => "snowball",
+        }
+    }
+
+    /// `word` (already lowercased) as an index term. Only words of ASCII letters are
+    /// stemmed: both stemmers are English, and other scripts, digits and words such as
+    /// `mp3s` or `utf8` are kept as they are.
+    pub fn stem(self, word: &str) -> String {
+        match self {
+            Stemmer::Light => stem(word),
+            Stemmer::Snowball => {
+                if !word.bytes().all(|b| b.is_ascii_lowercase()) {
+                    return word.to_string();
+                }
+                rust_stemmers::Stemmer::create(rust_stemmers::Algorithm::English)
+                    .stem(word)
+                    .into_owned()
+            }
+        }
+    }
+}
+
+impl std::fmt::Display for Stemmer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// A stemmer name that is neither `light` nor `snowball`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown stemmer {0:?}: expected \"light\" or \"snowball\"")]
+pub struct UnknownStemmer(pub String);
+
+impl std::str::FromStr for Stemmer {
+    type Err = UnknownStemmer;
+
+    fn from_str(name: &str) -> Result<Self, Self::Err> {
+        match name {
+            "light" => Ok(Stemmer::Light),
+            "snowball" => Ok(Stemmer::Snowball),
+            other => Err(UnknownStemmer(other.to_string())),
+        }
+    }
+}
+
+/// [`tokenize_with`] the default stemmer ([`Stemmer::Snowball`]).
+pub fn tokenize(text: &str) -> Vec<String> {
+    tokenize_with(text, Stemmer::default())
+}
+
 /// Splits `text` into index terms.
 ///
 /// 1. Lowercase (Unicode `char::to_lowercase`), split on every char that is not
 ///    Unicode alphanumeric.
-/// 2. Drop stopwords (checked before stemming), 1-char tokens other than digits, and
-///    tokens longer than [`MAX_TOKEN_CHARS`].
-/// 3. Stem with [`stem`] (ASCII words only; other scripts are kept as they are).
-pub fn tokenize(text: &str) -> Vec<String> {
+/// 2. Drop stopwords, 1-char tokens other than digits, and tokens longer than
+///    [`MAX_TOKEN_CHARS`]. Stopwords are checked before stemming, on the word as
+///    written: a stem can look like a stopword ("being" is one, "bee" is not), the
+///    word cannot.
+/// 3. Stem with `stemmer` (ASCII words only; other scripts are kept as they are).
+pub fn tokenize_with(text: &str, stemmer: Stemmer) -> Vec<String> {
     let mut out = Vec::new();
     let mut cur = String::new();
     let mut cur_chars = 0usize;
     let mut flush = |cur: &mut String, cur_chars: &mut usize| {
         if !cur.is_empty() {
             if keep(cur, *cur_chars) {
-                out.push(stem(cur));
+                out.push(stemmer.stem(cur));
             }
             cur.clear();
             *cur_chars = 0;
@@ -205,7 +279,7 @@ fn keep(tok: &str, nchars: usize) -> bool {
     !is_stopword(tok)
 }
 
-/// Light suffix stripper (a small subset of Porter step 1 plus "ly"), applied to
+/// The light suffix stripper ([`Stemmer::Light`]; a small subset of Porter step 1 plus "ly"), applied to
 /// all-ASCII-lowercase-letter words longer than 3 bytes:
 ///
 /// * plurals: `ies`→`y` (queries→query), `sses`→`ss`, `xes|ches|shes`→strip `es`,
@@ -277,5 +351,15 @@ mod tests {
     #[test]
     fn stopwords_sorted_and_unique() {
         assert!(STOPWORDS.windows(2).all(|w| w[0] < w[1]));
+    }
+
+    #[test]
+    fn stemmer_names_round_trip_and_unknown_ones_are_named() {
+        for stemmer in [Stemmer::Light, Stemmer::Snowball] {
+            assert_eq!(stemmer.name().parse::<Stemmer>(), Ok(stemmer));
+        }
+        let err = "porter".parse::<Stemmer>().unwrap_err();
+        assert!(err.to_string().contains("\"porter\""), "{err}");
+        assert_eq!(Stemmer::default(), Stemmer::Snowball);
     }
 }

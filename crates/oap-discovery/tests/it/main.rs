@@ -16,3 +16,5 @@ mod asks;
 mod engine;
 mod mcp;
 mod query_cache;
+mod spoken_arithmetic;
+mod stemming;

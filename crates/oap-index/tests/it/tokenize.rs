@@ -1,9 +1,14 @@
-use oap_index::{is_stopword, stem, tokenize};
+use oap_index::{is_stopword, stem, tokenize, tokenize_with, Stemmer};
 
 #[test]
 fn basic_split_lowercase_stopwords() {
     assert_eq!(
         tokenize("Convert the PDF files to plain-text!"),
+        vec!["convert", "pdf", "file", "plain", "text"]
+    );
+    // The light stemmer of earlier releases cut "files" to "fil".
+    assert_eq!(
+        tokenize_with("Convert the PDF files to plain-text!", Stemmer::Light),
         vec!["convert", "pdf", "fil", "plain", "text"]
     );
     assert_eq!(tokenize("the and of to a"), Vec::<String>::new());
@@ -80,4 +85,60 @@ fn deterministic() {
         tokenize(t),
         vec!["embed", "vector", "quick", "search", "index", "manifest"]
     );
+}
+
+#[test]
+fn snowball_folds_the_suffixes_a_request_and_a_description_differ_by() {
+    let same = [
+        ("reminder", "remind"),
+        ("reminders", "remind"),
+        ("running", "run"),
+        ("runs", "run"),
+        ("queries", "query"),
+        ("calculator", "calculate"),
+        ("calculations", "calculate"),
+        ("translation", "translate"),
+        ("arithmetic", "arithmetical"),
+    ];
+    for (a, b) in same {
+        assert_eq!(
+            Stemmer::Snowball.stem(a),
+            Stemmer::Snowball.stem(b),
+            "{a} / {b}"
+        );
+        assert_eq!(tokenize(a), tokenize(b), "{a} / {b}");
+    }
+    assert_eq!(Stemmer::Snowball.stem("reminder"), "remind");
+    assert_eq!(Stemmer::Snowball.stem("running"), "run");
+    // The light stemmer keeps the derivations apart: why it was replaced.
+    assert_ne!(
+        Stemmer::Light.stem("reminder"),
+        Stemmer::Light.stem("remind")
+    );
+    assert_ne!(
+        Stemmer::Light.stem("calculator"),
+        Stemmer::Light.stem("calculate")
+    );
+    // Words that differ in meaning stay apart.
+    for (a, b) in [("general", "generate"), ("news", "new"), ("time", "timer")] {
+        assert_ne!(
+            Stemmer::Snowball.stem(a),
+            Stemmer::Snowball.stem(b),
+            "{a} / {b}"
+        );
+    }
+}
+
+#[test]
+fn snowball_leaves_other_scripts_digits_and_stopwords_alone() {
+    assert_eq!(
+        tokenize_with("Größe ÜBER Straße—café", Stemmer::Snowball),
+        vec!["größe", "über", "straße", "café"]
+    );
+    assert_eq!(tokenize("mp3s utf8 42"), vec!["mp3s", "utf8", "42"]);
+    // Stopwords are dropped as written, before stemming: "being" is one,
+    // although its stem is not.
+    assert_eq!(tokenize("being bees"), vec!["bee"]);
+    let long = "x".repeat(64);
+    assert_eq!(tokenize(&long), vec![long.clone()]);
 }
