@@ -64,6 +64,9 @@ pub struct RowWeights {
     /// One row per request row given from outside the manifest
     /// ([`crate::requests`]), at most 8.
     pub request: f32,
+    /// Weight of the request rows' words among the lexical terms (0: they
+    /// are embedded only, BM25 never sees them).
+    pub request_terms: f32,
     /// Example inputs get rows too (with the `example` weight).
     pub example_inputs: bool,
     /// Append the input parameters, with their descriptions, to the
@@ -81,6 +84,7 @@ impl Default for RowWeights {
             name_usage: 0.0,
             example: 0.9,
             request: 0.9,
+            request_terms: 0.0,
             example_inputs: false,
             inputs_in_description: true,
         }
@@ -187,8 +191,13 @@ fn push_row(rows: &mut Vec<RowText>, text: &str, weight: f32, max_bytes: usize) 
     });
 }
 
-/// Weighted lexical terms of the enriched document.
-pub fn lexical_terms(manifest: &Manifest) -> Vec<(String, f32)> {
+/// Weighted lexical terms of the enriched document and, at
+/// `weights.request_terms`, of its request rows.
+pub fn lexical_terms(
+    manifest: &Manifest,
+    requests: &[String],
+    weights: RowWeights,
+) -> Vec<(String, f32)> {
     let fields = manifest.search_fields();
     let mut terms = Vec::new();
     let mut add = |text: &str, weight: f32| {
@@ -220,6 +229,11 @@ pub fn lexical_terms(manifest: &Manifest) -> Vec<(String, f32)> {
         .chain(&fields.example_inputs)
     {
         add(text, 0.5);
+    }
+    if weights.request_terms > 0.0 {
+        for request in requests.iter().take(crate::requests::MAX_REQUEST_ROWS) {
+            add(request, weights.request_terms);
+        }
     }
     terms
 }
@@ -365,7 +379,7 @@ mod tests {
             r#"{"oap":"1.0","name":"usgsQuake_earthquake#2","description":"Recent quakes.",
                 "invoke":{"method":"GET","url":"https://example.com/q"}}"#,
         );
-        let terms = lexical_terms(&m);
+        let terms = lexical_terms(&m, &[], RowWeights::default());
         // Compare index terms, as the tokenizer stems them.
         let weight_of = |word: &str| {
             let term = oap_index::tokenize(word).pop().unwrap_or_default();
@@ -380,5 +394,34 @@ mod tests {
         assert!(weight_of("earthquake") >= 3.0);
         // The variant number is not a term: "2" in a task must not match it.
         assert_eq!(weight_of("2"), 0.0);
+    }
+
+    #[test]
+    fn request_words_reach_the_lexical_terms_only_at_their_weight() {
+        let m = manifest(
+            r#"{"oap":"1.0","name":"wc","description":"Count lines.",
+                "invoke":{"method":"stdio","url":"wc"}}"#,
+        );
+        let requests = vec!["how many words in this essay".to_string()];
+        let has_essay = |weights: RowWeights| {
+            let essay = oap_index::tokenize("essay").pop().unwrap_or_default();
+            lexical_terms(&m, &requests, weights)
+                .iter()
+                .filter(|(t, _)| *t == essay)
+                .map(|(_, w)| *w)
+                .sum::<f32>()
+        };
+        assert_eq!(has_essay(RowWeights::default()), 0.0);
+        let counted = RowWeights {
+            request_terms: 0.25,
+            ..RowWeights::default()
+        };
+        assert_eq!(has_essay(counted), 0.25);
+        // And the requests are rows of their own, after the description.
+        let texts: Vec<String> = rows(&m, &requests, RowWeights::default())
+            .into_iter()
+            .map(|r| r.text)
+            .collect();
+        assert_eq!(texts, vec!["Count lines.", "how many words in this essay"]);
     }
 }

@@ -1679,7 +1679,7 @@ fn write_index(
             id: entry.id.clone(),
             record,
             rows,
-            lexical: document::lexical_terms(&manifest),
+            lexical: document::lexical_terms(&manifest, &entry.requests, config.row_weights),
         })?;
         docs += 1;
     }
