@@ -16,3 +16,4 @@ mod asks;
 mod engine;
 mod mcp;
 mod query_cache;
+mod requests;
