@@ -17,6 +17,10 @@
 //! under `--catalogs`), `expected` (the fitting tool's manifest name; empty
 //! when nothing fits) and `split` (`tuning` or `evaluation`). The tables go
 //! to stderr; the result is a [`RelevanceReport`].
+//!
+//! `--request-rows FILE` (repeatable), `--request-weight W` and
+//! `--request-terms W` give the catalogs' tools request rows, as in
+//! `oap-bench retrieval`.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -26,7 +30,7 @@ use oap_discovery::scoring::Scoring;
 use oap_discovery::{Engine, EngineConfig, Mode, Source};
 use oap_embed::Embedder;
 
-use crate::retrieval::{auroc, load_encoder, Cached};
+use crate::retrieval::{auroc, load_encoder, with_request_rows, Cached, RequestArgs};
 
 /// "Nothing fits" with each task's own small catalog.
 #[derive(clap::Args, Debug)]
@@ -54,6 +58,8 @@ pub struct Args {
     /// Per task, its best candidate and abstention score, as JSON lines.
     #[arg(long)]
     dump: Option<PathBuf>,
+    #[command(flatten)]
+    requests: RequestArgs,
 }
 
 /// One line of the task file.
@@ -156,6 +162,9 @@ pub fn run(args: Args) -> anyhow::Result<RelevanceReport> {
         Some(path) => Some(std::io::BufWriter::new(std::fs::File::create(path)?)),
         None => None,
     };
+    let request_rows = args.requests.provider()?;
+    // Manifests given request rows and their rows, over every catalog.
+    let mut with_rows = (0usize, 0usize);
     let mut outcomes: Vec<Outcome> = Vec::new();
     let mut load_problems = 0;
     // The catalog the previous task used: consecutive tasks of one catalog
@@ -176,9 +185,15 @@ pub fn run(args: Args) -> anyhow::Result<RelevanceReport> {
             }
             let mut config = EngineConfig::new(data.join(n.to_string()));
             config.scoring = scoring.clone();
-            let (engine, report) =
-                Engine::open(config, vec![Source::Dir(catalog)], Some(cached.clone()))
-                    .map_err(|e| anyhow::anyhow!("catalog {}: {e}", task.catalog))?;
+            let sources = vec![Source::Dir(catalog)];
+            args.requests.configure(&mut config, request_rows.as_ref());
+            if let Some(provider) = &request_rows {
+                let (manifests, rows) = with_request_rows(provider.as_ref(), &sources);
+                with_rows.0 += manifests;
+                with_rows.1 += rows;
+            }
+            let (engine, report) = Engine::open(config, sources, Some(cached.clone()))
+                .map_err(|e| anyhow::anyhow!("catalog {}: {e}", task.catalog))?;
             load_problems += report.problems.len();
             current = Some(OpenCatalog {
                 name: task.catalog.clone(),
@@ -233,6 +248,12 @@ pub fn run(args: Args) -> anyhow::Result<RelevanceReport> {
     }
     drop(current);
     let _ = std::fs::remove_dir_all(&data);
+    if request_rows.is_some() {
+        eprintln!(
+            "request rows: {} rows for {} manifests over all catalogs",
+            with_rows.1, with_rows.0
+        );
+    }
     if let Some(path) = &args.embed_cache {
         if let Err(e) = cached.save(path) {
             eprintln!("oap-bench relevance: embedding cache not saved: {e}");

@@ -44,7 +44,12 @@
 //!   adapter (`oap_discovery::adapter`) in the same run, and measure the
 //!   engine's latency with it;
 //! - `--dump-vectors FILE`: every document's row vectors and every task's
-//!   query vector (unadapted), as JSON lines, for `bench/train_adapter.py`.
+//!   query vector (unadapted), as JSON lines, for `bench/train_adapter.py`;
+//! - `--request-rows FILE` (repeatable, earlier files first): request rows
+//!   (`oap_discovery::requests`, JSON: manifest name → requests) attached
+//!   by name to a manifest of any origin; `--request-weight W` and
+//!   `--request-terms W` set their row weight and BM25 term weight
+//!   (default: the engine's).
 //!
 //! R@k counts a task as hit if any expected name is in the top k (the
 //! source harness's reading); `all@3` is recall over the expected names.
@@ -67,7 +72,10 @@ use oap_discovery::document::row_key;
 use oap_discovery::intents;
 use oap_discovery::query::{self, QueryOptions};
 use oap_discovery::scoring::{self, Scoring};
-use oap_discovery::{Engine, EngineConfig, Mode, QueryAdapter, Source, StoredRecord};
+use oap_discovery::{
+    AppliesTo, Catalog, CatalogEntry, Engine, EngineConfig, Mode, QueryAdapter, RequestChain,
+    RequestRows, RequestTable, Source, StoredRecord,
+};
 use oap_embed::{Calibration, EmbedError, Embedder};
 use oap_embed_candle::{BertEmbedder, EmbedOptions};
 use oap_index::Index;
@@ -168,6 +176,72 @@ pub struct Args {
     /// `snowball` (the engine's default) or `light` (the previous default).
     #[arg(long, default_value = "snowball")]
     stemmer: oap_index::Stemmer,
+    #[command(flatten)]
+    requests: RequestArgs,
+}
+
+/// Request rows given to the engine from files (`oap-bench retrieval` and
+/// `oap-bench relevance`).
+#[derive(clap::Args, Debug)]
+pub(crate) struct RequestArgs {
+    /// Request rows (JSON: manifest name → requests), attached by manifest
+    /// name whatever the origin; repeatable, earlier files first.
+    #[arg(long = "request-rows")]
+    files: Vec<PathBuf>,
+    /// The request rows' weight (default: the engine's).
+    #[arg(long)]
+    request_weight: Option<f32>,
+    /// The weight of request words among the BM25 terms (default: the
+    /// engine's).
+    #[arg(long)]
+    request_terms: Option<f32>,
+}
+
+impl RequestArgs {
+    /// The request rows of the files, earlier files first; `None` without
+    /// any.
+    pub(crate) fn provider(&self) -> anyhow::Result<Option<Arc<dyn RequestRows>>> {
+        if self.files.is_empty() {
+            return Ok(None);
+        }
+        let mut chain = RequestChain::new();
+        for file in &self.files {
+            chain = chain.then(Arc::new(RequestTable::load(file, AppliesTo::AnyOrigin)?));
+        }
+        Ok(Some(Arc::new(chain)))
+    }
+
+    /// Sets `provider` and the request weights in `config`.
+    pub(crate) fn configure(
+        &self,
+        config: &mut EngineConfig,
+        provider: Option<&Arc<dyn RequestRows>>,
+    ) {
+        if let Some(weight) = self.request_weight {
+            config.row_weights.request = weight;
+        }
+        if let Some(weight) = self.request_terms {
+            config.row_weights.request_terms = weight;
+        }
+        config.request_rows = provider.cloned();
+    }
+}
+
+/// How many manifests of `sources` get request rows from `provider`, and
+/// how many rows: said on stderr, so that a file whose names match nothing
+/// does not pass for a measured change.
+pub(crate) fn with_request_rows(provider: &dyn RequestRows, sources: &[Source]) -> (usize, usize) {
+    let mut catalog = Catalog::load(sources);
+    catalog.attach_requests(provider);
+    let with_rows: Vec<&CatalogEntry> = catalog
+        .entries
+        .iter()
+        .filter(|e| !e.requests.is_empty())
+        .collect();
+    (
+        with_rows.len(),
+        with_rows.iter().map(|e| e.requests.len()).sum(),
+    )
 }
 
 pub(crate) fn load_tasks(path: &PathBuf) -> Result<Vec<Task>, String> {
@@ -503,6 +577,12 @@ pub fn run(args: Args) -> anyhow::Result<RetrievalReport> {
         );
     }
     let sources: Vec<Source> = args.dirs.iter().cloned().map(Source::Dir).collect();
+    let request_rows = args.requests.provider()?;
+    args.requests.configure(&mut config, request_rows.as_ref());
+    if let Some(provider) = &request_rows {
+        let (manifests, rows) = with_request_rows(provider.as_ref(), &sources);
+        eprintln!("request rows: {rows} rows for {manifests} manifests");
+    }
     let started = Instant::now();
     let (engine, report) = Engine::open(config.clone(), sources.clone(), Some(cached.clone()))
         .map_err(|e| anyhow::anyhow!("index: {e}"))?;

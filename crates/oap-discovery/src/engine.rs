@@ -1713,7 +1713,12 @@ fn write_index(
             id: entry.id.clone(),
             record,
             rows,
-            lexical: document::lexical_terms_with(&manifest, config.stemmer),
+            lexical: document::lexical_terms_with(
+                &manifest,
+                &entry.requests,
+                config.row_weights,
+                config.stemmer,
+            ),
         })?;
         docs += 1;
     }

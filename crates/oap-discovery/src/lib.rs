@@ -33,5 +33,5 @@ pub use engine::{
     EngineStats, LastBuild, ManifestSummary, Priority, RebuildFailure, StoredRecord,
     DEFAULT_QUERY_CACHE,
 };
-pub use requests::RequestRows;
+pub use requests::{AppliesTo, RequestChain, RequestRows, RequestTable, RequestTableError};
 pub use scoring::{Mode, ScoreParts, Scoring};

@@ -140,7 +140,23 @@ pub fn engine_config(config: &Config, calibration: Calibration) -> EngineConfig 
     engine.scoring = scoring;
     engine.search_threads = config.index.search_threads;
     engine.query_cache = config.discovery.query_cache;
+    engine.request_rows = request_rows();
     engine
+}
+
+/// Request rows for the engine: the bundled tools' shipped requests. They
+/// are compiled in and checked by a test, so a failure here is a broken
+/// build; discovery then goes on with the manifests' own texts.
+fn request_rows() -> Option<Arc<dyn oap_discovery::RequestRows>> {
+    match crate::bundled::request_rows() {
+        Ok(table) => Some(Arc::new(
+            oap_discovery::RequestChain::new().then(Arc::new(table)),
+        )),
+        Err(err) => {
+            tracing::error!(error = %err, "bundled request rows unusable, left out");
+            None
+        }
+    }
 }
 
 /// Opens (or builds) the index for `config`, logging what loading found.

@@ -38,9 +38,55 @@ pub fn source() -> oap_discovery::Source {
     )
 }
 
+/// Requests people say for the bundled tools, by manifest name
+/// (manifests/bundled-requests.json, see manifests/bundled/README.md).
+/// Kept beside the manifests' directory, not in it: everything that reads
+/// that directory takes each `*.json` there for a manifest.
+pub const REQUESTS: &[u8] = include_bytes!("../../../manifests/bundled-requests.json");
+
+/// The bundled tools' request rows, for the bundled manifests only.
+///
+/// An operator's manifest that overrides a bundled one (same `name`, in a
+/// `manifests.dirs` directory; origin `dir`) gets none of them: the rows
+/// were written for the shipped description, and the operator's file may
+/// describe another tool under the same name, which rows saying what the
+/// shipped tool does would draw requests to.
+pub fn request_rows() -> Result<oap_discovery::RequestTable, oap_discovery::RequestTableError> {
+    oap_discovery::RequestTable::parse(
+        REQUESTS,
+        "bundled-requests.json (compiled in)",
+        oap_discovery::AppliesTo::OriginKinds(vec!["bundled".into()]),
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_bundled_requests_parse_and_name_every_bundled_tool_only() {
+        let table = request_rows().unwrap_or_else(|e| panic!("{e}"));
+        let mut names: Vec<String> = MANIFESTS
+            .iter()
+            .map(|(file, bytes)| {
+                oap_manifest::parse(bytes)
+                    .unwrap_or_else(|e| panic!("{file}: {e}"))
+                    .manifest
+                    .name
+            })
+            .collect();
+        names.sort();
+        let mut listed: Vec<String> = table.names().map(str::to_string).collect();
+        listed.sort();
+        assert_eq!(listed, names, "one list of requests per bundled manifest");
+        for name in &names {
+            let count = table.get(name).map_or(0, <[String]>::len);
+            assert!(
+                (6..=oap_discovery::requests::MAX_REQUEST_ROWS).contains(&count),
+                "{name}: {count} requests, 6 to 8 wanted"
+            );
+        }
+    }
 
     #[test]
     fn every_bundled_manifest_is_valid_and_listed() {

@@ -16,5 +16,6 @@ mod asks;
 mod engine;
 mod mcp;
 mod query_cache;
+mod requests;
 mod spoken_arithmetic;
 mod stemming;
