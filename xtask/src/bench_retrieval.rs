@@ -1,44 +1,78 @@
-//! `cargo xtask bench-retrieval [--bfcl-only|--shared-only|--public-only|--relevance|--catalog-size|--hwu64 CLONE|--toollens CLONE]`:
-//! retrieval quality (`oap-bench retrieval`, each corpus with the plain
-//! encoder and with the default, tool-tuned one) on the shared task set, on the
-//! BFCL-derived corpus and on the held-out public corpora
-//! (bench/public_corpus.py: Home Assistant intents, NESTFUL), whose
-//! `evaluation` split is what docs/BENCHMARKS.md reports and whose `tuning`
-//! split is the only one tuning may read. `--relevance` runs only
-//! `oap-bench relevance` on BFCL's relevance categories
-//! (bench/bfcl_relevance.py): each request against its own small catalog,
-//! which one tool fits or none does, both halves. `--catalog-size` runs only
-//! `oap-bench catalog-size`: the shared set's queries against the 13 bundled
-//! manifests, then against them plus the 10,000-manifest corpus of `oap-bench
-//! make-corpus` less its copies of the bundled tools. `--hwu64 CLONE` runs
-//! only the HWU64 voice-assistant intents (bench/hwu_corpus.py, from a git
-//! clone at its pinned commit: it is not on a package registry), a tuning
-//! corpus for choices between encoders, never a reported result.
-//! `--toollens CLONE` runs only ToolLens (bench/toollens_corpus.py, from a
-//! clone of COLT at its pinned commit): ToolBench endpoints and requests
-//! that need several of them, both halves.
+//! `cargo xtask bench-retrieval [--shared-only|--spoken-only|--languages-only|--bfcl-only|--public-only|--relevance|--catalog-size|--hwu64 CLONE|--toollens CLONE]`:
+//! retrieval quality (`oap-bench retrieval`) of the previous default
+//! beside the new one, corpus by corpus, with BM25 (the lexical mode) as
+//! the floor; held-out corpora in their tuning and evaluation halves apart.
+//!
+//! "The previous default" is the `oap-bench` of the last release whose
+//! discovery came before request rows, Snowball stemming and spoken
+//! arithmetic ([`PREVIOUS_DEFAULT`]), built once from the repository's own
+//! history into `target/bench/previous/` and run on the same files: its
+//! figures are what that release's daemon would answer, not a
+//! reconstruction by flags. "The new default" is this tree's engine with
+//! the bundled tools' request rows. On the spoken set a third row adds the
+//! stand-in for generated request rows (bench/request-rows/); in every
+//! language the multilingual encoder is run too.
+//!
+//! Corpora: the shared set (bench/discovery-tasks.jsonl), the spoken set
+//! (bench/spoken-tasks.jsonl, both halves), both translated into German,
+//! French, Spanish and Dutch (bench/i18n/), BFCL, Home Assistant's intents
+//! and NESTFUL (bench/public_corpus.py, both halves), and BFCL's relevance
+//! catalogs (`--relevance`: `oap-bench relevance`, each request against
+//! its own small catalog). `--catalog-size` runs `oap-bench catalog-size`
+//! (13 bundled manifests, then 10,000). `--hwu64 CLONE` and `--toollens
+//! CLONE` read corpora that no registry ships from git clones at pinned
+//! commits (HWU64: tuning data only; ToolLens: both halves).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use anyhow::Result;
-use oap_bench::report::{CatalogSizeReport, RelevanceReport, RetrievalReport};
-use serde::de::DeserializeOwned;
+use anyhow::{Context, Result};
+use oap_bench::report::{CatalogSizeReport, ModeRow, RelevanceReport, RetrievalReport};
 
 use crate::bench_run;
 use crate::repo_root;
-use crate::tasks::run_in_root;
+use crate::tasks::{cargo, run_in_root};
+
+/// The release whose `oap-bench` stands for the previous default: the
+/// last commit before request rows, Snowball stemming, spoken arithmetic
+/// and the explained decision.
+pub(crate) const PREVIOUS_DEFAULT: &str = "b23044118ec80700738398827edf4bca479302bf";
+
+/// The languages the shared and spoken sets are translated into.
+const LANGUAGES: [&str; 4] = ["de", "fr", "es", "nl"];
+
+/// The spoken set's catalog: the bundled tools first (what a daemon on its
+/// defaults serves), then the reference manifests.
+const SPOKEN_CATALOG: [&str; 6] = [
+    "--dir",
+    "manifests/bundled",
+    "--dir",
+    "tests/fixtures/reference-manifests/manifest-repo",
+    "--dir",
+    "tests/fixtures/reference-manifests/oap-dev",
+];
+
+/// What the new default adds to a run: the bundled tools' shipped request
+/// rows (attached by name; the reference folders carry the same tools).
+const NEW_DEFAULT: [&str; 2] = ["--request-rows", "manifests/bundled/requests.json"];
+
+/// The stand-in for generated request rows of the reference manifests.
+const GENERATED_STAND_IN: [&str; 2] = ["--request-rows", "bench/request-rows/reference.json"];
+
+/// The multilingual encoder, as `embedding.model` names it.
+const MULTILINGUAL: [&str; 2] = ["--model", "multilingual-e5-small"];
 
 /// The one option (`None`: every corpus) and, for `--hwu64` and
 /// `--toollens`, its clone; checked before anything is built.
 fn parse(args: &[String]) -> Result<(Option<&str>, Option<&str>)> {
-    const USAGE: &str = "--bfcl-only, --shared-only, --public-only, --relevance, --catalog-size, \
-                         --hwu64 CLONE, --toollens CLONE";
+    const USAGE: &str = "--shared-only, --spoken-only, --languages-only, --bfcl-only, \
+                         --public-only, --relevance, --catalog-size, --hwu64 CLONE, --toollens CLONE";
     let only = args.first().map(String::as_str);
     let takes = match only {
         None => 0,
         Some(
-            "--bfcl-only" | "--shared-only" | "--public-only" | "--relevance" | "--catalog-size",
+            "--bfcl-only" | "--shared-only" | "--spoken-only" | "--languages-only"
+            | "--public-only" | "--relevance" | "--catalog-size",
         ) => 1,
         Some("--hwu64" | "--toollens") => 2,
         Some(flag) => anyhow::bail!("bench-retrieval: unknown option {flag} ({USAGE})"),
@@ -62,80 +96,240 @@ fn parse(args: &[String]) -> Result<(Option<&str>, Option<&str>)> {
     Ok((only, args.get(1).map(String::as_str).filter(|_| takes == 2)))
 }
 
+/// The two `oap-bench` binaries every comparison runs.
+struct Benches {
+    previous: PathBuf,
+    new: PathBuf,
+}
+
+/// One setup of a comparison: its label, which binary, and the arguments
+/// it adds to the corpus's own.
+struct Setup {
+    label: &'static str,
+    previous: bool,
+    args: Vec<&'static str>,
+}
+
+impl Setup {
+    fn previous() -> Setup {
+        Setup {
+            label: "previous default",
+            previous: true,
+            args: Vec::new(),
+        }
+    }
+
+    fn new_default() -> Setup {
+        Setup {
+            label: "new default",
+            previous: false,
+            args: NEW_DEFAULT.to_vec(),
+        }
+    }
+
+    fn with(label: &'static str, extra: &[&'static str]) -> Setup {
+        let mut setup = Setup::new_default();
+        setup.label = label;
+        setup.args.extend_from_slice(extra);
+        setup
+    }
+}
+
+impl Benches {
+    /// Runs `corpus` (the arguments naming tasks and manifests) under each
+    /// setup and prints one table: BM25 as the new build ranks lexically,
+    /// then each setup's hybrid (default) row.
+    fn compare(&self, corpus: &[String], setups: &[Setup]) -> Result<()> {
+        let mut rows: Vec<(String, ModeRow)> = Vec::new();
+        for setup in setups {
+            let bin = if setup.previous {
+                &self.previous
+            } else {
+                &self.new
+            };
+            let mut command = bench_run::command(bin, "retrieval");
+            command.args(corpus).args(&setup.args).arg("--quiet");
+            let report: RetrievalReport = bench_run::report(&mut command)?;
+            let pick = |label: &str| {
+                report
+                    .modes
+                    .iter()
+                    .find(|m| m.label == label)
+                    .cloned()
+                    .with_context(|| format!("{}: no {label} row in the report", setup.label))
+            };
+            // BM25 as this tree ranks it lexically (its terms, its stemmer).
+            if setup.label == "new default" {
+                rows.insert(0, ("BM25".to_string(), pick("Lexical")?));
+            }
+            rows.push((setup.label.to_string(), pick("Hybrid")?));
+        }
+        println!("{}", comparison_table(&rows));
+        Ok(())
+    }
+}
+
+/// The comparison as the table docs/BENCHMARKS.md holds.
+fn comparison_table(rows: &[(String, ModeRow)]) -> String {
+    let mut out = String::from(
+        "\n| setup | R@1 | R@3 | R@5 | MRR | nDCG@10 | no-fit abstained | fitting abstained | AUROC |\n\
+         |---|---|---|---|---|---|---|---|---|\n",
+    );
+    for (label, m) in rows {
+        let abstained = if m.negatives > 0 {
+            format!(
+                "{}/{} ({:.3})",
+                m.negatives_rejected,
+                m.negatives,
+                m.negatives_rejected as f64 / m.negatives as f64
+            )
+        } else {
+            "–".to_string()
+        };
+        out.push_str(&format!(
+            "| {label} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} | {abstained} | {:.3} | {} |\n",
+            m.recall_at_1,
+            m.recall_at_3,
+            m.recall_at_5,
+            m.mrr,
+            m.ndcg_at_10,
+            m.positives_rejected,
+            if m.negatives > 0 {
+                format!("{:.3}", m.auroc)
+            } else {
+                "–".to_string()
+            },
+        ));
+    }
+    out
+}
+
+fn strings(parts: &[&str]) -> Vec<String> {
+    parts.iter().map(|p| p.to_string()).collect()
+}
+
 pub fn run(args: &[String]) -> Result<()> {
     let (only, clone) = parse(args)?;
     crate::model::run(&[])?;
-    let bin = bench_run::build(&[])?;
+    let new = bench_run::build(&[])?;
     if only == Some("--catalog-size") {
-        return catalog_size(&bin);
+        return catalog_size(&new);
     }
-    // A corpus built by a bench script: its tasks.jsonl and manifests/.
-    let corpus_at = |out: &Path| {
-        let mut command = bench_run::command(&bin, "retrieval");
-        command
-            .arg("--tasks")
-            .arg(out.join("tasks.jsonl"))
-            .arg("--dir")
-            .arg(out.join("manifests"));
-        command
+    let benches = Benches {
+        previous: previous_bench()?,
+        new,
     };
-    let retrieval = |make: &dyn Fn() -> Command| both_encoders(make, RetrievalReport::table);
+    let default_pair = || vec![Setup::previous(), Setup::new_default()];
+    // A corpus built by a bench script: its tasks.jsonl and manifests/.
+    let corpus_at = |out: &Path| -> Vec<String> {
+        vec![
+            "--tasks".into(),
+            out.join("tasks.jsonl").display().to_string(),
+            "--dir".into(),
+            out.join("manifests").display().to_string(),
+        ]
+    };
     // Both halves of a held-out corpus, the evaluation half first.
-    let halves = |name: &str, script: &str, out: &Path| -> Result<()> {
+    let halves = |name: &str, corpus: Vec<String>, setups: &dyn Fn() -> Vec<Setup>| -> Result<()> {
         for split in ["evaluation", "tuning"] {
-            println!("== corpus {name}, {split} split (bench/{script})");
-            retrieval(&|| {
-                let mut command = corpus_at(out);
-                command.args(["--split", split]);
-                command
-            })?;
+            println!("== {name}, {split} half");
+            let mut args = corpus.clone();
+            args.extend(strings(&["--split", split]));
+            benches.compare(&args, &setups())?;
         }
         Ok(())
     };
     match (only, clone) {
         (Some("--toollens"), Some(clone)) => {
-            let script = "toollens_corpus.py";
-            let out = built_corpus("toollens", script, &["--colt", clone], true)?;
-            return halves("toollens", script, &out);
+            let out = built_corpus("toollens", "toollens_corpus.py", &["--colt", clone], true)?;
+            return halves(
+                "ToolLens (bench/toollens_corpus.py)",
+                corpus_at(&out),
+                &default_pair,
+            );
         }
         (Some("--hwu64"), Some(clone)) => {
             let out = built_corpus("hwu64", "hwu_corpus.py", &["--hwu64", clone], true)?;
-            println!("== corpus hwu64 (bench/hwu_corpus.py; tuning data only)");
-            return retrieval(&|| corpus_at(&out));
+            println!("== HWU64 (bench/hwu_corpus.py; tuning data only)");
+            return benches.compare(&corpus_at(&out), &default_pair());
         }
         _ => {}
     }
     let wants = |corpus: &str| only.is_none() || only == Some(corpus);
-    if wants("--shared-only") {
-        println!(
-            "== corpus (a): bench/discovery-tasks.jsonl over tests/fixtures/reference-manifests"
-        );
-        retrieval(&|| {
-            let mut command = bench_run::command(&bin, "retrieval");
-            command.args(bench_run::SHARED_TASK_SET).args([
-                // These three negatives match manifests added after they were
-                // written (bench/TASKS.md): reported apart as soft.
-                "--soft-negatives",
-                "neg-001,neg-003,neg-010",
-                "--curve",
-            ]);
-            command
-        })?;
+    let languages = wants("--languages-only");
+    if languages {
+        crate::model::run(&strings(&MULTILINGUAL))?;
+    }
+    let multilingual = || Setup::with("multilingual encoder", &MULTILINGUAL);
+    if wants("--shared-only") || languages {
+        for language in std::iter::once("en").chain(LANGUAGES) {
+            if language == "en" && !wants("--shared-only") {
+                continue;
+            }
+            let tasks = match language {
+                "en" => "bench/discovery-tasks.jsonl".to_string(),
+                lang => format!("bench/i18n/discovery-tasks.{lang}.jsonl"),
+            };
+            println!("== shared set ({language}): {tasks} over tests/fixtures/reference-manifests");
+            let mut corpus = strings(&["--tasks", &tasks]);
+            corpus.extend(strings(&bench_run::SHARED_TASK_SET[2..]));
+            let mut setups = default_pair();
+            if languages {
+                setups.push(multilingual());
+            }
+            benches.compare(&corpus, &setups)?;
+        }
+    }
+    if wants("--spoken-only") || languages {
+        for language in std::iter::once("en").chain(LANGUAGES) {
+            if language == "en" && !wants("--spoken-only") {
+                continue;
+            }
+            let tasks = match language {
+                "en" => "bench/spoken-tasks.jsonl".to_string(),
+                lang => format!("bench/i18n/spoken-tasks.{lang}.jsonl"),
+            };
+            let mut corpus = strings(&["--tasks", &tasks]);
+            corpus.extend(strings(&SPOKEN_CATALOG));
+            let setups = || {
+                let mut setups = default_pair();
+                setups.push(Setup::with(
+                    "new default + generated rows (stand-in)",
+                    &GENERATED_STAND_IN,
+                ));
+                if languages {
+                    let mut both = MULTILINGUAL.to_vec();
+                    both.extend_from_slice(&GENERATED_STAND_IN);
+                    setups.push(multilingual());
+                    setups.push(Setup::with(
+                        "multilingual + generated rows (stand-in)",
+                        &both,
+                    ));
+                }
+                setups
+            };
+            halves(
+                &format!("spoken set ({language}): {tasks}"),
+                corpus,
+                &setups,
+            )?;
+        }
     }
     if wants("--bfcl-only") {
         let out = bfcl_corpus()?;
-        println!("== corpus (b): BFCL v4 multiple/live_multiple/parallel_multiple (base names)");
-        retrieval(&|| {
-            let mut command = corpus_at(&out);
-            command.args(["--base-names", "--curve"]);
-            command
-        })?;
-        println!("== corpus (b), exact manifest names (secondary)");
-        retrieval(&|| corpus_at(&out))?;
+        println!("== BFCL v4 multiple/live_multiple/parallel_multiple (base names)");
+        let mut corpus = corpus_at(&out);
+        corpus.push("--base-names".into());
+        benches.compare(&corpus, &default_pair())?;
     }
     if wants("--public-only") {
         for corpus in ["ha-intents", "nestful"] {
-            halves(corpus, "public_corpus.py", &public_corpus(corpus)?)?;
+            let out = public_corpus(corpus)?;
+            halves(
+                &format!("{corpus} (bench/public_corpus.py)"),
+                corpus_at(&out),
+                &default_pair,
+            )?;
         }
     }
     if wants("--relevance") {
@@ -143,42 +337,88 @@ pub fn run(args: &[String]) -> Result<()> {
         println!(
             "== BFCL relevance: each request against its own catalog (bench/bfcl_relevance.py)"
         );
-        both_encoders(
-            &|| {
-                let mut command = bench_run::command(&bin, "relevance");
-                command
-                    .arg("--tasks")
-                    .arg(out.join("tasks.jsonl"))
-                    .arg("--catalogs")
-                    .arg(out.join("catalogs"));
-                command
-            },
-            RelevanceReport::table,
-        )?;
+        for (label, bin, extra) in [
+            ("previous default", &benches.previous, &[][..]),
+            ("new default", &benches.new, &NEW_DEFAULT[..]),
+        ] {
+            println!("-- {label}");
+            let mut command = bench_run::command(bin, "relevance");
+            command
+                .arg("--tasks")
+                .arg(out.join("tasks.jsonl"))
+                .arg("--catalogs")
+                .arg(out.join("catalogs"))
+                .args(extra)
+                .arg("--quiet");
+            let report: RelevanceReport = bench_run::report(&mut command)?;
+            println!("{}", report.table());
+        }
     }
     Ok(())
 }
 
-/// Runs the command `make` gives twice, with the plain encoder
-/// (`embedding.tool_tuning: false`) and then with the default, tool-tuned
-/// one, each with the scoring the daemon takes for it, and prints each
-/// report's table, so the two read side by side.
-fn both_encoders<R: DeserializeOwned>(
-    make: &dyn Fn() -> Command,
-    table: fn(&R) -> String,
-) -> Result<()> {
-    for plain in [true, false] {
-        let mut command = make();
-        if plain {
-            println!("-- the plain encoder (embedding.tool_tuning: false)");
-            command.arg("--plain-model");
-        } else {
-            println!("-- the default: the tool-tuned encoder");
-        }
-        let report: R = bench_run::report(command.arg("--quiet"))?;
-        println!("{}", table(&report));
+/// `oap-bench` as of [`PREVIOUS_DEFAULT`], built from this repository's
+/// history into `target/bench/previous/` (its own build directory, so the
+/// two builds never share artifacts) on first use.
+fn previous_bench() -> Result<PathBuf> {
+    let root = repo_root();
+    let dir = root.join("target/bench/previous");
+    let source = dir.join("src");
+    let bin = dir.join("target/release/oap-bench");
+    let stamp = dir.join("REVISION");
+    if bin.is_file() && std::fs::read_to_string(&stamp).is_ok_and(|s| s.trim() == PREVIOUS_DEFAULT)
+    {
+        return Ok(bin);
     }
-    Ok(())
+    let _ = std::fs::remove_dir_all(&source);
+    std::fs::create_dir_all(&source)?;
+    println!(
+        "== building the previous default's oap-bench ({PREVIOUS_DEFAULT}) in {}",
+        dir.display()
+    );
+    let archive = Command::new("git")
+        .args(["archive", "--format=tar", PREVIOUS_DEFAULT])
+        .current_dir(&root)
+        .output()
+        .context("git archive")?;
+    if !archive.status.success() {
+        anyhow::bail!(
+            "git archive {PREVIOUS_DEFAULT}: {} (a shallow clone lacks that history: git fetch --unshallow)",
+            String::from_utf8_lossy(&archive.stderr).trim()
+        );
+    }
+    let mut untar = Command::new("tar")
+        .args(["-x", "-C"])
+        .arg(&source)
+        .stdin(std::process::Stdio::piped())
+        .spawn()
+        .context("tar")?;
+    {
+        use std::io::Write;
+        let mut stdin = untar.stdin.take().context("tar stdin")?;
+        stdin.write_all(&archive.stdout)?;
+    }
+    if !untar.wait()?.success() {
+        anyhow::bail!("tar could not unpack {PREVIOUS_DEFAULT}");
+    }
+    let mut build = cargo();
+    build
+        .args([
+            "build",
+            "--release",
+            "--package",
+            "oap-bench",
+            "--bin",
+            "oap-bench",
+        ])
+        .current_dir(&source)
+        .env("CARGO_TARGET_DIR", dir.join("target"));
+    let status = build.status().context("cargo build (previous default)")?;
+    if !status.success() {
+        anyhow::bail!("building the previous default's oap-bench failed");
+    }
+    std::fs::write(&stamp, PREVIOUS_DEFAULT)?;
+    Ok(bin)
 }
 
 /// `target/bench/<dir>`, written by `python3 bench/<script> ARGS --out DIR`:
@@ -311,6 +551,10 @@ mod tests {
         assert_eq!(
             parse(&args(&["--relevance"])).unwrap(),
             (Some("--relevance"), None)
+        );
+        assert_eq!(
+            parse(&args(&["--languages-only"])).unwrap(),
+            (Some("--languages-only"), None)
         );
         assert_eq!(
             parse(&args(&["--toollens", "COLT"])).unwrap(),

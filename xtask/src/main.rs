@@ -71,14 +71,16 @@ const COMMANDS: &[Command] = &[
     },
     Command {
         name: "bench-retrieval",
-        usage: "bench-retrieval [--shared-only|--bfcl-only|--public-only|--relevance|--catalog-size|\n      \
-                --hwu64 CLONE|--toollens CLONE]\n      \
-                Recall@k, MRR, nDCG@10 and abstention on the shared task set, the BFCL corpus\n      \
-                and the held-out public corpora; --relevance: \"nothing fits\" with BFCL's\n      \
-                relevance requests, each against its own small catalog; --catalog-size: the\n      \
-                \"nothing fits\" decision with the 13 bundled manifests alone and with 10,000\n      \
-                more; --hwu64: the HWU64 voice intents from a clone of NLU-Evaluation-Data\n      \
-                (tuning data); --toollens: ToolLens from a clone of COLT",
+        usage: "bench-retrieval [--shared-only|--spoken-only|--languages-only|--bfcl-only|--public-only|\n      \
+                --relevance|--catalog-size|--hwu64 CLONE|--toollens CLONE]\n      \
+                BM25, the previous default and the new default (R@1/3/5, MRR, nDCG@10,\n      \
+                abstention) on the shared set, the spoken set, both in four more languages\n      \
+                (with the multilingual encoder too), BFCL and the held-out public corpora,\n      \
+                halves apart; --relevance: \"nothing fits\" with BFCL's relevance requests,\n      \
+                each against its own small catalog; --catalog-size: the decision with the 13\n      \
+                bundled manifests alone and with 10,000 more; --hwu64: the HWU64 voice intents\n      \
+                from a clone of NLU-Evaluation-Data (tuning data); --toollens: ToolLens from a\n      \
+                clone of COLT",
         run: bench_retrieval::run,
     },
     Command {
