@@ -54,7 +54,7 @@ const SPOKEN_CATALOG: [&str; 6] = [
 
 /// What the new default adds to a run: the bundled tools' shipped request
 /// rows (attached by name; the reference folders carry the same tools).
-const NEW_DEFAULT: [&str; 2] = ["--request-rows", "manifests/bundled/requests.json"];
+const NEW_DEFAULT: [&str; 2] = ["--request-rows", "manifests/bundled-requests.json"];
 
 /// The stand-in for generated request rows of the reference manifests.
 const GENERATED_STAND_IN: [&str; 2] = ["--request-rows", "bench/request-rows/reference.json"];
