@@ -22,7 +22,7 @@ pub(crate) fn bundled_dir() -> PathBuf {
 }
 
 /// A request of each bundled tool's own kind, and the tool.
-const OWN_KIND: &[(&str, &str)] = &[
+pub(crate) const OWN_KIND: &[(&str, &str)] = &[
     ("what is 17 times 23", "bc"),
     ("align this text into neat columns", "column"),
     (
@@ -43,7 +43,7 @@ const OWN_KIND: &[(&str, &str)] = &[
 ];
 
 /// Requests no bundled tool serves.
-const NO_FIT: &[&str] = &[
+pub(crate) const NO_FIT: &[&str] = &[
     // Shares "table" with `column`: one word is not enough.
     "book a table for two at an italian restaurant tonight",
     "book me a flight to Lisbon next Tuesday",

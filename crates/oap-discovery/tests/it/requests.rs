@@ -384,3 +384,52 @@ fn a_malformed_requests_file_is_a_clear_error() {
         "{err}"
     );
 }
+
+/// The bundled set as the daemon indexes it (with its shipped rows), for
+/// the tuned and the plain encoder: every request of a tool's own kind
+/// still finds and matches its tool, and every request no bundled tool
+/// serves scores below all of them, so a "nothing fits" threshold between
+/// them exists. Request rows lift no-fit requests too (they are worded
+/// like requests): whether the configured threshold sits in that gap is
+/// measured in bench/request-rows/README.md, not pinned here.
+#[test]
+fn with_the_bundled_rows_no_fit_requests_still_score_below_fitting_ones() {
+    use crate::abstention::{NO_FIT, OWN_KIND};
+    let tuned_data = tempfile::tempdir().unwrap();
+    let plain_data = tempfile::tempdir().unwrap();
+    let mut plain_config = crate::engine::plain_config(plain_data.path());
+    plain_config.request_rows = Some(Arc::new(bundled_requests()));
+    let plain_model: Arc<dyn Embedder> = crate::engine::plain_model();
+    for (config, model) in [
+        (
+            with_rows(tuned_data.path(), Arc::new(bundled_requests())),
+            Counting::new() as Arc<dyn Embedder>,
+        ),
+        (plain_config, plain_model),
+    ] {
+        let model_id = model.model_id().to_string();
+        let (engine, _) = Engine::open(config, vec![bundled_source()], Some(model)).unwrap();
+        let scoring = engine.config().scoring.clone();
+        let score_of = |task: &str| {
+            let found = engine.discover(task, 3).unwrap();
+            let best = found.candidates.first().unwrap();
+            let score = scoring.abstention_score(found.meta.mode, &best.scores);
+            (best.name.clone(), found.best.is_some(), score)
+        };
+        let mut lowest_fitting = f32::MAX;
+        for &(task, tool) in OWN_KIND {
+            let (name, matched, score) = score_of(task);
+            assert_eq!(name, tool, "{model_id}: {task:?}");
+            assert!(matched, "{model_id}: {task:?} scores {score}, not a match");
+            lowest_fitting = lowest_fitting.min(score);
+        }
+        for &task in NO_FIT {
+            let (name, _, score) = score_of(task);
+            assert!(
+                score < lowest_fitting,
+                "{model_id}: no-fit {task:?} scores {score} ({name}), \
+                 a fitting request as low as {lowest_fitting}"
+            );
+        }
+    }
+}
