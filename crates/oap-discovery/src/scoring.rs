@@ -40,6 +40,13 @@ pub const ABSTENTION_LEXICAL_WEIGHT: f32 = 0.15;
 /// query repeating its words is not more so.
 pub const ABSTENTION_MAX_LEXICAL: f32 = 0.6;
 
+/// multilingual-e5-small's hybrid "nothing fits" threshold
+/// ([`Scoring::multilingual_e5`]).
+const E5_MIN_SCORE_HYBRID: f32 = 0.80;
+/// Its dense threshold: the hybrid one less what the lexical evidence adds
+/// at most, as for the other encoders.
+const E5_MIN_SCORE_DENSE: f32 = 0.78;
+
 /// Which retrieval signals are used.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -122,12 +129,28 @@ impl Scoring {
         }
     }
 
+    /// The defaults for multilingual-e5-small with its prompts. Its cosines
+    /// sit in a narrow high band (a request and an unrelated tool still
+    /// score about 0.75), so the thresholds are far higher than MiniLM's;
+    /// fitted on tuning data only (`bench/fit_abstention.py` on the shared
+    /// task set and the public corpora's tuning halves).
+    pub fn multilingual_e5() -> Self {
+        Scoring {
+            min_score_hybrid: E5_MIN_SCORE_HYBRID,
+            min_score_dense: E5_MIN_SCORE_DENSE,
+            duplicate_similarity: 0.98,
+            variant_similarity: 0.93,
+            ..Scoring::default()
+        }
+    }
+
     /// The defaults for an encoder of this calibration: what the daemon
     /// takes for the model that actually loaded.
     pub fn calibrated(calibration: Calibration) -> Self {
         match calibration {
             Calibration::General => Scoring::default(),
             Calibration::ToolTuned => Scoring::tool_tuned(),
+            Calibration::MultilingualE5 => Scoring::multilingual_e5(),
         }
     }
 
