@@ -19,7 +19,9 @@ meaning of a cosine-like threshold. Prints the weights and, per threshold,
 the share of no-fit and of fitting tuning queries abstained; then, for the
 rule the daemon applies (``cosine + weight * min(evidence, cap)``), a grid
 of weight and cap with the pooled AUROC and the shares abstained at the
-threshold given by ``--threshold`` (default 0.30).
+threshold given by ``--threshold`` (default 0.30). ``--from X`` starts the
+threshold table at X (default 0.20) for an encoder whose cosines sit
+higher, such as multilingual-e5-small's.
 
     python3 bench/fit_abstention.py bench/discovery-tasks.jsonl:target/bench/shared.dump \\
         target/bench/ha-intents/tasks.jsonl:target/bench/ha-intents/tuning.dump
@@ -111,6 +113,11 @@ def main():
     """CLI entry point."""
     args = sys.argv[1:]
     threshold = 0.30
+    start = 0.20
+    if "--from" in args:
+        i = args.index("--from")
+        start = float(args[i + 1])
+        del args[i:i + 2]
     if "--threshold" in args:
         i = args.index("--threshold")
         threshold = float(args[i + 1])
@@ -132,7 +139,7 @@ def main():
             print(f"  {source}: AUROC {auroc(part):.3f}")
         print("  | threshold | no-fit abstained | fitting abstained |")
         for i in range(16):
-            t = 0.20 + 0.02 * i
+            t = start + 0.02 * i
             neg = [score(x) < t for x, y, _ in rows if not y]
             pos = [score(x) < t for x, y, _ in rows if y]
             print(f"  | {t:.2f} | {sum(neg) / max(len(neg), 1):.3f} "

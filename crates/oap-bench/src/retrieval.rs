@@ -13,7 +13,8 @@
 //! ```
 //!
 //! Options:
-//! - `--model DIR` (default models/all-MiniLM-L6-v2), `--dtype i8`;
+//! - `--model DIR|NAME` (default models/all-MiniLM-L6-v2; a name such as
+//!   `multilingual-e5-small` is `models/NAME`), `--dtype i8`;
 //! - `--base-names`: score `name#k` manifests by their base name (BFCL corpus);
 //! - `--rows desc|desc+examples|all`: which rows are embedded (default: the
 //!   engine's, the description with its inputs and the examples'
@@ -329,10 +330,28 @@ impl Embedder for Cached {
         self.inner.dim()
     }
     fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, EmbedError> {
-        let keys: Vec<[u8; 16]> = texts
-            .iter()
-            .map(|t| row_key(self.inner.model_id(), t))
-            .collect();
+        self.embed_side(texts, false)
+    }
+    fn embed_queries(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, EmbedError> {
+        self.embed_side(texts, true)
+    }
+    fn embed_query(&self, text: &str) -> Result<Vec<f32>, EmbedError> {
+        self.embed_queries(&[text])?
+            .pop()
+            .ok_or_else(|| EmbedError::Inference("model returned no embedding".into()))
+    }
+}
+
+impl Cached {
+    /// Texts as documents, or as requests (`query`): a model with prompts
+    /// embeds the two differently, so they are cached apart.
+    fn embed_side(&self, texts: &[&str], query: bool) -> Result<Vec<Vec<f32>>, EmbedError> {
+        let id = if query {
+            format!("{}\u{0}query", self.inner.model_id())
+        } else {
+            self.inner.model_id().to_owned()
+        };
+        let keys: Vec<[u8; 16]> = texts.iter().map(|t| row_key(&id, t)).collect();
         let missing: Vec<&str> = {
             let vectors = self.vectors.lock().map_err(|_| poisoned())?;
             texts
@@ -344,12 +363,14 @@ impl Embedder for Cached {
         };
         let fresh = if missing.is_empty() {
             Vec::new()
+        } else if query {
+            self.inner.embed_queries(&missing)?
         } else {
             self.inner.embed(&missing)?
         };
         let mut vectors = self.vectors.lock().map_err(|_| poisoned())?;
         for (text, vector) in missing.iter().zip(fresh) {
-            vectors.insert(row_key(self.inner.model_id(), text), vector);
+            vectors.insert(row_key(&id, text), vector);
         }
         keys.iter()
             .map(|k| vectors.get(k).cloned().ok_or_else(poisoned))
@@ -479,6 +500,14 @@ fn asks_of(
 /// The encoder as the daemon loads it: the compiled-in tool tuning merged,
 /// unless `plain` (`embedding.tool_tuning: false`).
 pub(crate) fn load_encoder(dir: &std::path::Path, plain: bool) -> anyhow::Result<BertEmbedder> {
+    // A bare model name (`--model multilingual-e5-small`) is the directory
+    // `cargo xtask fetch-model --model NAME` installs.
+    let named = std::path::Path::new("models").join(dir);
+    let dir = if !dir.exists() && dir.components().count() == 1 && named.is_dir() {
+        named.as_path()
+    } else {
+        dir
+    };
     BertEmbedder::load(
         dir,
         EmbedOptions {
@@ -725,7 +754,7 @@ pub fn run(args: Args) -> anyhow::Result<RetrievalReport> {
     for task in &tasks {
         let views = query::views_with(&task.query, &config.scoring.query);
         let vector = cached
-            .embed_one(&views.dense)
+            .embed_query(&views.dense)
             .map_err(|e| anyhow::anyhow!("embed: {e}"))?;
         let adapted = adapter.as_ref().map(|a| a.apply(&vector));
         if let Some(out) = vectors_out.as_mut() {
@@ -743,7 +772,7 @@ pub fn run(args: Args) -> anyhow::Result<RetrievalReport> {
             config.stemmer,
             |text| {
                 cached
-                    .embed_one(text)
+                    .embed_query(text)
                     .map_err(|e| anyhow::anyhow!("embed: {e}"))
             },
         )?;
@@ -757,12 +786,12 @@ pub fn run(args: Args) -> anyhow::Result<RetrievalReport> {
                 .then(|| -> anyhow::Result<_> {
                     let views = query::views_with(&task.query, &scoring.query);
                     let vector = cached
-                        .embed_one(&views.dense)
+                        .embed_query(&views.dense)
                         .map_err(|e| anyhow::anyhow!("embed: {e}"))?;
                     let terms = oap_index::tokenize_with(&views.lexical, config.stemmer);
                     let asks = asks_of(&views.dense, &scoring.query, config.stemmer, |text| {
                         cached
-                            .embed_one(text)
+                            .embed_query(text)
                             .map_err(|e| anyhow::anyhow!("embed: {e}"))
                     })?;
                     Ok((vector, terms, asks))
@@ -897,7 +926,7 @@ pub fn run(args: Args) -> anyhow::Result<RetrievalReport> {
         search_latency.push(found.meta.search_ms);
         if check {
             let views = query::views(&task.query);
-            let vector = cached.embed_one(&views.dense).unwrap_or_default();
+            let vector = cached.embed_query(&views.dense).unwrap_or_default();
             let vector = match &adapter {
                 Some(adapter) => adapter.apply(&vector),
                 None => vector,
@@ -909,7 +938,7 @@ pub fn run(args: Args) -> anyhow::Result<RetrievalReport> {
                 &config.scoring.query,
                 config.stemmer,
                 |text| {
-                    let vector = cached.embed_one(text).unwrap_or_default();
+                    let vector = cached.embed_query(text).unwrap_or_default();
                     Ok(match &adapter {
                         Some(adapter) => adapter.apply(&vector),
                         None => vector,

@@ -908,7 +908,7 @@ impl Engine {
         if let Some(vector) = self.query_cache.as_ref().and_then(|c| c.get(text)) {
             return Ok(vector);
         }
-        Ok(self.adapt_and_remember(text, embedder.embed_one(text)?))
+        Ok(self.adapt_and_remember(text, embedder.embed_query(text)?))
     }
 
     /// A fresh encoder vector for `text`, through the query adapter if
@@ -925,7 +925,7 @@ impl Engine {
     }
 
     /// [`Engine::embed_query`] for several texts, the ones not cached
-    /// embedded in one encoder batch (one text goes through `embed_one`,
+    /// embedded in one encoder batch (one text goes through `embed_query`,
     /// which an embedder may serve differently, e.g. coalesced).
     fn embed_queries(
         &self,
@@ -946,7 +946,7 @@ impl Engine {
             .map(|(text, _)| *text)
             .collect();
         if !missing.is_empty() {
-            let mut fresh = embedder.embed(&missing)?.into_iter();
+            let mut fresh = embedder.embed_queries(&missing)?.into_iter();
             for (text, slot) in texts.iter().zip(vectors.iter_mut()) {
                 if slot.is_some() {
                     continue;

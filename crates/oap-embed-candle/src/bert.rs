@@ -20,6 +20,7 @@ use oap_embed::{Calibration, EmbedError, Embedder};
 
 use crate::encoder::{weight_prefix, Encoder};
 use crate::kernel::WeightPrecision;
+use crate::recipe::{Pooling, Recipe};
 use crate::tuning::{id_marker, ToolTuning, Tuned, TRAINED_FOR_SHA256};
 use crate::weights::WeightsFile;
 use candle_nn::var_builder::SimpleBackend as _;
@@ -104,6 +105,8 @@ pub struct BertEmbedder {
     content_sha256: String,
     /// The tool tuning was merged into the weights.
     tool_tuned: bool,
+    /// Pooling, prompts and normalisation (`recipe.rs`).
+    recipe: Recipe,
     dir: PathBuf,
     opts: EmbedOptions,
     pool: Option<rayon::ThreadPool>,
@@ -179,6 +182,7 @@ impl BertEmbedder {
             reason: format!("pad_token_id {} does not fit in u32", cfg.pad_token_id),
         })?;
 
+        let recipe = Recipe::load(&dir)?;
         let tokenizer_bytes = read_file(&tokenizer_path)?;
         let mut tokenizer = Tokenizer::from_bytes(&tokenizer_bytes).map_err(|e| {
             EmbedError::Tokenizer(format!("cannot load {}: {e}", tokenizer_path.display()))
@@ -235,7 +239,11 @@ impl BertEmbedder {
         let (content_sha256, model, hash_ms) = std::thread::scope(|s| {
             let hasher = s.spawn(|| {
                 let t = Instant::now();
-                let digest = content_digest(&[&config_bytes, &tokenizer_bytes], &weights_path);
+                // The recipe files come after the two JSON files so that a
+                // directory without them keeps the digest it always had.
+                let mut head: Vec<&[u8]> = vec![&config_bytes, &tokenizer_bytes];
+                head.extend(recipe.digest_input.iter().map(Vec::as_slice));
+                let digest = content_digest(&head, &weights_path);
                 (digest, t.elapsed().as_secs_f64() * 1e3)
             });
             // The word-embedding table stays in the file (weights.rs); a
@@ -333,6 +341,7 @@ impl BertEmbedder {
             model_id,
             content_sha256,
             tool_tuned: tuned,
+            recipe,
             dir,
             opts,
             pool,
@@ -342,7 +351,9 @@ impl BertEmbedder {
 
     /// Full hex sha256 of `config.json || tokenizer.json || model.safetensors`
     /// (plain concatenation, so `cat config.json tokenizer.json
-    /// model.safetensors | sha256sum` reproduces it). [`Embedder::model_id`]
+    /// model.safetensors | sha256sum` reproduces it); a model with recipe
+    /// files (`recipe.rs`: pooling, prompts, normalisation) has them, in
+    /// that order, between the tokenizer and the weights. [`Embedder::model_id`]
     /// carries its first 16 hex digits.
     pub fn content_sha256(&self) -> &str {
         &self.content_sha256
@@ -351,6 +362,19 @@ impl BertEmbedder {
     /// Canonical path of the model directory.
     pub fn model_dir(&self) -> &Path {
         &self.dir
+    }
+
+    /// Token ids of `text` as a document is tokenized, without the
+    /// document prompt: the model's normalisation, then the tokenizer with
+    /// its special tokens. For tests that pin a tokenizer to a reference.
+    #[doc(hidden)]
+    pub fn token_ids(&self, text: &str) -> Result<Vec<u32>, EmbedError> {
+        let prepared = self.recipe.prepare("", text);
+        let encoding = self
+            .tokenizer
+            .encode_fast(prepared.as_ref(), true)
+            .map_err(|e| EmbedError::Tokenizer(e.to_string()))?;
+        Ok(encoding.get_ids().to_vec())
     }
 
     /// The options the model was loaded with.
@@ -367,7 +391,7 @@ impl BertEmbedder {
         if texts.is_empty() {
             return Ok(Vec::new());
         }
-        let run = || self.embed_in_pool(texts, self.opts.batch_size, Pass::Padded);
+        let run = || self.embed_in_pool(texts, Side::Document, self.opts.batch_size, Pass::Padded);
         match &self.pool {
             Some(pool) => pool.install(run),
             None => self.device.with_context(run),
@@ -377,6 +401,7 @@ impl BertEmbedder {
     fn embed_in_pool(
         &self,
         texts: &[&str],
+        side: Side,
         batch_size: usize,
         pass: Pass,
     ) -> Result<Vec<Vec<f32>>, EmbedError> {
@@ -384,7 +409,14 @@ impl BertEmbedder {
             .opts
             .max_tokens
             .saturating_mul(MAX_INPUT_BYTES_PER_TOKEN);
-        let inputs: Vec<&str> = texts.iter().map(|t| clip_utf8(t, budget)).collect();
+        let prompt = match side {
+            Side::Query => &self.recipe.query_prompt,
+            Side::Document => &self.recipe.document_prompt,
+        };
+        let inputs: Vec<std::borrow::Cow<'_, str>> = texts
+            .iter()
+            .map(|t| self.recipe.prepare(prompt, clip_utf8(t, budget)))
+            .collect();
         let encodings = self
             .tokenizer
             .encode_batch_fast(inputs, true)
@@ -417,6 +449,7 @@ impl BertEmbedder {
     /// (see `Encoder::forward_packed`), then mean pooling per text.
     fn forward_packed(&self, batch: &[&Encoding]) -> candle_core::Result<Vec<Vec<f32>>> {
         let lens: Vec<usize> = batch.iter().map(|e| e.len()).collect();
+        let cls = self.recipe.pooling == Pooling::Cls;
         let ids: Vec<u32> = batch
             .iter()
             .flat_map(|e| e.get_ids().iter().copied())
@@ -430,12 +463,16 @@ impl BertEmbedder {
             // special tokens) gets a zero vector, as sentence-transformers'
             // clamped mean gives it.
             let mut sum = vec![0.0f32; d];
-            for row in rows.by_ref().take(len) {
+            // CLS pooling: the first row alone (the rest are skipped).
+            let pooled = if cls { len.min(1) } else { len };
+            for row in rows.by_ref().take(len).take(pooled) {
                 for (s, x) in sum.iter_mut().zip(row) {
                     *s += x;
                 }
             }
-            let count = len.max(1) as f32;
+            // The text's rows after the pooled ones.
+            rows.by_ref().take(len - pooled).for_each(drop);
+            let count = pooled.max(1) as f32;
             for s in &mut sum {
                 *s /= count;
             }
@@ -468,7 +505,9 @@ impl BertEmbedder {
             .model
             .forward(&ids, rows, cols, padded.then_some(&mask[..]))?
             .reshape((rows, cols, self.dim))?; // [B, T, D]
-        let pooled: Vec<Vec<f32>> = if padded {
+        let pooled: Vec<Vec<f32>> = if self.recipe.pooling == Pooling::Cls {
+            hidden.narrow(1, 0, 1)?.squeeze(1)?.to_vec2()?
+        } else if padded {
             let m = Tensor::from_vec(mask, (rows, cols, 1), &self.device)?.to_dtype(DType::F32)?;
             let summed = hidden.broadcast_mul(&m)?.sum(1)?; // [B, D]
                                                             // Same clamp as sentence-transformers' mean pooling: no 0/0 for a
@@ -492,6 +531,11 @@ impl Embedder for BertEmbedder {
     fn calibration(&self) -> Calibration {
         if self.tool_tuned {
             Calibration::ToolTuned
+        } else if self.recipe.query_prompt == "query: "
+            && self.recipe.document_prompt == "passage: "
+        {
+            // e5's prompts put its cosines on e5's scale, whichever e5.
+            Calibration::MultilingualE5
         } else {
             Calibration::General
         }
@@ -506,15 +550,32 @@ impl Embedder for BertEmbedder {
             return Ok(Vec::new());
         }
         match &self.pool {
-            Some(pool) => {
-                pool.install(|| self.embed_in_pool(texts, self.opts.batch_size, Pass::Packed))
-            }
+            Some(pool) => pool.install(|| {
+                self.embed_in_pool(texts, Side::Document, self.opts.batch_size, Pass::Packed)
+            }),
             // candle's own CPU pool keeps its workers warm between the many
             // short parallel sections of a forward pass.
-            None => self
-                .device
-                .with_context(|| self.embed_in_pool(texts, self.opts.batch_size, Pass::Packed)),
+            None => self.device.with_context(|| {
+                self.embed_in_pool(texts, Side::Document, self.opts.batch_size, Pass::Packed)
+            }),
         }
+    }
+
+    fn embed_queries(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, EmbedError> {
+        if texts.is_empty() {
+            return Ok(Vec::new());
+        }
+        let run = || self.embed_in_pool(texts, Side::Query, self.opts.batch_size, Pass::Packed);
+        match &self.pool {
+            Some(pool) => pool.install(run),
+            None => self.device.with_context(run),
+        }
+    }
+
+    fn embed_query(&self, text: &str) -> Result<Vec<f32>, EmbedError> {
+        self.embed_queries(&[text])?
+            .pop()
+            .ok_or_else(|| EmbedError::Inference("model returned no embedding".into()))
     }
 
     fn embed_background(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, EmbedError> {
@@ -526,6 +587,7 @@ impl Embedder for BertEmbedder {
         self.background_pool()?.install(|| {
             self.embed_in_pool(
                 texts,
+                Side::Document,
                 self.opts.batch_size.min(BACKGROUND_BATCH_SIZE),
                 Pass::Packed,
             )
@@ -561,6 +623,15 @@ impl BertEmbedder {
         pool.as_ref()
             .map_err(|reason| EmbedError::InvalidOptions(reason.clone()))
     }
+}
+
+/// Which prompt a text gets (`recipe.rs`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Side {
+    /// A request: [`Embedder::embed_queries`].
+    Query,
+    /// Anything else (tool texts): [`Embedder::embed`].
+    Document,
 }
 
 /// How a batch of texts goes through the encoder.

@@ -14,6 +14,7 @@ mod bert;
 mod config;
 mod encoder;
 mod kernel;
+mod recipe;
 mod tuning;
 mod weights;
 

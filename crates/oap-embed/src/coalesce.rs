@@ -55,14 +55,26 @@ pub struct Coalescing<E> {
 
 #[derive(Default)]
 struct State {
-    /// Texts waiting for a pass, oldest first.
-    queue: VecDeque<(u64, String)>,
+    /// Texts waiting for a pass, oldest first, with the side each is
+    /// embedded as.
+    queue: VecDeque<(u64, Side, String)>,
     /// Results of finished passes not yet collected by their caller.
     done: HashMap<u64, Result<Vec<f32>, EmbedError>>,
     /// Whether a leader is running a pass.
     running: bool,
     next_id: u64,
     stats: CoalesceStats,
+}
+
+/// Which of the inner embedder's calls a queued text goes through: a pass
+/// holds texts of one side only, since a model with prompts embeds the
+/// two differently.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Side {
+    /// [`Embedder::embed_one`]: [`Embedder::embed`].
+    Document,
+    /// [`Embedder::embed_query`]: [`Embedder::embed_queries`].
+    Query,
 }
 
 /// Counters of a [`Coalescing`] embedder since it was made.
@@ -123,33 +135,41 @@ impl<E: Embedder> Coalescing<E> {
             .unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Takes the oldest queued texts that fit in one pass.
-    fn take_batch(&self, state: &mut State) -> Vec<(u64, String)> {
+    /// Takes the oldest queued texts that fit in one pass, all of the
+    /// oldest one's side.
+    fn take_batch(&self, state: &mut State) -> (Side, Vec<(u64, String)>) {
         let mut batch: Vec<(u64, String)> = Vec::new();
+        let side = state
+            .queue
+            .front()
+            .map_or(Side::Document, |(_, side, _)| *side);
         let mut bytes = 0usize;
         while batch.len() < self.max_batch {
-            let Some((_, text)) = state.queue.front() else {
+            let Some((_, front_side, text)) = state.queue.front() else {
                 break;
             };
+            if *front_side != side {
+                break;
+            }
             let more = bytes.saturating_add(text.len());
             if !batch.is_empty() && more > COALESCE_BYTE_BUDGET {
                 break;
             }
             bytes = more;
-            if let Some(entry) = state.queue.pop_front() {
-                batch.push(entry);
+            if let Some((id, _, text)) = state.queue.pop_front() {
+                batch.push((id, text));
             }
         }
-        batch
+        (side, batch)
     }
 
     /// One pass over `texts`: one result per text, in order. A failed
     /// batch is redone text by text so an error stays with its own text.
-    fn run_pass(&self, texts: &[&str]) -> (Vec<Result<Vec<f32>, EmbedError>>, bool) {
+    fn run_pass(&self, side: Side, texts: &[&str]) -> (Vec<Result<Vec<f32>, EmbedError>>, bool) {
         if let [text] = texts {
-            return (vec![self.embed_alone(text)], false);
+            return (vec![self.embed_alone(side, text)], false);
         }
-        match guarded(|| self.inner.embed(texts)) {
+        match guarded(|| self.embed_side(side, texts)) {
             Ok(vectors) if vectors.len() == texts.len() => {
                 (vectors.into_iter().map(Ok).collect(), false)
             }
@@ -159,7 +179,10 @@ impl<E: Embedder> Coalescing<E> {
                     vectors = vectors.len(),
                     "embedding model returned a wrong number of vectors for a coalesced batch; embedding each query alone"
                 );
-                (texts.iter().map(|t| self.embed_alone(t)).collect(), true)
+                (
+                    texts.iter().map(|t| self.embed_alone(side, t)).collect(),
+                    true,
+                )
             }
             Err(error) => {
                 tracing::debug!(
@@ -167,14 +190,25 @@ impl<E: Embedder> Coalescing<E> {
                     %error,
                     "coalesced query embedding failed; embedding each query alone"
                 );
-                (texts.iter().map(|t| self.embed_alone(t)).collect(), true)
+                (
+                    texts.iter().map(|t| self.embed_alone(side, t)).collect(),
+                    true,
+                )
             }
         }
     }
 
+    /// The inner embedder's batch call for `side`.
+    fn embed_side(&self, side: Side, texts: &[&str]) -> Result<Vec<Vec<f32>>, EmbedError> {
+        match side {
+            Side::Document => self.inner.embed(texts),
+            Side::Query => self.inner.embed_queries(texts),
+        }
+    }
+
     /// One text, as a batch of one (what `embed_one` does without coalescing).
-    fn embed_alone(&self, text: &str) -> Result<Vec<f32>, EmbedError> {
-        let mut vectors = guarded(|| self.inner.embed(&[text]))?;
+    fn embed_alone(&self, side: Side, text: &str) -> Result<Vec<f32>, EmbedError> {
+        let mut vectors = guarded(|| self.embed_side(side, &[text]))?;
         match (vectors.pop(), vectors.is_empty()) {
             (Some(vector), true) => Ok(vector),
             (None, _) => Err(EmbedError::Inference("model returned no embedding".into())),
@@ -256,14 +290,29 @@ impl<E: Embedder> Embedder for Coalescing<E> {
         self.inner.embed_background(texts)
     }
 
+    fn embed_queries(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, EmbedError> {
+        self.inner.embed_queries(texts)
+    }
+
     fn embed_one(&self, text: &str) -> Result<Vec<f32>, EmbedError> {
+        self.coalesce(Side::Document, text)
+    }
+
+    fn embed_query(&self, text: &str) -> Result<Vec<f32>, EmbedError> {
+        self.coalesce(Side::Query, text)
+    }
+}
+
+impl<E: Embedder> Coalescing<E> {
+    /// Embeds `text` as `side` in a shared pass.
+    fn coalesce(&self, side: Side, text: &str) -> Result<Vec<f32>, EmbedError> {
         if self.max_batch == 1 {
-            return self.embed_alone(text);
+            return self.embed_alone(side, text);
         }
         let mut state = self.lock();
         let id = state.next_id;
         state.next_id = state.next_id.wrapping_add(1);
-        state.queue.push_back((id, text.to_owned()));
+        state.queue.push_back((id, side, text.to_owned()));
         loop {
             if let Some(result) = state.done.remove(&id) {
                 return result;
@@ -275,7 +324,7 @@ impl<E: Embedder> Embedder for Coalescing<E> {
             // No pass running: lead one over what is queued (this caller's
             // text is among it, since it has no result and no pass holds it).
             state.running = true;
-            let batch = self.take_batch(&mut state);
+            let (side, batch) = self.take_batch(&mut state);
             drop(state);
             let mut leader = Leader {
                 owner: self,
@@ -284,7 +333,7 @@ impl<E: Embedder> Embedder for Coalescing<E> {
                 retried: false,
             };
             let texts: Vec<&str> = batch.iter().map(|(_, t)| t.as_str()).collect();
-            let (results, retried) = self.run_pass(&texts);
+            let (results, retried) = self.run_pass(side, &texts);
             leader.results = Some(results);
             leader.retried = retried;
             drop(leader);

@@ -51,6 +51,21 @@ pub trait Embedder: Send + Sync {
             .ok_or_else(|| EmbedError::Inference("model returned no embedding".into()))
     }
 
+    /// Embeddings of requests, the side that searches: a model trained
+    /// with a query prompt (multilingual-e5's `query: `) adds it here and
+    /// its document prompt in [`Embedder::embed`]. Models without such
+    /// prompts embed both sides alike, which the default does.
+    fn embed_queries(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, EmbedError> {
+        self.embed(texts)
+    }
+
+    /// One request, as [`Embedder::embed_queries`] embeds it. The default
+    /// goes through [`Embedder::embed_one`], so a model without prompts
+    /// serves a request exactly as before.
+    fn embed_query(&self, text: &str) -> Result<Vec<f32>, EmbedError> {
+        self.embed_one(text)
+    }
+
     /// Which calibration of the "nothing fits" thresholds this model's
     /// cosines follow. The weights that actually loaded decide it, not the
     /// configuration that asked for them: a requested tuning that does not
@@ -71,6 +86,10 @@ pub enum Calibration {
     /// requests sit nearer their tools, and also nearer tools that do not
     /// fit, so the thresholds are higher.
     ToolTuned,
+    /// multilingual-e5-small with its `query: ` / `passage: ` prompts:
+    /// its cosines crowd into a narrow high band (unrelated texts still
+    /// score about 0.7), so it has thresholds of its own.
+    MultilingualE5,
 }
 
 /// A shared embedder is an embedder (so a wrapper such as [`Coalescing`]
@@ -95,6 +114,14 @@ impl<E: Embedder + ?Sized> Embedder for std::sync::Arc<E> {
 
     fn embed_one(&self, text: &str) -> Result<Vec<f32>, EmbedError> {
         (**self).embed_one(text)
+    }
+
+    fn embed_queries(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, EmbedError> {
+        (**self).embed_queries(texts)
+    }
+
+    fn embed_query(&self, text: &str) -> Result<Vec<f32>, EmbedError> {
+        (**self).embed_query(text)
     }
 
     fn calibration(&self) -> Calibration {

@@ -10,7 +10,7 @@ use oap_embed::{Calibration, Coalescing, Embedder};
 use oap_embed_candle::{BertEmbedder, EmbedOptions, WeightPrecision};
 use serde::Serialize;
 
-use crate::config::{Config, DiscoveryMode, EmbeddingWeights, VectorDtypeConfig};
+use crate::config::{Config, DiscoveryMode, EmbeddingModel, EmbeddingWeights, VectorDtypeConfig};
 
 /// State of the embedding model, as `/health` reports it.
 #[derive(Debug, Clone, Serialize)]
@@ -51,10 +51,27 @@ pub fn load_embedder(config: &Config) -> (Option<Arc<dyn Embedder>>, ModelState)
         },
         tool_tuning: config.embedding.tool_tuning,
     };
-    match BertEmbedder::load(&config.embedding.model_dir, options) {
+    let model = config.embedding.model;
+    let dir = config.embedding.model_path();
+    let loaded = BertEmbedder::load(&dir, options).and_then(|embedder| {
+        // A directory holding another model than the one asked for would
+        // embed on the wrong scale for the thresholds chosen by name.
+        let is_e5 = embedder.calibration() == Calibration::MultilingualE5;
+        if is_e5 == (model == EmbeddingModel::MultilingualE5Small) {
+            Ok(embedder)
+        } else {
+            Err(oap_embed::EmbedError::InvalidOptions(format!(
+                "{} holds {}, not the {} that embedding.model asks for",
+                dir.display(),
+                embedder.model_id(),
+                model.name()
+            )))
+        }
+    });
+    match loaded {
         Ok(embedder) => {
             let id = embedder.model_id().to_string();
-            tracing::info!(model = %id, dir = %config.embedding.model_dir.display(), "embedding model loaded");
+            tracing::info!(model = %id, dir = %dir.display(), "embedding model loaded");
             // Concurrent queries share forward passes: one packed batch
             // streams the weights once for all of them.
             let embedder: Arc<dyn Embedder> = match config.discovery.coalesce_queries {
@@ -71,18 +88,22 @@ pub fn load_embedder(config: &Config) -> (Option<Arc<dyn Embedder>>, ModelState)
             )
         }
         Err(err) => {
+            let hint = format!(
+                "embedding.model {}: run `{}` or set embedding.model_dir",
+                model.name(),
+                model.fetch_command()
+            );
             tracing::error!(
-                dir = %config.embedding.model_dir.display(),
+                dir = %dir.display(),
                 error = %err,
-                "EMBEDDING MODEL NOT LOADED: discovery falls back to lexical-only retrieval (BM25). \
-                 Run `cargo xtask fetch-model` or set embedding.model_dir"
+                "EMBEDDING MODEL NOT LOADED: discovery falls back to lexical-only retrieval (BM25). {hint}"
             );
             (
                 None,
                 ModelState {
                     loaded: false,
                     id: None,
-                    error: Some(err.to_string()),
+                    error: Some(format!("{err} ({hint})")),
                 },
             )
         }

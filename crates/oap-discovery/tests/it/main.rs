@@ -15,6 +15,7 @@ mod adapter;
 mod asks;
 mod engine;
 mod mcp;
+mod multilingual;
 mod query_cache;
 mod requests;
 mod spoken_arithmetic;

@@ -413,7 +413,7 @@ fn with_the_bundled_rows_no_fit_requests_still_score_below_fitting_ones() {
         let score_of = |task: &str| {
             let found = engine.discover(task, 3).unwrap();
             let best = found.candidates.first().unwrap();
-            let score = scoring.abstention_score(found.meta.mode, &best.scores);
+            let score = scoring.decision_score(found.meta.mode, &best.scores);
             (best.name.clone(), found.best.is_some(), score)
         };
         let mut lowest_fitting = f32::MAX;

@@ -10,4 +10,5 @@
     reason = "test code: a failed assumption is a failed test, and tests read their own fixtures whole"
 )]
 
+mod e5;
 mod model;

@@ -7,8 +7,8 @@ use std::path::PathBuf;
 
 use super::text::{closest, levenshtein, one_of, quote};
 use super::{
-    Config, ConfigError, DiscoveryMode, EmbeddingWeights, EnvOverride, LogFormat, Named,
-    SandboxMode, ToolExposure, UrlPolicy, VectorDtype,
+    Config, ConfigError, DiscoveryMode, EmbeddingModel, EmbeddingWeights, EnvOverride, LogFormat,
+    Named, SandboxMode, ToolExposure, UrlPolicy, VectorDtype,
 };
 
 /// Prefix of every environment variable that configures `oapd`.
@@ -53,7 +53,7 @@ config_keys! {
         log_content,
     }
     index { data_dir, vector_dtype, search_threads, start_embed_limit }
-    embedding { enabled, model_dir, max_tokens, batch_size, threads, weights, tool_tuning }
+    embedding { enabled, model, model_dir, max_tokens, batch_size, threads, weights, tool_tuning }
     manifests { bundled, dirs }
     discovery { default_top_k, max_top_k, min_score, mode, query_cache, coalesce_queries }
     tool_bridge {
@@ -221,6 +221,7 @@ macro_rules! env_named {
 }
 env_named!(
     VectorDtype,
+    EmbeddingModel,
     EmbeddingWeights,
     DiscoveryMode,
     LogFormat,

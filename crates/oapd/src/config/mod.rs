@@ -310,6 +310,37 @@ pub enum VectorDtype {
 /// Alias used by start-up code to tell the config enum apart from `oap_index::VectorDtype`.
 pub type VectorDtypeConfig = VectorDtype;
 
+/// Which sentence encoder discovery uses (`embedding.model`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub enum EmbeddingModel {
+    /// all-MiniLM-L6-v2 (English), with the compiled-in tool tuning unless
+    /// `embedding.tool_tuning: false`.
+    #[default]
+    #[serde(rename = "all-MiniLM-L6-v2")]
+    AllMiniLmL6V2,
+    /// multilingual-e5-small: requests in about a hundred languages find
+    /// tools described in English. Three times the encoder work of MiniLM
+    /// (twelve layers instead of six).
+    #[serde(rename = "multilingual-e5-small")]
+    MultilingualE5Small,
+}
+
+impl EmbeddingModel {
+    /// The model's name: its `--model` for `cargo xtask fetch-model` and
+    /// the name of the directory that command installs.
+    pub fn name(self) -> &'static str {
+        <Self as Named>::name(self)
+    }
+
+    /// The command that installs the model.
+    pub fn fetch_command(self) -> String {
+        match self {
+            Self::AllMiniLmL6V2 => "cargo xtask fetch-model".to_owned(),
+            other => format!("cargo xtask fetch-model --model {}", other.name()),
+        }
+    }
+}
+
 /// How the embedding model's linear layers keep their weights.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -402,6 +433,16 @@ impl Named for VectorDtype {
     }
 }
 
+impl Named for EmbeddingModel {
+    const ALL: &'static [Self] = &[Self::AllMiniLmL6V2, Self::MultilingualE5Small];
+    fn name(self) -> &'static str {
+        match self {
+            Self::AllMiniLmL6V2 => "all-MiniLM-L6-v2",
+            Self::MultilingualE5Small => "multilingual-e5-small",
+        }
+    }
+}
+
 impl Named for EmbeddingWeights {
     const ALL: &'static [Self] = &[Self::Bf16, Self::F32];
     fn name(self) -> &'static str {
@@ -484,7 +525,14 @@ pub struct EmbeddingConfig {
     /// of RAM with the default `bf16` weights, ~60 MB with `f32`, and the model
     /// load time).
     pub enabled: bool,
+    /// The encoder (`all-MiniLM-L6-v2`, the default, or
+    /// `multilingual-e5-small`). Changing it changes the model id, so the
+    /// index is re-embedded.
+    pub model: EmbeddingModel,
     /// Directory with the model (`config.json`, `tokenizer.json`, `model.safetensors`).
+    /// When it is the directory of another known model (the default,
+    /// `models/all-MiniLM-L6-v2`, is), the selected model's directory next
+    /// to it is used: [`EmbeddingConfig::model_path`].
     pub model_dir: PathBuf,
     /// Input length in tokens; longer texts are truncated. MiniLM supports up to 512;
     /// 256 is what it was trained with.
@@ -506,12 +554,36 @@ impl Default for EmbeddingConfig {
     fn default() -> Self {
         Self {
             enabled: true,
+            model: EmbeddingModel::default(),
             model_dir: PathBuf::from("models/all-MiniLM-L6-v2"),
             max_tokens: 256,
             batch_size: 16,
             threads: None,
             weights: EmbeddingWeights::default(),
             tool_tuning: true,
+        }
+    }
+}
+
+impl EmbeddingConfig {
+    /// The directory the selected model loads from: `model_dir`, unless
+    /// that ends in the name of another known model (as the default
+    /// `models/all-MiniLM-L6-v2` and the packaged
+    /// `/usr/share/oapd/models/all-MiniLM-L6-v2` do), in which case the
+    /// selected model's directory beside it. Choosing a model is then
+    /// enough wherever the models are installed side by side.
+    pub fn model_path(&self) -> PathBuf {
+        let names_other = <EmbeddingModel as Named>::ALL.iter().any(|m| {
+            *m != self.model
+                && self
+                    .model_dir
+                    .file_name()
+                    .is_some_and(|n| n == std::ffi::OsStr::new(m.name()))
+        });
+        if names_other {
+            self.model_dir.with_file_name(self.model.name())
+        } else {
+            self.model_dir.clone()
         }
     }
 }
@@ -935,8 +1007,66 @@ mod tests {
             }
         }
         check::<VectorDtype>();
+        check::<EmbeddingModel>();
         check::<DiscoveryMode>();
         check::<LogFormat>();
+    }
+
+    #[test]
+    fn choosing_a_model_picks_its_directory_beside_the_default_one() {
+        let yaml = "embedding:\n  model: multilingual-e5-small\n";
+        let loaded = Config::from_yaml_str(yaml, no_env()).expect("load");
+        let em = &loaded.config.embedding;
+        assert_eq!(em.model, EmbeddingModel::MultilingualE5Small);
+        assert_eq!(
+            em.model_path(),
+            PathBuf::from("models/multilingual-e5-small")
+        );
+
+        let packaged = EmbeddingConfig {
+            model: EmbeddingModel::MultilingualE5Small,
+            model_dir: PathBuf::from("/usr/share/oapd/models/all-MiniLM-L6-v2"),
+            ..EmbeddingConfig::default()
+        };
+        assert_eq!(
+            packaged.model_path(),
+            PathBuf::from("/usr/share/oapd/models/multilingual-e5-small")
+        );
+        // A directory of the operator's own is taken as it is.
+        let own = EmbeddingConfig {
+            model: EmbeddingModel::MultilingualE5Small,
+            model_dir: PathBuf::from("/srv/e5"),
+            ..EmbeddingConfig::default()
+        };
+        assert_eq!(own.model_path(), PathBuf::from("/srv/e5"));
+        assert_eq!(
+            EmbeddingConfig::default().model_path(),
+            PathBuf::from("models/all-MiniLM-L6-v2")
+        );
+        assert_eq!(
+            EmbeddingModel::MultilingualE5Small.fetch_command(),
+            "cargo xtask fetch-model --model multilingual-e5-small"
+        );
+    }
+
+    #[test]
+    fn an_unknown_model_is_refused_naming_the_setting_and_the_choices() {
+        let err = Config::from_yaml_str("embedding:\n  model: bge-small\n", no_env())
+            .expect_err("unknown model")
+            .to_string();
+        assert!(
+            err.contains("embedding.model") && err.contains("multilingual-e5-small"),
+            "{err}"
+        );
+        let env = vec![(
+            "OAP_EMBEDDING_MODEL".to_owned(),
+            "Multilingual-E5-Small".to_owned(),
+        )];
+        let loaded = Config::load(None, env).expect("environment");
+        assert_eq!(
+            loaded.config.embedding.model,
+            EmbeddingModel::MultilingualE5Small
+        );
     }
 
     #[test]
