@@ -135,7 +135,10 @@ impl<'a> Packed<'a> {
         let qk = c.i32()?;
         ensure!(qk == QK, "block size {qk}, expected {QK}");
         ensure!(
-            hidden % QK == 0 && ffn % QK == 0 && heads > 0 && hidden % heads == 0,
+            hidden.is_multiple_of(QK)
+                && ffn.is_multiple_of(QK)
+                && heads > 0
+                && hidden.is_multiple_of(heads),
             "dimensions {hidden}/{ffn}/{heads} do not fit 32-weight blocks and heads"
         );
 
@@ -187,7 +190,7 @@ impl<'a> Packed<'a> {
                 other => bail!("tensor {name} has unknown dtype {other}"),
             };
             ensure!(
-                len == want && (dtype != DTYPE_Q4 || count % QK == 0),
+                len == want && (dtype != DTYPE_Q4 || count.is_multiple_of(QK)),
                 "tensor {name}: {len} bytes for {count} values of dtype {dtype}"
             );
             let data = bytes
