@@ -78,8 +78,9 @@ enum Bench {
     Embed(embed::Args),
     /// CPU time per text of realistic queries embedded B at a time.
     EmbedBatches(embed_batches::Args),
-    /// Recall@k, MRR and abstention of the retrieval modes.
-    Retrieval(retrieval::Args),
+    /// Recall@k, MRR and abstention of the retrieval modes. Boxed: its
+    /// options outweigh every other subcommand's.
+    Retrieval(Box<retrieval::Args>),
     /// The "nothing fits" decision against a small catalog and against it
     /// plus a large corpus.
     CatalogSize(catalog_size::Args),
@@ -160,7 +161,7 @@ fn run(cli: Cli) -> anyhow::Result<bool> {
         Bench::Embed(args) => emit(&embed::run(args)?, json)?,
         Bench::EmbedBatches(args) => emit(&embed_batches::run(args)?, json)?,
         Bench::Retrieval(args) => {
-            let report = retrieval::run(args)?;
+            let report = retrieval::run(*args)?;
             table(report.table());
             emit(&report, json)?;
         }

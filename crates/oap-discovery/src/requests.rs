@@ -72,6 +72,10 @@ pub fn accepted(requests: Vec<String>) -> Vec<String> {
     kept
 }
 
+/// Largest requests file read: eight full rows for each of 10,000
+/// manifests is about 17 MB of JSON.
+pub const MAX_TABLE_BYTES: u64 = 64 * 1024 * 1024;
+
 /// Which catalog entries a [`RequestTable`] gives rows to, by the kind of
 /// their origin ([`crate::catalog::Origin::kind`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -133,12 +137,28 @@ pub struct RequestTable {
 }
 
 impl RequestTable {
-    /// Reads a requests file.
+    /// Reads a requests file (at most [`MAX_TABLE_BYTES`]).
     pub fn load(path: &Path, applies_to: AppliesTo) -> Result<RequestTable, RequestTableError> {
-        let bytes = std::fs::read(path).map_err(|source| RequestTableError::Read {
+        use std::io::Read;
+        let read_error = |source| RequestTableError::Read {
             path: path.to_path_buf(),
             source,
-        })?;
+        };
+        let file = std::fs::File::open(path).map_err(read_error)?;
+        let mut bytes = Vec::new();
+        #[allow(
+            clippy::disallowed_methods,
+            reason = "capped: the reader is take(MAX_TABLE_BYTES + 1) and a larger file is refused"
+        )]
+        file.take(MAX_TABLE_BYTES + 1)
+            .read_to_end(&mut bytes)
+            .map_err(read_error)?;
+        if bytes.len() as u64 > MAX_TABLE_BYTES {
+            return Err(RequestTableError::Format {
+                origin: path.display().to_string(),
+                problem: format!("larger than {MAX_TABLE_BYTES} bytes"),
+            });
+        }
         RequestTable::parse(&bytes, &path.display().to_string(), applies_to)
     }
 
