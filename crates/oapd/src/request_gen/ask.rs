@@ -152,7 +152,9 @@ pub fn installed_models(tags: &Value) -> Vec<Installed> {
             let digest = model
                 .get("digest")
                 .and_then(Value::as_str)
-                .filter(|d| !d.is_empty() && d.chars().all(|c| c.is_ascii_alphanumeric() || c == ':'))
+                .filter(|d| {
+                    !d.is_empty() && d.chars().all(|c| c.is_ascii_alphanumeric() || c == ':')
+                })
                 .map(str::to_string);
             // Newer Ollamas list capabilities; without them, an embedding
             // model is known by its name or its BERT family.
@@ -389,8 +391,13 @@ mod tests {
 
     #[test]
     fn requests_are_read_from_the_object_or_a_bare_list() {
-        let read = read_answer(&answer(r#"{"requests": ["how many words", "count lines"]}"#));
-        assert_eq!(read.ok(), Some(vec!["how many words".into(), "count lines".into()]));
+        let read = read_answer(&answer(
+            r#"{"requests": ["how many words", "count lines"]}"#,
+        ));
+        assert_eq!(
+            read.ok(),
+            Some(vec!["how many words".into(), "count lines".into()])
+        );
         let read = read_answer(&answer(r#"["one thing", "another"]"#));
         assert_eq!(read.ok(), Some(vec!["one thing".into(), "another".into()]));
         let read = read_answer(&answer(r#"{"examples": ["named otherwise"]}"#));
@@ -418,7 +425,11 @@ mod tests {
 
     #[test]
     fn the_prompt_is_bounded_and_clean() {
-        let body = chat_body("m", &"n".repeat(500), &format!("desc\u{7}{}", "d".repeat(5000)));
+        let body = chat_body(
+            "m",
+            &"n".repeat(500),
+            &format!("desc\u{7}{}", "d".repeat(5000)),
+        );
         let prompt = body["messages"][1]["content"].as_str().unwrap();
         assert!(prompt.len() < 1200, "{}", prompt.len());
         assert!(!prompt.contains('\u{7}'));

@@ -111,7 +111,12 @@ impl Cache {
     pub fn save(&mut self, path: &Path, now_unix: u64) -> Result<(), CacheError> {
         self.drop_unseen(now_unix);
         self.cap();
-        let mut entries: Vec<Entry> = self.entries.values().flat_map(|m| m.values()).cloned().collect();
+        let mut entries: Vec<Entry> = self
+            .entries
+            .values()
+            .flat_map(|m| m.values())
+            .cloned()
+            .collect();
         entries.sort_by(|a, b| (&a.id, &a.model).cmp(&(&b.id, &b.model)));
         let bytes = serde_json::to_vec_pretty(&File {
             format: FORMAT,
@@ -175,7 +180,10 @@ impl Cache {
         }
         let mut names: Vec<(&str, usize)> = counts.into_iter().collect();
         names.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
-        names.into_iter().map(|(name, _)| name.to_string()).collect()
+        names
+            .into_iter()
+            .map(|(name, _)| name.to_string())
+            .collect()
     }
 
     /// Entries held.
@@ -280,7 +288,10 @@ mod tests {
         )
         .unwrap();
         let mut loaded = Cache::load(&path).unwrap();
-        assert_eq!(loaded.lookup("h", None, 1).unwrap().requests, vec!["ok one"]);
+        assert_eq!(
+            loaded.lookup("h", None, 1).unwrap().requests,
+            vec!["ok one"]
+        );
         std::fs::write(&path, b"{not json").unwrap();
         assert!(matches!(Cache::load(&path), Err(CacheError::Format { .. })));
     }

@@ -256,7 +256,9 @@ impl RequestGenerator {
 
     fn state(&self) -> MutexGuard<'_, State> {
         // A panic while holding the lock left plain data behind: use it.
-        self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.state
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     /// Rebuilds are asked of `rebuilder` from now on (the serving handler
@@ -291,7 +293,11 @@ impl RequestGenerator {
         let mut served: Vec<(&String, &(String, String))> = state.served.iter().collect();
         served.sort();
         for (id, (hash, model)) in served {
-            let Some(entry) = state.cache.entries().find(|e| &e.content_hash == hash && &e.model == model) else {
+            let Some(entry) = state
+                .cache
+                .entries()
+                .find(|e| &e.content_hash == hash && &e.model == model)
+            else {
                 continue;
             };
             tools.insert(
@@ -313,7 +319,11 @@ impl RequestGenerator {
     fn status_of(&self, state: &State) -> GenStatus {
         let mut status = state.status.clone();
         status.model = state.model.as_ref().map(|(m, _)| m.name.clone());
-        let hashes: HashSet<&str> = state.cache.entries().map(|e| e.content_hash.as_str()).collect();
+        let hashes: HashSet<&str> = state
+            .cache
+            .entries()
+            .map(|e| e.content_hash.as_str())
+            .collect();
         status.generated = hashes.len();
         status.pending = state.candidates.len();
         status.failed = state.gave_up.len();
@@ -339,9 +349,11 @@ impl RequestGenerator {
             (Some(_), None) => false,
             (Some((_, by)), Some(current)) => by != current,
         };
-        let given_up = model
-            .as_ref()
-            .is_some_and(|m| state.gave_up.contains(&(entry.content_hash.clone(), m.clone())));
+        let given_up = model.as_ref().is_some_and(|m| {
+            state
+                .gave_up
+                .contains(&(entry.content_hash.clone(), m.clone()))
+        });
         if wanted && !given_up {
             let is_new = !state.candidates.contains_key(&entry.content_hash);
             if let Ok(manifest) = entry.manifest() {
@@ -433,11 +445,7 @@ impl RequestGenerator {
             state.model = Some((model.clone(), Instant::now()));
             // The rows served were written by another model: the next load
             // lists them as candidates.
-            changed
-                && state
-                    .served
-                    .values()
-                    .any(|(_, by)| by != &model.key())
+            changed && state.served.values().any(|(_, by)| by != &model.key())
         };
         if changed {
             tracing::info!(model = %model.name, "generated requests: model chosen");
@@ -478,7 +486,8 @@ impl RequestGenerator {
                     .get(&candidate.id)
                     .is_some_and(|record| record.content_hash == hash)
             });
-            let done = state.cache.has(&hash, &key) || state.gave_up.contains(&(hash.clone(), key.clone()));
+            let done = state.cache.has(&hash, &key)
+                || state.gave_up.contains(&(hash.clone(), key.clone()));
             if indexed && !done {
                 return Some((hash, candidate));
             }
@@ -576,7 +585,13 @@ impl RequestGenerator {
             self.wait_idle().await;
             calls.push_back(Instant::now());
             self.state().status.calls += 1;
-            match ask::ask(&upstream, &model.name, &candidate.name, &candidate.description).await
+            match ask::ask(
+                &upstream,
+                &model.name,
+                &candidate.name,
+                &candidate.description,
+            )
+            .await
             {
                 Ok(requests) => {
                     failures = 0;
@@ -585,7 +600,11 @@ impl RequestGenerator {
                     self.record(&hash, &model, &candidate, requests);
                     let (unflushed, since, left) = {
                         let state = self.state();
-                        (state.unflushed, state.first_unflushed, state.candidates.len())
+                        (
+                            state.unflushed,
+                            state.first_unflushed,
+                            state.candidates.len(),
+                        )
                     };
                     if left == 0
                         || unflushed >= REBUILD_BATCH

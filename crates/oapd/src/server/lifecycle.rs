@@ -544,7 +544,7 @@ pub async fn serve(config: Config, config_path: Option<PathBuf>) -> anyhow::Resu
             Some(tools),
             &opening_generator,
         )
-            .map(|(engine, report)| (engine, report, model, embedder))
+        .map(|(engine, report)| (engine, report, model, embedder))
     })
     .await
     .context("start-up task failed")??;
