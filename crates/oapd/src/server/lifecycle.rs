@@ -263,6 +263,15 @@ fn build_api(
     })
 }
 
+/// What outlives handler generations, handed to each new one.
+#[derive(Clone, Copy)]
+struct Lasting<'a> {
+    /// The MCP servers (processes and sessions).
+    mcp: &'a Arc<McpServers>,
+    /// The generated request rows and their cache.
+    generator: &'a Arc<RequestGenerator>,
+}
+
 /// An engine with its crawler and directory watch started, and the
 /// handler around them; the tasks are aborted if the handler can't be built.
 fn start_generation(
@@ -271,10 +280,10 @@ fn start_generation(
     model: ModelState,
     report: BuildReport,
     watch_baseline: watch::DirSignature,
-    mcp: &Arc<McpServers>,
+    lasting: Lasting<'_>,
     runner: ExecRunner,
-    generator: &Arc<RequestGenerator>,
 ) -> anyhow::Result<(Api, Vec<JoinHandle<()>>)> {
+    let Lasting { mcp, generator } = lasting;
     let rebuilder = Arc::new(Rebuilder::new(Arc::new(engine), &report));
     let (crawler, mut tasks) = start::start_crawler(config, &rebuilder, watch_baseline)?;
     if rebuilder.engine().pending_texts() > 0 {
@@ -470,9 +479,11 @@ impl Running {
             self.model.clone(),
             report,
             watch_baseline,
-            &self.mcp,
+            Lasting {
+                mcp: &self.mcp,
+                generator: &self.generator,
+            },
             runner,
-            &self.generator,
         )?;
         let replaced = self.live.replace(api);
         // Its rebuilds would now only compete with the new engine's for the
@@ -563,9 +574,11 @@ pub async fn serve(config: Config, config_path: Option<PathBuf>) -> anyhow::Resu
         model.clone(),
         report,
         watch_baseline,
-        &mcp,
+        Lasting {
+            mcp: &mcp,
+            generator: &generator,
+        },
         runner,
-        &generator,
     )?;
     let live = Arc::new(LiveApi::new(api));
     let limits = Limits {
