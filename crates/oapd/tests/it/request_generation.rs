@@ -145,6 +145,9 @@ fn a_tool_without_requests_gets_them_from_the_model_and_a_restart_reuses_them() 
         fake(script().turn(answer(&json!({"requests": WRITTEN})).response_delay_ms(1500)));
     let mut daemon = generating(&upstream, &manifests).data_dir(&data).start();
     let (before, _) = score_of(&daemon, TASK, TOOL);
+    let rows_at_start = daemon.get("/health").json()["index"]["rows"]
+        .as_u64()
+        .unwrap();
     let listing = wait_for_generated(&daemon, Duration::from_secs(60), |l| {
         l["tools"][TOOL]["requests"]
             .as_array()
@@ -164,10 +167,18 @@ fn a_tool_without_requests_gets_them_from_the_model_and_a_restart_reuses_them() 
     assert_eq!(calls[0]["model"], MODEL);
     assert_eq!(calls[0]["format"], "json");
     assert_eq!(calls[0]["stream"], false);
-    // The rows attach: a request worded like one finds the tool.
+    // The rows attach (the listing is the catalog load's; the index
+    // swaps in once they are embedded): a request worded like one finds
+    // the tool.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while daemon.get("/health").json()["index"]["rows"] != rows_at_start + 5 {
+        assert!(Instant::now() < deadline, "{}", daemon.log_text());
+        std::thread::sleep(Duration::from_millis(100));
+    }
     let (after, found) = score_of(&daemon, TASK, TOOL);
     assert_eq!(found["match"]["id"], TOOL, "{found:#}");
     assert!(after > before + 0.1, "score {before} -> {after}: {found:#}");
+    eprintln!("score of {TOOL} for {TASK:?}: {before:.3} without its generated rows, {after:.3} with them");
     // Never shown as the tool's own text.
     let record = daemon.get(&format!("/v1/manifests/{TOOL}")).json();
     assert!(!record.to_string().contains(WRITTEN[0]), "{record}");
