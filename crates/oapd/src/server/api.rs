@@ -9,7 +9,6 @@
 use std::sync::Arc;
 
 use http_body_util::BodyExt;
-use hyper::body::Body as _;
 use hyper::body::Incoming;
 use hyper::header::{HeaderValue, ALLOW, ORIGIN};
 use hyper::{Method, Request, Response, StatusCode};
