@@ -99,6 +99,8 @@ def launch_oapd(fake_url, extra_config="", server_config="", extra_listen=(), to
         + extra_config
     )
     env = {k: v for k, v in os.environ.items() if not k.startswith("OAP_")}
+    # Request generation would call the fake Ollama at its own times.
+    env["OAP_DISCOVERY_GENERATE_REQUESTS"] = "false"
     log = open(state / "oapd.log", "w")
     process = subprocess.Popen([str(binary), "--config", str(config), "serve"], stderr=log, env=env)
     url = f"http://127.0.0.1:{port}"

@@ -148,7 +148,14 @@ impl DaemonBuilder {
             binary: binary.into(),
             yaml: String::new(),
             server_yaml: String::new(),
-            env: Vec::new(),
+            // Request generation talks to Ollama in the background, at its
+            // own times: a test's scripted upstream (or a real Ollama on
+            // the developer's machine) would get calls the test did not
+            // make. The tests of generation turn it on with `env`.
+            env: vec![(
+                "OAP_DISCOVERY_GENERATE_REQUESTS".to_string(),
+                "false".to_string(),
+            )],
             env_removed: Vec::new(),
             header_read_timeout: Some(2),
             model: Model::Real,

@@ -11,6 +11,7 @@ use oap_embed_candle::{BertEmbedder, EmbedOptions, WeightPrecision};
 use serde::Serialize;
 
 use crate::config::{Config, DiscoveryMode, EmbeddingModel, EmbeddingWeights, VectorDtypeConfig};
+use crate::request_gen::RequestGenerator;
 
 /// State of the embedding model, as `/health` reports it.
 #[derive(Debug, Clone, Serialize)]
@@ -191,15 +192,27 @@ pub fn open_engine(
 /// The daemon's engine: [`open_engine_with`], except that a start with
 /// more than `index.start_embed_limit` texts to embed does not embed them
 /// first; the index serves lexically until a background rebuild (started
-/// by the server) has them.
+/// by the server) has them. `generated` is the daemon's request generator,
+/// whose cached rows this engine attaches and which learns from each of
+/// its catalog loads what is left to generate.
 pub fn open_serving_engine(
     config: &Config,
     embedder: Option<Arc<dyn Embedder>>,
     mcp: Option<Arc<dyn McpTools>>,
+    generated: &Arc<RequestGenerator>,
 ) -> anyhow::Result<(Engine, BuildReport)> {
     let mut engine_config = engine_config(config, calibration_of(embedder.as_ref()));
     engine_config.start_embed_limit = Some(config.index.start_embed_limit);
+    with_generated_rows(&mut engine_config, generated);
     open_with(config, engine_config, embedder, mcp)
+}
+
+/// Attaches the generated request rows after whatever rows
+/// `engine_config` already has (those shipped with the bundled tools):
+/// a tool with rows given there gets none generated.
+fn with_generated_rows(engine_config: &mut EngineConfig, generated: &Arc<RequestGenerator>) {
+    let given = engine_config.request_rows.take();
+    engine_config.request_rows = Some(generated.after(given));
 }
 
 /// [`open_engine`] with the MCP servers' tools as one more source (the
@@ -210,7 +223,10 @@ pub fn open_engine_with(
     embedder: Option<Arc<dyn Embedder>>,
     mcp: Option<Arc<dyn McpTools>>,
 ) -> anyhow::Result<(Engine, BuildReport)> {
-    let engine_config = engine_config(config, calibration_of(embedder.as_ref()));
+    let mut engine_config = engine_config(config, calibration_of(embedder.as_ref()));
+    // The rows the daemon generated and cached, so this index has the rows
+    // the daemon's has (nothing is generated here).
+    with_generated_rows(&mut engine_config, &RequestGenerator::open(config));
     open_with(config, engine_config, embedder, mcp)
 }
 

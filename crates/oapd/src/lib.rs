@@ -3,7 +3,7 @@
 //! opening the engine ([`app`]), the HTTP server and its lifecycle
 //! ([`server`]), and the command line ([`cli`]; `main.rs` only calls it).
 //! Each uses only layers before it and the small helpers ([`files`],
-//! [`logging`], [`metrics`], [`rebuild`], [`bundled`]), never one that uses it back:
+//! [`logging`], [`metrics`], [`rebuild`], [`bundled`], [`request_gen`]), never one that uses it back:
 //! xtask's tidy test `oapd_modules_form_no_cycle` checks it.
 
 pub mod app;
@@ -16,6 +16,7 @@ pub mod logging;
 pub mod mcp;
 pub mod metrics;
 pub mod rebuild;
+pub mod request_gen;
 pub mod server;
 pub mod tools;
 pub mod watch;

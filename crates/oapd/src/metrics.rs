@@ -111,6 +111,13 @@ pub struct FetchOutcome {
     pub outcome: &'static str,
 }
 
+/// The state of tools for request generation.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct GenerationState {
+    /// `generated`, `pending` or `failed`.
+    pub state: &'static str,
+}
+
 /// Every metric of the daemon.
 pub struct Metrics {
     registry: Registry,
@@ -132,6 +139,8 @@ pub struct Metrics {
     resident_bytes: Gauge,
     inflight_body_bytes: Gauge,
     inflight_body_capacity: Gauge,
+    generation_tools: Family<GenerationState, Gauge>,
+    generation_calls: Family<FetchOutcome, Counter>,
 }
 
 /// What the scrape reads from the serving generation.
@@ -148,6 +157,8 @@ pub struct Snapshot {
     pub inflight_body_bytes: u64,
     /// `server.max_inflight_body_bytes`.
     pub inflight_body_capacity: u64,
+    /// Tools with generated requests, waiting for them, given up.
+    pub generation: Option<(u64, u64, u64)>,
 }
 
 static METRICS: OnceLock<Metrics> = OnceLock::new();
@@ -274,8 +285,22 @@ impl Metrics {
             "The cap on request-body bytes in memory (server.max_inflight_body_bytes)",
             inflight_body_capacity.clone(),
         );
+        let generation_tools = Family::<GenerationState, Gauge>::default();
+        registry.register(
+            "oapd_request_generation_tools",
+            "Capabilities by state of their generated requests: generated (cached), pending (waiting for the model), failed (given up after unusable answers)",
+            generation_tools.clone(),
+        );
+        let generation_calls = Family::<FetchOutcome, Counter>::default();
+        registry.register(
+            "oapd_request_generation_calls",
+            "Calls to Ollama that generate requests for a capability, by outcome (ok, bad_answer, unreachable, error_status, no_model)",
+            generation_calls.clone(),
+        );
         Metrics {
             registry,
+            generation_tools,
+            generation_calls,
             http_requests,
             http_duration,
             discovery_duration,
@@ -381,6 +406,13 @@ impl Metrics {
             .inc();
     }
 
+    /// A request-generation call ended with `outcome`.
+    pub fn request_generation_call(&self, outcome: &'static str) {
+        self.generation_calls
+            .get_or_create(&FetchOutcome { outcome })
+            .inc();
+    }
+
     /// The exposition text, with the gauges read now.
     pub fn render(&self, snapshot: Snapshot) -> Result<String, std::fmt::Error> {
         self.index_manifests
@@ -392,6 +424,17 @@ impl Metrics {
             .set(gauge_value(snapshot.inflight_body_bytes));
         self.inflight_body_capacity
             .set(gauge_value(snapshot.inflight_body_capacity));
+        if let Some((generated, pending, failed)) = snapshot.generation {
+            for (state, value) in [
+                ("generated", generated),
+                ("pending", pending),
+                ("failed", failed),
+            ] {
+                self.generation_tools
+                    .get_or_create(&GenerationState { state })
+                    .set(gauge_value(value));
+            }
+        }
         if let Some(rss) = resident_bytes() {
             self.resident_bytes.set(gauge_value(rss));
         }

@@ -55,7 +55,10 @@ config_keys! {
     index { data_dir, vector_dtype, search_threads, start_embed_limit }
     embedding { enabled, model, model_dir, max_tokens, batch_size, threads, weights, tool_tuning }
     manifests { bundled, dirs }
-    discovery { default_top_k, max_top_k, min_score, mode, query_cache, coalesce_queries }
+    discovery {
+        default_top_k, max_top_k, min_score, mode, query_cache, coalesce_queries,
+        generate_requests, generate_model, generate_per_hour,
+    }
     tool_bridge {
         enabled, default_top_k, max_rounds, http_timeout, stdio_timeout, only_validated_models,
         tool_token_budget, exposure, url_policy, url_policy_tools, force, stream_keepalive,

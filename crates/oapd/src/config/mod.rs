@@ -634,6 +634,22 @@ pub struct DiscoveryConfig {
     /// processes one pass at a time gets less of the CPU than many separate
     /// passes and served fewer requests/s (docs/BENCHMARKS.md).
     pub coalesce_queries: usize,
+    /// Ask the co-located Ollama, in the background, for a few requests a
+    /// user might say for each capability that has none of its own (no
+    /// example descriptions in its manifest, none shipped with it); they
+    /// are cached in the data directory and embedded as request rows
+    /// (default true). Off: no generation and no generated rows (the cache
+    /// is kept for when it is turned on again).
+    pub generate_requests: bool,
+    /// The Ollama model that writes them (`name[:tag]` as `ollama list`
+    /// shows it). Unset (the default): the installed model that wrote the
+    /// cached rows, else the first model Ollama's `/api/tags` lists that
+    /// can complete text, so pulling another model does not make every
+    /// capability's requests be written again.
+    pub generate_model: Option<String>,
+    /// At most this many generation calls to Ollama per hour (default 30,
+    /// 1 .. 3600); one at a time, only while no chat goes through oapd.
+    pub generate_per_hour: usize,
 }
 
 impl Default for DiscoveryConfig {
@@ -645,6 +661,9 @@ impl Default for DiscoveryConfig {
             mode: DiscoveryMode::Hybrid,
             query_cache: oap_discovery::DEFAULT_QUERY_CACHE,
             coalesce_queries: 0,
+            generate_requests: true,
+            generate_model: None,
+            generate_per_hour: 30,
         }
     }
 }

@@ -195,6 +195,18 @@ fn discovery(c: &mut Checker, d: &DiscoveryConfig, em: &EmbeddingConfig) {
     );
     c.range("discovery.query_cache", d.query_cache, 0, 65_536);
     c.range("discovery.coalesce_queries", d.coalesce_queries, 0, 64);
+    c.range("discovery.generate_per_hour", d.generate_per_hour, 1, 3600);
+    if let Some(model) = &d.generate_model {
+        if model.trim().is_empty() || model.len() > 200 || model.chars().any(char::is_control) {
+            c.fail(
+                "discovery.generate_model",
+                format!(
+                    "must be an Ollama model name (1 to 200 characters, no control characters), got {}",
+                    quote(model)
+                ),
+            );
+        }
+    }
     if let Some(min_score) = d.min_score.filter(|s| !s.is_finite()) {
         c.fail(
             "discovery.min_score",

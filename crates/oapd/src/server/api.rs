@@ -8,6 +8,7 @@
 
 use std::sync::Arc;
 
+use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use hyper::header::{HeaderValue, ALLOW, ORIGIN};
 use hyper::{Method, Request, Response, StatusCode};
@@ -64,6 +65,8 @@ pub struct Api {
     pub mcp_servers: Arc<crate::mcp::McpServers>,
     /// The MCP server at `/mcp`; `None` when `mcp_server.enabled` is false.
     pub mcp: Option<Arc<super::mcp::McpServer>>,
+    /// The generated request rows (it outlives generations).
+    pub generator: Arc<crate::request_gen::RequestGenerator>,
 }
 
 /// The endpoint a path names: one table for routing and for which
@@ -101,6 +104,8 @@ enum Route {
     Metrics,
     /// `/v1/requests`, the recent bridged requests.
     Requests,
+    /// `/v1/generated-requests`, the requests the model wrote per capability.
+    GeneratedRequests,
     /// Anything else: Ollama's.
     Ollama,
 }
@@ -127,6 +132,7 @@ impl Route {
             p if p.starts_with("/ui/") => Route::Ui,
             "/metrics" => Route::Metrics,
             "/v1/requests" => Route::Requests,
+            "/v1/generated-requests" => Route::GeneratedRequests,
             p if p.starts_with("/v1/manifests/") => Route::Manifest,
             p if p.starts_with("/v1/validation/") => Route::ValidationRecord,
             p if p.starts_with("/v1/experience/") => Route::Experience,
@@ -159,8 +165,22 @@ impl Route {
             Route::Ui => "/ui",
             Route::Metrics => "/metrics",
             Route::Requests => "/v1/requests",
+            Route::GeneratedRequests => "/v1/generated-requests",
             Route::Ollama => "ollama",
         }
+    }
+
+    /// Whether the request goes to the model: request generation waits
+    /// while one is in flight.
+    fn uses_the_model(self) -> bool {
+        matches!(
+            self,
+            Route::OllamaChat
+                | Route::BridgeChat
+                | Route::OpenAiChat
+                | Route::Responses
+                | Route::Ollama
+        )
     }
 
     /// Whether `server.request_timeout` bounds the request. Chats have
@@ -229,6 +249,34 @@ impl Handler for Api {
     }
 }
 
+/// A response body that holds a [`ModelRequest`](crate::request_gen::ModelRequest)
+/// until it is dropped (sent or abandoned), and is otherwise the body it
+/// wraps, size included: a buffered answer keeps its `Content-Length`.
+struct HoldingBody {
+    body: Body,
+    _held: crate::request_gen::ModelRequest,
+}
+
+impl hyper::body::Body for HoldingBody {
+    type Data = bytes::Bytes;
+    type Error = http::BoxError;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<hyper::body::Frame<Self::Data>, Self::Error>>> {
+        std::pin::Pin::new(&mut self.body).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        self.body.size_hint()
+    }
+}
+
 fn preflight() -> Response<Body> {
     let mut response = Response::new(http::full(Vec::new()));
     *response.status_mut() = StatusCode::NO_CONTENT;
@@ -285,6 +333,10 @@ impl Api {
         // enough to use oapd, not to administer it.
         let operator = self.carries_token(&request);
         let method = request.method().clone();
+        // Counted until the response body ends (a streamed chat included).
+        let model_request = Route::of(&path)
+            .uses_the_model()
+            .then(crate::request_gen::ModelRequest::start);
         let response = match (Route::of(&path), &method) {
             (Route::Health, &Method::GET) => self.health(),
             (Route::Health, _) => method_not_allowed("GET"),
@@ -384,6 +436,10 @@ impl Api {
             (Route::Metrics, _) => method_not_allowed("GET"),
             (Route::Requests, &Method::GET) => recent_requests(),
             (Route::Requests, _) => method_not_allowed("GET"),
+            (Route::GeneratedRequests, &Method::GET) => {
+                http::json(StatusCode::OK, &self.generator.listing())
+            }
+            (Route::GeneratedRequests, _) => method_not_allowed("GET"),
             (Route::Manifests, &Method::GET) => self.list(),
             (Route::Manifests, _) => method_not_allowed("GET"),
             (Route::Manifest, m) => {
@@ -395,7 +451,10 @@ impl Api {
             }
         };
         tracing::debug!(%method, %path, status = response.status().as_u16(), "request");
-        response
+        match model_request {
+            Some(held) => response.map(|body| HoldingBody { body, _held: held }.boxed()),
+            None => response,
+        }
     }
 
     /// Whether the request may use the API: no token is configured, it
@@ -478,6 +537,9 @@ impl Api {
                 "load_problems": load_problems,
                 "collisions": collisions,
                 "mcp": self.mcp_servers.status(),
+                // Counts only: the requests themselves are at
+                // /v1/generated-requests.
+                "request_generation": self.generator.status(),
         });
         if !reasons.is_empty() {
             body["reason"] = serde_json::Value::String(reasons.join("; "));
@@ -572,6 +634,11 @@ impl Api {
             index_pending_texts: stats.pending_texts as u64,
             inflight_body_bytes: budget.in_flight() as u64,
             inflight_body_capacity: budget.capacity() as u64,
+            generation: {
+                let g = self.generator.status();
+                g.enabled
+                    .then_some((g.generated as u64, g.pending as u64, g.failed as u64))
+            },
         };
         match crate::metrics::get().render(snapshot) {
             Ok(text) => {

@@ -34,6 +34,7 @@ use crate::app::{self, ModelState};
 use crate::config::Config;
 use crate::mcp::McpServers;
 use crate::rebuild::Rebuilder;
+use crate::request_gen::RequestGenerator;
 use crate::tools::ExecRunner;
 use crate::watch;
 
@@ -214,6 +215,7 @@ fn build_api(
     crawler: Option<Arc<oap_crawl::Crawler>>,
     mcp_servers: Arc<McpServers>,
     runner: ExecRunner,
+    generator: Arc<RequestGenerator>,
 ) -> anyhow::Result<Api> {
     let engine = rebuilder.engine().clone();
     let runner = runner.with_mcp(mcp_servers.hub().clone());
@@ -257,7 +259,17 @@ fn build_api(
         crawler,
         crawler_fetch_timeout: Duration::from_secs(config.crawler.fetch_timeout),
         mcp_servers,
+        generator,
     })
+}
+
+/// What outlives handler generations, handed to each new one.
+#[derive(Clone, Copy)]
+struct Lasting<'a> {
+    /// The MCP servers (processes and sessions).
+    mcp: &'a Arc<McpServers>,
+    /// The generated request rows and their cache.
+    generator: &'a Arc<RequestGenerator>,
 }
 
 /// An engine with its crawler and directory watch started, and the
@@ -268,9 +280,10 @@ fn start_generation(
     model: ModelState,
     report: BuildReport,
     watch_baseline: watch::DirSignature,
-    mcp: &Arc<McpServers>,
+    lasting: Lasting<'_>,
     runner: ExecRunner,
 ) -> anyhow::Result<(Api, Vec<JoinHandle<()>>)> {
+    let Lasting { mcp, generator } = lasting;
     let rebuilder = Arc::new(Rebuilder::new(Arc::new(engine), &report));
     let (crawler, mut tasks) = start::start_crawler(config, &rebuilder, watch_baseline)?;
     if rebuilder.engine().pending_texts() > 0 {
@@ -292,8 +305,27 @@ fn start_generation(
         mcp.clone(),
         config.clone(),
     )));
-    match build_api(config, rebuilder, model, crawler, mcp.clone(), runner) {
-        Ok(api) => Ok((api, tasks)),
+    // Generation runs beside this generation's other tasks (a reload
+    // restarts it with the new Ollama settings); it never delays ready.
+    if generator.settings().enabled {
+        let upstream = start::upstream(config, crate::request_gen::ask::CALL_TIMEOUT)?;
+        tasks.push(tokio::spawn(generator.clone().run(upstream)));
+    }
+    let serving = rebuilder.clone();
+    match build_api(
+        config,
+        rebuilder,
+        model,
+        crawler,
+        mcp.clone(),
+        runner,
+        generator.clone(),
+    ) {
+        Ok(api) => {
+            // New rows ask this generation for their rebuild from now on.
+            generator.attach(&serving);
+            Ok((api, tasks))
+        }
         Err(err) => {
             tasks.iter().for_each(JoinHandle::abort);
             Err(err)
@@ -313,6 +345,8 @@ struct Running {
     crawl_tasks: Mutex<Vec<JoinHandle<()>>>,
     /// The MCP servers: one hub for the daemon's life, re-applied on reload.
     mcp: Arc<McpServers>,
+    /// The generated request rows: one cache for the daemon's life.
+    generator: Arc<RequestGenerator>,
 }
 
 /// Keys a reload cannot change: the sockets, the server shell's limits,
@@ -347,6 +381,16 @@ fn needs_restart(old: &Config, new: &Config) -> Vec<&'static str> {
     if old.log != new.log {
         keys.push("log");
     }
+    let d = (&old.discovery, &new.discovery);
+    if d.0.generate_requests != d.1.generate_requests {
+        keys.push("discovery.generate_requests");
+    }
+    if d.0.generate_model != d.1.generate_model {
+        keys.push("discovery.generate_model");
+    }
+    if d.0.generate_per_hour != d.1.generate_per_hour {
+        keys.push("discovery.generate_per_hour");
+    }
     keys
 }
 
@@ -362,6 +406,9 @@ fn keep_restart_only(old: &Config, new: &mut Config) {
     new.embedding = old.embedding.clone();
     new.index.data_dir = old.index.data_dir.clone();
     new.log = old.log.clone();
+    new.discovery.generate_requests = old.discovery.generate_requests;
+    new.discovery.generate_model = old.discovery.generate_model.clone();
+    new.discovery.generate_per_hour = old.discovery.generate_per_hour;
 }
 
 impl Running {
@@ -419,8 +466,9 @@ impl Running {
         );
         self.mcp.apply(&config);
         let tools: Arc<dyn McpTools> = self.mcp.clone();
+        let generator = self.generator.clone();
         let (engine, report) = tokio::task::spawn_blocking(move || {
-            app::open_serving_engine(&blocking_config, embedder, Some(tools))
+            app::open_serving_engine(&blocking_config, embedder, Some(tools), &generator)
         })
         .await
         .context("reload task failed")??;
@@ -431,7 +479,10 @@ impl Running {
             self.model.clone(),
             report,
             watch_baseline,
-            &self.mcp,
+            Lasting {
+                mcp: &self.mcp,
+                generator: &self.generator,
+            },
             runner,
         )?;
         let replaced = self.live.replace(api);
@@ -492,10 +543,19 @@ pub async fn serve(config: Config, config_path: Option<PathBuf>) -> anyhow::Resu
         runner.connection_basis().clone(),
     );
     let tools: Arc<dyn McpTools> = mcp.clone();
+    // The cache is read before the engine opens: its rows are in the
+    // first index, so a restart embeds and asks nothing again.
+    let generator = RequestGenerator::open(&config);
+    let opening_generator = generator.clone();
     let (engine, report, model, embedder) = tokio::task::spawn_blocking(move || {
         let (embedder, model) = app::load_embedder(&blocking_config);
-        app::open_serving_engine(&blocking_config, embedder.clone(), Some(tools))
-            .map(|(engine, report)| (engine, report, model, embedder))
+        app::open_serving_engine(
+            &blocking_config,
+            embedder.clone(),
+            Some(tools),
+            &opening_generator,
+        )
+        .map(|(engine, report)| (engine, report, model, embedder))
     })
     .await
     .context("start-up task failed")??;
@@ -514,7 +574,10 @@ pub async fn serve(config: Config, config_path: Option<PathBuf>) -> anyhow::Resu
         model.clone(),
         report,
         watch_baseline,
-        &mcp,
+        Lasting {
+            mcp: &mcp,
+            generator: &generator,
+        },
         runner,
     )?;
     let live = Arc::new(LiveApi::new(api));
@@ -541,6 +604,7 @@ pub async fn serve(config: Config, config_path: Option<PathBuf>) -> anyhow::Resu
         board: board.clone(),
         crawl_tasks: Mutex::new(crawl_tasks),
         mcp,
+        generator,
     });
 
     // The signal handlers exist before READY=1: a manager (or a test) may

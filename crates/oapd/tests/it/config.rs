@@ -639,7 +639,7 @@ fn every_key_is_reachable_from_the_env() {
     // experience, mcp, mcp_server
     assert_eq!(
         vars.len(),
-        15 + 4 + 8 + 2 + 6 + 13 + 6 + 10 + 2 + 17 + 4 + 4 + 1
+        15 + 4 + 8 + 2 + 9 + 13 + 6 + 10 + 2 + 17 + 4 + 4 + 1
     );
     assert!(vars.contains(&(
         "OAP_TOOL_BRIDGE_DEFAULT_TOP_K".to_owned(),
@@ -1615,4 +1615,27 @@ fn coalesce_queries_is_off_by_default_bounded_and_set_from_the_env() {
     );
     let c = ok(yaml_env("", &[("OAP_DISCOVERY_COALESCE_QUERIES", "4")]));
     assert_eq!(c.discovery.coalesce_queries, 4);
+}
+
+#[test]
+fn request_generation_is_on_by_default_and_its_settings_are_checked() {
+    let d = Config::default().discovery;
+    assert!(d.generate_requests);
+    assert_eq!(d.generate_model, None);
+    assert_eq!(d.generate_per_hour, 30);
+    let (key, msg) = single_problem("discovery:\n  generate_per_hour: 0\n");
+    assert_eq!(key, "discovery.generate_per_hour");
+    assert!(msg.contains("3600"), "{msg}");
+    let (key, msg) = single_problem("discovery:\n  generate_model: \"  \"\n");
+    assert_eq!(key, "discovery.generate_model");
+    assert!(msg.contains("model name"), "{msg}");
+    let c = ok(yaml_env(
+        "",
+        &[
+            ("OAP_DISCOVERY_GENERATE_REQUESTS", "false"),
+            ("OAP_DISCOVERY_GENERATE_MODEL", "llama3.2:1b"),
+        ],
+    ));
+    assert!(!c.discovery.generate_requests);
+    assert_eq!(c.discovery.generate_model.as_deref(), Some("llama3.2:1b"));
 }
