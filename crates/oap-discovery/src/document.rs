@@ -92,7 +92,7 @@ impl Default for RowWeights {
             description: 1.0,
             name_usage: 0.0,
             example: 0.9,
-            request: 0.8,
+            request: 0.7,
             request_terms: 0.1,
             example_inputs: false,
             inputs_in_description: true,

@@ -112,18 +112,21 @@ impl Scoring {
     /// The defaults for an encoder with the tool-retrieval tuning
     /// (`oap-embed-candle`'s `tool_tuning`, the daemon's default). Its
     /// training keeps unrelated request/tool pairs at the plain model's
-    /// cosines while a request's own tool gains on its neighbours, which
-    /// leaves a request's best cosines a little lower overall: the hybrid
-    /// threshold was refitted on tuning data (`bench/fit_abstention.py`,
-    /// docs/BENCHMARKS.md: 0.27 abstains on about as many no-fit and
-    /// fitting tuning queries as 0.30 does with the plain model) and the
-    /// dense one moved by the same amount. Its cosines also rank better on
-    /// their own, so words weigh less in the fused rank (0.2).
+    /// cosines while a request's own tool gains on its neighbours, so its
+    /// cosines rank better on their own and words weigh less in the fused
+    /// rank (0.2). The thresholds were refitted with request rows in the
+    /// index (docs/BENCHMARKS.md, "The decision"): a spoken request is
+    /// closer to a tool's spoken request rows than to its description,
+    /// whether the tool fits or not, so at the earlier 0.27 most no-fit
+    /// spoken requests matched. 0.30, with request rows weighing 0.7,
+    /// gave the largest mean of (no-fit abstained − fitting abstained)
+    /// over the tuning halves of the spoken set and BFCL's relevance
+    /// catalogs and the shared set; the dense threshold moved with it.
     pub fn tool_tuned() -> Self {
         Scoring {
             lexical_weight: 0.2,
-            min_score_hybrid: 0.27,
-            min_score_dense: 0.25,
+            min_score_hybrid: 0.30,
+            min_score_dense: 0.28,
             ..Scoring::default()
         }
     }

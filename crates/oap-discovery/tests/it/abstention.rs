@@ -70,8 +70,21 @@ pub(crate) fn open_bundled(config: EngineConfig, model: Arc<dyn Embedder>) -> En
     engine
 }
 
+/// The bundled tools as the daemon serves them: with their shipped request
+/// rows (attached here by name, since the test loads them from a directory
+/// rather than from the binary).
 fn bundled_engine(data: &Path) -> Engine {
-    open_bundled(crate::engine::daemon_config(data), Counting::new())
+    let mut config = crate::engine::daemon_config(data);
+    config.request_rows = Some(bundled_request_rows());
+    open_bundled(config, Counting::new())
+}
+
+/// The bundled tools' shipped request rows, for any origin.
+pub(crate) fn bundled_request_rows() -> Arc<dyn oap_discovery::RequestRows> {
+    let file = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../manifests/bundled-requests.json");
+    let table = oap_discovery::RequestTable::load(&file, oap_discovery::AppliesTo::AnyOrigin)
+        .unwrap_or_else(|e| panic!("{e}"));
+    Arc::new(table)
 }
 
 #[test]

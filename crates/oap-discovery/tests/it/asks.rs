@@ -14,6 +14,8 @@ fn engine(data: &std::path::Path, split_asks: bool) -> (Engine, Arc<Counting>) {
     let model = Counting::new();
     let mut config = crate::engine::daemon_config(data);
     config.scoring.query.split_asks = split_asks;
+    // The bundled tools as the daemon serves them, request rows included.
+    config.request_rows = Some(crate::abstention::bundled_request_rows());
     (open_bundled(config, model.clone()), model)
 }
 
