@@ -104,8 +104,8 @@ pub enum RequestTableError {
     Read {
         /// The file.
         path: PathBuf,
-        /// Why.
-        source: std::io::Error,
+        /// Why (missing, not a regular file, larger than the cap, ...).
+        source: oap_store::StoreError,
     },
     /// The text is not a requests table, or one request would not be
     /// embedded as written.
@@ -139,26 +139,12 @@ pub struct RequestTable {
 impl RequestTable {
     /// Reads a requests file (at most [`MAX_TABLE_BYTES`]).
     pub fn load(path: &Path, applies_to: AppliesTo) -> Result<RequestTable, RequestTableError> {
-        use std::io::Read;
-        let read_error = |source| RequestTableError::Read {
-            path: path.to_path_buf(),
-            source,
-        };
-        let file = std::fs::File::open(path).map_err(read_error)?;
-        let mut bytes = Vec::new();
-        #[allow(
-            clippy::disallowed_methods,
-            reason = "capped: the reader is take(MAX_TABLE_BYTES + 1) and a larger file is refused"
-        )]
-        file.take(MAX_TABLE_BYTES + 1)
-            .read_to_end(&mut bytes)
-            .map_err(read_error)?;
-        if bytes.len() as u64 > MAX_TABLE_BYTES {
-            return Err(RequestTableError::Format {
-                origin: path.display().to_string(),
-                problem: format!("larger than {MAX_TABLE_BYTES} bytes"),
-            });
-        }
+        let bytes = oap_store::read_capped(path, MAX_TABLE_BYTES).map_err(|source| {
+            RequestTableError::Read {
+                path: path.to_path_buf(),
+                source,
+            }
+        })?;
         RequestTable::parse(&bytes, &path.display().to_string(), applies_to)
     }
 
