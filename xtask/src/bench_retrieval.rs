@@ -263,7 +263,12 @@ pub fn run(args: &[String]) -> Result<()> {
     let multilingual = || Setup::with("multilingual encoder", &MULTILINGUAL);
     if wants("--shared-only") || languages {
         for language in std::iter::once("en").chain(LANGUAGES) {
-            if language == "en" && !wants("--shared-only") {
+            let asked = if language == "en" {
+                wants("--shared-only")
+            } else {
+                languages
+            };
+            if !asked {
                 continue;
             }
             let tasks = match language {
@@ -282,7 +287,12 @@ pub fn run(args: &[String]) -> Result<()> {
     }
     if wants("--spoken-only") || languages {
         for language in std::iter::once("en").chain(LANGUAGES) {
-            if language == "en" && !wants("--spoken-only") {
+            let asked = if language == "en" {
+                wants("--spoken-only")
+            } else {
+                languages
+            };
+            if !asked {
                 continue;
             }
             let tasks = match language {
