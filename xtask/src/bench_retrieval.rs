@@ -31,7 +31,7 @@ use oap_bench::report::{CatalogSizeReport, ModeRow, RelevanceReport, RetrievalRe
 
 use crate::bench_run;
 use crate::repo_root;
-use crate::tasks::{cargo, run_in_root};
+use crate::tasks::run_in_root;
 
 /// The release whose `oap-bench` stands for the previous default: the
 /// last commit before request rows, Snowball stemming, spoken arithmetic
@@ -411,16 +411,8 @@ fn previous_bench() -> Result<PathBuf> {
     if !untar.wait()?.success() {
         anyhow::bail!("tar could not unpack {PREVIOUS_DEFAULT}");
     }
-    let mut build = cargo();
+    let mut build = bench_run::build_command();
     build
-        .args([
-            "build",
-            "--release",
-            "--package",
-            "oap-bench",
-            "--bin",
-            "oap-bench",
-        ])
         .current_dir(&source)
         .env("CARGO_TARGET_DIR", dir.join("target"));
     let status = build.status().context("cargo build (previous default)")?;

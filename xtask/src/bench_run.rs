@@ -27,6 +27,17 @@ pub(crate) const SHARED_TASK_SET: [&str; 6] = [
 /// Builds `oap-bench` and, from `also`, more `--package P --bin B` pairs
 /// (`&[("oapd", "oapd")]`), in one release build; returns `oap-bench`'s path.
 pub(crate) fn build(also: &[(&str, &str)]) -> Result<PathBuf> {
+    let mut command = build_command();
+    for (package, bin) in also {
+        command.args(["--package", package, "--bin", bin]);
+    }
+    run_in_root(&mut command)?;
+    Ok(repo_root().join("target/release/oap-bench"))
+}
+
+/// `cargo build --release` of the `oap-bench` binary, to run in a source
+/// tree (this one, or an earlier release's).
+pub(crate) fn build_command() -> Command {
     let mut command = cargo();
     command.args([
         "build",
@@ -36,11 +47,7 @@ pub(crate) fn build(also: &[(&str, &str)]) -> Result<PathBuf> {
         "--bin",
         "oap-bench",
     ]);
-    for (package, bin) in also {
-        command.args(["--package", package, "--bin", bin]);
-    }
-    run_in_root(&mut command)?;
-    Ok(repo_root().join("target/release/oap-bench"))
+    command
 }
 
 /// `oap-bench SUBCOMMAND ARGS...` as a command to finish and run.
