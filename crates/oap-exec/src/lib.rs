@@ -291,6 +291,14 @@ impl Executor {
         &self.sandbox_support
     }
 
+    /// Assume `support` instead of what the kernel offers: a protection it
+    /// marks missing is not used. Tests take the fallbacks a less
+    /// privileged daemon takes this way (e.g. the watched scratch cap).
+    pub fn with_sandbox_support(mut self, support: oap_sandbox::Support) -> Self {
+        self.sandbox_support = support;
+        self
+    }
+
     /// Use these credentials for manifests with `auth`.
     pub fn with_credentials(mut self, store: CredentialStore) -> Self {
         self.credentials = Some(store);

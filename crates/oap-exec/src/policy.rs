@@ -56,14 +56,20 @@ pub struct StdioLimits {
     pub memory_bytes: u64,
     /// `RLIMIT_NPROC`. The kernel counts every process *and thread* of the
     /// real user id, not only the tool's descendants, so this must leave room
-    /// for the daemon's own threads when it runs as a dedicated user. It does
-    /// not apply to root.
+    /// for the daemon's own threads when it runs as a dedicated user. Root is
+    /// exempt, so a daemon running as root runs each tool as a per-call
+    /// unprivileged uid ([`oap_sandbox::CallUser`]), where it binds per call.
     pub max_processes: u64,
     /// `RLIMIT_NOFILE`.
     pub max_open_files: u64,
     /// `RLIMIT_FSIZE`: the largest file the tool may write (its working
     /// directory is a fresh temporary directory).
     pub max_file_bytes: u64,
+    /// Total bytes the tool may write below its scratch directory. A daemon
+    /// that may mount (root) makes the directory a tmpfs of this size, so
+    /// writes past it fail with `ENOSPC`; otherwise the directory's size is
+    /// watched and the tool stopped past it. Either way the result says so.
+    pub max_scratch_bytes: u64,
     /// Largest `stdin` accepted; a larger one is refused before anything runs.
     pub max_stdin_bytes: usize,
     /// Cap for stdout and for stderr, each. Reaching it stops reading and
@@ -79,6 +85,7 @@ impl Default for StdioLimits {
             max_processes: 256,
             max_open_files: 64,
             max_file_bytes: 16 << 20,
+            max_scratch_bytes: 64 << 20,
             max_stdin_bytes: 1 << 20,
             max_output_bytes: 1 << 20,
         }

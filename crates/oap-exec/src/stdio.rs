@@ -8,10 +8,12 @@
 use std::ffi::OsString;
 use std::fs;
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::PermissionsExt;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::{ExitStatus, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use nix::sys::resource::{getrlimit, setrlimit, Resource};
@@ -34,6 +36,9 @@ use crate::{Executor, Reply};
 const DRAIN_GRACE: Duration = Duration::from_millis(500);
 /// Bound on reaping a child after SIGKILL.
 const REAP_TIMEOUT: Duration = Duration::from_secs(5);
+/// How often the scratch directory's size is checked when no tmpfs caps
+/// it: what a tool can write past the cap is what it writes in this time.
+const SCRATCH_POLL: Duration = Duration::from_millis(50);
 /// How much stderr an error message quotes.
 const STDERR_EXCERPT_CHARS: usize = 2_000;
 
@@ -230,6 +235,12 @@ fn child_setup(limits: &ChildLimits) -> std::io::Result<()> {
         limits.max_file_bytes,
         limits.max_file_bytes,
     )?;
+    Ok(())
+}
+
+/// SIGKILL when the daemon dies. Set after any change of user: the kernel
+/// clears it when the credentials change.
+fn kill_with_parent() -> std::io::Result<()> {
     nix::sys::prctl::set_pdeathsig(Signal::SIGKILL)?;
     Ok(())
 }
@@ -250,7 +261,8 @@ impl From<&StdioLimits> for ChildLimits {
             memory_bytes: l.memory_bytes,
             max_processes: l.max_processes,
             max_open_files: l.max_open_files,
-            max_file_bytes: l.max_file_bytes,
+            // One file can never be larger than the whole scratch cap.
+            max_file_bytes: l.max_file_bytes.min(l.max_scratch_bytes),
         }
     }
 }
@@ -265,25 +277,30 @@ pub fn limit_command(cmd: &mut tokio::process::Command, limits: &StdioLimits) {
 }
 
 /// [`limit_command`], then `confinement` entered in the child just before
-/// exec (after the limits).
+/// exec (after the limits). Descriptors above stderr the daemon inherited
+/// are closed at exec.
 pub fn confine_command(
     cmd: &mut tokio::process::Command,
     limits: &StdioLimits,
     confinement: Option<oap_sandbox::Confinement>,
 ) {
     let child_limits = ChildLimits::from(limits);
+    let inherited = oap_sandbox::InheritedFds::prepare();
     cmd.process_group(0);
     // SAFETY: the closure runs in the child between fork and exec. It only
-    // calls getrlimit, setrlimit, prctl, landlock_restrict_self and seccomp
-    // (async-signal-safe system calls) on data prepared before the fork,
-    // and neither allocates nor takes locks.
+    // calls close_range (or fcntl), getrlimit, setrlimit, prctl,
+    // landlock_restrict_self and seccomp (async-signal-safe system calls)
+    // on data prepared before the fork, and neither allocates nor takes
+    // locks.
     #[allow(
         unsafe_code,
         reason = "pre_exec is how a child gets its limits before exec"
     )]
     unsafe {
         cmd.pre_exec(move || {
+            inherited.close_on_exec()?;
             child_setup(&child_limits)?;
+            kill_with_parent()?;
             match &confinement {
                 Some(c) => c.enter(),
                 None => Ok(()),
@@ -353,6 +370,38 @@ struct Finished {
     stdout_capped: bool,
     stderr: Vec<u8>,
     stderr_capped: bool,
+    /// The tool reached the scratch cap (writes failed, or it was stopped).
+    scratch_capped: bool,
+}
+
+/// Whether the files below `dir` take more than `cap` bytes of disk, or
+/// there are more of them than a cap of that size allows (each costs an
+/// inode the byte count does not show). Symbolic links are not followed.
+fn scratch_over(dir: &Path, cap: u64) -> bool {
+    let max_entries = (cap / (16 * 1024)).max(1024);
+    let mut used: u64 = 0;
+    let mut entries: u64 = 0;
+    let mut pending = vec![dir.to_path_buf()];
+    while let Some(current) = pending.pop() {
+        let Ok(listing) = fs::read_dir(&current) else {
+            continue;
+        };
+        for entry in listing.flatten() {
+            entries += 1;
+            let Ok(meta) = entry.metadata() else {
+                continue;
+            };
+            // Allocated blocks, so sparse files count what they occupy.
+            used = used.saturating_add(meta.blocks().saturating_mul(512));
+            if used > cap || entries > max_entries {
+                return true;
+            }
+            if meta.is_dir() {
+                pending.push(entry.path());
+            }
+        }
+    }
+    false
 }
 
 fn describe_status(status: Option<ExitStatus>) -> String {
@@ -462,18 +511,51 @@ impl Executor {
             cmd.env("TZ", tz);
         }
         let child_limits = ChildLimits::from(limits);
-        let confinement = self.confinement(name, &program, workdir.path())?;
+        let inherited = oap_sandbox::InheritedFds::prepare();
+        let support = &self.sandbox_support;
+        // Root is exempt from RLIMIT_NPROC: the tool runs as a uid of its own.
+        let user = if self.policy.sandbox.mode == oap_sandbox::Mode::Off {
+            None
+        } else {
+            oap_sandbox::CallUser::next(support)
+        };
+        let scratch = Arc::new(
+            oap_sandbox::Scratch::prepare(
+                support,
+                workdir.path(),
+                limits.max_scratch_bytes,
+                user,
+            )
+            .map_err(|e| spawn_err(std::io::Error::other(e.to_string())))?,
+        );
+        if let (Some(user), false) = (user, scratch.is_mounted()) {
+            std::os::unix::fs::chown(workdir.path(), Some(user.uid()), Some(user.uid()))
+                .map_err(spawn_err)?;
+        }
+        let confinement = self.confinement(name, &program, &scratch)?;
+        let child_scratch = Arc::clone(&scratch);
         // SAFETY: the closure runs in the child between fork and exec. It
-        // only calls getrlimit, setrlimit, prctl, landlock_restrict_self and
-        // seccomp (async-signal-safe system calls) on data prepared before
-        // the fork, and neither allocates nor takes locks.
+        // only makes async-signal-safe system calls (close_range or fcntl,
+        // getrlimit, setrlimit, unshare, mount, move_mount, chdir,
+        // setgroups, setresgid, setresuid, prctl, landlock_restrict_self,
+        // seccomp) on data prepared before the fork, and neither allocates
+        // nor takes locks.
         #[allow(
             unsafe_code,
             reason = "pre_exec is how a child is confined before exec"
         )]
         unsafe {
             cmd.pre_exec(move || {
+                // First: the fallback walk reads /proc, which Landlock hides.
+                inherited.close_on_exec()?;
                 child_setup(&child_limits)?;
+                // Mounting needs the daemon's privileges, so before the
+                // change of user.
+                child_scratch.enter()?;
+                if let Some(user) = &user {
+                    user.enter()?;
+                }
+                kill_with_parent()?;
                 confinement.enter()
             });
         }
@@ -505,6 +587,31 @@ impl Executor {
             })),
             _ => None,
         };
+
+        // Without a tmpfs the kernel does not cap the scratch directory:
+        // its size is watched and the group killed past the cap.
+        let scratch_watch = (!scratch.is_mounted()).then(|| {
+            let dir = workdir.path().to_path_buf();
+            let cap = limits.max_scratch_bytes;
+            let tripped = Arc::new(AtomicBool::new(false));
+            let flag = Arc::clone(&tripped);
+            let task = tokio::spawn(async move {
+                let mut tick = tokio::time::interval(SCRATCH_POLL);
+                loop {
+                    tick.tick().await;
+                    let walk = dir.clone();
+                    let over = tokio::task::spawn_blocking(move || scratch_over(&walk, cap))
+                        .await
+                        .unwrap_or(false);
+                    if over {
+                        flag.store(true, Ordering::SeqCst);
+                        let _ = killpg(pgid, Signal::SIGKILL);
+                        break;
+                    }
+                }
+            });
+            (task, tripped)
+        });
 
         let timeout = self.policy.stdio_timeout;
         let (status, timed_out) = match tokio::time::timeout(timeout, child.wait()).await {
@@ -544,6 +651,13 @@ impl Executor {
         if let Some(t) = stdin_task {
             t.abort();
         }
+        let scratch_capped = match scratch_watch {
+            Some((task, tripped)) => {
+                task.abort();
+                tripped.load(Ordering::SeqCst) || scratch_over(workdir.path(), limits.max_scratch_bytes)
+            }
+            None => scratch.is_full(),
+        };
         drop(workdir);
 
         let finished = Finished {
@@ -553,6 +667,7 @@ impl Executor {
             stdout_capped,
             stderr,
             stderr_capped,
+            scratch_capped,
         };
         Ok(self.stdio_reply(name, &argv, finished, notes))
     }
@@ -564,14 +679,14 @@ impl Executor {
         &self,
         name: &str,
         program: &Path,
-        workdir: &Path,
+        scratch: &oap_sandbox::Scratch,
     ) -> Result<oap_sandbox::Confinement, ToolError> {
         let mut policy = self.policy.sandbox.clone();
         policy
             .extra_read_paths
             .extend(self.policy.stdio_dirs.iter().cloned());
         let may_spawn = policy.may_spawn(program) || policy.may_spawn(Path::new(name));
-        oap_sandbox::Confinement::prepare(&policy, &self.sandbox_support, workdir, may_spawn)
+        oap_sandbox::Confinement::prepare_in(&policy, &self.sandbox_support, scratch, may_spawn)
             .map_err(|e| {
                 warn!(program = %name, error = %e, "stdio tool not started: sandbox");
                 ToolError::Sandbox {
@@ -582,9 +697,9 @@ impl Executor {
     }
 
     fn stdio_reply(&self, name: &str, argv: &[String], f: Finished, notes: Vec<String>) -> Reply {
-        let cap = self.policy.stdio_limits.max_output_bytes;
+        let scratch_capped = f.scratch_capped;
         let mut detail = format!(
-            "{name} {argv:?}: {}{}{}",
+            "{name} {argv:?}: {}{}{}{}",
             if f.timed_out {
                 "timed out".to_string()
             } else {
@@ -600,11 +715,29 @@ impl Executor {
             } else {
                 ""
             },
+            if f.scratch_capped {
+                ", scratch capped"
+            } else {
+                ""
+            },
         );
         for n in &notes {
             detail.push_str("; ");
             detail.push_str(n);
         }
+        let mut reply = self.stdio_reply_text(name, f, detail);
+        if scratch_capped {
+            reply.content.push_str(&format!(
+                "\n[the scratch directory reached its cap of {} bytes: writes past it failed \
+                 or the command was stopped]",
+                self.policy.stdio_limits.max_scratch_bytes
+            ));
+        }
+        reply
+    }
+
+    fn stdio_reply_text(&self, name: &str, f: Finished, detail: String) -> Reply {
+        let cap = self.policy.stdio_limits.max_output_bytes;
         let stdout = String::from_utf8_lossy(&f.stdout).into_owned();
         if f.timed_out {
             let mut content = format!(

@@ -30,6 +30,13 @@ use std::str::FromStr;
 
 #[cfg(target_os = "linux")]
 mod linux;
+#[cfg(target_os = "linux")]
+mod process;
+
+#[cfg(target_os = "linux")]
+pub use process::{
+    CallUser, InheritedFds, Scratch, ScratchError, CALL_UID_BASE, CALL_UID_COUNT,
+};
 
 /// How strictly stdio tools are confined.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -150,6 +157,16 @@ pub struct Support {
     pub seccomp: bool,
     /// Why seccomp is not available, when it is not.
     pub seccomp_unavailable: Option<String>,
+    /// Whether each call's scratch directory can be a size-capped tmpfs
+    /// in a private mount namespace (the daemon may mount: root).
+    pub scratch_tmpfs: bool,
+    /// Why not, when it cannot.
+    pub scratch_tmpfs_unavailable: Option<String>,
+    /// Whether the daemon runs as root, which `RLIMIT_NPROC` does not bind.
+    pub root: bool,
+    /// Whether tools run as a per-call unprivileged uid ([`CallUser`]):
+    /// the daemon is root and its user namespace maps that range.
+    pub call_users: bool,
 }
 
 impl Support {
@@ -166,6 +183,10 @@ impl Support {
                 landlock_unavailable: Some("not Linux".into()),
                 seccomp: false,
                 seccomp_unavailable: Some("not Linux".into()),
+                scratch_tmpfs: false,
+                scratch_tmpfs_unavailable: Some("not Linux".into()),
+                root: false,
+                call_users: false,
             }
         }
     }
@@ -219,6 +240,13 @@ impl Support {
                 self.seccomp_unavailable.as_deref().unwrap_or("unavailable")
             ));
         }
+        if self.root && !self.call_users {
+            missing.push(
+                "per-call user: the daemon runs as root in a user namespace that does not map \
+                 the per-call uids, so RLIMIT_NPROC does not bound a tool's processes"
+                    .into(),
+            );
+        }
         missing
     }
 
@@ -246,6 +274,18 @@ impl Support {
                 "seccomp: no sockets, ptrace, mount, namespaces, keyrings, modules, BPF, \
                  io_uring, setsid/setpgid; process creation only for spawn_programs"
                     .into(),
+            );
+        }
+        active.push(if self.scratch_tmpfs {
+            "scratch cap: a size-capped tmpfs per call (writes past it fail with ENOSPC)".into()
+        } else {
+            "scratch cap: watched (the tool is stopped past it; a tmpfs needs the daemon to \
+             be root)"
+                .into()
+        });
+        if self.call_users {
+            active.push(
+                "per-call unprivileged uid (the daemon is root): RLIMIT_NPROC binds".into(),
             );
         }
         active
@@ -295,6 +335,23 @@ impl Confinement {
         Self::prepare_with_network(policy, support, scratch, may_spawn, false)
     }
 
+    /// Like [`Confinement::prepare`], writable below the call's
+    /// [`Scratch`]: the tmpfs root when it has one (a rule on the covered
+    /// directory would not reach inside the mount), else its directory.
+    #[cfg(target_os = "linux")]
+    pub fn prepare_in(
+        policy: &Policy,
+        support: &Support,
+        scratch: &Scratch,
+        may_spawn: bool,
+    ) -> Result<Confinement, SandboxError> {
+        let root = match scratch.mount_fd() {
+            Some(fd) => linux::WritableRoot::Mount(fd),
+            None => linux::WritableRoot::Path(scratch.dir()),
+        };
+        Self::prepare_root(policy, support, root, may_spawn, false)
+    }
+
     /// Like [`Confinement::prepare`], for a long-lived local service (an
     /// MCP server the operator configured) rather than a tool call: with
     /// `network`, sockets and TCP bind/connect stay allowed; everything
@@ -307,6 +364,43 @@ impl Confinement {
         may_spawn: bool,
         network: bool,
     ) -> Result<Confinement, SandboxError> {
+        #[cfg(target_os = "linux")]
+        {
+            Self::prepare_root(
+                policy,
+                support,
+                linux::WritableRoot::Path(scratch),
+                may_spawn,
+                network,
+            )
+        }
+        #[cfg(not(target_os = "linux"))]
+        {
+            let _ = (scratch, may_spawn, network);
+            Self::check_mode(policy, support)?;
+            Ok(Confinement {
+                enabled: policy.mode != Mode::Off,
+            })
+        }
+    }
+
+    fn check_mode(policy: &Policy, support: &Support) -> Result<(), SandboxError> {
+        if policy.mode == Mode::Require && (!support.filesystem() || !support.seccomp) {
+            return Err(SandboxError::Required(
+                support.missing(policy.mode).join("; "),
+            ));
+        }
+        Ok(())
+    }
+
+    #[cfg(target_os = "linux")]
+    fn prepare_root(
+        policy: &Policy,
+        support: &Support,
+        scratch: linux::WritableRoot<'_>,
+        may_spawn: bool,
+        network: bool,
+    ) -> Result<Confinement, SandboxError> {
         if policy.mode == Mode::Off {
             return Ok(Confinement {
                 enabled: false,
@@ -314,24 +408,12 @@ impl Confinement {
                 inner: linux::Prepared::default(),
             });
         }
-        if policy.mode == Mode::Require && (!support.filesystem() || !support.seccomp) {
-            return Err(SandboxError::Required(
-                support.missing(policy.mode).join("; "),
-            ));
-        }
-        #[cfg(target_os = "linux")]
-        {
-            let inner = linux::prepare(policy, support, scratch, may_spawn, network)?;
-            Ok(Confinement {
-                enabled: true,
-                inner,
-            })
-        }
-        #[cfg(not(target_os = "linux"))]
-        {
-            let _ = (scratch, may_spawn, network);
-            Ok(Confinement { enabled: true })
-        }
+        Self::check_mode(policy, support)?;
+        let inner = linux::prepare(policy, support, scratch, may_spawn, network)?;
+        Ok(Confinement {
+            enabled: true,
+            inner,
+        })
     }
 
     /// Confine the calling process. Call it in the forked child just before

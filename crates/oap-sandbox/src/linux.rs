@@ -10,7 +10,7 @@
 )]
 
 use std::collections::BTreeMap;
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
 use std::path::Path;
 
 use landlock::{
@@ -103,11 +103,25 @@ pub(crate) fn probe() -> Support {
         };
         (false, Some(why))
     };
+    let root = crate::process::is_root();
+    let scratch = crate::process::tmpfs_available().and_then(|()| {
+        if crate::process::child_can_unshare_mounts() {
+            Ok(())
+        } else {
+            Err("a private mount namespace is refused (e.g. systemd's RestrictNamespaces=)".into())
+        }
+    });
     Support {
         landlock_abi,
         landlock_unavailable,
         seccomp,
         seccomp_unavailable,
+        scratch_tmpfs: scratch.is_ok(),
+        scratch_tmpfs_unavailable: scratch.err(),
+        root,
+        call_users: root
+            && crate::process::range_mapped("uid_map")
+            && crate::process::range_mapped("gid_map"),
     }
 }
 
@@ -118,10 +132,17 @@ pub(crate) struct Prepared {
     filters: Vec<BpfProgram>,
 }
 
+/// The directory a tool may write below: a path, or the root of the
+/// call's tmpfs (a rule on the directory it covers would not reach inside).
+pub(crate) enum WritableRoot<'a> {
+    Path(&'a Path),
+    Mount(BorrowedFd<'a>),
+}
+
 pub(crate) fn prepare(
     policy: &Policy,
     support: &Support,
-    scratch: &Path,
+    scratch: WritableRoot<'_>,
     may_spawn: bool,
     network: bool,
 ) -> Result<Prepared, SandboxError> {
@@ -144,7 +165,7 @@ fn landlock_err(e: impl std::fmt::Display) -> SandboxError {
 
 fn landlock_ruleset(
     policy: &Policy,
-    scratch: &Path,
+    scratch: WritableRoot<'_>,
     network: bool,
 ) -> Result<Option<OwnedFd>, SandboxError> {
     let abi = WANTED_ABI;
@@ -189,10 +210,14 @@ fn landlock_ruleset(
             .add_rule(PathBeneath::new(fd, read_file | write_file))
             .map_err(landlock_err)?;
     }
-    let scratch_fd = PathFd::new(scratch).map_err(landlock_err)?;
-    created = created
-        .add_rule(PathBeneath::new(scratch_fd, AccessFs::from_all(abi)))
-        .map_err(landlock_err)?;
+    created = match scratch {
+        WritableRoot::Path(path) => {
+            let fd = PathFd::new(path).map_err(landlock_err)?;
+            created.add_rule(PathBeneath::new(fd, AccessFs::from_all(abi)))
+        }
+        WritableRoot::Mount(fd) => created.add_rule(PathBeneath::new(fd, AccessFs::from_all(abi))),
+    }
+    .map_err(landlock_err)?;
     Ok(created.into())
 }
 

@@ -2,6 +2,7 @@
 
 use crate::common;
 
+use std::os::fd::AsRawFd;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -519,5 +520,180 @@ async fn nonzero_exit_reports_stderr() {
     assert_eq!(
         out.content,
         "Error: invalid arguments: unterminated ' quote in arguments"
+    );
+}
+
+/// The daemon may hold descriptors it inherited without close-on-exec (a
+/// pipe from whatever started it): none of them reaches a tool.
+#[tokio::test]
+async fn inherited_descriptors_do_not_reach_the_tool() {
+    // pipe(2) without O_CLOEXEC, as a careless parent process leaves it.
+    let (read_end, write_end) = nix::unistd::pipe().unwrap();
+    let held = [read_end.as_raw_fd(), write_end.as_raw_fd()];
+    let e = exec_with(ExecPolicy {
+        sandbox: oap_sandbox::Policy {
+            // Only so that `ls` may list its own descriptors.
+            extra_read_paths: vec![PathBuf::from("/proc")],
+            ..sandbox()
+        },
+        ..ExecPolicy::default()
+    });
+    let out = e
+        .execute(
+            &tool("ls"),
+            Trust::Local,
+            &args(json!({"args": ["/proc/self/fd"]})),
+        )
+        .await;
+    assert!(out.ok, "{out:?}");
+    let fds: Vec<i32> = out.content.lines().map(|l| l.parse().unwrap()).collect();
+    // 0-2, and the directory `ls` itself opened to list them.
+    assert_eq!(
+        fds,
+        [0, 1, 2, 3],
+        "the daemon held {held:?}; the tool saw {fds:?}"
+    );
+    drop((read_end, write_end));
+}
+
+/// Many files, each within RLIMIT_FSIZE, add up past the scratch cap: the
+/// writes stop at the cap and the result says so.
+#[tokio::test]
+async fn scratch_writes_stop_at_the_cap() {
+    let support = oap_sandbox::Support::probe();
+    if !support.scratch_tmpfs {
+        eprintln!(
+            "SKIPPED (the watched cap is tested below): no tmpfs: {:?}",
+            support.scratch_tmpfs_unavailable
+        );
+        return;
+    }
+    let e = exec_with(ExecPolicy {
+        stdio_limits: StdioLimits {
+            max_scratch_bytes: 4 << 20,
+            ..StdioLimits::default()
+        },
+        sandbox: sandbox(),
+        ..ExecPolicy::default()
+    });
+    // 40 files of 1 MiB; `du` reports what the scratch directory holds.
+    let script = "i=0; while [ $i -lt 40 ]; do head -c 1048576 /dev/zero > f$i 2>/dev/null; \
+                  i=$((i+1)); done; du -sk .";
+    let out = e
+        .execute(&tool("sh"), Trust::Local, &args(json!({"args": ["-c", script]})))
+        .await;
+    let used_kib: u64 = out
+        .content
+        .split_whitespace()
+        .next()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no du figure: {out:?}"));
+    assert!(used_kib <= 4 * 1024, "{used_kib} KiB written: {out:?}");
+    assert!(
+        out.content.contains("reached its cap of 4194304 bytes"),
+        "{out:?}"
+    );
+}
+
+/// Where the daemon may not mount (not root), the scratch directory's size
+/// is watched: the tool is stopped past the cap and the result says so.
+#[tokio::test]
+async fn scratch_past_the_cap_is_stopped_without_a_tmpfs() {
+    let support = oap_sandbox::Support {
+        scratch_tmpfs: false,
+        ..oap_sandbox::Support::probe()
+    };
+    let e = exec_with(ExecPolicy {
+        stdio_limits: StdioLimits {
+            max_scratch_bytes: 4 << 20,
+            ..StdioLimits::default()
+        },
+        stdio_timeout: Duration::from_secs(5),
+        sandbox: sandbox(),
+        ..ExecPolicy::default()
+    })
+    .with_sandbox_support(support);
+    // Writes 1 MiB files for as long as it is let: only the cap stops it.
+    let script = "i=0; while :; do head -c 1048576 /dev/zero > f$i; i=$((i+1)); done";
+    let out = e
+        .execute(&tool("sh"), Trust::Local, &args(json!({"args": ["-c", script]})))
+        .await;
+    assert!(!out.ok, "{out:?}");
+    assert!(!out.content.contains("timed out"), "{out:?}");
+    assert!(
+        out.content.contains("reached its cap of 4194304 bytes"),
+        "{out:?}"
+    );
+}
+
+/// Processes whose command line is exactly `argv`.
+fn processes_running(argv: &[&str]) -> usize {
+    let want: Vec<u8> = argv.iter().flat_map(|a| [a.as_bytes(), b"\0"].concat()).collect();
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().bytes().all(|b| b.is_ascii_digit()))
+        .filter(|e| std::fs::read(e.path().join("cmdline")).is_ok_and(|c| c == want))
+        .filter(|e| {
+            let pid: u32 = e.file_name().to_string_lossy().parse().unwrap();
+            !process_gone(pid)
+        })
+        .count()
+}
+
+/// Root is exempt from RLIMIT_NPROC; a daemon running as root runs each
+/// tool as a uid of its own, so a tool allowed to spawn still stops at
+/// `max_processes`, and the kill at the end takes every one of them.
+#[tokio::test]
+async fn spawning_is_bounded_when_the_daemon_is_root() {
+    if !nix::unistd::geteuid().is_root() {
+        eprintln!("SKIPPED: not root; RLIMIT_NPROC binds the daemon's own user");
+        return;
+    }
+    let limit = 16;
+    let e = exec_with(ExecPolicy {
+        stdio_limits: StdioLimits {
+            max_processes: limit,
+            ..StdioLimits::default()
+        },
+        stdio_timeout: Duration::from_secs(3),
+        sandbox: sandbox(),
+        ..ExecPolicy::default()
+    });
+    // A distinctive command line, so that only this test's sleeps count.
+    let marker = ["sleep", "4242.5"];
+    let script = "id -u; i=0; while [ $i -lt 200 ]; do sleep 4242.5 & i=$((i+1)); done; \
+                  echo spawned $i; wait";
+    let a = args(json!({"args": ["-c", script]}));
+    let m = tool("sh");
+    let call = e.execute(&m, Trust::Local, &a);
+    tokio::pin!(call);
+    let mut most = 0;
+    let out = loop {
+        tokio::select! {
+            out = &mut call => break out,
+            _ = tokio::time::sleep(Duration::from_millis(10)) => {
+                most = most.max(processes_running(&marker));
+            }
+        }
+    };
+    assert!(!out.content.contains("spawned 200"), "{out:?}");
+    // The shell itself counts against the limit too.
+    assert!(most < limit as usize, "{most} sleeps at once: {out:?}");
+    let uid: u32 = out
+        .content
+        .split_whitespace()
+        .find_map(|w| w.parse().ok())
+        .unwrap_or_else(|| panic!("no uid: {out:?}"));
+    assert!(uid >= oap_sandbox::CALL_UID_BASE, "ran as uid {uid}");
+    for _ in 0..50 {
+        if processes_running(&marker) == 0 {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!(
+        "{} sleeps outlived the call",
+        processes_running(&marker)
     );
 }

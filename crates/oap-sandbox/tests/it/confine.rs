@@ -274,6 +274,7 @@ fn require_mode_refuses_when_a_protection_is_missing() {
         landlock_unavailable: Some("test".into()),
         seccomp: true,
         seccomp_unavailable: None,
+        ..support()
     };
     let policy = Policy {
         mode: Mode::Require,
