@@ -3,7 +3,10 @@
 //! and seccomp, so the model's arguments cannot turn an interpreter such as
 //! awk into a shell, read files or reach the network), its own process group
 //! that no descendant can leave, bounded output and a deadline after which
-//! the whole group is killed.
+//! the whole group is killed. No descriptor the daemon inherited reaches the
+//! tool; its scratch directory is capped in total bytes (a tmpfs when the
+//! daemon may mount, else watched every 50 ms); and under a root daemon it
+//! runs as a per-call uid, so `RLIMIT_NPROC` bounds its processes.
 
 use std::ffi::OsString;
 use std::fs;
@@ -519,15 +522,21 @@ impl Executor {
         } else {
             oap_sandbox::CallUser::next(support)
         };
-        let scratch = Arc::new(
-            oap_sandbox::Scratch::prepare(
-                support,
-                workdir.path(),
-                limits.max_scratch_bytes,
-                user,
-            )
-            .map_err(|e| spawn_err(std::io::Error::other(e.to_string())))?,
-        );
+        let cap = limits.max_scratch_bytes;
+        let scratch = match oap_sandbox::Scratch::prepare(support, workdir.path(), cap, user) {
+            Ok(scratch) => scratch,
+            Err(e) => {
+                // The watched cap still holds.
+                warn!(error = %e, "scratch tmpfs unavailable for this call");
+                let unmounted = oap_sandbox::Support {
+                    scratch_tmpfs: false,
+                    ..support.clone()
+                };
+                oap_sandbox::Scratch::prepare(&unmounted, workdir.path(), cap, user)
+                    .map_err(|e| spawn_err(std::io::Error::other(e.to_string())))?
+            }
+        };
+        let scratch = Arc::new(scratch);
         if let (Some(user), false) = (user, scratch.is_mounted()) {
             std::os::unix::fs::chown(workdir.path(), Some(user.uid()), Some(user.uid()))
                 .map_err(spawn_err)?;
@@ -654,7 +663,8 @@ impl Executor {
         let scratch_capped = match scratch_watch {
             Some((task, tripped)) => {
                 task.abort();
-                tripped.load(Ordering::SeqCst) || scratch_over(workdir.path(), limits.max_scratch_bytes)
+                tripped.load(Ordering::SeqCst)
+                    || scratch_over(workdir.path(), limits.max_scratch_bytes)
             }
             None => scratch.is_full(),
         };

@@ -19,6 +19,17 @@
 //!   start processes, no `fork`/`clone` of new processes either — which takes
 //!   `system()` away from awk and the `e` command away from sed.
 //!
+//! Beside the confinement, the child gets what bounds it as a process
+//! (module `process`): every descriptor above stderr is closed at exec
+//! ([`InheritedFds`], `close_range`, else a walk of `/proc/self/fd`, else
+//! up to the descriptor limit); the call's scratch directory is a tmpfs of
+//! the configured size in a private mount namespace when the daemon may
+//! mount ([`Scratch`]: root with `CAP_SYS_ADMIN`; elsewhere the executor
+//! watches its size); and a daemon running as root runs each tool as an
+//! unprivileged uid of its own ([`CallUser`]), since root is exempt from
+//! `RLIMIT_NPROC`. Mounting and the change of user happen before the
+//! seccomp filter, which refuses both to the tool.
+//!
 //! [`Support::probe`] asks the kernel what it offers without changing the
 //! calling process; [`Confinement::prepare`] does every allocation and path
 //! lookup in the parent; [`Confinement::enter`] runs in the forked child and
@@ -34,9 +45,7 @@ mod linux;
 mod process;
 
 #[cfg(target_os = "linux")]
-pub use process::{
-    CallUser, InheritedFds, Scratch, ScratchError, CALL_UID_BASE, CALL_UID_COUNT,
-};
+pub use process::{CallUser, InheritedFds, Scratch, ScratchError, CALL_UID_BASE, CALL_UID_COUNT};
 
 /// How strictly stdio tools are confined.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -284,9 +293,8 @@ impl Support {
                 .into()
         });
         if self.call_users {
-            active.push(
-                "per-call unprivileged uid (the daemon is root): RLIMIT_NPROC binds".into(),
-            );
+            active
+                .push("per-call unprivileged uid (the daemon is root): RLIMIT_NPROC binds".into());
         }
         active
     }

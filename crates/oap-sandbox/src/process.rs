@@ -95,10 +95,15 @@ impl InheritedFds {
         if mark_listed_fds().is_ok() {
             return Ok(());
         }
-        for fd in 3..self.walk_limit {
-            set_cloexec(fd);
-        }
+        mark_fds_below(self.walk_limit);
         Ok(())
+    }
+}
+
+/// The last resort: every number from 3 up to `limit`.
+fn mark_fds_below(limit: libc::c_int) {
+    for fd in 3..limit {
+        set_cloexec(fd);
     }
 }
 
@@ -160,7 +165,9 @@ fn mark_listed_fds() -> io::Result<()> {
                     digits = 0;
                     break;
                 }
-                fd = fd.saturating_mul(10).saturating_add(libc::c_int::from(b - b'0'));
+                fd = fd
+                    .saturating_mul(10)
+                    .saturating_add(libc::c_int::from(b - b'0'));
                 digits += 1;
             }
             if digits > 0 && fd > 2 && fd != dir {
@@ -225,10 +232,15 @@ impl CallUser {
 /// Whether `[CALL_UID_BASE, CALL_UID_BASE + CALL_UID_COUNT)` is mapped in
 /// this process's user namespace, for uids (`map` = `uid_map`) or gids.
 pub(crate) fn range_mapped(map: &str) -> bool {
-    let Ok(text) = std::fs::read_to_string(Path::new("/proc/self").join(map)) else {
+    match std::fs::read_to_string(Path::new("/proc/self").join(map)) {
+        Ok(text) => map_covers_call_range(&text),
         // No /proc: assume the initial namespace, where every id exists.
-        return true;
-    };
+        Err(_) => true,
+    }
+}
+
+/// Whether an id map (`inside outside count` lines) covers the range.
+fn map_covers_call_range(text: &str) -> bool {
     let want_end = u64::from(CALL_UID_BASE) + u64::from(CALL_UID_COUNT);
     text.lines().any(|line| {
         let mut fields = line.split_whitespace().map(str::parse::<u64>);
@@ -481,9 +493,66 @@ pub(crate) fn tmpfs_available() -> Result<(), String> {
     match tmpfs(1 << 20, None) {
         Ok(_) => Ok(()),
         Err(e) => Err(match e.error.raw_os_error() {
-            Some(libc::EPERM) => "the daemon may not mount (it needs CAP_SYS_ADMIN, i.e. root)".into(),
+            Some(libc::EPERM) => {
+                "the daemon may not mount (it needs CAP_SYS_ADMIN, i.e. root)".into()
+            }
             Some(libc::ENOSYS) => "the kernel lacks the mount API (Linux 5.2+)".into(),
             _ => e.to_string(),
         }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn inheritable_pipe() -> [libc::c_int; 2] {
+        let mut fds = [0; 2];
+        // SAFETY: pipe writes two descriptors into the array.
+        assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+        fds
+    }
+
+    fn cloexec(fd: libc::c_int) -> bool {
+        // SAFETY: F_GETFD on a descriptor this test owns.
+        unsafe { libc::fcntl(fd, libc::F_GETFD) & libc::FD_CLOEXEC != 0 }
+    }
+
+    fn close(fds: [libc::c_int; 2]) {
+        for fd in fds {
+            // SAFETY: descriptors this test opened, closed once.
+            unsafe { libc::close(fd) };
+        }
+    }
+
+    // The fallbacks for kernels without close_range(CLOSE_RANGE_CLOEXEC),
+    // run in this process: they only add close-on-exec, which no test
+    // here depends on being absent.
+    #[test]
+    fn the_proc_walk_marks_an_inherited_pipe() {
+        let fds = inheritable_pipe();
+        assert!(!cloexec(fds[0]) && !cloexec(fds[1]));
+        mark_listed_fds().unwrap();
+        assert!(cloexec(fds[0]) && cloexec(fds[1]));
+        close(fds);
+    }
+
+    #[test]
+    fn the_walk_up_to_the_limit_marks_an_inherited_pipe() {
+        let fds = inheritable_pipe();
+        mark_fds_below(InheritedFds::prepare().walk_limit.min(65_536));
+        assert!(cloexec(fds[0]) && cloexec(fds[1]));
+        close(fds);
+    }
+
+    #[test]
+    fn id_maps() {
+        assert!(map_covers_call_range("         0          0 4294967295\n"));
+        // A rootless container: 65536 ids.
+        assert!(!map_covers_call_range("0 1000 1\n1 100000 65536\n"));
+        assert!(map_covers_call_range(&format!(
+            "0 0 1\n{CALL_UID_BASE} 5000000 {CALL_UID_COUNT}\n"
+        )));
+        assert!(!map_covers_call_range(""));
     }
 }

@@ -121,6 +121,10 @@ impl ExecRunner {
                 extra_read_paths: tools.sandbox_read_paths.clone(),
                 spawn_programs: tools.sandbox_spawn.clone(),
             },
+            stdio_limits: oap_exec::StdioLimits {
+                max_scratch_bytes: tools.max_scratch_bytes,
+                ..oap_exec::StdioLimits::default()
+            },
             ..ExecPolicy::default()
         };
         let mut executor = Executor::new(policy).context("tool executor")?;

@@ -580,7 +580,11 @@ async fn scratch_writes_stop_at_the_cap() {
     let script = "i=0; while [ $i -lt 40 ]; do head -c 1048576 /dev/zero > f$i 2>/dev/null; \
                   i=$((i+1)); done; du -sk .";
     let out = e
-        .execute(&tool("sh"), Trust::Local, &args(json!({"args": ["-c", script]})))
+        .execute(
+            &tool("sh"),
+            Trust::Local,
+            &args(json!({"args": ["-c", script]})),
+        )
         .await;
     let used_kib: u64 = out
         .content
@@ -616,7 +620,11 @@ async fn scratch_past_the_cap_is_stopped_without_a_tmpfs() {
     // Writes 1 MiB files for as long as it is let: only the cap stops it.
     let script = "i=0; while :; do head -c 1048576 /dev/zero > f$i; i=$((i+1)); done";
     let out = e
-        .execute(&tool("sh"), Trust::Local, &args(json!({"args": ["-c", script]})))
+        .execute(
+            &tool("sh"),
+            Trust::Local,
+            &args(json!({"args": ["-c", script]})),
+        )
         .await;
     assert!(!out.ok, "{out:?}");
     assert!(!out.content.contains("timed out"), "{out:?}");
@@ -628,11 +636,19 @@ async fn scratch_past_the_cap_is_stopped_without_a_tmpfs() {
 
 /// Processes whose command line is exactly `argv`.
 fn processes_running(argv: &[&str]) -> usize {
-    let want: Vec<u8> = argv.iter().flat_map(|a| [a.as_bytes(), b"\0"].concat()).collect();
+    let want: Vec<u8> = argv
+        .iter()
+        .flat_map(|a| [a.as_bytes(), b"\0"].concat())
+        .collect();
     std::fs::read_dir("/proc")
         .unwrap()
         .flatten()
-        .filter(|e| e.file_name().to_string_lossy().bytes().all(|b| b.is_ascii_digit()))
+        .filter(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .bytes()
+                .all(|b| b.is_ascii_digit())
+        })
         .filter(|e| std::fs::read(e.path().join("cmdline")).is_ok_and(|c| c == want))
         .filter(|e| {
             let pid: u32 = e.file_name().to_string_lossy().parse().unwrap();
@@ -692,8 +708,5 @@ async fn spawning_is_bounded_when_the_daemon_is_root() {
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    panic!(
-        "{} sleeps outlived the call",
-        processes_running(&marker)
-    );
+    panic!("{} sleeps outlived the call", processes_running(&marker));
 }

@@ -67,7 +67,7 @@ config_keys! {
     ollama { base_url, timeout, chat_deadline, max_request_bytes, ca_file, api_key }
     tools {
         credentials_file, ca_file, allow_private, stdio_dirs, max_result_chars, max_response_bytes,
-        max_parallel, sandbox, sandbox_read_paths, sandbox_spawn,
+        max_parallel, sandbox, sandbox_read_paths, sandbox_spawn, max_scratch_bytes,
     }
     log { level, format }
     crawler {

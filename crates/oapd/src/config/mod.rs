@@ -701,6 +701,9 @@ pub struct ToolsConfig {
     /// Programs (command names) allowed to start processes inside the
     /// sandbox; every other tool is refused fork/clone.
     pub sandbox_spawn: Vec<String>,
+    /// Total bytes a local tool may write in its scratch directory (a
+    /// tmpfs of this size when the daemon runs as root, else watched).
+    pub max_scratch_bytes: u64,
 }
 
 impl Default for ToolsConfig {
@@ -720,6 +723,7 @@ impl Default for ToolsConfig {
             sandbox: SandboxMode::Auto,
             sandbox_read_paths: Vec::new(),
             sandbox_spawn: vec!["man".to_owned()],
+            max_scratch_bytes: oap_exec::StdioLimits::default().max_scratch_bytes,
         }
     }
 }

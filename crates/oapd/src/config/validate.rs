@@ -302,6 +302,14 @@ fn tools(c: &mut Checker, tools: &ToolsConfig) {
         1024 * 1024 * 1024,
     );
     c.range("tools.max_parallel", tools.max_parallel, 1, 64);
+    // At least 1 MiB so that ordinary tools have room; at most 16 GiB, which
+    // a tmpfs would take from memory.
+    c.range(
+        "tools.max_scratch_bytes",
+        tools.max_scratch_bytes,
+        1 << 20,
+        16 << 30,
+    );
     for (i, range) in tools.allow_private.iter().enumerate() {
         if range.parse::<oap_exec::Cidr>().is_err() {
             c.fail(

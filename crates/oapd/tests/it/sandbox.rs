@@ -294,3 +294,46 @@ fn require_mode_is_reported_and_off_mode_is_loud() {
         daemon.log_text()
     );
 }
+
+/// A descriptor the daemon inherited without close-on-exec (here a pipe
+/// this test holds when it starts the daemon) never reaches a tool.
+#[test]
+fn inherited_descriptors_stop_at_the_daemon() {
+    // pipe(2) without O_CLOEXEC, as a careless parent process leaves it.
+    let (read_end, write_end) = nix::unistd::pipe().unwrap();
+    // /proc is readable only so that perl can list its own descriptors.
+    let answer = run_perl(
+        "opendir(my $d, q(/proc/self/fd)) or die; \
+         print join(q( ), sort { $a <=> $b } grep { /^\\d+$/ } readdir($d))",
+        "tools:\n  sandbox_read_paths: [/proc]\n",
+    );
+    drop((read_end, write_end));
+    // 0-2, and the directory perl opened to list them.
+    assert_eq!(answer.trim(), "0 1 2 3", "{answer}");
+}
+
+/// `tools.max_scratch_bytes` caps what a tool writes in all, across files
+/// each within the per-file limit, and the result says the cap was hit.
+#[test]
+fn scratch_writes_stop_at_the_configured_cap() {
+    let cap = 4 << 20;
+    let answer = run_perl(
+        "my $s = q(x) x 1048576; \
+         for my $i (1..40) { open(my $f, q(>), qq(f$i)) or last; print $f $s; close($f) or last } \
+         my $t = 0; $t += -s for glob(q(f*)); print qq(total $t\\n)",
+        &format!("tools:\n  max_scratch_bytes: {cap}\n"),
+    );
+    assert!(
+        answer.contains(&format!("reached its cap of {cap} bytes")),
+        "{answer}"
+    );
+    if oap_sandbox::Support::probe().scratch_tmpfs {
+        let total: u64 = answer
+            .split_whitespace()
+            .skip_while(|w| *w != "total")
+            .nth(1)
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("no total: {answer}"));
+        assert!(total <= cap, "{total} bytes written: {answer}");
+    }
+}
