@@ -232,8 +232,17 @@ impl CallUser {
 /// Whether `[CALL_UID_BASE, CALL_UID_BASE + CALL_UID_COUNT)` is mapped in
 /// this process's user namespace, for uids (`map` = `uid_map`) or gids.
 pub(crate) fn range_mapped(map: &str) -> bool {
-    match std::fs::read_to_string(Path::new("/proc/self").join(map)) {
-        Ok(text) => map_covers_call_range(&text),
+    use std::io::Read;
+    // An id map has at most 340 lines of three numbers: 64 KiB is ample.
+    let mut text = String::new();
+    #[allow(
+        clippy::disallowed_methods,
+        reason = "the reader is take(64 KiB): capped"
+    )]
+    let read = std::fs::File::open(Path::new("/proc/self").join(map))
+        .and_then(|f| f.take(64 * 1024).read_to_string(&mut text));
+    match read {
+        Ok(_) => map_covers_call_range(&text),
         // No /proc: assume the initial namespace, where every id exists.
         Err(_) => true,
     }
