@@ -3,10 +3,12 @@ use them against Ollama. The model is scripted; the tools are real (the
 bundled `wc` manifest runs coreutils wc)."""
 
 import json
+import os
 import re
 import subprocess
 import urllib.error
 import urllib.request
+from pathlib import Path
 
 import ollama
 import openai
@@ -401,7 +403,7 @@ def test_ollama_think_and_format_the_way_home_assistant_sends_them(oapd, fake):
 
 OPERATOR_TOKEN = "clients-suite-operator-token-0123456789"
 CLIENT_TOKEN = "ha-client-token-0123456789abcdef"
-HA_PYTHON = REPO / "target" / "ha-venv" / "bin" / "python"
+HA_PYTHON = Path(os.environ.get("OAPD_HA_VENV", REPO / "target" / "ha-venv")) / "bin" / "python"
 
 
 @pytest.fixture(scope="module")
@@ -463,6 +465,7 @@ def test_ollama_client_carries_a_client_token_in_its_base_url(guarded, fake):
 # streamed chat (its agents), all under the token-prefixed base URL.
 HA_CALLS = r"""
 import asyncio, json, sys
+from importlib.metadata import version
 import ollama
 from ollama._client import _parse_host
 from homeassistant.helpers import config_validation as cv
@@ -476,7 +479,7 @@ async def main():
     parts = [p async for p in await client.chat(
         model="qwen3:4b", messages=[{"role": "user", "content": "hi"}], stream=True, keep_alive="-1s")]
     print(json.dumps({
-        "version": ollama._client.__version__,
+        "version": version("ollama"),
         "url": url,
         "models": models,
         "pulled": pulled[-1],

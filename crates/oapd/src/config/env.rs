@@ -278,9 +278,7 @@ impl EnvValue for super::ClientList {
         // The value holds tokens: the error names the problem, never the text.
         serde_json::from_str(raw).map_err(|err| {
             let problem = match err.classify() {
-                serde_json::error::Category::Syntax | serde_json::error::Category::Io => {
-                    "not JSON"
-                }
+                serde_json::error::Category::Syntax | serde_json::error::Category::Io => "not JSON",
                 serde_json::error::Category::Eof => "JSON that ends early",
                 serde_json::error::Category::Data => "a value of the wrong shape",
             };

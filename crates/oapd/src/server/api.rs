@@ -350,7 +350,7 @@ impl Api {
         let path = request.uri().path().to_string();
         let caller = match self.caller(&request) {
             Ok(caller) => caller,
-            Err(refusal) => return refusal,
+            Err(refusal) => return refusal.response(),
         };
         if let Caller::Client(client) = &caller {
             crate::metrics::get().client_request(&client.name);
@@ -536,13 +536,10 @@ impl Api {
     /// no token is configured or a `server.trusted_clients` address. A
     /// path prefix that names no client is refused even where no token is
     /// needed: the URL the client was given is wrong, and it should say so.
-    fn caller(&self, request: &Request<Incoming>) -> Result<Caller, Response<Body>> {
+    fn caller(&self, request: &Request<Incoming>) -> Result<Caller, Unauthorized> {
         let from_path = request.extensions().get::<PathClient>();
         if let Some(PathClient::Unknown) = from_path {
-            return Err(unauthorized(
-                "the URL's /c/<token> prefix holds no token of server.clients; \
-                 copy the client's URL again from the config",
-            ));
+            return Err(Unauthorized::UnknownPrefix);
         }
         if self.carries_token(request) {
             return Ok(Caller::Operator);
@@ -558,13 +555,9 @@ impl Api {
         if self.settings.auth_token.is_none() || self.trusted_address(request) {
             return Ok(Caller::Unnamed);
         }
-        if Route::of(request.uri().path()) == Route::Ui {
-            // A browser asks the operator for Basic credentials.
-            return Err(super::ui::unauthorized());
-        }
-        Err(unauthorized(
-            "missing or wrong bearer token (Authorization: Bearer <token>)",
-        ))
+        Err(Unauthorized::NoToken {
+            page: Route::of(request.uri().path()) == Route::Ui,
+        })
     }
 
     /// Whether the request comes from a `server.trusted_clients` address.
@@ -843,13 +836,33 @@ enum PathClient {
     Unknown,
 }
 
-/// A 401 with `message`, asking for a bearer token.
-fn unauthorized(message: &'static str) -> Response<Body> {
-    let mut response = http::error(StatusCode::UNAUTHORIZED, message);
-    response
-        .headers_mut()
-        .insert("www-authenticate", HeaderValue::from_static("Bearer"));
-    response
+/// Why [`Api::caller`] refuses a request (401).
+enum Unauthorized {
+    /// A `/c/<token>` prefix whose token is no client's.
+    UnknownPrefix,
+    /// No token, or a wrong one; `page`: on the status page.
+    NoToken { page: bool },
+}
+
+impl Unauthorized {
+    fn response(self) -> Response<Body> {
+        let message = match self {
+            // A browser asks the operator for Basic credentials.
+            Unauthorized::NoToken { page: true } => return super::ui::unauthorized(),
+            Unauthorized::NoToken { page: false } => {
+                "missing or wrong bearer token (Authorization: Bearer <token>)"
+            }
+            Unauthorized::UnknownPrefix => {
+                "the URL's /c/<token> prefix holds no token of server.clients; \
+                 copy the client's URL again from the config"
+            }
+        };
+        let mut response = http::error(StatusCode::UNAUTHORIZED, message);
+        response
+            .headers_mut()
+            .insert("www-authenticate", HeaderValue::from_static("Bearer"));
+        response
+    }
 }
 
 /// A 403 naming the client, the route and what would open it.
@@ -865,9 +878,7 @@ fn out_of_scope(client: &Client, path: &str, scope: Option<Scope>) -> Response<B
         ),
         None => format!(
             "client {:?} may use {} routes only; {} needs the operator's token (server.auth_token)",
-            &*client.name,
-            holds,
-            path
+            &*client.name, holds, path
         ),
     };
     http::error(StatusCode::FORBIDDEN, message)

@@ -332,7 +332,10 @@ mod tests {
         assert_eq!(split_client_prefix("/c/"), Some(("", "/")));
         assert_eq!(split_client_prefix("/c"), None);
         assert_eq!(split_client_prefix("/api/c/tok"), None);
-        assert_eq!(routed_path("/c/x/v1/chat/completions"), "/v1/chat/completions");
+        assert_eq!(
+            routed_path("/c/x/v1/chat/completions"),
+            "/v1/chat/completions"
+        );
         assert_eq!(routed_path("/api/tags"), "/api/tags");
     }
 
@@ -340,7 +343,11 @@ mod tests {
     fn a_client_is_found_by_its_token_in_either_scheme() {
         let clients = [
             Arc::new(Client::new("ha", "ha-token-0123456789", vec![Scope::Chat])),
-            Arc::new(Client::new("cli", "cli-token-012345678", vec![Scope::Passthrough])),
+            Arc::new(Client::new(
+                "cli",
+                "cli-token-012345678",
+                vec![Scope::Passthrough],
+            )),
         ];
         let found = client_with_token(&clients, b"cli-token-012345678").unwrap();
         assert_eq!(&*found.name, "cli");
@@ -351,7 +358,9 @@ mod tests {
         // "ha:ha-token-0123456789", as a URL's user info becomes.
         let basic = headers(&[("authorization", "Basic aGE6aGEtdG9rZW4tMDEyMzQ1Njc4OQ==")]);
         assert_eq!(
-            &*client_in_headers(&basic, &Method::GET, &clients).unwrap().name,
+            &*client_in_headers(&basic, &Method::GET, &clients)
+                .unwrap()
+                .name,
             "ha"
         );
         assert!(!format!("{:?}", clients[0]).contains("ha-token"));

@@ -265,7 +265,11 @@ fn build_api(
                         .iter()
                         .filter_map(|name| super::auth::Scope::from_name(name))
                         .collect();
-                    Arc::new(super::auth::Client::new(&client.name, &client.token, scopes))
+                    Arc::new(super::auth::Client::new(
+                        &client.name,
+                        &client.token,
+                        scopes,
+                    ))
                 })
                 .collect(),
         },

@@ -66,7 +66,12 @@ fn post_json(daemon: &Daemon, path: &str, headers: &[(&str, &str)]) -> support::
 fn requests_listing(daemon: &Daemon, client: &str) -> String {
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
-        let response = daemon.request("GET", "/v1/requests", &[("Authorization", &operator())], b"");
+        let response = daemon.request(
+            "GET",
+            "/v1/requests",
+            &[("Authorization", &operator())],
+            b"",
+        );
         assert_eq!(response.status, 200, "{}", response.error());
         let body = response.json();
         if body["requests"]
@@ -77,7 +82,10 @@ fn requests_listing(daemon: &Daemon, client: &str) -> String {
         {
             return body.to_string();
         }
-        assert!(Instant::now() < deadline, "no request of {client}: {body:#}");
+        assert!(
+            Instant::now() < deadline,
+            "no request of {client}: {body:#}"
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
 }
@@ -115,7 +123,9 @@ fn a_path_prefix_carries_the_client_token_which_goes_no_further_than_oapd() {
         assert!(paths.contains(&path), "{path} not forwarded: {paths:?}");
     }
     assert_eq!(
-        upstream.fake.requests_to("/api/version")[0].query.as_deref(),
+        upstream.fake.requests_to("/api/version")[0]
+            .query
+            .as_deref(),
         Some("x=1")
     );
     let upstream_text = serde_json::to_string(&seen).unwrap();
@@ -180,10 +190,7 @@ fn bearer_and_basic_carry_a_client_token_too() {
     assert_eq!(answer.status, 200, "{}", answer.error());
     // A URL's user info `http://ha:<token>@board:8300`, as HTTP clients
     // send it: Basic credentials with the token as the password.
-    let basic = format!(
-        "Basic {}",
-        base64(format!("ha:{HA_TOKEN}").as_bytes())
-    );
+    let basic = format!("Basic {}", base64(format!("ha:{HA_TOKEN}").as_bytes()));
     let answer = daemon.request("GET", "/api/tags", &[("Authorization", &basic)], b"");
     assert_eq!(answer.status, 200, "{}", answer.error());
     // The user name does not matter; a wrong password does.
@@ -233,7 +240,12 @@ fn a_client_token_opens_its_scopes_route_families_and_never_the_operators() {
     let models = daemon.request("GET", &format!("{lister}/v1/models"), &[], b"");
     assert_eq!(models.status, 200, "{}", models.error());
     let chats_before = upstream.fake.requests_to("/api/chat").len();
-    for path in ["/api/chat", "/v1/chat/completions", "/v1/chat", "/v1/responses"] {
+    for path in [
+        "/api/chat",
+        "/v1/chat/completions",
+        "/v1/chat",
+        "/v1/responses",
+    ] {
         let refused = post_json(&daemon, &format!("{lister}{path}"), &[]);
         assert_eq!(refused.status, 403, "{path}");
         assert!(refused.error().contains("\"chat\""), "{}", refused.error());
@@ -248,12 +260,19 @@ fn a_client_token_opens_its_scopes_route_families_and_never_the_operators() {
         br#"{"url": "http://127.0.0.1:9/.well-known/oap.json"}"#,
     );
     assert_eq!(register.status, 403, "{}", register.error());
-    assert!(register.error().contains("server.auth_token"), "{}", register.error());
+    assert!(
+        register.error().contains("server.auth_token"),
+        "{}",
+        register.error()
+    );
     let bearer = format!("Bearer {HA_TOKEN}");
     let register = daemon.request(
         "POST",
         "/v1/manifests/register",
-        &[("Authorization", &bearer), ("Content-Type", "application/json")],
+        &[
+            ("Authorization", &bearer),
+            ("Content-Type", "application/json"),
+        ],
         br#"{"url": "http://127.0.0.1:9/.well-known/oap.json"}"#,
     );
     assert_eq!(register.status, 403, "{}", register.error());
@@ -276,7 +295,12 @@ fn a_client_token_opens_its_scopes_route_families_and_never_the_operators() {
         );
     }
     // The operator's token still opens them.
-    let listing = daemon.request("GET", "/v1/requests", &[("Authorization", &operator())], b"");
+    let listing = daemon.request(
+        "GET",
+        "/v1/requests",
+        &[("Authorization", &operator())],
+        b"",
+    );
     assert_eq!(listing.status, 200);
 }
 
@@ -393,7 +417,10 @@ fn client_entries_are_checked_naming_the_key_and_never_printed() {
     let path = dir.path().join("config.yaml");
     std::fs::write(
         &path,
-        format!("server:\n  auth_token: {OPERATOR:?}\n  clients:{}\n", clients_yaml()),
+        format!(
+            "server:\n  auth_token: {OPERATOR:?}\n  clients:{}\n",
+            clients_yaml()
+        ),
     )
     .unwrap();
     let output = support::oapd()
@@ -402,7 +429,11 @@ fn client_entries_are_checked_naming_the_key_and_never_printed() {
         .output()
         .unwrap();
     let shown = String::from_utf8_lossy(&output.stdout).into_owned();
-    assert!(output.status.success(), "{shown}{}", String::from_utf8_lossy(&output.stderr));
+    assert!(
+        output.status.success(),
+        "{shown}{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
     assert!(shown.contains("home-assistant"), "{shown}");
     for token in [HA_TOKEN, CHAT_TOKEN, LIST_TOKEN, OPERATOR] {
         assert!(!shown.contains(token), "{shown}");
@@ -416,13 +447,20 @@ fn client_entries_are_checked_naming_the_key_and_never_printed() {
         .output()
         .unwrap();
     let shown = String::from_utf8_lossy(&output.stdout).into_owned();
-    assert!(output.status.success(), "{shown}{}", String::from_utf8_lossy(&output.stderr));
+    assert!(
+        output.status.success(),
+        "{shown}{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
     assert!(shown.contains("from-env"), "{shown}");
     assert!(!shown.contains(HA_TOKEN), "{shown}");
     // A malformed value is refused without echoing it.
     let output = support::oapd()
         .arg("config")
-        .env("OAP_SERVER_CLIENTS", format!("[{{\"name\": \"x\", \"token\": {HA_TOKEN:?}"))
+        .env(
+            "OAP_SERVER_CLIENTS",
+            format!("[{{\"name\": \"x\", \"token\": {HA_TOKEN:?}"),
+        )
         .output()
         .unwrap();
     let err = String::from_utf8_lossy(&output.stderr).into_owned();
@@ -436,7 +474,10 @@ fn base64(bytes: &[u8]) -> String {
     const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
     let mut out = String::new();
     for chunk in bytes.chunks(3) {
-        let n = chunk.iter().enumerate().fold(0u32, |acc, (i, &b)| acc | (u32::from(b) << (16 - 8 * i)));
+        let n = chunk
+            .iter()
+            .enumerate()
+            .fold(0u32, |acc, (i, &b)| acc | (u32::from(b) << (16 - 8 * i)));
         for i in 0..4 {
             if i <= chunk.len() {
                 out.push(char::from(ALPHABET[((n >> (18 - 6 * i)) & 63) as usize]));
