@@ -3,10 +3,18 @@ use them against Ollama. The model is scripted; the tools are real (the
 bundled `wc` manifest runs coreutils wc)."""
 
 import json
+import os
+import re
+import subprocess
+import urllib.error
+import urllib.request
+from pathlib import Path
 
 import ollama
 import openai
 import pytest
+
+from conftest import REPO, http_json, launch_oapd
 
 TASK = "count the words in this text: one two three four"
 WC_CALL = {"name": "oap_wc", "arguments": {"args": "-w", "stdin": "one two three four"}}
@@ -389,3 +397,114 @@ def test_ollama_think_and_format_the_way_home_assistant_sends_them(oapd, fake):
     assert sent[2]["format"] == schema
     # The thinking of the call stays with it in the next round.
     assert sent[1]["messages"][-2]["thinking"] == "Counting needs wc. "
+
+
+# ---- a client token in the base URL (server.clients) ----------------------
+
+OPERATOR_TOKEN = "clients-suite-operator-token-0123456789"
+CLIENT_TOKEN = "ha-client-token-0123456789abcdef"
+HA_PYTHON = Path(os.environ.get("OAPD_HA_VENV", REPO / "target" / "ha-venv")) / "bin" / "python"
+
+
+@pytest.fixture(scope="module")
+def guarded(fake):
+    """oapd with the operator's token and a client token for Home Assistant;
+    127.0.0.1 is not trusted, so every request needs one of them."""
+    process, url = launch_oapd(
+        fake.url,
+        server_config=f"  auth_token: {OPERATOR_TOKEN}\n"
+        f"  clients:\n    - {{name: home-assistant, token: {CLIENT_TOKEN}, scopes: [chat, passthrough]}}\n",
+        token=OPERATOR_TOKEN,
+    )
+    yield url
+    process.terminate()
+    process.wait(timeout=20)
+
+
+def no_token_upstream(fake):
+    everything = json.dumps(http_json("GET", f"{fake.url}/_fake/requests"))
+    assert CLIENT_TOKEN not in everything and OPERATOR_TOKEN not in everything
+
+
+def test_ollama_client_carries_a_client_token_in_its_base_url(guarded, fake):
+    fake.turns({"chunks": [{"tool_calls": [WC_CALL]}]}, ECHO_TOOL)
+    client = ollama.Client(host=f"{guarded}/c/{CLIENT_TOKEN}")
+    assert "qwen3:4b" in [m.model for m in client.list().models]
+    assert "tools" in client.show("qwen3:4b").capabilities
+    parts = list(client.chat(model="qwen3:4b", messages=[{"role": "user", "content": TASK}], stream=True))
+    assert "4" in "".join(p.message.content or "" for p in parts)
+    assert list(client.pull("qwen3:4b", stream=True))[-1].status == "success"
+    assert fake.requests("/api/tags") and fake.requests("/api/pull")
+    no_token_upstream(fake)
+    # Without it the same client is refused; with a wrong one, told so.
+    with pytest.raises(ollama.ResponseError) as refused:
+        ollama.Client(host=guarded).list()
+    assert refused.value.status_code == 401
+    with pytest.raises(ollama.ResponseError) as refused:
+        ollama.Client(host=f"{guarded}/c/not-the-token-0123456789").list()
+    assert refused.value.status_code == 401 and "/c/<token>" in str(refused.value)
+    # The client token registers nothing: that is the operator's.
+    request = urllib.request.Request(
+        f"{guarded}/c/{CLIENT_TOKEN}/v1/manifests/register",
+        data=json.dumps({"url": "http://127.0.0.1:9/.well-known/oap.json"}).encode(),
+        headers={"Content-Type": "application/json"},
+        method="POST",
+    )
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(request, timeout=10)
+    assert refused.value.code == 403
+    # The chat's record names the client.
+    recent = http_json("GET", f"{guarded}/v1/requests", token=OPERATOR_TOKEN)["requests"]
+    assert recent and all(r.get("client") == "home-assistant" for r in recent)
+    assert CLIENT_TOKEN not in json.dumps(recent)
+
+
+# Home Assistant's own calls, with the `ollama` package at the version HA
+# pins and HA's URL check, in HA's venv: the config flow's URL validation,
+# then list (config flow and set-up), pull (a missing model) and a
+# streamed chat (its agents), all under the token-prefixed base URL.
+HA_CALLS = r"""
+import asyncio, json, sys
+from importlib.metadata import version
+import ollama
+from ollama._client import _parse_host
+from homeassistant.helpers import config_validation as cv
+
+url = cv.url(sys.argv[1])
+
+async def main():
+    client = ollama.AsyncClient(host=url)
+    models = [m.model for m in (await client.list()).models]
+    pulled = [p.status async for p in await client.pull("qwen3:4b", stream=True)]
+    parts = [p async for p in await client.chat(
+        model="qwen3:4b", messages=[{"role": "user", "content": "hi"}], stream=True, keep_alive="-1s")]
+    print(json.dumps({
+        "version": version("ollama"),
+        "url": url,
+        "models": models,
+        "pulled": pulled[-1],
+        "text": "".join(p.message.content or "" for p in parts),
+        "userinfo_kept": "@" in _parse_host("http://ha:secret@127.0.0.1:8300"),
+    }))
+
+asyncio.run(main())
+"""
+
+
+@pytest.mark.skipif(not HA_PYTHON.is_file(), reason="target/ha-venv missing: `cargo xtask test` makes it")
+def test_home_assistants_pinned_ollama_client_keeps_the_prefix_on_every_call(guarded, fake):
+    fake.turns({"chunks": [{"content": "Hello "}, {"content": "from the board."}]})
+    base = f"{guarded}/c/{CLIENT_TOKEN}"
+    done = subprocess.run([str(HA_PYTHON), "-c", HA_CALLS, base], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    pin = re.search(r"^ollama==(\S+)", (REPO / "tests/python/home-assistant.txt").read_text(), re.M).group(1)
+    assert seen["version"] == pin
+    assert seen["url"] == base
+    assert "qwen3:4b" in seen["models"]
+    assert seen["pulled"] == "success"
+    assert seen["text"] == "Hello from the board."
+    # Why the token goes in the path: the client drops a URL's user info.
+    assert seen["userinfo_kept"] is False
+    assert fake.requests("/api/tags") and fake.requests("/api/pull") and fake.requests("/api/chat")
+    no_token_upstream(fake)

@@ -4,8 +4,10 @@ HA runs headless from its own venv (target/ha-venv, made by `cargo xtask
 test`; OAPD_HA_VENV points elsewhere) with a temporary config dir and a
 template light. The test onboards it, adds the Ollama integration through
 HA's config-flow API pointed at oapd (which stands in front of the scripted
-fake Ollama and lets 127.0.0.1 in without its token, the documented LAN
-set-up), then through subentry flows two conversation agents with the
+fake Ollama and requires its token of every address, 127.0.0.1 included)
+with a base URL that carries a client token of HA's own
+(`http://127.0.0.1:<port>/c/<token>`: the integration has no header field),
+then through subentry flows two conversation agents with the
 Assist API (one with "think" on) and an AI task, and talks to them through
 HA's conversation API and its `ai_task.generate_data` service. The model is
 scripted; HA's tools, HA's tool loop and oapd's tool (the bundled `wc`) are
@@ -21,7 +23,7 @@ from pathlib import Path
 import pytest
 
 import home_assistant
-from conftest import REPO, free_port, http_json, launch_fake, launch_oapd
+from conftest import REPO, http_json, launch_fake, launch_oapd
 from home_assistant import LIGHT, wait_for
 
 HA_VENV = Path(os.environ.get("OAPD_HA_VENV", REPO / "target" / "ha-venv"))
@@ -31,6 +33,9 @@ MODEL = "llama3.1:latest"
 # Installed, and able to think: the agent with "think" on uses it.
 THINKER = "qwen3:8b"
 TOKEN = "ha-suite-token-that-home-assistant-never-sends"
+# Home Assistant's own token (server.clients): chat and Ollama's routes.
+HA_TOKEN = "ha-suite-client-token-in-the-base-url"
+CLIENT = "home-assistant"
 WC_CALL = {"name": "oap_wc", "arguments": {"args": "-w", "stdin": "one two three four"}}
 TURN_ON = {"name": "HassTurnOn", "arguments": {"name": "Kitchen Lights", "domain": ["light"]}}
 
@@ -42,11 +47,12 @@ if not HASS.is_file():
 
 @pytest.fixture(scope="module")
 def stack():
-    """fake Ollama <- oapd (token set, 127.0.0.1 trusted) <- Home Assistant,
-    onboarded, with the Ollama integration set up through its config flow
+    """fake Ollama <- oapd (operator token set, a client token for HA, no
+    address trusted) <- Home Assistant, onboarded, with the Ollama
+    integration set up through its config flow at the token-prefixed URL
     and, through subentry flows, a conversation agent with the Assist API,
     one more with "think" on, and an AI task. Yields (fake, oapd url, HA,
-    entities by role, oapd's untrusted ::1 url)."""
+    entities by role)."""
     fake_process, fake = launch_fake({
         "models": [
             {"name": "qwen3:4b", "capabilities": ["completion", "tools"]},
@@ -56,23 +62,22 @@ def stack():
     })
     processes = [fake_process]
     try:
-        v6_port = free_port()
         oapd_process, oapd = launch_oapd(
             fake.url,
-            server_config=f"  auth_token: {TOKEN}\n  trusted_clients: ['127.0.0.1/32']\n",
-            # Loopback too, but not trusted: a client there needs the token.
-            extra_listen=[f"[::1]:{v6_port}"],
+            server_config=f"  auth_token: {TOKEN}\n"
+            f"  clients:\n    - {{name: {CLIENT}, token: {HA_TOKEN}, scopes: [chat, passthrough]}}\n",
+            token=TOKEN,
         )
         processes.append(oapd_process)
         hass_process, ha, _ = home_assistant.start(HASS)
         processes.append(hass_process)
-        entry = home_assistant.add_ollama(ha, oapd)
+        entry = home_assistant.add_ollama(ha, f"{oapd}/c/{HA_TOKEN}")
         entities = {
             "agent": home_assistant.add_agent(ha, entry, MODEL, "Ollama"),
             "thinker": home_assistant.add_agent(ha, entry, THINKER, "Ollama thinking", think=True),
             "task": home_assistant.add_agent(ha, entry, MODEL, "Ollama task", kind="ai_task_data"),
         }
-        yield fake, oapd, ha, entities, f"http://[::1]:{v6_port}"
+        yield fake, oapd, ha, entities
     finally:
         for process in reversed(processes):
             home_assistant.stop(process)
@@ -80,7 +85,7 @@ def stack():
 
 @pytest.fixture
 def home(stack):
-    fake, oapd, ha, entities, untrusted = stack
+    fake, oapd, ha, entities = stack
     # Not a reset: that would forget the model HA pulled.
     http_json("DELETE", f"{fake.url}/_fake/requests")
     ha.call("POST", "/api/services/light/turn_off", {"entity_id": LIGHT})
@@ -98,30 +103,41 @@ def offered(request):
 
 
 def test_set_up_lists_and_pulls_the_model_through_oapd(stack):
-    fake, oapd, ha, entities, untrusted = stack
+    fake, oapd, ha, entities = stack
     # HA listed the models (config flow, then entry set-up and reloads) and,
-    # the model missing, pulled it: all through oapd, which let 127.0.0.1 in
-    # without its token and did not pass its token on.
+    # the model missing, pulled it: all through oapd, with the client token
+    # in the base URL, which oapd took off before passing the request on.
     tags = fake.requests("/api/tags")
     assert len(tags) >= 2 and all(r["status"] == 200 for r in tags)
     pulls = fake.requests("/api/pull")
     assert [r["body"]["model"] for r in pulls] == [MODEL]
     assert pulls[0]["status"] == 200
     assert all("authorization" not in r["headers"] for r in tags + pulls)
+    assert HA_TOKEN not in json.dumps(http_json("GET", f"{fake.url}/_fake/requests"))
     models = [m["model"] for m in http_json("GET", f"{fake.url}/api/tags")["models"]]
     assert MODEL in models
-    # The token is still required of every other address: ::1 is not in
-    # trusted_clients, so there the same request needs it.
+    # 127.0.0.1 is trusted by nothing: without a token, refused.
     with pytest.raises(urllib.error.HTTPError) as refused:
-        urllib.request.urlopen(f"{untrusted}/api/tags", timeout=10)
+        urllib.request.urlopen(f"{oapd}/api/tags", timeout=10)
     assert refused.value.code == 401
-    request = urllib.request.Request(f"{untrusted}/api/tags", headers={"Authorization": f"Bearer {TOKEN}"})
-    with urllib.request.urlopen(request, timeout=10) as response:
-        assert MODEL in [m["model"] for m in json.loads(response.read())["models"]]
+    # HA's token uses oapd; it does not administer it: registration refuses it.
+    register = urllib.request.Request(
+        f"{oapd}/c/{HA_TOKEN}/v1/manifests/register",
+        data=json.dumps({"url": "http://127.0.0.1:9/.well-known/oap.json"}).encode(),
+        headers={"Content-Type": "application/json"},
+        method="POST",
+    )
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(register, timeout=10)
+    assert refused.value.code == 403
+    # oapd counts HA's requests by its name.
+    clients = http_json("GET", f"{oapd}/v1/clients", token=TOKEN)["clients"]
+    assert clients[0]["name"] == CLIENT and clients[0]["requests"] >= 3
 
 
-def test_ha_tool_call_comes_back_to_ha_which_turns_the_light_on(home):
+def test_ha_tool_call_comes_back_to_ha_which_turns_the_light_on(home, stack):
     fake, ha, entities = home
+    oapd = stack[1]
     agent = entities["agent"]
     fake.turns({"chunks": [{"tool_calls": [TURN_ON]}]}, {"reply": "The kitchen lights are on."})
     result = ha.process(agent, "turn on the kitchen lights")
@@ -135,6 +151,9 @@ def test_ha_tool_call_comes_back_to_ha_which_turns_the_light_on(home):
     assert [c["function"]["name"] for c in follow[-2]["tool_calls"]] == ["HassTurnOn"]
     assert follow[-1]["role"] == "tool"
     assert "Kitchen Lights" in follow[-1]["content"]
+    # oapd's record of the chat names HA's client, not its token.
+    recent = http_json("GET", f"{oapd}/v1/requests", token=TOKEN)["requests"]
+    assert recent and all(r.get("client") == CLIENT for r in recent)
 
 
 def test_oapd_tool_runs_in_oapd_and_ha_sees_only_the_answer(home):

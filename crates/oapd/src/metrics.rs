@@ -4,10 +4,12 @@
 //! One registry for the daemon's life (a reload keeps the counts). Every
 //! label takes values from a bounded set: routes are the names of the
 //! route table (never raw paths), tool labels are the names of indexed
-//! tools (anything else is `other`), statuses, outcomes and kinds are
+//! tools (anything else is `other`), client labels are the names of
+//! `server.clients` (never their tokens), statuses, outcomes and kinds are
 //! short fixed words. docs/METRICS.md lists every metric.
 
-use std::sync::OnceLock;
+use std::collections::BTreeMap;
+use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
 use prometheus_client::encoding::EncodeLabelSet;
@@ -111,6 +113,22 @@ pub struct FetchOutcome {
     pub outcome: &'static str,
 }
 
+/// A `server.clients` entry, by name.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ClientLabel {
+    /// The client's configured name.
+    pub client: String,
+}
+
+/// How much a `server.clients` entry has been used since the start.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ClientUse {
+    /// Requests it made (refused ones included).
+    pub requests: u64,
+    /// When it made the last one, milliseconds since the Unix epoch.
+    pub last_unix_ms: u64,
+}
+
 /// The state of tools for request generation.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct GenerationState {
@@ -141,6 +159,9 @@ pub struct Metrics {
     inflight_body_capacity: Gauge,
     generation_tools: Family<GenerationState, Gauge>,
     generation_calls: Family<FetchOutcome, Counter>,
+    client_requests: Family<ClientLabel, Counter>,
+    /// The same counts with the last use, for the status page.
+    client_use: Mutex<BTreeMap<String, ClientUse>>,
 }
 
 /// What the scrape reads from the serving generation.
@@ -297,8 +318,16 @@ impl Metrics {
             "Calls to Ollama that generate requests for a capability, by outcome (ok, bad_answer, unreachable, error_status, no_model)",
             generation_calls.clone(),
         );
+        let client_requests = Family::<ClientLabel, Counter>::default();
+        registry.register(
+            "oapd_client_requests",
+            "Requests made with a server.clients token, by client name",
+            client_requests.clone(),
+        );
         Metrics {
             registry,
+            client_requests,
+            client_use: Mutex::new(BTreeMap::new()),
             generation_tools,
             generation_calls,
             http_requests,
@@ -320,6 +349,35 @@ impl Metrics {
             inflight_body_bytes,
             inflight_body_capacity,
         }
+    }
+
+    /// The `server.clients` entry `name` made a request.
+    pub fn client_request(&self, name: &str) {
+        self.client_requests
+            .get_or_create(&ClientLabel {
+                client: name.to_owned(),
+            })
+            .inc();
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+        // A panic elsewhere while the lock was held leaves counts that are
+        // still counts: keep using them.
+        let mut used = self
+            .client_use
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let entry = used.entry(name.to_owned()).or_default();
+        entry.requests += 1;
+        entry.last_unix_ms = now;
+    }
+
+    /// Every client's use so far, by name.
+    pub fn client_use(&self) -> BTreeMap<String, ClientUse> {
+        self.client_use
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
     }
 
     /// A request was answered.

@@ -49,7 +49,7 @@ config_keys! {
     server {
         listen, max_body_bytes, max_inflight_body_bytes, max_task_bytes, request_timeout,
         header_read_timeout, max_connections, max_connections_per_client, auth_token,
-        cors_origins, allowed_hosts, shutdown_grace, trusted_clients, recent_requests,
+        cors_origins, clients, allowed_hosts, shutdown_grace, trusted_clients, recent_requests,
         log_content,
     }
     index { data_dir, vector_dtype, search_threads, start_embed_limit }
@@ -265,6 +265,29 @@ impl EnvValue for super::McpServers {
                 "expected a JSON object of servers keyed by name: {err}"
             )),
         }
+    }
+}
+
+/// A JSON array of clients, as the YAML list
+/// (`OAP_SERVER_CLIENTS='[{"name": "home-assistant", "token": "...", "scopes": ["chat"]}]'`).
+impl EnvValue for super::ClientList {
+    fn parse_env(raw: &str) -> Result<Self, String> {
+        if raw.trim().is_empty() {
+            return Ok(Self::default());
+        }
+        // The value holds tokens: the error names the problem, never the text.
+        serde_json::from_str(raw).map_err(|err| {
+            let problem = match err.classify() {
+                serde_json::error::Category::Syntax | serde_json::error::Category::Io => "not JSON",
+                serde_json::error::Category::Eof => "JSON that ends early",
+                serde_json::error::Category::Data => "a value of the wrong shape",
+            };
+            format!(
+                "expected a JSON array of {{\"name\", \"token\", \"scopes\"}} objects; \
+                 found {problem} at column {}",
+                err.column()
+            )
+        })
     }
 }
 

@@ -154,6 +154,43 @@ pub struct McpServers(pub serde_json::Map<String, serde_json::Value>);
 /// Largest `server.recent_requests`.
 pub const MAX_RECENT_REQUESTS: usize = 1000;
 
+/// The scopes a `server.clients` entry may hold, by name.
+pub const CLIENT_SCOPES: &[&str] = &["chat", "passthrough"];
+
+/// One `server.clients` entry: a program that cannot send a header (Home
+/// Assistant's Ollama integration) gets a token of its own, carried in the
+/// URL it is given (`http://board:8300/c/<token>`) or as a Basic password,
+/// which opens only the route families of its `scopes` and never the
+/// operator's actions. Its `name` is what logs, metrics and the status
+/// page show; the token is never printed.
+#[derive(Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClientConfig {
+    /// Shown in `/v1/requests`, `/metrics` and `/ui`: letters, digits, `-`, `_`, `.`.
+    pub name: String,
+    /// The client's secret: letters, digits, `-`, `_`, `.`, `~` (it travels in
+    /// a URL path), 16 characters or more advised.
+    pub token: String,
+    /// `chat` (the chat routes, `/api/generate`, `/mcp`, `/v1/discover`,
+    /// `/v1/tools`) and/or `passthrough` (Ollama's other routes).
+    pub scopes: Vec<String>,
+}
+
+impl fmt::Debug for ClientConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ClientConfig")
+            .field("name", &self.name)
+            .field("token", &REDACTED)
+            .field("scopes", &self.scopes)
+            .finish()
+    }
+}
+
+/// `server.clients`: a list in YAML, a JSON array in `OAP_SERVER_CLIENTS`.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct ClientList(pub Vec<ClientConfig>);
+
 /// `server:` section.
 #[derive(Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -197,6 +234,10 @@ pub struct ServerConfig {
     /// (the default) sends no CORS headers, so browsers on other origins are refused.
     #[serde(deserialize_with = "one_or_many")]
     pub cors_origins: Vec<String>,
+    /// Named clients with tokens of their own and limited scopes
+    /// ([`ClientConfig`]), for programs that can only be given a URL. Tokens
+    /// are never printed by `Debug` or [`Config::effective_yaml`]. Default: none.
+    pub clients: ClientList,
     /// Extra names a loopback listener answers to in the `Host` header (e.g.
     /// `"pi.example.org"`), besides loopback and private IPs, `localhost`, the
     /// machine's hostname and `*.localhost`, `*.local`, `*.internal` names. Any
@@ -233,6 +274,7 @@ impl Default for ServerConfig {
             max_connections_per_client: 32,
             auth_token: None,
             cors_origins: Vec::new(),
+            clients: ClientList::default(),
             allowed_hosts: Vec::new(),
             shutdown_grace: 10,
             trusted_clients: Vec::new(),
@@ -258,6 +300,7 @@ impl fmt::Debug for ServerConfig {
             )
             .field("auth_token", &self.auth_token.as_ref().map(|_| REDACTED))
             .field("cors_origins", &self.cors_origins)
+            .field("clients", &self.clients)
             .field("allowed_hosts", &self.allowed_hosts)
             .field("shutdown_grace", &self.shutdown_grace)
             .field("trusted_clients", &self.trusted_clients)
@@ -959,6 +1002,9 @@ impl Config {
         let mut shown = self.clone();
         if shown.server.auth_token.is_some() {
             shown.server.auth_token = Some(REDACTED.to_owned());
+        }
+        for client in &mut shown.server.clients.0 {
+            client.token = REDACTED.to_owned();
         }
         if shown.ollama.api_key.is_some() {
             shown.ollama.api_key = Some(REDACTED.to_owned());

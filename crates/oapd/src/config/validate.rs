@@ -130,6 +130,7 @@ fn server(c: &mut Checker, s: &ServerConfig) {
                 .to_owned(),
         );
     }
+    validate_clients(c, s);
     for (i, origin) in s.cors_origins.iter().enumerate() {
         if origin != "*" {
             if let Err(msg) = check_http_url(origin, true) {
@@ -562,6 +563,86 @@ fn check_host_name(entry: &str) -> Result<(), String> {
         );
     }
     Ok(())
+}
+
+/// `server.clients`: names that can be shown and labelled, tokens that can
+/// travel in a URL path and tell the clients (and the operator) apart,
+/// known scopes.
+fn validate_clients(c: &mut Checker, s: &super::ServerConfig) {
+    let clients = &s.clients.0;
+    let name_chars = |b: u8| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.');
+    for (i, client) in clients.iter().enumerate() {
+        let key = format!("server.clients[{i}]");
+        if client.name.is_empty() || client.name.len() > 64 || !client.name.bytes().all(name_chars)
+        {
+            c.fail(
+                format!("{key}.name"),
+                format!(
+                    "expected 1 to 64 letters, digits, '-', '_' or '.', got {:?}",
+                    client.name
+                ),
+            );
+        } else if clients[..i].iter().any(|other| other.name == client.name) {
+            c.fail(
+                format!("{key}.name"),
+                format!("duplicate client name {:?}", client.name),
+            );
+        }
+        // The token's text is never part of a message.
+        let token = &client.token;
+        if token.is_empty() {
+            c.fail(format!("{key}.token"), "is empty");
+        } else if !token
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~'))
+        {
+            c.fail(
+                format!("{key}.token"),
+                "may contain only letters, digits, '-', '_', '.' and '~', as it is carried in a URL path",
+            );
+        } else if s.auth_token.as_deref() == Some(token.as_str()) {
+            c.fail(
+                format!("{key}.token"),
+                "is server.auth_token: a client needs a token of its own, or it would be the operator",
+            );
+        } else if clients[..i].iter().any(|other| other.token == *token) {
+            c.fail(
+                format!("{key}.token"),
+                "is another client's token: each client needs its own, to be told apart",
+            );
+        } else if token.len() < 16 {
+            c.warnings.push(format!(
+                "{key}.token is shorter than 16 characters; use a long random token"
+            ));
+        }
+        if client.scopes.is_empty() {
+            c.fail(
+                format!("{key}.scopes"),
+                format!(
+                    "is empty: a client needs one or more of {}",
+                    super::CLIENT_SCOPES.join(", ")
+                ),
+            );
+        }
+        for (j, scope) in client.scopes.iter().enumerate() {
+            if !super::CLIENT_SCOPES.contains(&scope.as_str()) {
+                c.fail(
+                    format!("{key}.scopes[{j}]"),
+                    format!(
+                        "expected one of {}, got {scope:?}",
+                        super::CLIENT_SCOPES.join(", ")
+                    ),
+                );
+            }
+        }
+    }
+    if !clients.is_empty() && s.auth_token.is_none() {
+        c.warnings.push(
+            "server.clients is set but server.auth_token is not: the API is open to every client, \
+             and the client tokens only name who called"
+                .to_owned(),
+        );
+    }
 }
 
 #[cfg(test)]

@@ -15,6 +15,7 @@ use hyper::{Method, Request, Response, StatusCode};
 use oap_discovery::{DiscoverError, Engine};
 use serde::Deserialize;
 
+use super::auth::{self, Client, Scope};
 use super::http::{self, Body, Handler};
 use crate::server::chat::ChatService;
 
@@ -38,6 +39,8 @@ pub struct ApiSettings {
     pub allowed_hosts: Vec<String>,
     /// `server.trusted_clients`: client addresses that need no bearer token.
     pub trusted_clients: Vec<oap_exec::Cidr>,
+    /// `server.clients`: named clients whose tokens open their scopes only.
+    pub clients: Vec<Arc<Client>>,
 }
 
 /// Whether the embedding model loaded (it is set up with the engine).
@@ -106,6 +109,8 @@ enum Route {
     Requests,
     /// `/v1/generated-requests`, the requests the model wrote per capability.
     GeneratedRequests,
+    /// `/v1/clients`, the `server.clients` and their use (never a token).
+    Clients,
     /// Anything else: Ollama's.
     Ollama,
 }
@@ -133,6 +138,7 @@ impl Route {
             "/metrics" => Route::Metrics,
             "/v1/requests" => Route::Requests,
             "/v1/generated-requests" => Route::GeneratedRequests,
+            "/v1/clients" => Route::Clients,
             p if p.starts_with("/v1/manifests/") => Route::Manifest,
             p if p.starts_with("/v1/validation/") => Route::ValidationRecord,
             p if p.starts_with("/v1/experience/") => Route::Experience,
@@ -166,7 +172,30 @@ impl Route {
             Route::Metrics => "/metrics",
             Route::Requests => "/v1/requests",
             Route::GeneratedRequests => "/v1/generated-requests",
+            Route::Clients => "/v1/clients",
             Route::Ollama => "ollama",
+        }
+    }
+
+    /// The `server.clients` scope that opens the route at `path`; `None`
+    /// for the routes a client token never opens: the operator's actions
+    /// (registration, experience), and what the daemon tells about itself
+    /// (`/health`, `/ui`, `/metrics`, `/v1/requests`, the manifests...).
+    fn client_scope(self, path: &str) -> Option<Scope> {
+        match self {
+            Route::OllamaChat
+            | Route::BridgeChat
+            | Route::OpenAiChat
+            | Route::Responses
+            | Route::Mcp
+            | Route::Discover
+            | Route::Tools => Some(Scope::Chat),
+            // Ollama's own ways to run the model on a prompt.
+            Route::Ollama if matches!(path, "/api/generate" | "/v1/completions") => {
+                Some(Scope::Chat)
+            }
+            Route::Ollama => Some(Scope::Passthrough),
+            _ => None,
         }
     }
 
@@ -207,15 +236,19 @@ struct DiscoverRequest {
 }
 
 impl Handler for Api {
+    // Both run before `handle` strips a `/c/<token>` prefix.
     fn bounded_by_request_timeout(&self, request: &Request<Incoming>) -> bool {
-        Route::of(request.uri().path()).bounded_by_request_timeout()
+        Route::of(auth::routed_path(request.uri().path())).bounded_by_request_timeout()
     }
 
     fn route_name(&self, request: &Request<Incoming>) -> &'static str {
-        Route::of(request.uri().path()).name()
+        Route::of(auth::routed_path(request.uri().path())).name()
     }
 
     async fn handle(self: Arc<Self>, request: Request<Incoming>) -> Response<Body> {
+        // Before anything reads or logs the path: a client token in it
+        // goes no further than here.
+        let request = self.take_client_prefix(request);
         // Host (DNS rebinding) and Origin (cross-site) first: a refused
         // request reaches no route, not even a preflight or /health.
         let inbound = super::guard::Inbound {
@@ -315,23 +348,25 @@ impl Api {
 
     async fn route(self: Arc<Self>, request: Request<Incoming>) -> Response<Body> {
         let path = request.uri().path().to_string();
-        if !self.authorized(&request) {
-            if Route::of(&path) == Route::Ui {
-                // A browser asks the operator for Basic credentials.
-                return super::ui::unauthorized();
+        let caller = match self.caller(&request) {
+            Ok(caller) => caller,
+            Err(refusal) => return refusal.response(),
+        };
+        if let Caller::Client(client) = &caller {
+            crate::metrics::get().client_request(&client.name);
+            super::observe::set_client(&client.name);
+            let scope = Route::of(&path).client_scope(&path);
+            if !scope.is_some_and(|scope| client.allows(scope)) {
+                return out_of_scope(client, &path, scope);
             }
-            let mut response = http::error(
-                StatusCode::UNAUTHORIZED,
-                "missing or wrong bearer token (Authorization: Bearer <token>)",
-            );
-            response
-                .headers_mut()
-                .insert("www-authenticate", HeaderValue::from_static("Bearer"));
-            return response;
         }
-        // Operator actions need the token itself: a trusted address is
-        // enough to use oapd, not to administer it.
-        let operator = self.carries_token(&request);
+        // Operator actions need the token itself: a trusted address or a
+        // client token is enough to use oapd, not to administer it.
+        let operator = matches!(caller, Caller::Operator);
+        let client_name = match &caller {
+            Caller::Client(client) => Some(client.name.clone()),
+            _ => None,
+        };
         let method = request.method().clone();
         // Counted until the response body ends (a streamed chat included).
         let model_request = Route::of(&path)
@@ -440,6 +475,8 @@ impl Api {
                 http::json(StatusCode::OK, &self.generator.listing())
             }
             (Route::GeneratedRequests, _) => method_not_allowed("GET"),
+            (Route::Clients, &Method::GET) => self.clients(),
+            (Route::Clients, _) => method_not_allowed("GET"),
             (Route::Manifests, &Method::GET) => self.list(),
             (Route::Manifests, _) => method_not_allowed("GET"),
             (Route::Manifest, m) => {
@@ -450,19 +487,81 @@ impl Api {
                 }
             }
         };
-        tracing::debug!(%method, %path, status = response.status().as_u16(), "request");
+        tracing::debug!(
+            %method,
+            %path,
+            client = client_name.as_deref(),
+            status = response.status().as_u16(),
+            "request"
+        );
         match model_request {
             Some(held) => response.map(|body| HoldingBody { body, _held: held }.boxed()),
             None => response,
         }
     }
 
-    /// Whether the request may use the API: no token is configured, it
-    /// carries the token, or it comes from a `server.trusted_clients` address.
-    fn authorized(&self, request: &Request<Incoming>) -> bool {
-        if self.settings.auth_token.is_none() || self.carries_token(request) {
-            return true;
+    /// Strips a `/c/<token>` prefix from the request's path and notes in
+    /// its extensions which client the token belongs to, or that it
+    /// belongs to none ([`Self::caller`] answers 401 then). A request
+    /// without the prefix is returned as it came.
+    fn take_client_prefix(&self, request: Request<Incoming>) -> Request<Incoming> {
+        let Some((token, rest)) = auth::split_client_prefix(request.uri().path()) else {
+            return request;
+        };
+        let named = match auth::client_with_token(&self.settings.clients, token.as_bytes()) {
+            Some(client) => PathClient::Known(client),
+            None => PathClient::Unknown,
+        };
+        let path_and_query = match request.uri().query() {
+            Some(query) => format!("{rest}?{query}"),
+            None => rest.to_owned(),
+        };
+        let (mut parts, body) = request.into_parts();
+        let mut uri = parts.uri.clone().into_parts();
+        uri.path_and_query = path_and_query.parse().ok();
+        // The rest of a valid path is a valid path; should it not be, the
+        // request routes nowhere rather than with the token in it.
+        let (uri, named) = match hyper::Uri::from_parts(uri) {
+            Ok(uri) => (uri, named),
+            Err(_) => (hyper::Uri::from_static("/"), PathClient::Unknown),
+        };
+        parts.uri = uri;
+        parts.extensions.insert(named);
+        Request::from_parts(parts, body)
+    }
+
+    /// Who sends the request, or the 401 that refuses it. The operator
+    /// token wins; then a client named by the path prefix or by its token
+    /// in the `Authorization` header; then, without either, any caller when
+    /// no token is configured or a `server.trusted_clients` address. A
+    /// path prefix that names no client is refused even where no token is
+    /// needed: the URL the client was given is wrong, and it should say so.
+    fn caller(&self, request: &Request<Incoming>) -> Result<Caller, Unauthorized> {
+        let from_path = request.extensions().get::<PathClient>();
+        if let Some(PathClient::Unknown) = from_path {
+            return Err(Unauthorized::UnknownPrefix);
         }
+        if self.carries_token(request) {
+            return Ok(Caller::Operator);
+        }
+        if let Some(PathClient::Known(client)) = from_path {
+            return Ok(Caller::Client(client.clone()));
+        }
+        if let Some(client) =
+            auth::client_in_headers(request.headers(), request.method(), &self.settings.clients)
+        {
+            return Ok(Caller::Client(client));
+        }
+        if self.settings.auth_token.is_none() || self.trusted_address(request) {
+            return Ok(Caller::Unnamed);
+        }
+        Err(Unauthorized::NoToken {
+            page: Route::of(request.uri().path()) == Route::Ui,
+        })
+    }
+
+    /// Whether the request comes from a `server.trusted_clients` address.
+    fn trusted_address(&self, request: &Request<Incoming>) -> bool {
         let Some(peer) = request.extensions().get::<http::PeerAddr>() else {
             return false;
         };
@@ -474,7 +573,28 @@ impl Api {
             .any(|range| range.contains(ip))
     }
 
-    /// Whether a token is configured and the request carries it, as a
+    /// `GET /v1/clients`: every `server.clients` entry by name, its scopes,
+    /// requests and last use; never its token.
+    fn clients(&self) -> Response<Body> {
+        let used = crate::metrics::get().client_use();
+        let clients: Vec<serde_json::Value> = self
+            .settings
+            .clients
+            .iter()
+            .map(|client| {
+                let usage = used.get(&*client.name).copied().unwrap_or_default();
+                serde_json::json!({
+                    "name": &*client.name,
+                    "scopes": client.scope_names(),
+                    "requests": usage.requests,
+                    "last_used_unix_ms": (usage.requests > 0).then_some(usage.last_unix_ms),
+                })
+            })
+            .collect();
+        http::json(StatusCode::OK, &serde_json::json!({ "clients": clients }))
+    }
+
+    /// Whether the operator's token is configured and the request carries it, as a
     /// bearer token or as a browser's Basic password ([`super::auth`]).
     fn carries_token(&self, request: &Request<Incoming>) -> bool {
         self.settings.auth_token.as_deref().is_some_and(|token| {
@@ -696,6 +816,72 @@ fn recent_requests() -> Response<Body> {
         );
     }
     http::json(StatusCode::OK, &recent.json())
+}
+
+/// Who a request comes from, as [`Api::caller`] decides.
+enum Caller {
+    /// It carries `server.auth_token`.
+    Operator,
+    /// It carries a `server.clients` token (prefix or header).
+    Client(Arc<Client>),
+    /// Neither, where none is needed: no token is configured, or a
+    /// `server.trusted_clients` address.
+    Unnamed,
+}
+
+/// What a `/c/<token>` path prefix named, in the request's extensions.
+#[derive(Debug, Clone)]
+enum PathClient {
+    Known(Arc<Client>),
+    Unknown,
+}
+
+/// Why [`Api::caller`] refuses a request (401).
+enum Unauthorized {
+    /// A `/c/<token>` prefix whose token is no client's.
+    UnknownPrefix,
+    /// No token, or a wrong one; `page`: on the status page.
+    NoToken { page: bool },
+}
+
+impl Unauthorized {
+    fn response(self) -> Response<Body> {
+        let message = match self {
+            // A browser asks the operator for Basic credentials.
+            Unauthorized::NoToken { page: true } => return super::ui::unauthorized(),
+            Unauthorized::NoToken { page: false } => {
+                "missing or wrong bearer token (Authorization: Bearer <token>)"
+            }
+            Unauthorized::UnknownPrefix => {
+                "the URL's /c/<token> prefix holds no token of server.clients; \
+                 copy the client's URL again from the config"
+            }
+        };
+        let mut response = http::error(StatusCode::UNAUTHORIZED, message);
+        response
+            .headers_mut()
+            .insert("www-authenticate", HeaderValue::from_static("Bearer"));
+        response
+    }
+}
+
+/// A 403 naming the client, the route and what would open it.
+fn out_of_scope(client: &Client, path: &str, scope: Option<Scope>) -> Response<Body> {
+    let holds = client.scope_names().join(", ");
+    let message = match scope {
+        Some(scope) => format!(
+            "client {:?} may use {} routes only; {} needs the scope {:?} in server.clients",
+            &*client.name,
+            holds,
+            path,
+            scope.name()
+        ),
+        None => format!(
+            "client {:?} may use {} routes only; {} needs the operator's token (server.auth_token)",
+            &*client.name, holds, path
+        ),
+    };
+    http::error(StatusCode::FORBIDDEN, message)
 }
 
 fn method_not_allowed(allow: &'static str) -> Response<Body> {

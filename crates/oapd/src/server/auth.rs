@@ -1,5 +1,13 @@
-//! The token check: `server.auth_token` as a bearer token, or as the
-//! password of HTTP Basic credentials (any user name).
+//! Who a request is: the operator (`server.auth_token`), a named client
+//! (`server.clients`), or neither.
+//!
+//! Both kinds of token come as a bearer token or as the password of HTTP
+//! Basic credentials (any user name); a client token may also lead the
+//! path, `/c/<token>/api/tags`, for programs that can only be given a base
+//! URL (Home Assistant's Ollama integration has no header field, and the
+//! `ollama` Python client drops a URL's user info). The router strips that
+//! prefix before anything else reads the path, so the token reaches no
+//! log, record, metric label or upstream request.
 //!
 //! Basic exists for the status page: a browser cannot add a bearer header
 //! to a navigation, but it asks for Basic credentials natively on a 401
@@ -9,33 +17,147 @@
 //! browser marks as its own (`Sec-Fetch-Site` absent, `same-origin` or
 //! `none`) or as a plain top-level navigation; cross-site requests that
 //! can change anything carry an `Origin` and are refused by the guard
-//! before this runs. Both schemes compare in constant time.
+//! before this runs. Every comparison runs in constant time, and a client
+//! token is compared with every client's, so neither a token nor which
+//! client holds it shows in response timing.
+
+use std::fmt;
+use std::sync::Arc;
 
 use hyper::header::AUTHORIZATION;
 use hyper::{HeaderMap, Method};
+
+/// The path segment that introduces a client token: `/c/<token>/...`.
+pub const CLIENT_PREFIX: &str = "/c/";
+
+/// A route family a client token may open.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scope {
+    /// The chat routes (oapd's bridged ones and Ollama's `/api/generate`
+    /// and `/v1/completions`), `/mcp`, `/v1/discover` and `/v1/tools`.
+    Chat,
+    /// Every other route oapd forwards to Ollama: `/api/tags`, `/api/show`,
+    /// `/api/version`, `/api/pull`, `/v1/models`...
+    Passthrough,
+}
+
+impl Scope {
+    /// The scope named `name` in `server.clients[].scopes`.
+    pub fn from_name(name: &str) -> Option<Scope> {
+        match name {
+            "chat" => Some(Scope::Chat),
+            "passthrough" => Some(Scope::Passthrough),
+            _ => None,
+        }
+    }
+
+    /// Its name in the config.
+    pub fn name(self) -> &'static str {
+        match self {
+            Scope::Chat => "chat",
+            Scope::Passthrough => "passthrough",
+        }
+    }
+}
+
+/// A `server.clients` entry as the server checks it. `Debug` leaves the
+/// token out.
+pub struct Client {
+    /// What logs, records, metrics and the status page show.
+    pub name: Arc<str>,
+    token: String,
+    scopes: Vec<Scope>,
+}
+
+impl fmt::Debug for Client {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Client")
+            .field("name", &self.name)
+            .field("scopes", &self.scopes)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Client {
+    /// A client named `name` holding `token` and opening `scopes`.
+    pub fn new(name: &str, token: &str, scopes: Vec<Scope>) -> Client {
+        Client {
+            name: Arc::from(name),
+            token: token.to_owned(),
+            scopes,
+        }
+    }
+
+    /// Whether its token opens routes of `scope`.
+    pub fn allows(&self, scope: Scope) -> bool {
+        self.scopes.contains(&scope)
+    }
+
+    /// Its scopes' names, for messages and the status page.
+    pub fn scope_names(&self) -> Vec<&'static str> {
+        self.scopes.iter().map(|scope| scope.name()).collect()
+    }
+}
 
 /// Whether `headers` carry `token`: `Authorization: Bearer <token>`, or
 /// `Authorization: Basic` with `token` as the password where the browser
 /// rules above allow it.
 pub fn carries_token(headers: &HeaderMap, method: &Method, token: &str) -> bool {
-    let Some(value) = headers
+    presented_secret(headers, method).is_some_and(|given| same_bytes(token.as_bytes(), &given))
+}
+
+/// The client whose token `headers` carry, as bearer or Basic password.
+pub fn client_in_headers(
+    headers: &HeaderMap,
+    method: &Method,
+    clients: &[Arc<Client>],
+) -> Option<Arc<Client>> {
+    presented_secret(headers, method).and_then(|given| client_with_token(clients, &given))
+}
+
+/// The client holding `token`. Every client's token is compared, in
+/// constant time, whichever matches.
+pub fn client_with_token(clients: &[Arc<Client>], token: &[u8]) -> Option<Arc<Client>> {
+    let mut found = None;
+    for client in clients {
+        if same_bytes(client.token.as_bytes(), token) {
+            found = Some(client.clone());
+        }
+    }
+    found
+}
+
+/// `(token, rest)` of a path that starts with `/c/<token>`; `rest` is the
+/// path the request routes by (`/` when nothing follows the token).
+pub fn split_client_prefix(path: &str) -> Option<(&str, &str)> {
+    let after = path.strip_prefix(CLIENT_PREFIX)?;
+    Some(match after.find('/') {
+        // `find` returns a char boundary: the split cannot panic.
+        Some(slash) => after.split_at(slash),
+        None => (after, "/"),
+    })
+}
+
+/// The path a request routes by: without a `/c/<token>` prefix.
+pub fn routed_path(path: &str) -> &str {
+    split_client_prefix(path).map_or(path, |(_, rest)| rest)
+}
+
+/// The secret of the `Authorization` header: a bearer token, or a Basic
+/// password where the browser rules allow it.
+fn presented_secret(headers: &HeaderMap, method: &Method) -> Option<Vec<u8>> {
+    let value = headers
         .get(AUTHORIZATION)
-        .and_then(|value| value.to_str().ok())
-    else {
-        return false;
-    };
-    let Some((scheme, credentials)) = value.trim().split_once(' ') else {
-        return false;
-    };
+        .and_then(|value| value.to_str().ok())?;
+    let (scheme, credentials) = value.trim().split_once(' ')?;
     // Scheme names are case-insensitive (RFC 9110 §11.1).
     if scheme.eq_ignore_ascii_case("bearer") {
-        return same_bytes(token.as_bytes(), credentials.trim().as_bytes());
+        return Some(credentials.trim().as_bytes().to_vec());
     }
     if scheme.eq_ignore_ascii_case("basic") && browser_may_send_basic(headers, method) {
-        return basic_password(credentials.trim())
-            .is_some_and(|password| same_bytes(token.as_bytes(), &password));
+        return basic_password(credentials.trim());
     }
-    false
+    None
 }
 
 /// Whether Basic credentials on this request are the operator's own use of
@@ -197,5 +319,50 @@ mod tests {
             ("sec-fetch-site", "cross-site"),
         ]);
         assert!(carries_token(&bearer, &get, TOKEN));
+    }
+
+    #[test]
+    fn the_client_prefix_is_split_off_and_the_rest_routes() {
+        assert_eq!(
+            split_client_prefix("/c/tok-1/api/tags"),
+            Some(("tok-1", "/api/tags"))
+        );
+        assert_eq!(split_client_prefix("/c/tok-1"), Some(("tok-1", "/")));
+        assert_eq!(split_client_prefix("/c/tok-1/"), Some(("tok-1", "/")));
+        assert_eq!(split_client_prefix("/c/"), Some(("", "/")));
+        assert_eq!(split_client_prefix("/c"), None);
+        assert_eq!(split_client_prefix("/api/c/tok"), None);
+        assert_eq!(
+            routed_path("/c/x/v1/chat/completions"),
+            "/v1/chat/completions"
+        );
+        assert_eq!(routed_path("/api/tags"), "/api/tags");
+    }
+
+    #[test]
+    fn a_client_is_found_by_its_token_in_either_scheme() {
+        let clients = [
+            Arc::new(Client::new("ha", "ha-token-0123456789", vec![Scope::Chat])),
+            Arc::new(Client::new(
+                "cli",
+                "cli-token-012345678",
+                vec![Scope::Passthrough],
+            )),
+        ];
+        let found = client_with_token(&clients, b"cli-token-012345678").unwrap();
+        assert_eq!(&*found.name, "cli");
+        assert!(client_with_token(&clients, b"cli-token-01234567").is_none());
+        let bearer = headers(&[("authorization", "Bearer ha-token-0123456789")]);
+        let found = client_in_headers(&bearer, &Method::POST, &clients).unwrap();
+        assert_eq!(&*found.name, "ha");
+        // "ha:ha-token-0123456789", as a URL's user info becomes.
+        let basic = headers(&[("authorization", "Basic aGE6aGEtdG9rZW4tMDEyMzQ1Njc4OQ==")]);
+        assert_eq!(
+            &*client_in_headers(&basic, &Method::GET, &clients)
+                .unwrap()
+                .name,
+            "ha"
+        );
+        assert!(!format!("{:?}", clients[0]).contains("ha-token"));
     }
 }

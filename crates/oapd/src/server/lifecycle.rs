@@ -253,6 +253,25 @@ fn build_api(
                 .map(|range| range.parse())
                 .collect::<Result<_, _>>()
                 .context("server.trusted_clients")?,
+            clients: config
+                .server
+                .clients
+                .0
+                .iter()
+                .map(|client| {
+                    // Validation has refused unknown scope names.
+                    let scopes = client
+                        .scopes
+                        .iter()
+                        .filter_map(|name| super::auth::Scope::from_name(name))
+                        .collect();
+                    Arc::new(super::auth::Client::new(
+                        &client.name,
+                        &client.token,
+                        scopes,
+                    ))
+                })
+                .collect(),
         },
         model,
         rebuilder,

@@ -3,7 +3,8 @@
 //! and the ring of recent bridged requests behind `GET /v1/requests`.
 //!
 //! The ring holds no message content, arguments or results: names,
-//! outcomes and times only. With `server.log_content: true` an entry also
+//! outcomes and times only. A request made with a `server.clients` token
+//! carries the client's name, never its token. With `server.log_content: true` an entry also
 //! carries `messages_preview`, the request's messages cut to 512
 //! characters.
 
@@ -38,6 +39,9 @@ pub struct RequestInfo {
     pub started: Instant,
     /// The same, as milliseconds since the Unix epoch.
     pub started_unix_ms: u64,
+    /// The `server.clients` name it was made with, once the router has
+    /// told who is calling ([`set_client`]).
+    pub client: Arc<OnceLock<Arc<str>>>,
 }
 
 tokio::task_local! {
@@ -60,6 +64,7 @@ impl RequestInfo {
             route,
             started: Instant::now(),
             started_unix_ms: unix_ms(),
+            client: Arc::new(OnceLock::new()),
         }
     }
 
@@ -72,6 +77,12 @@ impl RequestInfo {
     pub fn current() -> Option<RequestInfo> {
         REQUEST.try_with(Clone::clone).ok()
     }
+}
+
+/// Notes that the current request comes from the `server.clients` entry
+/// `name` (for its record in `/v1/requests`); outside a request, nothing.
+pub fn set_client(name: &Arc<str>) {
+    let _ = REQUEST.try_with(|info| info.client.set(name.clone()));
 }
 
 /// Whether a client's request id can be used as it is.
@@ -136,6 +147,10 @@ pub struct RequestRecord {
     pub duration_ms: f64,
     /// The HTTP status (499: the client went away before the answer ended).
     pub status: u16,
+    /// The `server.clients` name it was made with; absent for the operator
+    /// and for callers without a token.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub client: Option<String>,
     /// The names of oapd's tools offered.
     pub tools_injected: Vec<String>,
     /// Why it failed, if it did.
@@ -279,6 +294,10 @@ impl Observer {
                 .map_or_else(unix_ms, |info| info.started_unix_ms),
             duration_ms: 0.0,
             status: 200,
+            client: request
+                .as_ref()
+                .and_then(|info| info.client.get())
+                .map(|name| name.to_string()),
             tools_injected: tools,
             error: None,
             rounds: Vec::new(),

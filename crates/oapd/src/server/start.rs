@@ -152,7 +152,9 @@ pub fn chat_service(
             max_rounds: config.tool_bridge.max_rounds,
         },
         max_request_bytes: config.ollama.max_request_bytes,
-        strips_authorization: config.server.auth_token.is_some(),
+        // A client token is stripped too, even where no operator token is set.
+        strips_authorization: config.server.auth_token.is_some()
+            || !config.server.clients.0.is_empty(),
         exposure: oap_bridge::exposure::ExposureSettings::from_config(&config.tool_bridge),
         validation: Arc::new(oap_bridge::validation::ValidationGate::new(
             &config.index.data_dir,

@@ -17,6 +17,7 @@
 mod support;
 
 mod bridge;
+mod client_tokens;
 mod config;
 mod context_window;
 mod crawl;

@@ -393,17 +393,39 @@
       const ok = typeof r.status === "number" ? r.status < 400 : !r.error;
       const status = el("td", ok ? null : "problem", String(r.status) + (r.error ? ": " + r.error : ""));
       const tr = row(when(r.started_unix_ms), el("td", "mono", r.route), r.model || "", status, num(r.duration_ms),
-        (r.tools_injected || []).join(", "), calls.join("; "));
+        (r.tools_injected || []).join(", "), calls.join("; "), r.client || "");
       tr.dataset.id = String(r.id);
       return tr;
     }));
     table.hidden = requests.length === 0;
   }
 
+  // ---- named clients (server.clients) -------------------------------------
+
+  function renderClients(answer) {
+    const state = $("clients-state");
+    const table = $("clients-table");
+    if (!answer.ok || !answer.body || !Array.isArray(answer.body.clients)) {
+      table.hidden = true;
+      failed(state, "/v1/clients", answer.ok ? { error: "unexpected answer" } : answer);
+      return;
+    }
+    const clients = answer.body.clients;
+    state.textContent = clients.length
+      ? "Requests since oapd started, by the name of the client's token."
+      : "No named client (server.clients).";
+    fill(table.tBodies[0], clients.map((c) => {
+      const tr = row(c.name, (c.scopes || []).join(", "), num(c.requests), c.last_used_unix_ms ? when(c.last_used_unix_ms) : "never");
+      tr.dataset.client = String(c.name);
+      return tr;
+    }));
+    table.hidden = clients.length === 0;
+  }
+
   // ---- loading ------------------------------------------------------------
 
   async function refresh() {
-    const [health, validationAnswer, manifests, crawl, mcp, requests, generated] = await Promise.all([
+    const [health, validationAnswer, manifests, crawl, mcp, requests, generated, clients] = await Promise.all([
       api("/health"),
       api("/v1/validation"),
       api("/v1/manifests"),
@@ -411,6 +433,7 @@
       api("/v1/mcp/status"),
       api("/v1/requests"),
       api("/v1/generated-requests"),
+      api("/v1/clients"),
     ]);
     if (validationAnswer.ok && validationAnswer.body) {
       validation = validationAnswer.body;
@@ -423,6 +446,7 @@
     renderCrawl(crawl);
     renderMcp(mcp);
     renderRequests(requests);
+    renderClients(clients);
     $("updated").textContent = "updated " + new Date().toLocaleTimeString();
     document.body.dataset.loaded = String(Number(document.body.dataset.loaded || 0) + 1);
   }
