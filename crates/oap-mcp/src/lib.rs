@@ -31,9 +31,11 @@ mod http;
 mod hub;
 mod line_watch;
 mod process;
+pub mod redact;
 pub mod servers_file;
 
 pub use content::{canonical, content_hash, result_text};
 pub use http::HttpError;
 pub use hub::{CallOutcome, Hub, HubContext, HubSettings, McpTool, ServerStatus, State};
+pub use redact::{Redaction, REDACTED};
 pub use servers_file::{ServerSpec, ServersFile, SpecProblem, Start, Transport};
