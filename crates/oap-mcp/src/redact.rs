@@ -124,6 +124,27 @@ impl fmt::Debug for Redaction {
     }
 }
 
+/// A URL as written in a configuration (`${env:}` not expanded), for
+/// printing the configuration: the query and fragment replaced by
+/// [`REDACTED`], user info left out, the rest as written.
+pub fn url_text(raw: &str) -> String {
+    let (head, has_query) = match raw.find(['?', '#']) {
+        Some(at) => (raw.get(..at).unwrap_or(""), true),
+        None => (raw, false),
+    };
+    let (scheme, rest) = head.split_at(head.find("://").map_or(0, |at| at + 3));
+    let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
+    let host = authority
+        .rsplit_once('@')
+        .map_or(authority, |(_, host)| host);
+    let query = if has_query {
+        format!("?{REDACTED}")
+    } else {
+        String::new()
+    };
+    format!("{scheme}{host}{path}{query}")
+}
+
 /// Marks where a `${env:}` reference stood in a raw string (the NUL cannot
 /// be in a valid value: expanded strings with one are refused).
 pub(crate) const ENV_MARK: char = '\0';
@@ -293,6 +314,23 @@ mod tests {
         assert_eq!(shown_text("--key=${env:KEY}"), "--key=<redacted>");
         assert_eq!(shown_text("plain"), "plain");
         assert_eq!(env_template("a${env:X}b${env:Y}"), "a\0b\0");
+    }
+
+    #[test]
+    fn a_configured_url_is_printed_without_query_or_user_info() {
+        assert_eq!(
+            url_text("http://127.0.0.1:9/mcp?k=${env:KEY}"),
+            "http://127.0.0.1:9/mcp?<redacted>"
+        );
+        assert_eq!(
+            url_text("https://me:pw@mcp.example/sse"),
+            "https://mcp.example/sse"
+        );
+        assert_eq!(
+            url_text("https://${env:HOST}/mcp"),
+            "https://${env:HOST}/mcp"
+        );
+        assert_eq!(url_text("not a url?x"), "not a url?<redacted>");
     }
 
     #[test]
