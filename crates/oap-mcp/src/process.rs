@@ -137,6 +137,10 @@ fn find_program(command: &str, path_var: Option<&str>) -> Option<PathBuf> {
 
 impl ServerProcess {
     /// Spawn `command args` with `env` over the base environment in `cwd`.
+    #[allow(
+        clippy::too_many_arguments,
+        reason = "the spec's parts, each borrowed as the child needs it; the redaction only for the log line"
+    )]
     pub(crate) fn spawn(
         server: &str,
         command: &str,
