@@ -57,6 +57,8 @@ pub struct Client {
     /// The last address refusal, so the hub reports it instead of a
     /// generic initialize failure.
     refusal: Arc<Mutex<Option<String>>>,
+    /// The entry's secrets: the host may have come from `${env:}`.
+    redaction: Arc<crate::redact::Redaction>,
 }
 
 trait Io: AsyncRead + AsyncWrite + Unpin + Send {}
@@ -104,7 +106,14 @@ impl Client {
             tls,
             max_body,
             refusal: Arc::new(Mutex::new(None)),
+            redaction: Arc::default(),
         })
+    }
+
+    /// Scrub the entry's secrets from what this client logs.
+    pub(crate) fn with_redaction(mut self, redaction: crate::redact::Redaction) -> Self {
+        self.redaction = Arc::new(redaction);
+        self
     }
 
     /// The address refusal that stopped the last connection, if any.
@@ -147,7 +156,7 @@ impl Client {
                     self.trust.with_article()
                 )
             };
-            warn!(host = %bare, "MCP server address refused: {message}");
+            warn!(host = %self.redaction.scrub(bare), "MCP server address refused: {}", self.redaction.scrub(&message));
             *self.refusal.lock().unwrap_or_else(|p| p.into_inner()) = Some(message.clone());
             return Err(HttpError::Refused(message));
         }

@@ -485,9 +485,11 @@ impl Hub {
                 "Error: MCP tool {server}/{tool} timed out after {}; the request was cancelled.",
                 secs(timeout)
             )),
+            // The model (and whoever asked it) reads this: no secret of
+            // the entry in it.
             Ok(Err(e)) => CallOutcome::error(format!(
                 "Error: MCP tool {server}/{tool} failed: {}",
-                describe_service_error(&e)
+                shared.spec.scrub(&describe_service_error(&e))
             )),
             Ok(Ok(rmcp::model::CallToolResponse::Complete(result))) => {
                 let value = serde_json::to_value(&result).unwrap_or(Value::Null);
@@ -615,6 +617,7 @@ async fn connect(
                 cwd.as_deref(),
                 sandbox.as_ref(),
                 &ctx.stdio_limits,
+                spec.redaction(),
             )
             .map_err(|e| ConnectError {
                 message: e.message,
@@ -657,7 +660,8 @@ async fn connect(
         } => {
             let client =
                 crate::http::Client::new(ctx, url, headers, *trust, settings.max_message_bytes)
-                    .map_err(ConnectError::fatal)?;
+                    .map_err(ConnectError::fatal)?
+                    .with_redaction(spec.redaction().clone());
             if *legacy_sse {
                 let started = tokio::time::timeout(settings.init_timeout, async {
                     let transport = crate::http::LegacySse::connect(client.clone(), url)
@@ -880,10 +884,12 @@ async fn supervise(
         let ended = match attempt {
             None => Ended::Stop,
             Some(Err(e)) => {
-                warn!(server = %name, error = %e.message, "MCP server did not start");
+                // Errors of connecting quote the URL or the program.
+                let message = shared.spec.scrub(&e.message);
+                warn!(server = %name, error = %message, "MCP server did not start");
                 let fatal = {
                     let mut live = shared.live();
-                    live.last_error = Some(e.message);
+                    live.last_error = Some(message);
                     if !e.retry {
                         live.state = State::Failed;
                     }
@@ -925,6 +931,7 @@ async fn supervise(
                 return;
             }
             Ended::Lost(reason) => {
+                let reason = shared.spec.scrub(&reason);
                 let mut live = shared.live();
                 if !reason.is_empty() {
                     warn!(server = %name, %reason, "MCP server connection lost");
@@ -1013,7 +1020,7 @@ async fn run(
                                 drop(live);
                                 bump(changes);
                             }
-                            Err(e) => warn!(server = %shared.spec.name, error = %e, "re-listing tools failed"),
+                            Err(e) => warn!(server = %shared.spec.name, error = %shared.spec.scrub(&e), "re-listing tools failed"),
                         }
                     }
                 }

@@ -21,6 +21,11 @@
 //!   transport over that client; the legacy HTTP+SSE transport (a URL
 //!   ending in `/sse`, or `"type": "sse"`) is this crate's own, with its
 //!   message endpoint held to the stream's origin.
+//! - Secrets stay out of sight ([`redact`]): a spec prints, serializes and
+//!   shows its location without its URL's query, header values, its
+//!   environment or anything that came from `${env:}`, and the hub scrubs
+//!   them from connect errors, lost-connection reasons and call errors
+//!   before they reach the status, the log or the model.
 //! - A server that fails (no answer to `initialize`, crash, lost
 //!   connection) is retried with exponential backoff without delaying the
 //!   others; calls never fail with `Err`: problems are error outcomes with
@@ -31,9 +36,11 @@ mod http;
 mod hub;
 mod line_watch;
 mod process;
+pub mod redact;
 pub mod servers_file;
 
 pub use content::{canonical, content_hash, result_text};
 pub use http::HttpError;
 pub use hub::{CallOutcome, Hub, HubContext, HubSettings, McpTool, ServerStatus, State};
+pub use redact::{Redaction, REDACTED};
 pub use servers_file::{ServerSpec, ServersFile, SpecProblem, Start, Transport};

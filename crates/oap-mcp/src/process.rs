@@ -14,6 +14,7 @@ use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::process::{Child, ChildStdin, ChildStdout, Command};
 use tracing::{debug, info, warn};
 
+use crate::redact::Redaction;
 use crate::servers_file::SandboxSpec;
 
 /// Longest stderr line logged; the rest of the line is dropped.
@@ -136,6 +137,10 @@ fn find_program(command: &str, path_var: Option<&str>) -> Option<PathBuf> {
 
 impl ServerProcess {
     /// Spawn `command args` with `env` over the base environment in `cwd`.
+    #[allow(
+        clippy::too_many_arguments,
+        reason = "the spec's parts, each borrowed as the child needs it; the redaction only for the log line"
+    )]
     pub(crate) fn spawn(
         server: &str,
         command: &str,
@@ -144,6 +149,7 @@ impl ServerProcess {
         cwd: Option<&Path>,
         sandbox: Option<&SandboxSpec>,
         limits: &StdioLimits,
+        redaction: &Redaction,
     ) -> Result<(Self, Pipes), SpawnError> {
         let mut full = base_env();
         full.extend(env.iter().map(|(k, v)| (k.clone(), v.clone())));
@@ -187,7 +193,8 @@ impl ServerProcess {
         };
         let name = server.to_string();
         tokio::spawn(drain_stderr(name, stderr));
-        info!(server, pid, program = %program.display(), "MCP server started");
+        // The program may have come from `${env:}`.
+        info!(server, pid, program = %redaction.scrub(&program.display().to_string()), "MCP server started");
         Ok((
             Self {
                 pgid: Pid::from_raw(pid),

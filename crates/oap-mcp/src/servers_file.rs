@@ -26,13 +26,23 @@
 //!   network only with `"network": true`.
 //! - `"start"`: `"eager"` (default: connect at once) or `"lazy"`.
 //! - `"timeout_ms"`: the default per-call deadline for this server's tools.
+//!
+//! Every parsed entry carries a [`Redaction`]: what of it may be shown
+//! and which of its strings are secrets (see [`crate::redact`]). The
+//! `Debug`, `Display` and `Serialize` forms of [`ServerSpec`] and the
+//! `Debug` form of [`Transport`] are built from it, so printing a spec
+//! never prints a value that came from `${env:}`, a query string, a header
+//! value or a stdio server's environment.
 
+use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
 use oap_exec::Trust;
 use serde::Serialize;
+
+use crate::redact::{self, Redaction, REDACTED};
 use serde_json::{Map, Value};
 
 /// Largest servers file accepted (read it with a capped read).
@@ -48,8 +58,10 @@ const MAX_STRING_CHARS: usize = 16 * 1024;
 /// Longest per-server call deadline accepted.
 const MAX_TIMEOUT_MS: u64 = 3_600_000;
 
-/// How a server is reached.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// How a server is reached. Its `Debug` form names no value (the program,
+/// arguments, URL, header and environment values may hold secrets); the
+/// spec's [`ServerSpec::location`] is what may be shown.
+#[derive(Clone, PartialEq, Eq)]
 pub enum Transport {
     /// A local program, spoken to over its stdin and stdout.
     Stdio {
@@ -90,6 +102,32 @@ impl Transport {
     }
 }
 
+impl std::fmt::Debug for Transport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Transport::Stdio {
+                args, env, sandbox, ..
+            } => f
+                .debug_struct("Stdio")
+                .field("args", &args.len())
+                .field("env", &env.keys().collect::<Vec<_>>())
+                .field("sandbox", &sandbox.as_ref().map(|s| s.network))
+                .finish_non_exhaustive(),
+            Transport::Http {
+                headers,
+                legacy_sse,
+                trust,
+                ..
+            } => f
+                .debug_struct("Http")
+                .field("headers", &headers.keys().collect::<Vec<_>>())
+                .field("legacy_sse", legacy_sse)
+                .field("trust", trust)
+                .finish_non_exhaustive(),
+        }
+    }
+}
+
 /// The `sandbox` extension of a stdio server.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct SandboxSpec {
@@ -109,8 +147,9 @@ pub enum Start {
     Lazy,
 }
 
-/// One configured server.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// One configured server. `Debug`, `Display` and `Serialize` show its
+/// redacted form only.
+#[derive(Clone, PartialEq, Eq)]
 pub struct ServerSpec {
     /// Its name (`[A-Za-z0-9_.-]{1,64}`).
     pub name: String,
@@ -124,9 +163,27 @@ pub struct ServerSpec {
     pub start: Start,
     /// Its default call deadline, when set.
     pub timeout: Option<Duration>,
+    /// What of it may be shown; built by the parser.
+    redaction: Redaction,
 }
 
 impl ServerSpec {
+    /// Where the server is, safe to show anywhere: `stdio: <program>` or
+    /// the URL without its query, parts from `${env:}` replaced.
+    pub fn location(&self) -> &str {
+        self.redaction.location()
+    }
+
+    /// `text` (an error, a log line) without this entry's secrets.
+    pub fn scrub(&self, text: &str) -> String {
+        self.redaction.scrub(text)
+    }
+
+    /// The entry's redaction, for code that scrubs texts about it later.
+    pub fn redaction(&self) -> &Redaction {
+        &self.redaction
+    }
+
     /// Whether the allow/deny lists let `tool` through.
     pub fn offers(&self, tool: &str) -> bool {
         if self.disabled_tools.iter().any(|t| t == tool) {
@@ -136,6 +193,45 @@ impl ServerSpec {
             Some(allowed) => allowed.iter().any(|t| t == tool),
             None => true,
         }
+    }
+}
+
+impl std::fmt::Debug for ServerSpec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ServerSpec")
+            .field("name", &self.name)
+            .field("location", &self.location())
+            .field("transport", &self.transport)
+            .field("allowed_tools", &self.allowed_tools)
+            .field("disabled_tools", &self.disabled_tools)
+            .field("start", &self.start)
+            .field("timeout", &self.timeout)
+            .finish()
+    }
+}
+
+impl std::fmt::Display for ServerSpec {
+    /// `name (transport, location)`, redacted.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} ({}, {})",
+            self.name,
+            self.transport.kind(),
+            self.location()
+        )
+    }
+}
+
+impl Serialize for ServerSpec {
+    /// `{"name", "transport", "location"}`, redacted.
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeStruct;
+        let mut out = serializer.serialize_struct("ServerSpec", 3)?;
+        out.serialize_field("name", &self.name)?;
+        out.serialize_field("transport", self.transport.kind())?;
+        out.serialize_field("location", self.location())?;
+        out.end()
     }
 }
 
@@ -240,10 +336,15 @@ pub fn valid_name(name: &str) -> bool {
 struct Ctx<'a> {
     base: String,
     env: &'a dyn Fn(&str) -> Option<String>,
+    /// Every value expanded so far and what shows instead of it.
+    expanded: RefCell<Redaction>,
 }
 
 impl Ctx<'_> {
+    /// A problem at `key`; values expanded so far are scrubbed from the
+    /// message (it may quote one, e.g. an unknown `type`).
     fn err(&self, key: &str, message: impl Into<String>) -> SpecProblem {
+        let message = self.expanded.borrow().scrub(&message.into());
         SpecProblem {
             path: if key.is_empty() {
                 self.base.clone()
@@ -252,11 +353,13 @@ impl Ctx<'_> {
             } else {
                 format!("{}.{key}", self.base)
             },
-            message: message.into(),
+            message,
         }
     }
 
-    /// `${env:VAR}` expansion; `$` elsewhere is kept.
+    /// `${env:VAR}` expansion; `$` elsewhere is kept. Each value taken
+    /// from the environment, and the whole string it went into, become
+    /// secrets of the entry.
     fn expand(&self, key: &str, raw: &str) -> Result<String, SpecProblem> {
         let mut out = String::with_capacity(raw.len());
         let mut rest = raw;
@@ -272,7 +375,10 @@ impl Ctx<'_> {
                 return Err(self.err(key, "empty variable name in `${env:}`"));
             }
             match (self.env)(var) {
-                Some(v) => out.push_str(&v),
+                Some(v) => {
+                    self.expanded.borrow_mut().add(&v, REDACTED);
+                    out.push_str(&v);
+                }
                 None => return Err(self.err(key, format!("environment variable {var} is not set"))),
             }
             rest = tail.get(1..).unwrap_or("");
@@ -283,6 +389,11 @@ impl Ctx<'_> {
         }
         if out.contains('\0') {
             return Err(self.err(key, "contains a NUL character"));
+        }
+        if raw.contains("${env:") {
+            self.expanded
+                .borrow_mut()
+                .add(&out, &redact::shown_text(raw));
         }
         Ok(out)
     }
@@ -359,6 +470,7 @@ fn parse_server_with_env(
     let cx = Ctx {
         base: format!("mcpServers.{name}"),
         env,
+        expanded: RefCell::new(Redaction::default()),
     };
     if !valid_name(name) {
         return Err(cx.err(
@@ -372,7 +484,7 @@ fn parse_server_with_env(
     let command = cx.string(obj, "command")?;
     let url = cx.string(obj, "url")?;
     let kind = cx.string(obj, "type")?;
-    let transport = match (command, url) {
+    let (transport, redaction) = match (command, url) {
         (Some(_), Some(_)) => {
             return Err(cx.err("", "give either `command` or `url`, not both"));
         }
@@ -431,13 +543,27 @@ fn parse_server_with_env(
             if obj.contains_key("trust") {
                 return Err(cx.err("trust", "applies to `url` servers only"));
             }
-            Transport::Stdio {
+            let raw_command = obj.get("command").and_then(Value::as_str).unwrap_or("");
+            let mut redaction = Redaction::new(format!(
+                "stdio: {}",
+                if raw_command.contains("${env:") {
+                    redact::shown_text(raw_command)
+                } else {
+                    command.clone()
+                }
+            ));
+            // A stdio server's environment is where its keys go.
+            for value in env.values() {
+                redaction.add(value, REDACTED);
+            }
+            let transport = Transport::Stdio {
                 command,
                 args,
                 env,
                 cwd,
                 sandbox,
-            }
+            };
+            (transport, redaction)
         }
         (None, Some(raw)) => {
             let url =
@@ -492,12 +618,26 @@ fn parse_server_with_env(
             if obj.contains_key("sandbox") {
                 return Err(cx.err("sandbox", "applies to `command` servers only"));
             }
-            Transport::Http {
+            let raw_url = obj.get("url").and_then(Value::as_str).unwrap_or("");
+            let location = redact::url_location(&url, raw_url);
+            let mut redaction = Redaction::new(location.clone());
+            // First, so the whole URL is replaced by its shown form rather
+            // than by the expanded text's.
+            redaction.add_url(&url, &location);
+            for value in headers.values() {
+                redaction.add(value, REDACTED);
+                // `Bearer <token>`: an error may quote the token alone.
+                if let Some((_, token)) = value.trim().rsplit_once(' ') {
+                    redaction.add(token, REDACTED);
+                }
+            }
+            let transport = Transport::Http {
                 url,
                 headers,
                 legacy_sse,
                 trust,
-            }
+            };
+            (transport, redaction)
         }
     };
     let allowed_tools = cx.string_list(obj, "allowedTools", false)?;
@@ -521,6 +661,9 @@ fn parse_server_with_env(
             }
         },
     };
+    // Everything expanded, `start` and the rest included.
+    let mut redaction = redaction;
+    redaction.extend(&cx.expanded.borrow());
     Ok(ServerSpec {
         name: name.to_string(),
         transport,
@@ -528,6 +671,7 @@ fn parse_server_with_env(
         disabled_tools,
         start,
         timeout,
+        redaction,
     })
 }
 
@@ -635,6 +779,112 @@ mod tests {
         let f = parse_json(json!({ "mcpServers": many }));
         assert_eq!(f.servers.len(), MAX_SERVERS);
         assert_eq!(f.problems.len(), 1);
+    }
+
+    /// Every secret of `spec` is absent from its `Debug`, `Display`,
+    /// `Serialize` and location forms.
+    fn assert_hidden(spec: &ServerSpec, secret: &str) {
+        let shown = [
+            format!("{spec:?}"),
+            spec.to_string(),
+            serde_json::to_string(spec).unwrap(),
+            spec.location().to_string(),
+        ];
+        for text in shown {
+            assert!(!text.contains(secret), "{secret} in {text}");
+        }
+    }
+
+    fn secret_env(var: &str) -> Option<String> {
+        match var {
+            "KEY" => Some("k3y-hunter2-k3y".into()),
+            "HOST" => Some("secret-host.example".into()),
+            "BIN" => Some("/opt/hunter2-bin/server".into()),
+            _ => None,
+        }
+    }
+
+    fn spec_with(value: Value) -> ServerSpec {
+        parse_server_with_env("s", &value, &secret_env).unwrap()
+    }
+
+    #[test]
+    fn a_url_is_shown_without_its_query_and_without_parts_from_the_environment() {
+        let spec = spec_with(json!({"url": "http://127.0.0.1:9/mcp?k=${env:KEY}&team=a"}));
+        assert_eq!(spec.location(), "http://127.0.0.1:9/mcp?<redacted>");
+        assert_hidden(&spec, "hunter2");
+        assert_hidden(&spec, "team=a");
+        // Still connected with the expanded value.
+        match &spec.transport {
+            Transport::Http { url, .. } => {
+                assert_eq!(url.query(), Some("k=k3y-hunter2-k3y&team=a"))
+            }
+            other => panic!("{other:?}"),
+        }
+        // A literal query is a credential as well.
+        let spec = spec_with(json!({"url": "https://mcp.example/mcp?api_key=literal-key"}));
+        assert_eq!(spec.location(), "https://mcp.example/mcp?<redacted>");
+        assert_hidden(&spec, "literal-key");
+
+        let spec = spec_with(json!({"url": "https://${env:HOST}/t/${env:KEY}/mcp"}));
+        assert_eq!(spec.location(), "https://<redacted>/t/<redacted>/mcp");
+        assert_hidden(&spec, "secret-host");
+        assert_hidden(&spec, "hunter2");
+    }
+
+    #[test]
+    fn error_texts_quoting_the_url_or_values_are_scrubbed() {
+        let spec = spec_with(json!({
+            "url": "http://127.0.0.1:9/mcp?k=${env:KEY}",
+            "headers": {"Authorization": "Bearer literal-bearer-token", "X-Key": "${env:KEY}"}
+        }));
+        assert_hidden(&spec, "literal-bearer-token");
+        let error = "error sending request for url (http://127.0.0.1:9/mcp?k=k3y-hunter2-k3y): \
+                     connection refused; sent Bearer literal-bearer-token";
+        let scrubbed = spec.scrub(error);
+        assert!(!scrubbed.contains("hunter2"), "{scrubbed}");
+        assert!(!scrubbed.contains("literal-bearer-token"), "{scrubbed}");
+        // What the operator needs to recognise the server stays.
+        assert!(
+            scrubbed.contains("http://127.0.0.1:9/mcp?<redacted>"),
+            "{scrubbed}"
+        );
+        assert!(scrubbed.contains("connection refused"), "{scrubbed}");
+    }
+
+    #[test]
+    fn a_stdio_server_shows_its_program_but_no_secret() {
+        let spec = spec_with(json!({
+            "command": "uvx",
+            "args": ["mcp-weather", "--key=${env:KEY}"],
+            "env": {"API_KEY": "literal-env-secret", "FROM_ENV": "${env:KEY}"}
+        }));
+        assert_eq!(spec.location(), "stdio: uvx");
+        assert_hidden(&spec, "hunter2");
+        assert_hidden(&spec, "literal-env-secret");
+        assert_eq!(
+            spec.scrub("uvx exited: bad key --key=k3y-hunter2-k3y (env literal-env-secret)"),
+            "uvx exited: bad key --key=<redacted> (env <redacted>)"
+        );
+        let spec = spec_with(json!({"command": "${env:BIN}", "args": ["x"]}));
+        assert_eq!(spec.location(), "stdio: <redacted>");
+        assert_hidden(&spec, "hunter2");
+        assert_eq!(
+            spec.scrub("cannot start /opt/hunter2-bin/server: No such file"),
+            "cannot start <redacted>: No such file"
+        );
+    }
+
+    #[test]
+    fn a_problem_never_quotes_a_value_from_the_environment() {
+        let p = parse_server_with_env(
+            "s",
+            &json!({"url": "https://mcp.example/", "trust": "${env:KEY}"}),
+            &secret_env,
+        )
+        .unwrap_err();
+        assert_eq!(p.path, "mcpServers.s.trust");
+        assert!(!p.message.contains("hunter2"), "{p}");
     }
 
     #[test]

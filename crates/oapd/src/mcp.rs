@@ -234,20 +234,23 @@ impl McpTools for McpServers {
 fn info(spec: &ServerSpec) -> ServerInfo {
     let lazy = spec.start == oap_mcp::Start::Lazy;
     match &spec.transport {
-        Transport::Stdio { command, .. } => ServerInfo {
+        Transport::Stdio { .. } => ServerInfo {
             // The operator configured the command: trusted like a service
             // they installed.
             trust: Trust::Local,
-            location: format!("stdio: {command}"),
+            // Redacted: the program may come from `${env:}`.
+            location: spec.location().to_string(),
             lazy,
         },
-        Transport::Http { url, trust, .. } => ServerInfo {
+        Transport::Http { trust, .. } => ServerInfo {
             trust: match trust {
                 oap_exec::Trust::Local => Trust::Local,
                 oap_exec::Trust::Lan => Trust::Lan,
                 oap_exec::Trust::Internet => Trust::Internet,
             },
-            location: url.as_str().to_string(),
+            // Without its query or anything from `${env:}`: this is shown
+            // in /health, /v1/mcp/status, manifests and `oapd config`.
+            location: spec.location().to_string(),
             lazy,
         },
     }

@@ -146,10 +146,17 @@ impl Default for McpConfig {
 }
 
 /// Inline MCP servers: name → one `mcpServers` entry, kept as JSON so the
-/// entries are read by the same parser as a servers file.
-#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+/// entries are read by the same parser as a servers file. `Debug` names
+/// the servers only: their entries hold URLs, headers and environments.
+#[derive(Clone, PartialEq, Default, Serialize, Deserialize)]
 #[serde(transparent)]
 pub struct McpServers(pub serde_json::Map<String, serde_json::Value>);
+
+impl std::fmt::Debug for McpServers {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_set().entries(self.0.keys()).finish()
+    }
+}
 
 /// Largest `server.recent_requests`.
 pub const MAX_RECENT_REQUESTS: usize = 1000;
@@ -1009,8 +1016,14 @@ impl Config {
         if shown.ollama.api_key.is_some() {
             shown.ollama.api_key = Some(REDACTED.to_owned());
         }
-        // MCP servers' headers and environments carry tokens and keys.
+        // MCP servers' headers and environments carry tokens and keys, a
+        // URL's query string and user info too.
         for server in shown.mcp.servers.0.values_mut() {
+            if let Some(url) = server.get_mut("url") {
+                if let Some(text) = url.as_str() {
+                    *url = oap_mcp::redact::url_text(text).into();
+                }
+            }
             for secret in ["headers", "env"] {
                 if let Some(map) = server.get_mut(secret).and_then(|v| v.as_object_mut()) {
                     for value in map.values_mut() {

@@ -367,13 +367,19 @@ impl Api {
             Caller::Client(client) => Some(client.name.clone()),
             _ => None,
         };
+        // Who may see where MCP servers are and what failed.
+        let view = super::status::View::of(
+            operator,
+            self.settings.auth_token.is_some(),
+            request.extensions().get::<http::PeerAddr>().map(|p| p.0),
+        );
         let method = request.method().clone();
         // Counted until the response body ends (a streamed chat included).
         let model_request = Route::of(&path)
             .uses_the_model()
             .then(crate::request_gen::ModelRequest::start);
         let response = match (Route::of(&path), &method) {
-            (Route::Health, &Method::GET) => self.health(),
+            (Route::Health, &Method::GET) => self.health(view),
             (Route::Health, _) => method_not_allowed("GET"),
             (Route::Discover, &Method::POST) => self.discover(request).await,
             (Route::Discover, _) => method_not_allowed("POST"),
@@ -444,7 +450,13 @@ impl Api {
                 }
             }
             (Route::McpStatus, &Method::GET) => {
-                http::json(StatusCode::OK, &self.mcp_servers.status())
+                let status = self.mcp_servers.status();
+                match view {
+                    super::status::View::Operator => http::json(StatusCode::OK, &status),
+                    super::status::View::Counts => {
+                        http::json(StatusCode::OK, &super::status::mcp_status_counts(&status))
+                    }
+                }
             }
             (Route::McpStatus, _) => method_not_allowed("GET"),
             (Route::CrawlStatus, &Method::GET) => http::json(
@@ -602,7 +614,9 @@ impl Api {
         })
     }
 
-    fn health(&self) -> Response<Body> {
+    /// `/health`: everything for the operator, counts and states for
+    /// anyone else let in ([`super::status::View`]).
+    fn health(&self, view: super::status::View) -> Response<Body> {
         let stats = self.engine.stats();
         // Why the daemon is degraded, if it is.
         let mut reasons = Vec::new();
@@ -664,7 +678,12 @@ impl Api {
         if !reasons.is_empty() {
             body["reason"] = serde_json::Value::String(reasons.join("; "));
         }
-        http::json(StatusCode::OK, &body)
+        match view {
+            super::status::View::Operator => http::json(StatusCode::OK, &body),
+            super::status::View::Counts => {
+                http::json(StatusCode::OK, &super::status::health_counts(&body))
+            }
+        }
     }
 
     async fn discover(&self, request: Request<Incoming>) -> Response<Body> {

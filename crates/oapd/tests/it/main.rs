@@ -40,6 +40,7 @@ mod request_generation;
 mod request_rows;
 mod responses;
 mod sandbox;
+mod secrets;
 mod slow_clients;
 mod slow_upstream;
 mod status_page;
