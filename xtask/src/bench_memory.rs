@@ -10,13 +10,15 @@
 //! with a base64 image of that size) at once, and again `--settle` seconds
 //! after the last answer. Counts the answers: 200, 503 with `Retry-After`
 //! (over `server.max_inflight_body_bytes`), anything else, and broken
-//! connections. `--oapd PATH` measures another build of the daemon (the
-//! figures before a change).
+//! connections. `--oapd PATH` measures another build of the daemon;
+//! `--against PATH` measures a second build (the figures before a change)
+//! in the same run, first, with the same warm-up and burst, and prints both
+//! columns side by side.
 //!
 //! Every process is killed when this task ends, also on error.
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -30,12 +32,13 @@ use crate::bench_proxy::{
 use crate::repo_root;
 
 const USAGE: &str = "usage: cargo xtask bench-memory [--clients N] [--mb M] [--delay-ms D] \
-    [--settle S] [--oapd PATH]\n  \
+    [--settle S] [--oapd PATH] [--against PATH]\n  \
     --clients N  concurrent clients (default 16)\n  \
     --mb M       body size per client in MB (default 30)\n  \
     --delay-ms D the fake model's time to answer (default 2000)\n  \
     --settle S   seconds to wait after the burst before the last reading (default 30)\n  \
-    --oapd PATH  the daemon binary to measure (default: target/release/oapd, built)";
+    --oapd PATH  the daemon binary to measure (default: target/release/oapd, built)\n  \
+    --against PATH  another daemon binary (say, main's) measured first in the same run";
 
 const TARGET_PEAK_MB: f64 = 400.0;
 /// RSS after settling may be at most this much above idle.
@@ -48,6 +51,7 @@ struct Options {
     delay_ms: u64,
     settle: u64,
     oapd: Option<PathBuf>,
+    against: Option<PathBuf>,
 }
 
 fn parse(args: &[String]) -> Result<Options> {
@@ -57,6 +61,7 @@ fn parse(args: &[String]) -> Result<Options> {
         delay_ms: 2000,
         settle: 30,
         oapd: None,
+        against: None,
     };
     let mut it = args.iter();
     while let Some(arg) = it.next() {
@@ -69,6 +74,7 @@ fn parse(args: &[String]) -> Result<Options> {
             }
             "--settle" => options.settle = value("--settle")?.parse().context("--settle")?,
             "--oapd" => options.oapd = Some(PathBuf::from(value("--oapd")?)),
+            "--against" => options.against = Some(PathBuf::from(value("--against")?)),
             "-h" | "--help" => {
                 println!("{USAGE}");
                 std::process::exit(0);
@@ -131,6 +137,21 @@ fn fake_script(delay_ms: u64) -> String {
     )
 }
 
+/// What one daemon build did in one burst.
+struct Figures {
+    idle: f64,
+    peak: f64,
+    hwm: f64,
+    after_burst: f64,
+    settled: f64,
+    ok: usize,
+    busy: usize,
+    other: usize,
+    broken: usize,
+    burst: Duration,
+    alive: bool,
+}
+
 pub fn run(args: &[String]) -> Result<()> {
     let options = parse(args)?;
     let root = repo_root();
@@ -152,6 +173,23 @@ pub fn run(args: &[String]) -> Result<()> {
             model_dir.display()
         );
     }
+    let mut columns = Vec::new();
+    if let Some(against) = &options.against {
+        if !against.is_file() {
+            bail!("--against {}: no such file", against.display());
+        }
+        columns.push((against.clone(), measure(&options, against, &model_dir)?));
+    }
+    columns.push((oapd_bin.clone(), measure(&options, &oapd_bin, &model_dir)?));
+    report(&options, &columns);
+    println!("\nload average at end: {}", loadavg());
+    Ok(())
+}
+
+/// Starts the fake Ollama and `oapd_bin` in front of it, warms up, bursts,
+/// waits `--settle` and reads the figures; both processes end with it.
+fn measure(options: &Options, oapd_bin: &Path, model_dir: &Path) -> Result<Figures> {
+    let root = repo_root();
     let tmp =
         TempDir(std::env::temp_dir().join(format!("oapd-bench-memory-{}", std::process::id())));
     let _ = std::fs::remove_dir_all(&tmp.0);
@@ -161,7 +199,7 @@ pub fn run(args: &[String]) -> Result<()> {
         &tmp.0,
         &fake_script(options.delay_ms),
     )?;
-    let oapd = start_oapd_with(&oapd_bin, fake.addr, &model_dir, "")?;
+    let oapd = start_oapd_with(oapd_bin, fake.addr, model_dir, "")?;
     let pid = oapd.child.id();
     println!("oapd {} on {} (pid {pid})", oapd_bin.display(), oapd.addr);
 
@@ -249,36 +287,89 @@ pub fn run(args: &[String]) -> Result<()> {
     }) {
         println!("unexpected answer: {outcome:?}");
     }
-
-    let verdict = |ok: bool| if ok { "met" } else { "MISSED" };
-    println!("\n== figures (MB = 10^6 bytes, VmRSS of oapd)");
-    println!("| figure | value | target | verdict |");
-    println!("|---|---|---|---|");
-    println!("| idle (after one small chat) | {idle:.1} MB | - | - |");
-    println!(
-        "| peak during the burst (sampled every 10 ms; VmHWM) | {peak:.1} MB ({hwm:.1}) | ≤ {TARGET_PEAK_MB} MB | {} |",
-        verdict(peak <= TARGET_PEAK_MB)
-    );
-    println!("| right after the last answer | {after_burst:.1} MB | - | - |");
-    println!(
-        "| {} s later | {settled:.1} MB ({:+.0} % of idle) | ≤ idle + 20 % | {} |",
-        options.settle,
-        (settled / idle - 1.0) * 100.0,
-        verdict(settled <= idle * TARGET_SETTLED_RATIO)
-    );
-    println!(
-        "| answers: 200 / 503 with Retry-After / other / broken connections | {ok} / {busy} / {other} / {broken} | no other, none broken | {} |",
-        verdict(other == 0 && broken == 0)
-    );
-    println!("| burst wall time | {:.1} s | - | - |", burst.as_secs_f64());
-    println!(
-        "| daemon alive afterwards | {alive} | yes | {} |",
-        verdict(alive)
-    );
-    println!("\nload average at end: {}", loadavg());
     drop(oapd);
     drop(fake);
-    Ok(())
+    Ok(Figures {
+        idle,
+        peak,
+        hwm,
+        after_burst,
+        settled,
+        ok,
+        busy,
+        other,
+        broken,
+        burst,
+        alive,
+    })
+}
+
+/// One table, a column per daemon build, the verdicts of the last (this
+/// tree's) column.
+fn report(options: &Options, columns: &[(PathBuf, Figures)]) {
+    let verdict = |ok: bool| if ok { "met" } else { "MISSED" };
+    let row = |name: &str, cell: &dyn Fn(&Figures) -> String, target: &str, verdict: &str| {
+        let cells: Vec<String> = columns.iter().map(|(_, f)| cell(f)).collect();
+        println!("| {name} | {} | {target} | {verdict} |", cells.join(" | "));
+    };
+    let Some((_, last)) = columns.last() else {
+        return;
+    };
+    println!("\n== figures (MB = 10^6 bytes, VmRSS of oapd)");
+    let names: Vec<String> = columns
+        .iter()
+        .map(|(bin, _)| format!("`{}`", bin.display()))
+        .collect();
+    println!("| figure | {} | target | verdict |", names.join(" | "));
+    println!("|---|{}---|---|", "---|".repeat(columns.len()));
+    row(
+        "idle (after one small chat)",
+        &|f| format!("{:.1} MB", f.idle),
+        "-",
+        "-",
+    );
+    row(
+        "peak during the burst (sampled every 10 ms; VmHWM)",
+        &|f| format!("{:.1} MB ({:.1})", f.peak, f.hwm),
+        &format!("≤ {TARGET_PEAK_MB} MB"),
+        verdict(last.peak <= TARGET_PEAK_MB),
+    );
+    row(
+        "right after the last answer",
+        &|f| format!("{:.1} MB", f.after_burst),
+        "-",
+        "-",
+    );
+    row(
+        &format!("{} s later", options.settle),
+        &|f| {
+            format!(
+                "{:.1} MB ({:+.0} % of idle)",
+                f.settled,
+                (f.settled / f.idle - 1.0) * 100.0
+            )
+        },
+        "≤ idle + 20 %",
+        verdict(last.settled <= last.idle * TARGET_SETTLED_RATIO),
+    );
+    row(
+        "answers: 200 / 503 with Retry-After / other / broken connections",
+        &|f| format!("{} / {} / {} / {}", f.ok, f.busy, f.other, f.broken),
+        "no other, none broken",
+        verdict(last.other == 0 && last.broken == 0),
+    );
+    row(
+        "burst wall time",
+        &|f| format!("{:.1} s", f.burst.as_secs_f64()),
+        "-",
+        "-",
+    );
+    row(
+        "daemon alive afterwards",
+        &|f| f.alive.to_string(),
+        "yes",
+        verdict(last.alive),
+    );
 }
 
 fn oapd_alive(pid: u32) -> bool {

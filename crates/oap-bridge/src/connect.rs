@@ -160,6 +160,29 @@ impl AsyncWrite for UpstreamStream {
         }
     }
 
+    // Vectored writes are what lets hyper send a request body's chunks as
+    // they are (its "queue" strategy). A stream that does not say it
+    // supports them gets every chunk copied into the connection's write
+    // buffer, which then keeps the capacity of the largest body sent (a
+    // 30 MB image) for as long as the pooled connection lives.
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            UpstreamStream::Plain(tcp) => Pin::new(tcp).poll_write_vectored(cx, bufs),
+            UpstreamStream::Tls(tls) => Pin::new(tls.as_mut()).poll_write_vectored(cx, bufs),
+        }
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        match self {
+            UpstreamStream::Plain(tcp) => tcp.is_write_vectored(),
+            UpstreamStream::Tls(tls) => tls.is_write_vectored(),
+        }
+    }
+
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         match self.get_mut() {
             UpstreamStream::Plain(tcp) => Pin::new(tcp).poll_flush(cx),

@@ -335,3 +335,77 @@ fn sixteen_concurrent_30_mb_image_chats_in_a_512_mib_cgroup_leave_the_daemon_ser
     drop(daemon);
     drop(cgroup);
 }
+
+/// oapd's resident memory, MB.
+fn rss_mb(pid: u32) -> f64 {
+    oap_testkit::rss::rss_hwm_mb(pid)
+        .expect("read the daemon's /proc status")
+        .0
+}
+
+#[test]
+fn after_a_burst_of_large_image_chats_resident_memory_returns_to_idle() {
+    // Each model answer takes a second, so the eight bodies are in flight
+    // together, as in a burst.
+    let upstream = fake(models().default_turn(Turn::reply("a picture").response_delay_ms(1_000)));
+    let daemon = support::daemon()
+        .without_model()
+        .yaml(&format!("ollama:\n  base_url: {:?}\n", upstream.fake.url()))
+        .start();
+    let addr = daemon.addr;
+    let pid = daemon.pid();
+
+    // Idle: after one small chat, so the upstream connection, the pools
+    // and the caches a chat needs exist.
+    let warm_up = post(addr, "/api/chat", &image_chat("/api/chat", 4096)).expect("connection");
+    assert_eq!(
+        warm_up.status,
+        200,
+        "{}",
+        String::from_utf8_lossy(&warm_up.body)
+    );
+    std::thread::sleep(Duration::from_secs(1));
+    let idle = rss_mb(pid);
+
+    // 8 x 16 MB fits the default in-flight budget (160 MiB): all admitted.
+    let body = Arc::new(image_chat("/api/chat", 16_000_000));
+    let clients: Vec<_> = (0..8)
+        .map(|_| {
+            let body = body.clone();
+            std::thread::spawn(move || post(addr, "/api/chat", &body))
+        })
+        .collect();
+    for client in clients {
+        let answer = client.join().unwrap().expect("connection");
+        assert_eq!(
+            answer.status,
+            200,
+            "{}",
+            String::from_utf8_lossy(&answer.body)
+        );
+    }
+    let after_burst = rss_mb(pid);
+
+    // Freed memory may take a moment to go back (the trim runs when the
+    // last body's share is returned); what is kept for good (a buffer the
+    // size of a body per pooled upstream connection, or an allocator
+    // arena's free memory) is ~16 MB per body, far over the bound.
+    let bound = idle + (idle * 0.25).max(20.0);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut settled = rss_mb(pid);
+    while settled > bound && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(250));
+        settled = rss_mb(pid);
+    }
+    println!(
+        "8 x 16 MB: idle {idle:.1} MB, right after {after_burst:.1} MB, settled {settled:.1} MB \
+         (bound {bound:.1} MB)"
+    );
+    assert!(
+        settled <= bound,
+        "resident memory stayed at {settled:.1} MB after the burst (idle {idle:.1} MB, \
+         right after the burst {after_burst:.1} MB, bound {bound:.1} MB)"
+    );
+    let health = daemon.get("/health");
+    assert_eq!(health.status, 200);
+}
