@@ -731,8 +731,10 @@ async fn connect(
             sandbox,
         } => {
             let (process, pipes) = ServerProcess::spawn(
-                &spec.name,
-                handler.noise.clone(),
+                &crate::process::ServerName {
+                    name: spec.name.clone(),
+                    noise: handler.noise.clone(),
+                },
                 command,
                 args,
                 env,

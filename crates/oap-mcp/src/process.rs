@@ -104,6 +104,12 @@ fn confinement(
     Ok((scratch, confinement))
 }
 
+/// A server's name and the counters its stderr lines go to.
+pub(crate) struct ServerName {
+    pub(crate) name: String,
+    pub(crate) noise: Arc<Noise>,
+}
+
 /// The pipes rmcp speaks over.
 pub(crate) struct Pipes {
     pub(crate) stdout: ChildStdout,
@@ -140,8 +146,7 @@ fn find_program(command: &str, path_var: Option<&str>) -> Option<PathBuf> {
 impl ServerProcess {
     /// Spawn `command args` with `env` over the base environment in `cwd`.
     pub(crate) fn spawn(
-        server: &str,
-        noise: Arc<Noise>,
+        server: &ServerName,
         command: &str,
         args: &[String],
         env: &BTreeMap<String, String>,
@@ -189,8 +194,12 @@ impl ServerProcess {
                 "the child's pipes are missing".to_string(),
             ));
         };
-        let name = server.to_string();
-        tokio::spawn(drain_stderr(name, noise, stderr));
+        tokio::spawn(drain_stderr(
+            server.name.clone(),
+            server.noise.clone(),
+            stderr,
+        ));
+        let server = server.name.as_str();
         info!(server, pid, program = %program.display(), "MCP server started");
         Ok((
             Self {
