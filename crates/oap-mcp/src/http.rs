@@ -526,7 +526,11 @@ impl rmcp::transport::Transport<rmcp::RoleClient> for LegacySse {
                     let Some(data) = event.data else { continue };
                     match serde_json::from_str::<ServerJsonRpcMessage>(&data) {
                         Ok(msg) => return Some(msg),
-                        Err(e) => warn!(error = %e, "legacy SSE: not a JSON-RPC message"),
+                        // serde's error may quote the server's text, and a
+                        // server can repeat it endlessly: content, debug only.
+                        Err(e) => tracing::debug!(target: oap_exec::CONTENT_LOG_TARGET,
+                            error = %oap_exec::content_excerpt(&e.to_string()),
+                            "legacy SSE: not a JSON-RPC message"),
                     }
                 }
             }

@@ -17,6 +17,7 @@ use tokio::task::JoinHandle;
 use tracing::{info, warn};
 
 use crate::content::{cap_chars, content_hash, result_text};
+use crate::noise::{Kind, Noise, Traffic};
 use crate::process::ServerProcess;
 use crate::servers_file::{ServerSpec, Start, Transport};
 
@@ -51,6 +52,18 @@ pub struct HubSettings {
     /// so a hung process or a dropped HTTP session is noticed before a
     /// call fails on it.
     pub ping_interval: Duration,
+    /// Shortest time between two `tools/list` re-listings of one server
+    /// (2 s): list changes in between are answered by one re-list at the
+    /// end of the interval, so the last change is never lost.
+    pub relist_interval: Duration,
+    /// Re-listings of one server per minute at most (10); further list
+    /// changes wait for the minute to make room.
+    pub max_relists_per_minute: usize,
+    /// The window a server's unasked messages are counted in (10 s).
+    pub noise_window: Duration,
+    /// More messages than this (notifications and stderr lines) in one
+    /// [`Self::noise_window`] make a server noisy (200, 20 a second).
+    pub noisy_messages: u64,
 }
 
 impl Default for HubSettings {
@@ -67,6 +80,10 @@ impl Default for HubSettings {
             backoff_max: Duration::from_secs(60),
             stop_grace: Duration::from_secs(2),
             ping_interval: Duration::from_secs(30),
+            relist_interval: Duration::from_secs(2),
+            max_relists_per_minute: 10,
+            noise_window: Duration::from_secs(10),
+            noisy_messages: 200,
         }
     }
 }
@@ -187,6 +204,16 @@ pub struct ServerStatus {
     pub notes: Vec<String>,
     /// The process id of a running stdio server.
     pub pid: Option<i32>,
+    /// Whether the server sends more unasked messages (log notifications,
+    /// progress, list changes, stderr lines) than
+    /// [`HubSettings::noisy_messages`] per [`HubSettings::noise_window`];
+    /// cleared after a window under that rate. It keeps serving meanwhile.
+    pub noisy: bool,
+    /// What it sent in about the last minute (the open window and the
+    /// closed ones within the minute).
+    pub traffic_last_minute: Traffic,
+    /// What it sent since it was configured.
+    pub traffic_total: Traffic,
 }
 
 struct Live {
@@ -199,11 +226,15 @@ struct Live {
     restarts: u64,
     notes: Vec<String>,
     pid: Option<i32>,
+    /// The last re-listing's failure, logged once while it repeats.
+    relist_error: Option<String>,
 }
 
 struct Shared {
     spec: ServerSpec,
     live: Mutex<Live>,
+    /// What the server sent unasked, counted (kept across reconnects).
+    noise: Arc<Noise>,
     /// Set to true by the first call to a lazy server.
     wanted: watch::Sender<bool>,
 }
@@ -291,11 +322,19 @@ impl Hub {
                 restarts: 0,
                 notes: Vec::new(),
                 pid: None,
+                relist_error: None,
             }),
             wanted: watch::channel(spec.start == Start::Eager).0,
+            noise: Arc::new(Noise::default()),
             spec,
         });
         let (stop, stop_rx) = watch::channel(false);
+        tokio::spawn(crate::noise::watch(
+            shared.spec.name.clone(),
+            self.settings(),
+            shared.noise.clone(),
+            stop_rx.clone(),
+        ));
         let task = tokio::spawn(supervise(
             self.settings(),
             self.context(),
@@ -393,9 +432,11 @@ impl Hub {
 
     /// Every server's state.
     pub fn status(&self) -> Vec<ServerStatus> {
+        let settings = self.settings();
         self.servers()
             .values()
             .map(|e| {
+                let noise = e.shared.noise.status(&settings);
                 let live = e.shared.live();
                 ServerStatus {
                     name: e.shared.spec.name.clone(),
@@ -406,6 +447,9 @@ impl Hub {
                     restarts: live.restarts,
                     notes: live.notes.clone(),
                     pid: live.pid,
+                    noisy: noise.noisy,
+                    traffic_last_minute: noise.last_minute,
+                    traffic_total: noise.total,
                 }
             })
             .collect()
@@ -548,14 +592,93 @@ fn bump(changes: &watch::Sender<u64>) {
     changes.send_modify(|v| *v = v.wrapping_add(1));
 }
 
-/// Receives `notifications/tools/list_changed`.
+/// Receives the server's notifications: `tools/list_changed` asks for a
+/// re-list (coalesced: one pending request at most), everything is
+/// counted, and a log message's text goes only to the content target at
+/// debug. Every notification kind is handled here, so none reaches the log
+/// through rmcp's defaults.
 struct Handler {
+    server: String,
     relist: mpsc::Sender<()>,
+    noise: Arc<Noise>,
 }
 
 impl ClientHandler for Handler {
     async fn on_tool_list_changed(&self, _context: NotificationContext<RoleClient>) {
+        self.noise.record(Kind::ListChanged);
         let _ = self.relist.try_send(());
+    }
+
+    #[allow(
+        deprecated,
+        reason = "servers still send notifications/message; it must be counted until none do"
+    )]
+    async fn on_logging_message(
+        &self,
+        params: rmcp::model::LoggingMessageNotificationParam,
+        _context: NotificationContext<RoleClient>,
+    ) {
+        self.noise.record(Kind::LogMessage);
+        // The server's text: content, for debug lines only.
+        tracing::debug!(target: oap_exec::CONTENT_LOG_TARGET, server = %self.server,
+            level = ?params.level, logger = ?params.logger,
+            "log message: {}", oap_exec::content_excerpt(&params.data.to_string()));
+    }
+
+    async fn on_progress(
+        &self,
+        _params: rmcp::model::ProgressNotificationParam,
+        _context: NotificationContext<RoleClient>,
+    ) {
+        self.noise.record(Kind::Progress);
+    }
+
+    async fn on_cancelled(
+        &self,
+        _params: rmcp::model::CancelledNotificationParam,
+        _context: NotificationContext<RoleClient>,
+    ) {
+        self.noise.record(Kind::OtherNotification);
+    }
+
+    async fn on_resource_updated(
+        &self,
+        _params: rmcp::model::ResourceUpdatedNotificationParam,
+        _context: NotificationContext<RoleClient>,
+    ) {
+        self.noise.record(Kind::OtherNotification);
+    }
+
+    async fn on_resource_list_changed(&self, _context: NotificationContext<RoleClient>) {
+        self.noise.record(Kind::OtherNotification);
+    }
+
+    async fn on_prompt_list_changed(&self, _context: NotificationContext<RoleClient>) {
+        self.noise.record(Kind::OtherNotification);
+    }
+
+    async fn on_custom_notification(
+        &self,
+        _notification: rmcp::model::CustomNotification,
+        _context: NotificationContext<RoleClient>,
+    ) {
+        self.noise.record(Kind::OtherNotification);
+    }
+
+    async fn on_task_status(
+        &self,
+        _params: rmcp::model::TaskStatusNotificationParams,
+        _context: NotificationContext<RoleClient>,
+    ) {
+        self.noise.record(Kind::OtherNotification);
+    }
+
+    async fn on_subscriptions_acknowledged(
+        &self,
+        _params: rmcp::model::SubscriptionsAcknowledgedNotificationParams,
+        _context: NotificationContext<RoleClient>,
+    ) {
+        self.noise.record(Kind::OtherNotification);
     }
 
     fn get_info(&self) -> rmcp::model::ClientConfig {
@@ -610,7 +733,10 @@ async fn connect(
             sandbox,
         } => {
             let (process, pipes) = ServerProcess::spawn(
-                &spec.name,
+                &crate::process::ServerName {
+                    name: spec.name.clone(),
+                    noise: handler.noise.clone(),
+                },
                 command,
                 args,
                 env,
@@ -728,7 +854,6 @@ async fn list_tools(
     let mut notes = Vec::new();
     let mut bytes = 0usize;
     let mut cursor: Option<String> = None;
-    let mut seen = 0usize;
     for page in 0.. {
         if page >= settings.max_list_pages {
             notes.push(format!(
@@ -757,7 +882,6 @@ async fn list_tools(
         };
         let mut full = false;
         for raw in list {
-            seen += 1;
             if tools.len() >= settings.max_tools_per_server {
                 full = true;
                 break;
@@ -791,9 +915,6 @@ async fn list_tools(
         if cursor.is_none() {
             break;
         }
-    }
-    for n in &notes {
-        warn!(server = %spec.name, seen, "{n}");
     }
     Ok((tools, notes))
 }
@@ -878,7 +999,11 @@ async fn supervise(
         first = false;
         let (relist_tx, mut relist_rx) = mpsc::channel(1);
         let attempt = tokio::select! {
-            r = connect(&settings, &ctx, &shared.spec, Handler { relist: relist_tx }) => Some(r),
+            r = connect(&settings, &ctx, &shared.spec, Handler {
+                server: name.clone(),
+                relist: relist_tx,
+                noise: shared.noise.clone(),
+            }) => Some(r),
             _ = stopped(&mut stop) => None,
         };
         let ended = match attempt {
@@ -987,6 +1112,9 @@ async fn run(
         Some(Err(e)) => Ended::Lost(e),
         Some(Ok((tools, notes))) => {
             {
+                for note in &notes {
+                    warn!(server = %shared.spec.name, "{note}");
+                }
                 let mut live = shared.live();
                 info!(server = %shared.spec.name, tools = tools.len(), "MCP server ready");
                 live.state = State::Ready;
@@ -1002,6 +1130,7 @@ async fn run(
                 tokio::time::Instant::now() + settings.ping_interval,
                 settings.ping_interval,
             );
+            let mut relists = RelistPacer::new(settings);
             loop {
                 tokio::select! {
                     _ = stopped(stop) => break Ended::Stop,
@@ -1011,17 +1140,11 @@ async fn run(
                             break Ended::Lost(format!("health check failed: {problem}"));
                         }
                     }
-                    Some(()) = relist.recv() => {
-                        match list_tools(settings, &shared.spec, &peer).await {
-                            Ok((tools, notes)) => {
-                                let mut live = shared.live();
-                                live.tools = tools;
-                                live.notes = notes;
-                                drop(live);
-                                bump(changes);
-                            }
-                            Err(e) => warn!(server = %shared.spec.name, error = %shared.spec.scrub(&e), "re-listing tools failed"),
-                        }
+                    Some(()) = relist.recv() => relists.changed(tokio::time::Instant::now()),
+                    () = until(relists.due) => {
+                        relists.listed(tokio::time::Instant::now());
+                        shared.noise.record(Kind::Relist);
+                        relist_tools(settings, shared, &peer, changes).await;
                     }
                 }
             }
@@ -1034,6 +1157,111 @@ async fn run(
     }
     ended
 }
+/// List the tools again after a list change. Index and log see only real
+/// changes: the same list again bumps nothing, and notes or a failure are
+/// logged only when they differ from the last listing's, so a server
+/// repeating itself cannot repeat lines in the log.
+async fn relist_tools(
+    settings: &HubSettings,
+    shared: &Shared,
+    peer: &Peer<RoleClient>,
+    changes: &watch::Sender<u64>,
+) {
+    let name = &shared.spec.name;
+    match list_tools(settings, &shared.spec, peer).await {
+        Ok((tools, notes)) => {
+            let mut live = shared.live();
+            if live.notes != notes {
+                for note in &notes {
+                    warn!(server = %name, "{note}");
+                }
+            }
+            let changed = live.tools != tools;
+            live.tools = tools;
+            live.notes = notes;
+            live.relist_error = None;
+            drop(live);
+            if changed {
+                bump(changes);
+            }
+        }
+        Err(e) => {
+            let mut live = shared.live();
+            if live.relist_error.as_deref() != Some(e.as_str()) {
+                warn!(server = %name, error = %cap_chars(shared.spec.scrub(&e), 300), "re-listing tools failed");
+            }
+            live.relist_error = Some(e);
+        }
+    }
+}
+
+/// Paces re-listings: a list change is answered at once when the server
+/// was not re-listed within [`HubSettings::relist_interval`], else at the
+/// end of that interval (trailing edge: changes in between share that one
+/// re-list, and the last one is never lost), and never more than
+/// [`HubSettings::max_relists_per_minute`] times in a minute.
+struct RelistPacer {
+    interval: Duration,
+    per_minute: usize,
+    /// When the recent re-lists started, oldest first (the last minute's).
+    recent: std::collections::VecDeque<tokio::time::Instant>,
+    /// When the pending re-list is due; `None`: nothing changed.
+    due: Option<tokio::time::Instant>,
+}
+
+impl RelistPacer {
+    fn new(settings: &HubSettings) -> Self {
+        Self {
+            interval: settings.relist_interval,
+            per_minute: settings.max_relists_per_minute.max(1),
+            recent: std::collections::VecDeque::new(),
+            due: None,
+        }
+    }
+
+    /// The server said its list changed at `now`.
+    fn changed(&mut self, now: tokio::time::Instant) {
+        if self.due.is_some() {
+            return;
+        }
+        let minute = Duration::from_secs(60);
+        while self
+            .recent
+            .front()
+            .is_some_and(|t| now.duration_since(*t) >= minute)
+        {
+            self.recent.pop_front();
+        }
+        let mut due = now;
+        if let Some(last) = self.recent.back() {
+            due = due.max(*last + self.interval);
+        }
+        if self.recent.len() >= self.per_minute {
+            if let Some(oldest) = self.recent.front() {
+                due = due.max(*oldest + minute);
+            }
+        }
+        self.due = Some(due);
+    }
+
+    /// A re-list starts at `now`.
+    fn listed(&mut self, now: tokio::time::Instant) {
+        self.due = None;
+        self.recent.push_back(now);
+        while self.recent.len() > self.per_minute {
+            self.recent.pop_front();
+        }
+    }
+}
+
+/// Resolves at `at`; never for `None`.
+async fn until(at: Option<tokio::time::Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
 /// Resolves when the server drops a message for its size after this
 /// point; never for a server without a size watch or once it is gone (the
 /// call then ends by itself).
@@ -1065,7 +1293,42 @@ fn init_failed(error: &dyn std::fmt::Display) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::init_failed;
+    use super::{init_failed, HubSettings, RelistPacer};
+    use std::time::Duration;
+
+    #[test]
+    fn list_changes_are_paced_trailing_edge_and_per_minute() {
+        let mut pacer = RelistPacer::new(&HubSettings::default());
+        let t0 = tokio::time::Instant::now();
+        let s = Duration::from_secs;
+        // The first change is answered at once.
+        pacer.changed(t0);
+        assert_eq!(pacer.due, Some(t0));
+        pacer.listed(t0);
+        // Changes within the interval share one re-list at its end.
+        pacer.changed(t0 + Duration::from_millis(100));
+        assert_eq!(pacer.due, Some(t0 + s(2)));
+        pacer.changed(t0 + Duration::from_millis(1_900));
+        assert_eq!(pacer.due, Some(t0 + s(2)));
+        pacer.listed(t0 + s(2));
+        // A storm: ten re-lists fill the minute, the next waits for room.
+        let mut at = t0 + s(2);
+        for _ in 0..8 {
+            pacer.changed(at);
+            at = pacer.due.unwrap();
+            pacer.listed(at);
+        }
+        assert_eq!(at, t0 + s(18), "every 2 s while the minute has room");
+        pacer.changed(at);
+        assert_eq!(
+            pacer.due,
+            Some(t0 + s(60)),
+            "the eleventh waits for the minute"
+        );
+        // Without changes nothing is due.
+        pacer.listed(t0 + s(60));
+        assert_eq!(pacer.due, None);
+    }
 
     #[test]
     fn an_initialize_error_drops_the_sdks_type_names() {

@@ -10,8 +10,8 @@
 //! URLs, caps, deadlines and reconnects.
 //!
 //! - stdio servers are spawned without a shell in their own process group
-//!   with rlimits (oap-exec's), stderr drained into the log line by line,
-//!   lines from the server capped; the whole group is killed (SIGTERM, a
+//!   with rlimits (oap-exec's), stderr drained line by line, lines from
+//!   the server capped; the whole group is killed (SIGTERM, a
 //!   grace period, SIGKILL) on removal, reconnect and shutdown. A server
 //!   configured with `sandbox` runs under oap-sandbox's Landlock and
 //!   seccomp confinement, with network access only when it asks.
@@ -30,11 +30,18 @@
 //!   connection) is retried with exponential backoff without delaying the
 //!   others; calls never fail with `Err`: problems are error outcomes with
 //!   a clear text, and a dropped call sends `notifications/cancelled`.
+//! - Nothing a server sends unasked (log notifications, progress, list
+//!   changes, stderr lines) is logged at info or warn: it is counted
+//!   ([`Traffic`], `noise`), its text goes to the content target at debug,
+//!   and a server over the rate is flagged noisy in [`ServerStatus`] and
+//!   summarised in one line a minute. List changes are debounced into
+//!   paced re-listings.
 
 mod content;
 mod http;
 mod hub;
 mod line_watch;
+mod noise;
 mod process;
 pub mod redact;
 pub mod servers_file;
@@ -42,5 +49,6 @@ pub mod servers_file;
 pub use content::{canonical, content_hash, result_text};
 pub use http::HttpError;
 pub use hub::{CallOutcome, Hub, HubContext, HubSettings, McpTool, ServerStatus, State};
+pub use noise::Traffic;
 pub use redact::{Redaction, REDACTED};
 pub use servers_file::{ServerSpec, ServersFile, SpecProblem, Start, Transport};

@@ -1,10 +1,12 @@
 //! A stdio server's child process: spawned without a shell in its own
 //! process group with resource limits, stderr drained line by line (each
-//! line capped) into the log, and the whole group killed when it goes.
+//! line counted, capped and logged only as content at debug), and the
+//! whole group killed when it goes.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
+use std::sync::Arc;
 use std::time::Duration;
 
 use nix::sys::signal::{killpg, Signal};
@@ -14,6 +16,7 @@ use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::process::{Child, ChildStdin, ChildStdout, Command};
 use tracing::{debug, info, warn};
 
+use crate::noise::{Kind, Noise};
 use crate::redact::Redaction;
 use crate::servers_file::SandboxSpec;
 
@@ -102,6 +105,12 @@ fn confinement(
     Ok((scratch, confinement))
 }
 
+/// A server's name and the counters its stderr lines go to.
+pub(crate) struct ServerName {
+    pub(crate) name: String,
+    pub(crate) noise: Arc<Noise>,
+}
+
 /// The pipes rmcp speaks over.
 pub(crate) struct Pipes {
     pub(crate) stdout: ChildStdout,
@@ -142,7 +151,7 @@ impl ServerProcess {
         reason = "the spec's parts, each borrowed as the child needs it; the redaction only for the log line"
     )]
     pub(crate) fn spawn(
-        server: &str,
+        server: &ServerName,
         command: &str,
         args: &[String],
         env: &BTreeMap<String, String>,
@@ -191,8 +200,12 @@ impl ServerProcess {
                 "the child's pipes are missing".to_string(),
             ));
         };
-        let name = server.to_string();
-        tokio::spawn(drain_stderr(name, stderr));
+        tokio::spawn(drain_stderr(
+            server.name.clone(),
+            server.noise.clone(),
+            stderr,
+        ));
+        let server = server.name.as_str();
         // The program may have come from `${env:}`.
         info!(server, pid, program = %redaction.scrub(&program.display().to_string()), "MCP server started");
         Ok((
@@ -237,15 +250,17 @@ fn signal(pgid: Pid, sig: Signal) {
     }
 }
 
-/// Log the server's stderr line by line, each line cut to a bounded
-/// length, memory bounded whatever the server writes.
-async fn drain_stderr(server: String, mut pipe: impl AsyncRead + Unpin) {
+/// Count the server's stderr lines and log them as content (debug only),
+/// each line cut to a bounded length, memory bounded whatever the server
+/// writes.
+async fn drain_stderr(server: String, noise: Arc<Noise>, mut pipe: impl AsyncRead + Unpin) {
     let mut chunk = vec![0u8; 8 * 1024];
     let mut line: Vec<u8> = Vec::new();
     let mut dropped = 0usize;
     let flush = |line: &mut Vec<u8>, dropped: &mut usize| {
         // A server may echo the calls it gets (the model's arguments) or
         // their results on stderr: content, for debug lines only.
+        noise.record(Kind::StderrLine);
         let text = String::from_utf8_lossy(line);
         if !text.trim().is_empty() || *dropped > 0 {
             debug!(target: oap_exec::CONTENT_LOG_TARGET, server = %server, dropped = *dropped,

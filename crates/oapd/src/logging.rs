@@ -93,14 +93,29 @@ pub use oap_exec::CONTENT_LOG_TARGET;
 
 /// `filter` with content lines off unless `log_content`: the directive is
 /// more specific than any level a `RUST_LOG` sets for all targets, so
-/// `RUST_LOG=debug` alone never shows content. Libraries that would log
-/// request or message bodies at debug (rmcp) are held at info likewise.
+/// `RUST_LOG=debug` alone never shows content.
+///
+/// rmcp (the MCP library) is off unless the operator names it in
+/// `RUST_LOG` or `log.level` *and* allows content: it quotes what MCP
+/// servers send in its own lines (every incoming notification at info, a
+/// message before the handshake at warn, each over-long line at error), so
+/// a server sending in a loop would fill the log through it. The hub logs
+/// what an operator needs itself (a server started, ready, lost, not
+/// started; a minute summary of a noisy one).
 pub fn content_filter(filter: EnvFilter, log_content: bool) -> EnvFilter {
-    if log_content {
-        return filter;
+    let rmcp_asked_for = filter
+        .to_string()
+        .split(',')
+        .any(|directive| directive.trim_start().starts_with("rmcp"));
+    let mut directives = Vec::new();
+    if !log_content {
+        directives.push(format!("{CONTENT_LOG_TARGET}=off"));
+    }
+    if !(log_content && rmcp_asked_for) {
+        directives.push("rmcp=off".to_string());
     }
     let mut filter = filter;
-    for directive in [format!("{CONTENT_LOG_TARGET}=off"), "rmcp=info".to_string()] {
+    for directive in directives {
         if let Ok(directive) = directive.parse() {
             filter = filter.add_directive(directive);
         }
@@ -374,6 +389,45 @@ mod tests {
         assert!(out.contains("\u{1b}[3mlocation\u{1b}[0m"), "{out:?}");
         assert!(!out.contains("\u{1b}[31m"), "{out:?}");
         assert!(out.contains(r"forged\u{1b}[31m red"), "{out:?}");
+    }
+
+    /// What gets through `content_filter(directives, log_content)` of
+    /// rmcp's line about an incoming notification, a content line and an
+    /// ordinary info line.
+    fn filtered(directives: &str, log_content: bool) -> String {
+        let capture = Capture::default();
+        let filter = content_filter(EnvFilter::new(directives), log_content);
+        let subscriber = text_subscriber(filter, capture.clone(), false);
+        tracing::subscriber::with_default(subscriber, || {
+            tracing::info!(target: "rmcp::service", notification = "server text", "received notification");
+            tracing::warn!(target: "rmcp::service::client", message = "server text", "Received unexpected message");
+            tracing::debug!(target: CONTENT_LOG_TARGET, "log message: server text");
+            tracing::info!("MCP server ready");
+        });
+        let bytes = capture.0.lock().unwrap().clone();
+        String::from_utf8(bytes).unwrap()
+    }
+
+    #[test]
+    fn rmcp_lines_quoting_servers_are_off_unless_asked_for_with_content() {
+        for (directives, log_content) in [
+            ("info", false),
+            ("info", true),
+            ("debug", false),
+            ("debug", true),
+            ("info,rmcp=info", false),
+        ] {
+            let out = filtered(directives, log_content);
+            assert!(
+                !out.contains("server text"),
+                "{directives} {log_content}: {out}"
+            );
+            assert!(out.contains("MCP server ready"), "{out}");
+        }
+        // The operator asks for rmcp and allows content: both show.
+        let out = filtered("debug,rmcp=info", true);
+        assert!(out.contains("received notification"), "{out}");
+        assert!(out.contains("log message: server text"), "{out}");
     }
 
     #[test]

@@ -30,6 +30,7 @@ mod http_errors;
 mod lexical_start;
 mod lifecycle;
 mod mcp;
+mod mcp_noise;
 mod mcp_server;
 mod mdns;
 mod memory;
