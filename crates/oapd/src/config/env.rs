@@ -48,7 +48,8 @@ macro_rules! config_keys {
 config_keys! {
     server {
         listen, max_body_bytes, max_inflight_body_bytes, max_task_bytes, request_timeout,
-        header_read_timeout, max_connections, max_connections_per_client, auth_token,
+        header_read_timeout, max_connections, max_pending_connections, max_connections_per_client,
+        auth_token,
         cors_origins, allowed_hosts, shutdown_grace, trusted_clients, recent_requests,
         log_content,
     }
