@@ -355,12 +355,21 @@ impl SpreadAttack {
         runtime.block_on(async {
             for i in 0..sources.len() * PER_ADDRESS {
                 let from = sources[i % sources.len()];
-                let stream = connect_trickler(from, addr).await;
+                // An attacker does not wait for a handshake the daemon's
+                // full backlog drops: it tries again later.
+                let stream = if reconnect {
+                    tokio::time::timeout(Duration::from_secs(1), try_connect_trickler(from, addr))
+                        .await
+                        .ok()
+                        .and_then(Result::ok)
+                } else {
+                    Some(connect_trickler(from, addr).await)
+                };
                 let flag = Arc::new(AtomicBool::new(true));
                 open.push(flag.clone());
                 let (stop, closed) = (stop.clone(), closed.clone());
                 tokio::spawn(async move {
-                    let mut stream = Some(stream);
+                    let mut stream = stream;
                     while !stop.load(Ordering::Relaxed) {
                         let current = match stream.take() {
                             Some(stream) => stream,
