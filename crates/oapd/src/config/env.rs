@@ -48,8 +48,9 @@ macro_rules! config_keys {
 config_keys! {
     server {
         listen, max_body_bytes, max_inflight_body_bytes, max_task_bytes, request_timeout,
-        header_read_timeout, max_connections, max_connections_per_client, auth_token,
-        cors_origins, clients, allowed_hosts, shutdown_grace, trusted_clients, recent_requests,
+        header_read_timeout, max_connections, max_pending_connections, max_connections_per_client,
+        auth_token, cors_origins, clients, allowed_hosts, shutdown_grace, trusted_clients,
+        recent_requests,
         log_content,
     }
     index { data_dir, vector_dtype, search_threads, start_embed_limit }

@@ -63,6 +63,12 @@ pub const REDACTED: &str = "<redacted>";
 /// 1 GB board (docs/BENCHMARKS.md, "Request-body memory").
 pub const DEFAULT_INFLIGHT_BODY_BYTES: usize = 160 * 1024 * 1024;
 
+/// Default budget of connections sending their head or idle between
+/// requests (`server.max_pending_connections`): several times the keep-alive
+/// pools of the clients a home server has, a few hundred kilobytes of sockets
+/// and buffers at most on a Pi.
+pub const DEFAULT_PENDING_CONNECTIONS: usize = 64;
+
 // ---------------------------------------------------------------------------
 // The configuration tree
 // ---------------------------------------------------------------------------
@@ -226,9 +232,16 @@ pub struct ServerConfig {
     /// Seconds allowed to receive the request headers (default 10); protects against
     /// slow-loris clients holding connections open.
     pub header_read_timeout: u64,
-    /// Maximum simultaneous client connections (default 256); further connections
-    /// wait in the kernel backlog. Bounds memory and file descriptors.
+    /// Maximum requests served at once (default 256): a connection takes one of
+    /// these slots once it has sent a complete request head and gives it back
+    /// when the answer is sent; further complete heads wait for a slot.
     pub max_connections: usize,
+    /// Maximum connections still sending their request head or idle between
+    /// requests (keep-alive), across all clients (default 64). When it is full,
+    /// the oldest of them is closed to admit a new connection, so slow or
+    /// silent clients, from however many addresses, cannot keep a prompt one
+    /// out. A separate budget from `max_connections`.
+    pub max_pending_connections: usize,
     /// Maximum simultaneous connections from one client IP address (default 32).
     /// A connection over it is answered 503 and closed at once, without taking
     /// one of `max_connections`, so one slow client cannot hold every slot.
@@ -278,6 +291,7 @@ impl Default for ServerConfig {
             request_timeout: 30,
             header_read_timeout: 10,
             max_connections: 256,
+            max_pending_connections: DEFAULT_PENDING_CONNECTIONS,
             max_connections_per_client: 32,
             auth_token: None,
             cors_origins: Vec::new(),
@@ -301,6 +315,7 @@ impl fmt::Debug for ServerConfig {
             .field("request_timeout", &self.request_timeout)
             .field("header_read_timeout", &self.header_read_timeout)
             .field("max_connections", &self.max_connections)
+            .field("max_pending_connections", &self.max_pending_connections)
             .field(
                 "max_connections_per_client",
                 &self.max_connections_per_client,

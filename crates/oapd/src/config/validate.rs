@@ -90,6 +90,12 @@ fn server(c: &mut Checker, s: &ServerConfig) {
     c.range("server.header_read_timeout", s.header_read_timeout, 1, 3600);
     c.range("server.max_connections", s.max_connections, 1, 65_536);
     c.range(
+        "server.max_pending_connections",
+        s.max_pending_connections,
+        1,
+        65_536,
+    );
+    c.range(
         "server.max_connections_per_client",
         s.max_connections_per_client,
         1,

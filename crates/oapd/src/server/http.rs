@@ -2,10 +2,12 @@
 //! shutdown, and the small helpers every handler uses (JSON bodies, capped
 //! request bodies, JSON errors).
 //!
-//! Limits live here so that no handler can forget them: a connection count
-//! cap and a cap per client address, a header read deadline that starts at
-//! accept (slowloris; the first head is read by [`super::head`]), a request
-//! body cap enforced while reading, a body stall deadline, and a
+//! Limits live here so that no handler can forget them: a cap per client
+//! address, a budget of connections still sending their head or idle whose
+//! oldest is closed when it is full, a separate budget of requests being
+//! served (both in [`super::pending`]), a header read deadline that starts
+//! at accept (slowloris; the first head is read by [`super::head`]), a
+//! request body cap enforced while reading, a body stall deadline, and a
 //! per-request deadline.
 
 use std::collections::HashMap;
@@ -29,10 +31,11 @@ use hyper_util::server::graceful::{GracefulShutdown, Watcher};
 use serde::Serialize;
 use serde_json::Value;
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{watch, Semaphore};
 
 use super::head::{self, Head};
 use super::observe::RequestInfo;
+use super::pending::{Occupancy, Pending, Watched};
 use oap_bridge::upstream::X_REQUEST_ID;
 use tracing::Instrument;
 
@@ -53,9 +56,12 @@ pub struct LocalAddr(pub SocketAddr);
 /// Limits that apply to every connection and request.
 #[derive(Debug, Clone)]
 pub struct Limits {
-    /// `server.max_connections`: connections served at once; further ones
-    /// wait for a free slot.
+    /// `server.max_connections`: requests served at once (from a complete
+    /// head until the answer is written); further complete heads wait.
     pub max_connections: usize,
+    /// `server.max_pending_connections`: connections sending their head or
+    /// idle between requests; when full, the oldest is closed.
+    pub max_pending_connections: usize,
     /// Connections at once from one client IP address.
     pub max_connections_per_client: usize,
     /// `server.max_body_bytes`: largest request body, bytes.
@@ -643,14 +649,16 @@ pub async fn serve<H: Handler>(
 ) {
     // Shared by the accept loops; unwrapped again once they have stopped.
     let graceful = Arc::new(GracefulShutdown::new());
-    let permits = Arc::new(Semaphore::new(limits.max_connections.max(1)));
+    let served = Arc::new(Semaphore::new(limits.max_connections.max(1)));
+    let pending = Arc::new(Pending::new(limits.max_pending_connections));
     let clients = Arc::new(Clients::default());
     let (stop_tx, stop_rx) = watch::channel(false);
     let mut accept_tasks = Vec::new();
     for listener in listeners {
         let handler = handler.clone();
         let limits = limits.clone();
-        let permits = permits.clone();
+        let served = served.clone();
+        let pending = pending.clone();
         let clients = clients.clone();
         let graceful = graceful.clone();
         let mut stop = stop_rx.clone();
@@ -671,19 +679,16 @@ pub async fn serve<H: Handler>(
                 // The header deadline runs from here, whatever waits below.
                 let deadline = tokio::time::Instant::now() + limits.header_read_timeout;
                 // One client cannot take every slot: over its cap it is
-                // turned away at once, before it holds a global slot.
+                // turned away at once, before it counts anywhere else.
                 let Some(slot) = clients.enter(peer.ip(), limits.max_connections_per_client) else {
                     tracing::debug!(%peer, "connection refused: too many from this client");
                     turn_away(stream, limits.max_connections_per_client);
                     continue;
                 };
-                let permit = tokio::select! {
-                    _ = stop.changed() => break,
-                    permit = permits.clone().acquire_owned() => match permit {
-                        Ok(permit) => permit,
-                        Err(_) => break,
-                    },
-                };
+                // Never waits: a full pending budget closes its oldest
+                // connection instead, so the accept loop keeps taking
+                // connections however many trickle their heads.
+                let occupancy = Occupancy::admit(&pending, &served);
                 let _ = stream.set_nodelay(true);
                 let connection = Connection {
                     stream,
@@ -691,8 +696,8 @@ pub async fn serve<H: Handler>(
                     deadline,
                     limits: limits.clone(),
                     watcher: graceful.watcher(),
+                    occupancy,
                     _slot: slot,
-                    _permit: permit,
                 };
                 tokio::spawn(connection.run(handler.clone()));
             }
@@ -782,20 +787,38 @@ async fn linger(mut stream: TcpStream) {
     LINGERING.fetch_sub(1, Ordering::Relaxed);
 }
 
-/// One accepted connection, holding its client slot and global permit
-/// until it ends.
+/// One accepted connection, holding its client slot until it ends and its
+/// place in the pending or served budget as it goes.
 struct Connection {
     stream: TcpStream,
     peer: SocketAddr,
     deadline: tokio::time::Instant,
     limits: Limits,
     watcher: Watcher,
+    occupancy: Arc<Occupancy>,
     _slot: ClientSlot,
-    _permit: OwnedSemaphorePermit,
 }
 
 impl Connection {
-    async fn run<H: Handler>(mut self, handler: Arc<H>) {
+    /// Serves the connection until it ends or, while it has no request in
+    /// progress, is shed to admit a newer one (dropping it closes the
+    /// socket).
+    async fn run<H: Handler>(self, handler: Arc<H>) {
+        let peer = self.peer;
+        let occupancy = self.occupancy.clone();
+        tokio::select! {
+            () = occupancy.shed() => {
+                tracing::debug!(
+                    %peer,
+                    "connection closed: the oldest without a request in progress, \
+                     server.max_pending_connections reached"
+                );
+            }
+            () = self.serve(handler) => {}
+        }
+    }
+
+    async fn serve<H: Handler>(mut self, handler: Arc<H>) {
         let peer = self.peer;
         let local = self.stream.local_addr().ok();
         let prefix = match head::read_first(
@@ -815,6 +838,7 @@ impl Connection {
         };
         let request_timeout = self.limits.request_timeout;
         let body_stall = self.limits.header_read_timeout;
+        let occupancy = self.occupancy.clone();
         let service = service_fn(move |mut request: Request<Incoming>| {
             request.extensions_mut().insert(PeerAddr(peer));
             if let Some(local) = local {
@@ -862,8 +886,26 @@ impl Connection {
                 Ok::<_, Infallible>(response)
             });
             let served = oap_bridge::upstream::REQUEST_ID.scope(id.clone(), info.scope(served));
+            let occupancy = occupancy.clone();
             async move {
-                let mut response = served.instrument(span).await?;
+                // The head is complete: a slot of the served budget, held by
+                // the answer's body until hyper has written it.
+                // `None`: shed while waiting for the slot; the connection is
+                // being closed, this answer only completes the service.
+                let Some(slot) = occupancy.serve().await else {
+                    return Ok(error(
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        "the server is busy: the connection was closed to admit newer ones \
+                         (server.max_pending_connections)",
+                    ));
+                };
+                let mut response = served.instrument(span).await?.map(|body| {
+                    body.map_frame(move |frame| {
+                        let _held = &slot;
+                        frame
+                    })
+                    .boxed()
+                });
                 if let Ok(value) = HeaderValue::from_str(&id) {
                     response.headers_mut().insert(X_REQUEST_ID, value);
                 }
@@ -875,7 +917,10 @@ impl Connection {
                 Ok::<_, Infallible>(response)
             }
         });
-        let io = TokioIo::new(head::Prefixed::new(prefix, self.stream));
+        let io = TokioIo::new(Watched::new(
+            head::Prefixed::new(prefix, self.stream),
+            self.occupancy.clone(),
+        ));
         let connection = http1::Builder::new()
             .timer(TokioTimer::new())
             .header_read_timeout(self.limits.header_read_timeout)

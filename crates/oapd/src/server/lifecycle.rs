@@ -379,6 +379,9 @@ fn needs_restart(old: &Config, new: &Config) -> Vec<&'static str> {
     if s.0.max_connections != s.1.max_connections {
         keys.push("server.max_connections");
     }
+    if s.0.max_pending_connections != s.1.max_pending_connections {
+        keys.push("server.max_pending_connections");
+    }
     if s.0.max_connections_per_client != s.1.max_connections_per_client {
         keys.push("server.max_connections_per_client");
     }
@@ -418,6 +421,7 @@ fn needs_restart(old: &Config, new: &Config) -> Vec<&'static str> {
 fn keep_restart_only(old: &Config, new: &mut Config) {
     new.server.listen = old.server.listen.clone();
     new.server.max_connections = old.server.max_connections;
+    new.server.max_pending_connections = old.server.max_pending_connections;
     new.server.max_connections_per_client = old.server.max_connections_per_client;
     new.server.header_read_timeout = old.server.header_read_timeout;
     new.server.request_timeout = old.server.request_timeout;
@@ -602,6 +606,7 @@ pub async fn serve(config: Config, config_path: Option<PathBuf>) -> anyhow::Resu
     let live = Arc::new(LiveApi::new(api));
     let limits = Limits {
         max_connections: config.server.max_connections,
+        max_pending_connections: config.server.max_pending_connections,
         max_connections_per_client: config.server.max_connections_per_client,
         max_body_bytes: config.server.max_body_bytes,
         header_read_timeout: Duration::from_secs(config.server.header_read_timeout),

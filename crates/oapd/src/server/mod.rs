@@ -1,7 +1,8 @@
 //! The HTTP side of the daemon: the router ([`api`]), the chat surfaces
 //! around the tool loop ([`chat`], [`responses`], [`streaming`],
 //! [`experience`]) and the crawler's endpoints ([`crawl`]), the MCP server
-//! at `/mcp` ([`mcp`]), the connection shell ([`http`], [`head`]), who may
+//! at `/mcp` ([`mcp`]), the connection shell ([`http`], [`head`],
+//! [`pending`]), who may
 //! talk to it ([`guard`], [`auth`]), the operator's status page ([`ui`],
 //! [`status`]), what it starts per engine generation ([`start`]),
 //! and the process lifecycle that starts, reloads and stops it
@@ -19,6 +20,7 @@ pub mod http;
 pub mod lifecycle;
 pub mod mcp;
 pub mod observe;
+pub mod pending;
 pub mod render;
 pub mod responses;
 pub mod start;

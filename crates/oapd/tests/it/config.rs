@@ -639,7 +639,7 @@ fn every_key_is_reachable_from_the_env() {
     // experience, mcp, mcp_server
     assert_eq!(
         vars.len(),
-        16 + 4 + 8 + 2 + 9 + 13 + 6 + 11 + 2 + 17 + 4 + 4 + 1
+        17 + 4 + 8 + 2 + 9 + 13 + 6 + 11 + 2 + 17 + 4 + 4 + 1
     );
     assert!(vars.contains(&(
         "OAP_TOOL_BRIDGE_DEFAULT_TOP_K".to_owned(),
