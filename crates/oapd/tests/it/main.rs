@@ -35,6 +35,7 @@ mod memory;
 mod observability;
 mod parallel_tools;
 mod passthrough;
+mod rebinding;
 mod request_generation;
 mod request_rows;
 mod responses;
