@@ -29,6 +29,7 @@ mod http_errors;
 mod lexical_start;
 mod lifecycle;
 mod mcp;
+mod mcp_bodies;
 mod mcp_server;
 mod mdns;
 mod memory;
