@@ -233,10 +233,15 @@ pub fn check_body(content_type: Option<&HeaderValue>, body: &[u8]) -> Result<(),
             Some(value) => format!("{:?}", String::from_utf8_lossy(value.as_bytes())),
         }));
     }
-    let object = match &value {
-        Value::Object(object) => object,
-        Value::Array(_) => return Err(BodyProblem::Batch),
-        other => return Err(BodyProblem::NotAnObject(json_kind(other))),
+    if value.is_array() {
+        return Err(BodyProblem::Batch);
+    }
+    // What rmcp takes passes as it is; only a refusal is diagnosed.
+    let Err(err) = serde_json::from_value::<ClientJsonRpcMessage>(value.clone()) else {
+        return Ok(());
+    };
+    let Value::Object(object) = &value else {
+        return Err(BodyProblem::NotAnObject(json_kind(&value)));
     };
     if object.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
         return Err(BodyProblem::NotAMessage(
@@ -261,9 +266,6 @@ pub fn check_body(content_type: Option<&HeaderValue>, body: &[u8]) -> Result<(),
             )))
         }
         None => None,
-    };
-    let Err(err) = serde_json::from_value::<ClientJsonRpcMessage>(value.clone()) else {
-        return Ok(());
     };
     let Some(method) = method else {
         return Err(BodyProblem::NotAMessage(
@@ -312,11 +314,23 @@ async fn plain_refusal_as_json_rpc(
     if !response.status().is_client_error() || is_json {
         return response.map(|body| body.map_err(|never| match never {}).boxed());
     }
-    let (parts, body) = response.into_parts();
-    let text = match body.collect().await {
-        Ok(collected) => String::from_utf8_lossy(&collected.to_bytes()).into_owned(),
-        Err(never) => match never {},
-    };
+    let (parts, mut body) = response.into_parts();
+    // rmcp's refusals are one short line; read no more than a few KiB.
+    const TEXT_CAP: usize = 4096;
+    let mut text = Vec::new();
+    while text.len() < TEXT_CAP {
+        match body.frame().await {
+            Some(Ok(frame)) => {
+                if let Ok(data) = frame.into_data() {
+                    text.extend_from_slice(&data);
+                }
+            }
+            Some(Err(never)) => match never {},
+            None => break,
+        }
+    }
+    text.truncate(TEXT_CAP);
+    let text = String::from_utf8_lossy(&text);
     let mut answer = json_rpc_error(parts.status, Value::Null, INVALID_REQUEST, text.trim());
     // Keep what the refusal says besides its text (`Allow`, say).
     for (name, value) in &parts.headers {

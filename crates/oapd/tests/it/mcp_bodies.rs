@@ -142,7 +142,8 @@ fn each_bad_body_gets_its_json_rpc_error_and_good_requests_still_work() {
         assert_error(what, &response, 400, -32600, Value::Null, names);
     }
 
-    // A request whose params do not fit its method: -32602 with its id.
+    // A message rmcp takes but cannot serve (tools/call without a tool
+    // name) keeps rmcp's own JSON-RPC error, with the request's id.
     let response = post(
         &json_headers,
         json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {"arguments": {}}})
@@ -152,8 +153,8 @@ fn each_bad_body_gets_its_json_rpc_error_and_good_requests_still_work() {
     assert_error(
         "tools/call without a name",
         &response,
-        400,
-        -32602,
+        200,
+        -32601,
         json!(7),
         "tools/call",
     );
