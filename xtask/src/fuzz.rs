@@ -43,7 +43,7 @@ pub const TARGETS: &[&str] = &[
 /// feature): the instrumented build of candle, tokenizers and the server
 /// takes several times longer than all of [`TARGETS`], so they run only
 /// when named, not in `--all` (and so not in CI's smoke run).
-pub const DAEMON_TARGETS: &[&str] = &["config", "http_head"];
+pub const DAEMON_TARGETS: &[&str] = &["config", "http_head", "mcp_body"];
 
 /// SanitizerCoverage as libFuzzer wants it: 8-bit edge counters with a PC
 /// table, and comparison tracing so the fuzzer learns magic values. All

@@ -258,10 +258,11 @@ pub struct ServerConfig {
     /// ([`ClientConfig`]), for programs that can only be given a URL. Tokens
     /// are never printed by `Debug` or [`Config::effective_yaml`]. Default: none.
     pub clients: ClientList,
-    /// Extra names a loopback listener answers to in the `Host` header (e.g.
-    /// `"pi.example.org"`), besides loopback and private IPs, `localhost`, the
+    /// Extra names every listener answers to in the `Host` header (e.g.
+    /// `"pi.example.org"`), besides any IP address, `localhost`, the
     /// machine's hostname and `*.localhost`, `*.local`, `*.internal` names. Any
-    /// other Host is refused with 403 (DNS rebinding protection). Default: none.
+    /// other Host is refused with 403 (DNS rebinding protection), even with
+    /// the token or from a `trusted_clients` address. Default: none.
     #[serde(deserialize_with = "one_or_many")]
     pub allowed_hosts: Vec<String>,
     /// Seconds in-flight requests may run after SIGTERM/SIGINT before they are

@@ -255,10 +255,6 @@ impl Handler for Api {
             version: request.version(),
             uri: request.uri(),
             headers: request.headers(),
-            local: request
-                .extensions()
-                .get::<http::LocalAddr>()
-                .map(|local| local.0),
         };
         if let Err(refusal) = super::guard::check(
             inbound,

@@ -1,24 +1,28 @@
 //! Who may talk to the daemon, checked before any route runs.
 //!
 //! **Host (DNS rebinding).** A web page can make a browser send requests to
-//! oapd on loopback by pointing its own name at 127.0.0.1; the browser then
-//! treats oapd as that page's origin. Such requests carry the page's name as
-//! Host, so on a loopback listener only Hosts that name this machine are
-//! accepted — Ollama's own rule (`allowedHostsMiddleware`): loopback, private
-//! or unspecified IPs, `localhost`, the machine's hostname, `*.localhost`,
-//! `*.local`, `*.internal`, plus the operator's `server.allowed_hosts`.
-//! Which listener is decided by the local address the connection was
-//! accepted on, so a `0.0.0.0` listener reached through 127.0.0.1 is
-//! checked too. A LAN listener is not checked: it needs the bearer token.
+//! oapd by pointing its own name at oapd's address (127.0.0.1, or the
+//! machine's LAN address); the browser then treats oapd as that page's
+//! origin, reads the answers, and makes every Origin check below see the
+//! page's own `http://<Host>`. Such requests carry the page's name as Host,
+//! so on every listener only Hosts that cannot be rebound are served: any
+//! IP literal (a page loaded from an IP has that IP as its origin, there is
+//! no name to point elsewhere), `localhost`, the machine's hostname,
+//! `*.localhost`, `*.local`, `*.internal` (names that resolve only on this
+//! machine or its LAN), plus the operator's `server.allowed_hosts`. A
+//! bearer token or a `server.trusted_clients` address does not lift the
+//! rule: a rebinding page runs in a trusted client's browser.
 //!
 //! **Origin (cross-site requests).** A page may send "simple" requests
 //! (a POST with `Content-Type: text/plain`) to any address without a CORS
 //! preflight; the browser only hides the answer, the tool has already run.
 //! So a request whose `Origin` is neither listed in `server.cors_origins` nor
-//! the request's own `http://<Host>` is refused before anything runs.
-//! Clients that are not browsers send no Origin and are not affected.
+//! the request's own `http://<Host>` is refused before anything runs. The
+//! own-origin case counts only for a Host that passed the Host rule, so a
+//! rebound name never vouches for itself. Clients that are not browsers
+//! send no Origin and are not affected.
 
-use std::net::{IpAddr, SocketAddr};
+use std::net::IpAddr;
 use std::sync::OnceLock;
 
 use hyper::header::{HOST, ORIGIN};
@@ -31,7 +35,8 @@ pub enum Refusal {
     MissingHost,
     /// More than one Host header.
     ManyHosts,
-    /// A Host that does not name this machine, on a loopback listener.
+    /// A Host that is neither an IP literal, nor a name of this machine,
+    /// nor in `server.allowed_hosts`.
     Host(String),
     /// An Origin that is neither allowed nor the request's own.
     Origin(String),
@@ -53,8 +58,9 @@ impl Refusal {
             Refusal::MissingHost => "the request has no Host header (required by HTTP/1.1)".into(),
             Refusal::ManyHosts => "the request has more than one Host header".into(),
             Refusal::Host(host) => format!(
-                "Host {host:?} is not allowed on a loopback listener (DNS rebinding protection); \
-                 to reach oapd by this name, add it to server.allowed_hosts \
+                "Host {host:?} is not allowed (DNS rebinding protection): oapd answers to IP \
+                 addresses, localhost, its hostname and *.localhost, *.local, *.internal names; \
+                 to reach it by this name, add it to server.allowed_hosts \
                  (OAP_SERVER_ALLOWED_HOSTS)"
             ),
             Refusal::Origin(origin) => format!(
@@ -75,12 +81,9 @@ pub struct Inbound<'a> {
     pub uri: &'a Uri,
     /// The request's headers (Host, Origin).
     pub headers: &'a HeaderMap,
-    /// The local address the connection was accepted on (`None`: treated
-    /// as loopback, the stricter case).
-    pub local: Option<SocketAddr>,
 }
 
-/// The Host and Origin checks, in that order.
+/// The Host and Origin checks, in that order, the same on every listener.
 pub fn check(
     request: Inbound<'_>,
     allowed_hosts: &[String],
@@ -100,17 +103,16 @@ pub fn check(
         // HTTP/1.0 without Host: nothing a browser sends, nothing to rebind.
         (None, None) => None,
     };
-    let loopback = request
-        .local
-        .is_none_or(|addr| addr.ip().to_canonical().is_loopback());
-    if let Some(host) = &host {
-        if loopback && !host_allowed(host, allowed_hosts) {
-            return Err(Refusal::Host(host.clone()));
-        }
-    }
+    // Only a Host that passed the rule may vouch for an Origin: a rebound
+    // name would otherwise make the attacker's page its own origin.
+    let checked_host = match host {
+        Some(host) if host_allowed(&host, allowed_hosts) => Some(host),
+        Some(host) => return Err(Refusal::Host(host)),
+        None => None,
+    };
     for origin in request.headers.get_all(ORIGIN) {
         let origin = String::from_utf8_lossy(origin.as_bytes());
-        if !origin_allowed(&origin, host.as_deref(), cors_origins) {
+        if !origin_allowed(&origin, checked_host.as_deref(), cors_origins) {
             return Err(Refusal::Origin(origin.into_owned()));
         }
     }
@@ -118,7 +120,8 @@ pub fn check(
 }
 
 /// Whether `origin` may call: listed (or `*` listed), or the request's own
-/// origin (`http://<Host>`, the daemon serving a page of its own).
+/// origin (`http://<Host>`, the daemon serving a page of its own). `host`
+/// must be one [`host_allowed`] accepted.
 pub fn origin_allowed(origin: &str, host: Option<&str>, cors_origins: &[String]) -> bool {
     if cors_origins
         .iter()
@@ -141,8 +144,8 @@ pub fn origin_allowed(origin: &str, host: Option<&str>, cors_origins: &[String])
         || without_default_port(host).is_some_and(|h| origin_host.eq_ignore_ascii_case(&h))
 }
 
-/// Whether a loopback listener accepts this Host header value: Ollama's
-/// rule plus the operator's `extra` names.
+/// Whether a listener accepts this Host header value: any IP literal, a
+/// name of this machine, or one of the operator's `extra` names.
 pub fn host_allowed(raw: &str, extra: &[String]) -> bool {
     let Some(host) = host_part(raw) else {
         return false;
@@ -151,10 +154,10 @@ pub fn host_allowed(raw: &str, extra: &[String]) -> bool {
         // Ollama accepts an empty Host: no browser sends one.
         return true;
     }
-    if let Ok(ip) = host.parse::<IpAddr>() {
-        if local_ip(ip) {
-            return true;
-        }
+    // Any IP literal: what the browser shows as the origin is that
+    // address itself, so no foreign page can share it.
+    if host.parse::<IpAddr>().is_ok() {
+        return true;
     }
     let name = host.strip_suffix('.').unwrap_or(&host);
     if name == "localhost" || machine_hostname().is_some_and(|own| own == name) {
@@ -198,16 +201,6 @@ fn host_part(raw: &str) -> Option<String> {
         .then(|| host.to_owned())
 }
 
-/// Loopback, private (RFC 1918, fc00::/7) or unspecified.
-fn local_ip(ip: IpAddr) -> bool {
-    match ip.to_canonical() {
-        IpAddr::V4(v4) => v4.is_loopback() || v4.is_private() || v4.is_unspecified(),
-        IpAddr::V6(v6) => {
-            v6.is_loopback() || v6.is_unspecified() || (v6.segments()[0] & 0xfe00) == 0xfc00
-        }
-    }
-}
-
 /// The machine's hostname (lower-cased), once.
 fn machine_hostname() -> Option<&'static str> {
     static HOSTNAME: OnceLock<Option<String>> = OnceLock::new();
@@ -246,6 +239,12 @@ mod tests {
             "0.0.0.0:8300",
             "[::]:8300",
             "[fd00::1]:8300",
+            // Any IP literal: a page loaded from an IP has that IP as its
+            // origin, there is no name to rebind.
+            "8.8.8.8",
+            "203.0.113.7:8300",
+            "169.254.169.254",
+            "[2001:db8::1]:8300",
             "oapd.local",
             "oapd.local:8300",
             "box.internal:80",
@@ -260,9 +259,11 @@ mod tests {
         for host in [
             "evil.example",
             "evil.example:8300",
-            "8.8.8.8",
-            "[2001:db8::1]:8300",
-            "169.254.169.254",
+            "evil.com:18377",
+            "8.8.8.8.evil.example",
+            "0x7f.1",
+            "2130706433",
+            "[evil.example]:8300",
             "local",
             ".local",
             "localhost.evil.example",
@@ -348,37 +349,54 @@ mod tests {
         ));
     }
 
-    fn inbound<'a>(headers: &'a HeaderMap, uri: &'a Uri, local: &str) -> Inbound<'a> {
+    fn inbound<'a>(headers: &'a HeaderMap, uri: &'a Uri) -> Inbound<'a> {
         Inbound {
             version: Version::HTTP_11,
             uri,
             headers,
-            local: Some(local.parse().unwrap()),
         }
     }
 
     #[test]
-    fn the_host_rule_applies_to_loopback_listeners_only() {
+    fn a_foreign_host_is_refused_and_listed_names_are_served() {
         let mut headers = HeaderMap::new();
         headers.insert(HOST, HeaderValue::from_static("evil.example"));
         let uri: Uri = "/health".parse().unwrap();
-        let refused = check(inbound(&headers, &uri, "127.0.0.1:8300"), &[], &[]);
-        assert_eq!(refused, Err(Refusal::Host("evil.example".into())));
-        let mapped = check(inbound(&headers, &uri, "[::ffff:127.0.0.1]:8300"), &[], &[]);
-        assert!(mapped.is_err());
         assert_eq!(
-            check(inbound(&headers, &uri, "[::1]:8300"), &[], &[]),
-            refused
-        );
-        assert_eq!(
-            check(inbound(&headers, &uri, "192.168.1.5:8300"), &[], &[]),
-            Ok(())
+            check(inbound(&headers, &uri), &[], &[]),
+            Err(Refusal::Host("evil.example".into()))
         );
         let allowed = ["evil.example".to_owned()];
-        assert_eq!(
-            check(inbound(&headers, &uri, "127.0.0.1:8300"), &allowed, &[]),
-            Ok(())
-        );
+        assert_eq!(check(inbound(&headers, &uri), &allowed, &[]), Ok(()));
+        headers.insert(HOST, HeaderValue::from_static("192.168.1.5:8300"));
+        assert_eq!(check(inbound(&headers, &uri), &[], &[]), Ok(()));
+    }
+
+    #[test]
+    fn a_rebound_name_does_not_vouch_for_its_own_origin() {
+        // What a page at http://evil.com:8300 sends once evil.com points at
+        // the daemon: its Host and Origin agree, and both are the attacker's.
+        let mut headers = HeaderMap::new();
+        headers.insert(HOST, HeaderValue::from_static("evil.com:8300"));
+        headers.insert(ORIGIN, HeaderValue::from_static("http://evil.com:8300"));
+        let uri: Uri = "/api/chat".parse().unwrap();
+        let refusal = check(inbound(&headers, &uri), &[], &[]).unwrap_err();
+        assert_eq!(refusal, Refusal::Host("evil.com:8300".into()));
+        assert_eq!(refusal.status(), StatusCode::FORBIDDEN);
+        let message = refusal.message();
+        assert!(message.contains("server.allowed_hosts"), "{message}");
+        assert!(!message.contains("loopback listener"), "{message}");
+        // A name the operator listed is the daemon's own: its page may call.
+        let listed = ["evil.com".to_owned()];
+        assert_eq!(check(inbound(&headers, &uri), &listed, &[]), Ok(()));
+        // Without a Host (HTTP/1.0) no Origin is the request's own.
+        let mut old_headers = HeaderMap::new();
+        old_headers.insert(ORIGIN, HeaderValue::from_static("http://evil.com:8300"));
+        let old = Inbound {
+            version: Version::HTTP_10,
+            ..inbound(&old_headers, &uri)
+        };
+        assert!(matches!(check(old, &[], &[]), Err(Refusal::Origin(_))));
     }
 
     #[test]
@@ -387,23 +405,23 @@ mod tests {
         headers.insert(HOST, HeaderValue::from_static("localhost"));
         let absolute: Uri = "http://evil.example/health".parse().unwrap();
         assert!(matches!(
-            check(inbound(&headers, &absolute, "127.0.0.1:1"), &[], &[]),
+            check(inbound(&headers, &absolute), &[], &[]),
             Err(Refusal::Host(_))
         ));
         let uri: Uri = "/health".parse().unwrap();
         let empty = HeaderMap::new();
         assert_eq!(
-            check(inbound(&empty, &uri, "127.0.0.1:1"), &[], &[]),
+            check(inbound(&empty, &uri), &[], &[]),
             Err(Refusal::MissingHost)
         );
         let old = Inbound {
             version: Version::HTTP_10,
-            ..inbound(&empty, &uri, "127.0.0.1:1")
+            ..inbound(&empty, &uri)
         };
         assert_eq!(check(old, &[], &[]), Ok(()));
         headers.append(HOST, HeaderValue::from_static("localhost"));
         assert_eq!(
-            check(inbound(&headers, &uri, "127.0.0.1:1"), &[], &[]),
+            check(inbound(&headers, &uri), &[], &[]),
             Err(Refusal::ManyHosts)
         );
     }
@@ -414,16 +432,15 @@ mod tests {
         headers.insert(HOST, HeaderValue::from_static("localhost:8300"));
         headers.insert(ORIGIN, HeaderValue::from_static("http://evil.example"));
         let uri: Uri = "/api/chat".parse().unwrap();
-        for local in ["127.0.0.1:8300", "192.168.1.5:8300"] {
+        for host in ["localhost:8300", "192.168.1.5:8300"] {
+            headers.insert(HOST, HeaderValue::from_str(host).unwrap());
             assert_eq!(
-                check(inbound(&headers, &uri, local), &[], &[]),
+                check(inbound(&headers, &uri), &[], &[]),
                 Err(Refusal::Origin("http://evil.example".into()))
             );
         }
+        headers.insert(HOST, HeaderValue::from_static("localhost:8300"));
         headers.insert(ORIGIN, HeaderValue::from_static("http://localhost:8300"));
-        assert_eq!(
-            check(inbound(&headers, &uri, "127.0.0.1:8300"), &[], &[]),
-            Ok(())
-        );
+        assert_eq!(check(inbound(&headers, &uri), &[], &[]), Ok(()));
     }
 }

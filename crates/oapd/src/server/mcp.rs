@@ -20,17 +20,28 @@
 //!
 //! The route sits behind the router's guards (Host/Origin, bearer token);
 //! this module reads the body within the API's size cap and the in-flight
-//! byte budget before rmcp's transport sees it.
+//! byte budget before rmcp's transport sees it, and checks it first
+//! ([`check_body`]): rmcp answers a body it cannot use with plain text, a
+//! client is owed a JSON-RPC error object (-32700 for a body that is not
+//! JSON, -32600 for JSON that is not a message, -32602 for a request whose
+//! params do not fit its method). Whatever rmcp still refuses as plain
+//! text (an `Accept` without JSON and SSE, say) is turned into the same
+//! kind of object.
 
 use std::sync::Arc;
 
+use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
+use hyper::header::{HeaderValue, CONTENT_TYPE};
+use hyper::http::request::Parts;
 use hyper::{Request, Response, StatusCode};
 use oap_bridge::ToolResult;
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
-    ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
+    CallToolRequestParams, CallToolResponse, CallToolResult, ClientJsonRpcMessage,
+    ClientNotification, ClientRequest, ContentBlock, Implementation, JsonRpcNotification,
+    JsonRpcRequest, ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig,
+    Tool,
 };
 use rmcp::service::RequestContext;
 use rmcp::transport::streamable_http_server::session::never::NeverSessionManager;
@@ -101,7 +112,7 @@ impl McpServer {
         }
     }
 
-    /// `POST /mcp`: one JSON-RPC message (or batch) in, its answer out.
+    /// `POST /mcp`: one JSON-RPC message in, its answer out.
     pub async fn handle(&self, request: Request<Incoming>) -> Response<Body> {
         let (parts, body) = request.into_parts();
         // Read within the size cap and the in-flight budget; the share is
@@ -111,23 +122,223 @@ impl McpServer {
             Err(err) => return err.into_response(),
         };
         let (bytes, permit) = body.into_parts();
-        // rmcp would answer unparsable JSON with a bare 415; a client is
-        // owed JSON-RPC's parse error.
-        if let Err(err) = serde_json::from_slice::<serde::de::IgnoredAny>(&bytes) {
-            return http::json(
-                StatusCode::BAD_REQUEST,
-                &json!({
-                    "jsonrpc": "2.0",
-                    "id": null,
-                    "error": {"code": -32700, "message": format!("parse error: the body is not JSON: {err}")},
-                }),
-            );
-        }
-        let request = Request::from_parts(parts, Full::new(bytes));
-        let response = self.service.handle(request).await;
+        let response = self.answer(parts, bytes).await;
         drop(permit);
-        response.map(|body| body.map_err(|never| match never {}).boxed())
+        response
     }
+
+    /// The answer to a `/mcp` POST whose body has been read: the body
+    /// check, then rmcp's transport and [`McpTools`]. Every answer is a
+    /// JSON-RPC object, an SSE stream, or an empty 202 for a notification.
+    pub async fn answer(&self, parts: Parts, body: Bytes) -> Response<Body> {
+        if let Err(problem) = check_body(parts.headers.get(CONTENT_TYPE), &body) {
+            tracing::debug!(error = %problem, "mcp body refused");
+            return problem.into_response();
+        }
+        let request = Request::from_parts(parts, Full::new(body));
+        let response = self.service.handle(request).await;
+        plain_refusal_as_json_rpc(response).await
+    }
+}
+
+/// JSON-RPC 2.0's code for a body that is not JSON.
+pub const PARSE_ERROR: i64 = -32700;
+/// JSON-RPC 2.0's code for JSON that is not a valid request.
+pub const INVALID_REQUEST: i64 = -32600;
+/// JSON-RPC 2.0's code for a request whose params do not fit its method.
+pub const INVALID_PARAMS: i64 = -32602;
+
+/// What is wrong with a `/mcp` body, found before rmcp sees it.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum BodyProblem {
+    /// The bytes do not parse as JSON (truncated, garbage, not UTF-8).
+    #[error("parse error: the body is not JSON: {0}")]
+    NotJson(String),
+    /// JSON, but not declared as such.
+    #[error("invalid request: Content-Type must be application/json, got {0}")]
+    ContentType(String),
+    /// A JSON array: a batch, which this server (MCP 2025-06-18 and
+    /// later, as rmcp) does not take.
+    #[error("invalid request: a JSON-RPC batch (a JSON array) is not supported; send one message per POST")]
+    Batch,
+    /// JSON that is not an object at all (a string, a number, ...).
+    #[error("invalid request: expected a JSON-RPC 2.0 message object, got {0}")]
+    NotAnObject(&'static str),
+    /// An object that is not a JSON-RPC 2.0 message.
+    #[error("invalid request: {0}")]
+    NotAMessage(String),
+    /// A request or notification whose params do not fit its method.
+    #[error("invalid params for {method}: {detail}")]
+    Params {
+        /// The request's id (null for a notification or an unusable id).
+        id: Value,
+        /// The method named.
+        method: String,
+        /// What serde found wrong.
+        detail: String,
+    },
+}
+
+impl BodyProblem {
+    /// The JSON-RPC error code.
+    pub fn code(&self) -> i64 {
+        match self {
+            BodyProblem::NotJson(_) => PARSE_ERROR,
+            BodyProblem::Params { .. } => INVALID_PARAMS,
+            BodyProblem::ContentType(_)
+            | BodyProblem::Batch
+            | BodyProblem::NotAnObject(_)
+            | BodyProblem::NotAMessage(_) => INVALID_REQUEST,
+        }
+    }
+
+    /// 415 for a body not declared as JSON (what rmcp answers too), 400
+    /// for the rest, with the JSON-RPC error object as the body.
+    pub fn into_response(self) -> Response<Body> {
+        let status = match self {
+            BodyProblem::ContentType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            _ => StatusCode::BAD_REQUEST,
+        };
+        let id = match &self {
+            BodyProblem::Params { id, .. } => id.clone(),
+            _ => Value::Null,
+        };
+        json_rpc_error(status, id, self.code(), &self.to_string())
+    }
+}
+
+/// A JSON-RPC 2.0 error object as the whole answer.
+fn json_rpc_error(status: StatusCode, id: Value, code: i64, message: &str) -> Response<Body> {
+    http::json(
+        status,
+        &json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": message}}),
+    )
+}
+
+/// Checks a `/mcp` body as rmcp's transport would take it, naming what is
+/// wrong: JSON at all, declared as JSON, one JSON-RPC 2.0 message, params
+/// that fit the method.
+pub fn check_body(content_type: Option<&HeaderValue>, body: &[u8]) -> Result<(), BodyProblem> {
+    let value: Value =
+        serde_json::from_slice(body).map_err(|err| BodyProblem::NotJson(err.to_string()))?;
+    let declared_json = content_type
+        .and_then(|value| value.to_str().ok())
+        .is_some_and(|value| {
+            let essence = value.split(';').next().unwrap_or_default();
+            essence.trim().eq_ignore_ascii_case("application/json")
+        });
+    if !declared_json {
+        return Err(BodyProblem::ContentType(match content_type {
+            None => "none".to_owned(),
+            Some(value) => format!("{:?}", String::from_utf8_lossy(value.as_bytes())),
+        }));
+    }
+    if value.is_array() {
+        return Err(BodyProblem::Batch);
+    }
+    // What rmcp takes passes as it is; only a refusal is diagnosed.
+    let Err(err) = serde_json::from_value::<ClientJsonRpcMessage>(value.clone()) else {
+        return Ok(());
+    };
+    let Value::Object(object) = &value else {
+        return Err(BodyProblem::NotAnObject(json_kind(&value)));
+    };
+    if object.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
+        return Err(BodyProblem::NotAMessage(
+            "\"jsonrpc\" must be \"2.0\"".to_owned(),
+        ));
+    }
+    let id = object.get("id").cloned();
+    if let Some(id) = &id {
+        if !matches!(id, Value::String(_) | Value::Number(_)) {
+            return Err(BodyProblem::NotAMessage(format!(
+                "\"id\" must be a string or a number, got {}",
+                json_kind(id)
+            )));
+        }
+    }
+    let method = match object.get("method") {
+        Some(Value::String(method)) => Some(method.clone()),
+        Some(other) => {
+            return Err(BodyProblem::NotAMessage(format!(
+                "\"method\" must be a string, got {}",
+                json_kind(other)
+            )))
+        }
+        None => None,
+    };
+    let Some(method) = method else {
+        return Err(BodyProblem::NotAMessage(
+            "an object with neither \"method\" (a request or notification) nor \"result\" \
+             or \"error\" (a response)"
+                .to_owned(),
+        ));
+    };
+    // The untagged message type only says no variant matched; the request
+    // or notification type alone names the field that is wrong.
+    let detail = match id {
+        Some(_) => serde_json::from_value::<JsonRpcRequest<ClientRequest>>(value).err(),
+        None => serde_json::from_value::<JsonRpcNotification<ClientNotification>>(value).err(),
+    }
+    .map_or_else(|| err.to_string(), |err| err.to_string());
+    Err(BodyProblem::Params {
+        id: id.unwrap_or(Value::Null),
+        method,
+        detail,
+    })
+}
+
+/// How a JSON value's kind is named in an error.
+fn json_kind(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+/// rmcp's own client-error answers are plain text (406 for an `Accept`
+/// without JSON and SSE, say); they become JSON-RPC error objects with
+/// the same status and text. JSON answers and streams pass unchanged.
+async fn plain_refusal_as_json_rpc(
+    response: Response<http_body_util::combinators::BoxBody<Bytes, std::convert::Infallible>>,
+) -> Response<Body> {
+    let is_json = response
+        .headers()
+        .get(CONTENT_TYPE)
+        .and_then(|value| value.to_str().ok())
+        .is_some_and(|value| value.starts_with("application/json"));
+    if !response.status().is_client_error() || is_json {
+        return response.map(|body| body.map_err(|never| match never {}).boxed());
+    }
+    let (parts, mut body) = response.into_parts();
+    // rmcp's refusals are one short line; read no more than a few KiB.
+    const TEXT_CAP: usize = 4096;
+    let mut text = Vec::new();
+    while text.len() < TEXT_CAP {
+        match body.frame().await {
+            Some(Ok(frame)) => {
+                if let Ok(data) = frame.into_data() {
+                    text.extend_from_slice(&data);
+                }
+            }
+            Some(Err(never)) => match never {},
+            None => break,
+        }
+    }
+    text.truncate(TEXT_CAP);
+    let text = String::from_utf8_lossy(&text);
+    let mut answer = json_rpc_error(parts.status, Value::Null, INVALID_REQUEST, text.trim());
+    // Keep what the refusal says besides its text (`Allow`, say).
+    for (name, value) in &parts.headers {
+        if name != CONTENT_TYPE && name != hyper::header::CONTENT_LENGTH {
+            answer.headers_mut().insert(name.clone(), value.clone());
+        }
+    }
+    answer
 }
 
 /// The MCP tools over the daemon's engine and tool runner.
