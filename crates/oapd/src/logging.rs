@@ -418,8 +418,17 @@ mod tests {
             ("info,rmcp=info", false),
         ] {
             let out = filtered(directives, log_content);
+            // rmcp's own lines quote the server: never without both asks.
             assert!(
-                !out.contains("server text"),
+                !out.contains("received notification") && !out.contains("unexpected message"),
+                "{directives} {log_content}: {out}"
+            );
+            // The server's text reaches the log only through the content
+            // target, at debug, with `server.log_content`.
+            let content_expected = log_content && directives.starts_with("debug");
+            assert_eq!(
+                out.contains("server text"),
+                content_expected,
                 "{directives} {log_content}: {out}"
             );
             assert!(out.contains("MCP server ready"), "{out}");
