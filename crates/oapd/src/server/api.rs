@@ -278,34 +278,6 @@ impl Handler for Api {
     }
 }
 
-/// A response body that holds a [`ModelRequest`](crate::request_gen::ModelRequest)
-/// until it is dropped (sent or abandoned), and is otherwise the body it
-/// wraps, size included: a buffered answer keeps its `Content-Length`.
-struct HoldingBody {
-    body: Body,
-    _held: crate::request_gen::ModelRequest,
-}
-
-impl hyper::body::Body for HoldingBody {
-    type Data = bytes::Bytes;
-    type Error = http::BoxError;
-
-    fn poll_frame(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Option<Result<hyper::body::Frame<Self::Data>, Self::Error>>> {
-        std::pin::Pin::new(&mut self.body).poll_frame(cx)
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.body.is_end_stream()
-    }
-
-    fn size_hint(&self) -> hyper::body::SizeHint {
-        self.body.size_hint()
-    }
-}
-
 fn preflight() -> Response<Body> {
     let mut response = Response::new(http::full(Vec::new()));
     *response.status_mut() = StatusCode::NO_CONTENT;
@@ -503,7 +475,7 @@ impl Api {
             "request"
         );
         match model_request {
-            Some(held) => response.map(|body| HoldingBody { body, _held: held }.boxed()),
+            Some(held) => response.map(|body| http::Holding::new(body, held).boxed()),
             None => response,
         }
     }

@@ -44,6 +44,42 @@ pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 /// Response bodies are boxed so handlers can return buffered or streamed bodies.
 pub type Body = BoxBody<Bytes, BoxError>;
 
+/// A response body that holds `T` (a slot, a counted request) until hyper
+/// has written it or dropped it, and is otherwise the body it wraps, size
+/// included: a buffered answer keeps its `Content-Length` (a mapped body
+/// would lose its size hint and go out chunked).
+pub struct Holding<T> {
+    body: Body,
+    _held: T,
+}
+
+impl<T> Holding<T> {
+    /// `body`, holding `held` until the body is dropped.
+    pub fn new(body: Body, held: T) -> Holding<T> {
+        Holding { body, _held: held }
+    }
+}
+
+impl<T: Unpin> hyper::body::Body for Holding<T> {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<hyper::body::Frame<Bytes>, BoxError>>> {
+        std::pin::Pin::new(&mut self.body).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        self.body.size_hint()
+    }
+}
+
 /// The client's socket address, in every request's extensions.
 #[derive(Debug, Clone, Copy)]
 pub struct PeerAddr(pub SocketAddr);
@@ -899,13 +935,10 @@ impl Connection {
                          (server.max_pending_connections)",
                     ));
                 };
-                let mut response = served.instrument(span).await?.map(|body| {
-                    body.map_frame(move |frame| {
-                        let _held = &slot;
-                        frame
-                    })
-                    .boxed()
-                });
+                let mut response = served
+                    .instrument(span)
+                    .await?
+                    .map(|body| Holding::new(body, slot).boxed());
                 if let Ok(value) = HeaderValue::from_str(&id) {
                     response.headers_mut().insert(X_REQUEST_ID, value);
                 }
