@@ -143,7 +143,6 @@ async fn one_connection(data: &[u8], sizes: &[u8], stall: bool) {
             version: parts.version,
             uri: &parts.uri,
             headers: &parts.headers,
-            local: None,
         };
         let allowed = ["pi.example.org".to_owned()];
         let cors = ["https://app.example".to_owned()];
