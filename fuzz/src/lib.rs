@@ -1,6 +1,44 @@
 //! Helpers shared by the fuzz targets in `fuzz_targets/`: JSON values built
 //! from the fuzzer's bytes (structure-aware inputs that always get past the
 //! JSON parser) and a scratch directory for targets that read files.
+//!
+//! # Architecture
+//!
+//! **Fuzzing and property tests.** Every parser of outside input has a
+//! coverage-guided fuzz target in `fuzz/` (`cargo xtask fuzz TARGET|--all
+//! [--seconds N]`): manifests (parse, validate, tool conversion), a model's
+//! tool-call arguments, NDJSON framing, the tool-call accumulator and the
+//! OpenAI chunk translator, SSE and the Responses stream, OpenAI chat and
+//! Responses requests, the index file, crawl envelopes, the crawler's
+//! domains, TXT hints, mDNS advertisements and state file, the credentials
+//! file and argument splitting, the `mcpServers` file and MCP results, and a
+//! client's task cut into retrieval text and asks. Long campaigns run
+//! through `fuzz/campaign.py` (idle class, resumable, CPU per target from
+//! each process's rusage). The
+//! targets assert invariants, not only the absence of a panic: parse →
+//! serialise → parse is stable, caps hold for every input, framing does not
+//! depend on how bytes are cut, no tool call is lost or sent twice (a model
+//! of fragmented calls checked against both sides), an index file opens only
+//! if every accessor then stays inside it. The engine is libFuzzer, built by
+//! the `libfuzzer-sys` crate from its bundled source, on the stable
+//! toolchain: the coverage instrumentation is LLVM's SanitizerCoverage,
+//! enabled by stable codegen flags (`-Cpasses=sancov-module`,
+//! `-Cllvm-args=-sanitizer-coverage-*`), so there is no nightly, no
+//! `RUSTC_BOOTSTRAP` and no tool to install beyond a C++ compiler. It was
+//! chosen over AFL++ (`cargo-afl`) for that: in-process runs (no fork per
+//! input), structure-aware inputs through `arbitrary`, and one `cargo build`
+//! as the whole setup, which keeps the CI smoke run (every target for 6 s,
+//! `.ci/run`) within minutes. The package is outside the workspace, so
+//! `cargo clippy --workspace` and `cargo xtask test` never build it; it
+//! builds into `target/fuzz` with the instrumentation and with debug
+//! assertions and overflow checks on. Committed inputs are in
+//! `fuzz/seeds/TARGET/` (the reference manifests, recorded-shape Ollama
+//! streams, chat and Responses requests), dictionaries in `fuzz/dicts/`.
+//! Where a model is easy to state, `proptest` checks it instead: dense and
+//! BM25 scores against their formulas and top-k against a full sort
+//! (`oap-index/tests/it/props.rs`), the address classes and the trust table
+//! on generated addresses (`oap-exec/tests/it/trust_props.rs`), the crawl
+//! backoff and jitter bounds (`oap-crawl/tests/it/schedule_props.rs`).
 
 use arbitrary::{Arbitrary, Unstructured};
 use serde_json::{Map, Number, Value};

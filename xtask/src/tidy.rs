@@ -241,6 +241,67 @@ mod tests {
         ));
         assert!(names_a_numbered("see ticket 6", "ticket "));
     }
+
+    /// Repository paths written in backticks in `text`: a token of path
+    /// characters whose first segment is one of `top_dirs` (the tree's own
+    /// top-level directories), so `cli/`, `tools/call`, `/etc/oapd` or
+    /// `mcp/<server>/<tool>` are not taken for files of the repository.
+    fn backticked_repository_paths(text: &str, top_dirs: &[String]) -> Vec<String> {
+        let is_path_char = |c: char| c.is_ascii_alphanumeric() || "_./-".contains(c);
+        text.split('`')
+            .skip(1)
+            .step_by(2)
+            .filter(|token| !token.is_empty() && token.chars().all(is_path_char))
+            .filter(|token| {
+                token
+                    .split_once('/')
+                    .is_some_and(|(first, _)| top_dirs.iter().any(|dir| dir == first))
+            })
+            .map(|token| token.trim_end_matches('/').to_string())
+            .collect()
+    }
+
+    /// ARCHITECTURE.md names files as repository-relative paths in
+    /// backticks (the walk-through of a chat request is nothing else): each
+    /// must be a tracked file or directory, so a rename shows here instead of
+    /// leaving the map pointing at nothing.
+    #[test]
+    fn architecture_names_only_paths_the_tree_has() {
+        let root = root();
+        let tracked = tracked_files(root);
+        let top_dirs: Vec<String> = tracked
+            .iter()
+            .filter_map(|p| p.split_once('/').map(|(first, _)| first.to_string()))
+            .collect::<std::collections::BTreeSet<_>>()
+            .into_iter()
+            .collect();
+        let text = std::fs::read_to_string(root.join("ARCHITECTURE.md")).expect("ARCHITECTURE.md");
+        let found = backticked_repository_paths(&text, &top_dirs);
+        assert!(
+            found.len() >= 20,
+            "the paths ARCHITECTURE.md names were not found (only {found:?})"
+        );
+        let missing: Vec<&String> = found
+            .iter()
+            .filter(|path| {
+                !tracked
+                    .iter()
+                    .any(|p| p == *path || p.starts_with(&format!("{path}/")))
+            })
+            .collect();
+        assert!(
+            missing.is_empty(),
+            "ARCHITECTURE.md names paths the repository does not have: {missing:?}"
+        );
+        let dirs = ["crates".to_string(), "xtask".to_string()];
+        assert_eq!(
+            backticked_repository_paths(
+                "`crates/oapd/src/main.rs`, `cli/`, `mcp/<server>/<tool>`, `/etc/x`, `xtask/`",
+                &dirs
+            ),
+            ["crates/oapd/src/main.rs", "xtask"]
+        );
+    }
 }
 
 /// `crates/oapd/src` is layered: each top-level module (`config`, `server`,

@@ -28,6 +28,16 @@
 //! stdout and serves the same control endpoints: `POST /_fake/script`,
 //! `POST|GET /_fake/turns`, `GET|DELETE /_fake/requests[?path=/api/chat]`,
 //! `POST /_fake/reset`, `GET /_fake/state`.
+//!
+//! # Architecture
+//!
+//! A scripted Ollama on loopback speaking the exact wire format (rendered and
+//! native tool-call paths, string and split arguments, mid-stream errors,
+//! drops, hangs, Host checks, `/v1/models`, an after-tool turn that answers
+//! every tool result so one script repeats a tool round at any concurrency),
+//! recording what it receives. Used
+//! in-process by the Rust tests and as a binary by the Python client suite,
+//! the benchmarks and the image boot test.
 
 // Even a test server never panics on what it is given: errors are values.
 mod completions;

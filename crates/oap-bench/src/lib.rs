@@ -7,5 +7,28 @@
 //!
 //! This library is all of the crate that xtask compiles
 //! (`default-features = false`): serde and nothing of the daemon's.
+//!
+//! # Architecture
+//!
+//! Every benchmark program, as one binary with a clap subcommand each
+//! (`embed`, `search`, `discover-load`, `proxy-load`, `crawl-load`,
+//! `tool-tokens`, `request-tokens`, `experience-replay`, `retrieval`, `catalog-size`, `relevance`, `soak`, and `make-corpus`, which
+//! writes a corpus and measures nothing). `soak` runs the whole appliance
+//! (the daemon, the crawler against loopback HTTPS domains, the fake Ollama
+//! as a child process) under LAN load with faults on a schedule, writes a
+//! JSON line per minute and judges the pass criteria itself; leaks are
+//! judged per daemon process (each against itself from its settle point, and
+//! processes against each other at the same age), since its restarts split
+//! the run into processes. A measuring subcommand writes one
+//! JSON document (stdout or `--json FILE`); progress and human tables go to
+//! stderr. The library target is only `oap_bench::report`, the serde structs
+//! of those documents, with units in the field names (`p99_ms`,
+//! `rss_peak_mb`); everything else sits behind the default `run` feature.
+//!
+//! **Architecture Invariant.** No caller reads what a benchmark prints for
+//! people: `cargo xtask bench-*` builds `oap-bench` once, runs it and reads
+//! its JSON through `oap_bench::report` (`default-features = false`, so xtask
+//! compiles serde and nothing of the daemon's). Daemons a benchmark starts go
+//! through the kit's `DaemonBuilder`.
 
 pub mod report;

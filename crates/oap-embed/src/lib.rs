@@ -12,6 +12,21 @@
 //! `oap-embed-candle`; this crate depends on no tensor library, so the engine
 //! and its tests can use a fake embedder and the model can be swapped without
 //! touching the index code.
+//!
+//! # Architecture
+//!
+//! `oap-embed` is the interface: the `Embedder` trait (with `calibration`:
+//! which score scale the loaded weights' cosines are on, so thresholds follow
+//! the model, not its configuration), `cosine`, `EmbedError`,
+//! and the helpers that let background embedding yield to queries
+//! (`lower_current_thread_priority`: `SCHED_IDLE`; `return_freed_memory`:
+//! `malloc_trim` after a rebuild), and `Coalescing`, a wrapper generic over
+//! any `Embedder` that embeds the `embed_one` calls arriving while a pass runs
+//! together in the next pass (leader/follower on a mutex and condvar: no
+//! thread, no timer, a lone call runs at once; a pass holds at most 4 KiB of
+//! input in all; a failed or panicking batch is
+//! redone text by text, so an error reaches only its own caller; off in the
+//! daemon unless `discovery.coalesce_queries` is set).
 
 mod coalesce;
 mod error;

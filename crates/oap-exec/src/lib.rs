@@ -117,6 +117,35 @@
 //! [`Executor::execute`] spawns from the calling task's runtime worker, which
 //! lives as long as the runtime, so do not drive it from a short-lived thread
 //! (e.g. a `spawn_blocking` closure calling `block_on`).
+//!
+//! # Architecture
+//!
+//! Executes one manifest as a tool. HTTP: request built per the OAP
+//! specification ("Constructing a Request"), every resolved address checked
+//! against the trust table before the connection goes to that exact address
+//! (no DNS rebinding), redirects re-validated hop by hop, credentials from an
+//! operator-owned 0600 store sent only to their own origin, response bytes and
+//! result characters capped. stdio: only for `local` trust; argv split without
+//! any expansion, executable resolved inside allow-listed directories, cleared
+//! environment, fresh working directory, rlimits, own process group killed
+//! with SIGKILL at the deadline or when the call is dropped, and the kernel
+//! sandbox of `oap-sandbox` applied between fork and exec. `Executor::fetch`
+//! (`fetch.rs`) is the same connect path for documents rather than tools (the
+//! crawler's manifests and health URLs).
+//!
+//! | destination | local | lan | internet |
+//! |---|---|---|---|
+//! | public | yes | yes | yes |
+//! | private ranges | yes | yes | no |
+//! | loopback, link-local (metadata), CGNAT, multicast, reserved | yes | no | no |
+//! | stdio command | yes | refused | refused |
+//!
+//! `tools.allow_private` opens a range for every trust level.
+//!
+//! **Architecture Invariant.** Every failure is a tool result the model can
+//! read (`Error: ...`), never a panic or a 500. Nothing connects before the
+//! address check, and the check is the executor's, not the caller's: a caller
+//! cannot run a `lan` or `internet` manifest as a local command.
 
 #![warn(missing_docs)]
 

@@ -19,6 +19,46 @@
 //! * [`Index::dense_search`] scans the mapped matrix with simsimd kernels, in parallel
 //!   above [`SearchConfig::parallel_min_rows`]; [`Index::lexical_search`] is BM25 over
 //!   the mapped dictionary. See `format.rs` for the byte layout.
+//!
+//! # Architecture
+//!
+//! One checksummed, memory-mapped file: ids, opaque records, per-document
+//! embedding rows (f32 or int8 with a per-row scale), BM25 postings and a JSON
+//! meta blob. Dense search is a SIMD scan (simsimd) with a bounded heap,
+//! split over threads for large matrices; a document scores as the best of its
+//! weighted rows. The lexical tokenizer lives here so index and query time
+//! tokenise identically; it stems with Snowball English by default
+//! (`Stemmer::Light`, the earlier suffix stripper, stays selectable, and the
+//! engine's choice is part of the index fingerprint).
+//!
+//! **Architecture Invariant.** This crate knows nothing about manifests. A
+//! file is never modified in place: a new index is written through
+//! `oap_store::write_atomic`, so readers holding the old mapping keep valid
+//! data. Two writers produce the same bytes (a test compares them over
+//! generated documents): `IndexWriter` holds the whole index in memory, and
+//! `StreamWriter`, which rebuilds use, holds a few bytes per document (ids,
+//! offset tables, row metadata, lengths), the vocabulary and a posting buffer
+//! capped in bytes; records and vectors go to temporary files next to the
+//! index (`<index>.tmp.records`, `.tmp.vectors`) as documents arrive, postings
+//! to `<index>.tmp.postings` as runs sorted by term, merged in term order into
+//! the final file. Its temporary files are removed however the writer ends
+//! (finished, failed, dropped half way); a crash leaves them under fixed
+//! names, which the next writer takes over. `Index::open` checks the header, every section checksum and every
+//! offset with checked arithmetic; a torn or hostile file is
+//! `IndexError::Corrupt`, never a panic. The checksums are read from the file
+//! (positional reads), not through the map, and the map is not populated, so
+//! opening a new index while the old one serves adds to resident memory only
+//! the small sections the content checks walk; `prefault_vectors`, called by
+//! the engine once the old index is unmapped, brings in the vectors every
+//! dense query scans. Results are deterministic (ties by
+//! document number).
+//!
+//! File layout (format v1, little-endian): a 640-byte header (magic
+//! `OAPINDEX`, version, dim, dtype, counts, a table of 14 sections with offset,
+//! length and crc32, header crc), then the sections, each 64-byte aligned:
+//! meta, id offsets/bytes, record offsets/bytes, id-sorted permutation, row
+//! offsets, row meta (key, weight, scale), vectors, term offsets/bytes,
+//! posting offsets, postings (doc, tf), document lengths.
 
 #![deny(unsafe_code)]
 #![warn(missing_docs)]

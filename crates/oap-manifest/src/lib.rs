@@ -32,6 +32,35 @@
 //! assert!(err.to_string().contains("name: required field missing"));
 //! # Ok::<(), oap_manifest::ManifestError>(())
 //! ```
+//!
+//! # Architecture
+//!
+//! The OAP v1.0 manifest model, lenient parsing of the non-spec fields real
+//! manifests use (`input.parameters`, `usage`, `invoke.params`), validation
+//! with located diagnostics (`invoke.method: expected GET, POST or stdio, got
+//! "PUT"`), split into errors and warnings, and the texts a manifest offers for
+//! search (`search_fields`). `tool/` turns a manifest into an Ollama/OpenAI
+//! tool definition: `naming.rs` (`oap_` + snake-case names, collision
+//! suffixes), `convert.rs` (real JSON Schema from `input.parameters`),
+//! `described.rs` and `text.rs` (parameters read out of a prose description
+//! when there is no schema, without inventing required fields), `arguments.rs`
+//! (`check_arguments`: a model's arguments validated and leniently coerced
+//! before anything runs) and `registry.rs`.
+//!
+//! **Architecture Invariant.** Everything that loads a manifest (the directory
+//! and bundled sources, crawled and LAN envelopes, the crawler's fetch, `oapd
+//! manifest lint`) goes through `parse`, so lint and load refuse the same
+//! documents. `parse` refuses documents over 64 KiB or nested deeper than 32
+//! before building a tree. Unknown fields are kept and round-trip. No string
+//! field holds a control character (one-line fields refuse all of C0, DEL, C1
+//! and the Unicode line separators; prose keeps tab, LF and CR), and the error
+//! names the field, the escape and the byte. No URL field carries a user name
+//! or password, and that error never repeats the URL. Validation works on the
+//! raw JSON value, so a wrong type is reported where it is.
+//!
+//! **API Boundary.** `parse`, `Manifest`, `Diagnostics`, `tool::*`. A
+//! `Manifest` obtained from `parse` has no errors; one deserialised by hand
+//! may, which is why `invoke_kind()` returns an `Option`.
 
 #![warn(missing_docs)]
 

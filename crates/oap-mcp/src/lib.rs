@@ -36,6 +36,61 @@
 //!   and a server over the rate is flagged noisy in [`ServerStatus`] and
 //!   summarised in one line a minute. List changes are debounced into
 //!   paced re-listings.
+//!
+//! # Architecture
+//!
+//! MCP servers as capability sources, client side. `servers_file::parse`
+//! reads the Claude-Desktop style `{"mcpServers": {...}}` file verbatim
+//! (`command`/`args`/`env`/`cwd` or `url`/`headers`/`type`, `allowedTools`,
+//! `disabledTools`, `${env:VAR}`), plus oapd's own keys per server (`trust`
+//! for URLs, `sandbox`, `start`, `timeout_ms`); a bad entry becomes a
+//! `SpecProblem` naming its JSON path and the others still load. `Hub` keeps
+//! the servers running: one supervisor task per server connects in the
+//! background (never blocking `apply` or another server), lists tools page by
+//! page within caps, re-lists on `notifications/tools/list_changed` (at most
+//! once per 2 s, trailing edge, and 10 times a minute), counts what a server
+//! sends unasked (`noise`: a noisy flag and the last minute's counts in its
+//! status, one summary line a minute instead of a line per message), and
+//! reconnects with exponential backoff (1 s to 60 s). `Hub::call` returns a
+//! `CallOutcome` (text capped, non-text content described in one line,
+//! `isError` kept), never an error; a deadline or a dropped call sends
+//! `notifications/cancelled`. Tools carry a sha256 of their canonical JSON so
+//! unchanged tools need no new embedding.
+//!
+//! Why rmcp: it is the official Rust SDK, so the protocol (initialize,
+//! version negotiation, pagination, cancellation, streamable HTTP sessions)
+//! is the reference one, and it lets the transport be ours. stdio servers are
+//! spawned by this crate, not by rmcp's child-process helper: no shell, their
+//! own process group, oap-exec's rlimits (`oap_exec::limit_command`; servers
+//! get `HubContext::server_limits`, without a CPU-time limit), environment =
+//! the spec's `env` over the daemon's `PATH`/`HOME`/`TMPDIR`/`TZ` and
+//! `LANG=C.UTF-8`, stderr logged line by line with each line capped, stdout
+//! lines above the message cap dropped (memory stays bounded; `line_watch`
+//! counts them so a call in flight fails at once with the reason instead of
+//! waiting for its deadline), and the whole
+//! group killed (SIGTERM, grace, SIGKILL) on removal, reconnect and shutdown.
+//! URL servers use this crate's hyper client (rustls with ring): the host is
+//! resolved once, each address checked with oap-exec's `check_address` for
+//! the server's `trust` (default `internet`: public addresses only), and only
+//! an allowed address is connected to; the credential store's bearer for the
+//! host is sent unless the spec sets `Authorization`; `https` trusts the roots
+//! the daemon hands over in `HubContext::tls` (the HTTP tools' configuration,
+//! so `tools.ca_file` serves both). Streamable HTTP is
+//! rmcp's transport over that client; the legacy HTTP+SSE transport (URL
+//! ending in `/sse`, or `"type": "sse"`) is this crate's own, its message
+//! endpoint held to the stream's origin.
+//!
+//! **Architecture Invariant.** No connection before the address check, and
+//! no server process outlives its removal: its process group is killed.
+//! Nothing a server sends (lines, bodies, events, tool lists, results) is
+//! kept beyond its cap. The crate depends on nothing of oapd's, oap-discovery's
+//! or oap-bridge's; the daemon wires the hub into its config, index, tool loop
+//! and `/health`. A server with `"sandbox"` runs under oap-sandbox
+//! (`Confinement::prepare_with_network`, mode `require`: a kernel without
+//! Landlock or seccomp refuses the server rather than run it unconfined):
+//! readable only the system paths, its `paths`, its program's directory and
+//! its `cwd`; writable only a fresh scratch directory that becomes its `HOME`
+//! and `TMPDIR`; sockets and TCP only with `"network": true`.
 
 mod content;
 mod http;

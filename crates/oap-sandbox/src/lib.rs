@@ -34,6 +34,38 @@
 //! calling process; [`Confinement::prepare`] does every allocation and path
 //! lookup in the parent; [`Confinement::enter`] runs in the forked child and
 //! makes only async-signal-safe system calls.
+//!
+//! # Architecture
+//!
+//! Kernel confinement for stdio tool processes, because the model chooses
+//! their arguments and several bundled programs are interpreters (awk's
+//! `system()`, sed's `e` and `w`) or read any file they are given (grep, jq
+//! `--rawfile`). `Support::probe` asks the kernel what it offers without
+//! changing the daemon; `Confinement::prepare` builds everything in the parent
+//! (a Landlock ruleset file descriptor, two compiled BPF programs);
+//! `Confinement::enter` runs in the forked child and only makes system calls.
+//!
+//! | protection | mechanism | kernel |
+//! |---|---|---|
+//! | read only below system paths (`/usr`, `/lib*`, loader cache, locale, time zone, man data), `stdio_dirs` and `tools.sandbox_read_paths`; write only in the call's scratch directory and `/dev/null` | Landlock | 5.13 |
+//! | no TCP bind/connect | Landlock | 6.7 |
+//! | no signals or abstract UNIX sockets outside the tool | Landlock scoping | 6.12 |
+//! | no sockets of any family, ptrace, mount, namespaces, keyrings, modules, BPF, perf, io_uring, `setsid`/`setpgid`; x32 numbers and foreign architectures refused | seccomp | any (3.5+) |
+//! | no new processes unless the program is in `tools.sandbox_spawn` (default `man`); threads still work (`clone3` answers ENOSYS so libc falls back to `clone`, whose flags the filter reads) | seccomp | any |
+//! | no privilege gain across exec | `no_new_privs` | any |
+//!
+//! Why Landlock and seccomp rather than namespaces (bubblewrap): the
+//! appliance unit sets `PrivateUsers=`, `RestrictNamespaces=yes` and runs as an
+//! unprivileged user, where unprivileged user namespaces are unavailable;
+//! Landlock and seccomp need no privilege and nest inside the unit's own
+//! sandbox. No descendant survives the deadline: none can leave the process
+//! group (`setsid`/`setpgid` refused), and the group is killed with SIGKILL.
+//!
+//! **Architecture Invariant.** `enter` allocates nothing and takes no lock (it
+//! runs between fork and exec in a multi-threaded daemon). Under
+//! `tools.sandbox: auto` a missing protection is logged at start and listed in
+//! `/health` (`tool_sandbox.missing`); under `require` the tool does not run.
+//! The crate depends on nothing of oapd's.
 
 use std::fmt;
 use std::path::{Path, PathBuf};

@@ -17,6 +17,22 @@
 //!   file per publishing host ([`RemoteDocument`]), written by the crawler
 //!   and read by the discovery engine.
 //! - [`Trust`]: how far a manifest is trusted, which both sides record.
+//!
+//! # Architecture
+//!
+//! The files the daemon keeps, written and read one way: `write_atomic` (temp
+//! file in the same directory, fsync, rename, fsync of the directory),
+//! `read_capped` (a regular file up to a cap, never a FIFO or device, never
+//! more than the cap in memory), the crawler's envelope format
+//! (`RemoteDocument`, one file per publishing host, its name the host reduced
+//! to `[a-z0-9.-]` and at most 200 bytes, a hash ending a longer one) and
+//! `Trust`.
+//!
+//! **Architecture Invariant.** This is the only atomic write in the workspace:
+//! the index writer, the crawl schedule and envelopes and the bridge's state
+//! files all use it, so a crash or `kill -9` at any moment leaves the old or
+//! the new file, never a torn one, and a failed write removes its temporary
+//! file. It depends on no other crate of the workspace.
 
 mod atomic;
 pub mod envelope;

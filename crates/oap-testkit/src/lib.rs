@@ -18,6 +18,67 @@
 //!   SDK's echo server), over TLS with a [`pki`] certificate;
 //! - [`stats`], [`rss`] and [`cpu`]: percentiles, resident memory and CPU
 //!   time, for benchmarks.
+//!
+//! # Architecture
+//!
+//! The one test and benchmark support layer: the daemon launcher
+//! (`DaemonBuilder`: the real binary as a child process, on a port it binds
+//! and reports), a raw HTTP/1.1 client (for what no client library would
+//! send), the fake Ollama on its own runtime, a test PKI with loopback HTTPS
+//! servers, a child-script server that reports its port (`script_server`: the
+//! MCP SDK's echo server, over TLS too), a stub resolver, network namespaces,
+//! model and fixture paths, percentiles and RSS, and two fake worlds: `manifest_web` (publishers of
+//! good and hostile manifests for crawler tests) and `mdns_device` (a LAN
+//! device advertising manifests over mDNS). No test includes another crate's
+//! files by path. It is never a normal dependency of a product crate.
+//!
+//! # The test suite
+//!
+//! `cargo xtask test` runs everything in the release profile (candle in a
+//! debug build is too slow, and one profile means one build), then the Python
+//! suite (`tests/python`: the real `ollama` and `openai` packages, and Home
+//! Assistant core with its Ollama integration, against the daemon and the fake
+//! Ollama). CI (`.ci/run`) adds formatting, clippy, the
+//! unit checks, the `.deb`, the aarch64 build with its suites in an emulated arm64 guest
+//! and an image boot, and runs the suite from a clone with nothing beside it,
+//! so a test that reads outside the repository fails there.
+//!
+//! Each crate has one integration-test binary, `tests/it/` (a `main.rs` with
+//! one module per area), and shares one support layer, `oap-testkit`. Tests
+//! use the real model, real index files, real processes and real sockets on
+//! loopback or in network namespaces the test creates; the only double is the
+//! fake Ollama, which speaks Ollama's exact wire format. Model-dependent tests
+//! fail (never skip) when the model is absent. Everything a test or benchmark
+//! reads is in the repository: the CC0 reference manifests in
+//! `tests/fixtures/reference-manifests/` (with their provenance) and the
+//! labelled task set in `bench/`.
+//!
+//! Where the tests concentrate, by boundary:
+//! - **The manifest boundary** (`oap-manifest/tests/it`): the 52 reference
+//!   manifests, every refusal with its message, the description heuristics.
+//! - **The index file** (`oap-index/tests/it`): round trips, corruption of
+//!   every section, atomic replacement.
+//! - **Discovery quality** (`oap-discovery/tests/it`, `cargo xtask
+//!   bench-retrieval`): recall and "nothing fits" on the labelled task sets.
+//! - **The executor** (`oap-exec/tests/it`, `oap-sandbox/tests/it`): the SSRF
+//!   table with a stub resolver (no connect happens), redirects, credentials,
+//!   stdio limits, and the sandbox against the attacks it exists for.
+//! - **The tool loop** (`oap-bridge/tests/it`): in-process against the fake
+//!   Ollama with hooks of the test's own.
+//! - **The daemon from outside** (`oapd/tests/it`): the real binary as a
+//!   child process — every route's errors, the Host/Origin guard, slow and
+//!   hostile clients, memory under large bodies in a memory cgroup, reload,
+//!   socket activation, the crawler against loopback HTTPS, mDNS across two
+//!   namespaces, the directory watch.
+//! - **Real clients** (`tests/python`): what users run, unmodified, Home
+//!   Assistant core included (onboarded, its Ollama integration added through
+//!   its own config flow, spoken to through its conversation API), and
+//!   Debian's headless Chromium on the status page, driven over the DevTools
+//!   pipe (`cdp.py`): it answers the Basic challenge, and the test asserts no
+//!   error reached the console.
+//!
+//! Performance lives in benchmarks, not in timed tests: `docs/BENCHMARKS.md`
+//! gives each figure, the machine and the exact command.
 
 #![allow(
     clippy::unwrap_used,

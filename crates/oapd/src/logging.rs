@@ -8,6 +8,37 @@
 //! forge a record after it, or send escape sequences to a terminal. That is
 //! done once here rather than at each of the many call sites. The JSON format
 //! escapes by construction and journald keeps each field separate.
+//!
+//! # Architecture
+//!
+//! `tracing` with key/value fields; stderr, no ANSI codes unless stderr is a
+//! terminal; `RUST_LOG` overrides `log.level` (one that is non-ASCII or
+//! holds a field filter, `{…}`, is ignored: the filter parser panics on some
+//! non-ASCII directives, compiles field values as patterns whose DFA can take
+//! minutes, and breaks an invariant on a repeated literal one; `log.level`
+//! refuses both when the configuration loads, and every filter matches field
+//! values as literal text). In the text format one record
+//! is one line whatever its fields hold: the field formatter
+//! (`logging::EscapedFields`) writes control characters in every value, the
+//! message included, as escapes (`\r`, `\n`, `\u{1b}`), so a manifest field,
+//! file name, URL, Host header, model name or remote error text can neither
+//! forge a record nor send escape sequences to a terminal. Call sites need not
+//! escape anything; the JSON format escapes by construction. Under systemd
+//! (stderr is the journal per `JOURNAL_STREAM`, or `log.format: journald`)
+//! records go to journald natively, fields as `OAPD_*` journal fields (each
+//! field its own, so nothing there needs escaping).
+//!
+//! Content stays out of the logs: message text, a model's tool arguments (a
+//! stdio tool's argv, an HTTP tool's URL with its query string), tool output
+//! and an MCP server's stderr are logged only at debug, under the target
+//! `oap_content` (`oap_exec::CONTENT_LOG_TARGET`), each value cut to 256
+//! characters; `logging::content_filter` turns that target off unless
+//! `server.log_content` is true, a directive more specific than any level
+//! `RUST_LOG` sets for all targets. rmcp is off unless `RUST_LOG` names it and
+//! content is allowed: it quotes what servers send (every notification at
+//! info), so a server could fill the log through it. Lines at info and warn
+//! name tools, trust, times and outcomes.
+//! Every request's lines carry its id (the `request{request_id=...}` span).
 
 use std::fmt;
 use std::io::IsTerminal;

@@ -18,11 +18,18 @@ pub mod validate_model;
 #[command(
     name = "oapd",
     version,
-    about = "Finds the OAP capability that fits a task, and bridges it to Ollama as tools",
-    long_about = "oapd indexes OAP manifests (one JSON file per capability) into a memory-mapped \
-index and answers \"which capability fits this task?\" with local embeddings and BM25, \
-without asking an LLM.\n\nConfiguration: built-in defaults, then --config FILE (YAML), then \
-OAP_<SECTION>_<KEY> environment variables (e.g. OAP_SERVER_LISTEN=0.0.0.0:8300)."
+    about = "A drop-in Ollama proxy that gives the model the few tools that fit, and runs them",
+    long_about = "A drop-in Ollama proxy: point an app at oapd instead of Ollama. Each chat \
+(/api/chat, or OpenAI's /v1/chat/completions and /v1/responses) gets the few tools that fit its \
+request next to the app's own, and oapd runs the model's calls to them until it answers; every \
+other path passes through to Ollama.\n\n\
+An MCP server (/mcp: oap_discover, oap_invoke) and an MCP client (the servers of an mcpServers \
+file, whose tools join the catalog).\n\n\
+Discovery over OAP manifests (one JSON file per capability: bundled, directories, crawled) and \
+MCP tools, with a local embedding model and BM25, without asking an LLM: `oapd discover TASK`.\n\n\
+The status page is /ui on the same port.\n\n\
+Configuration: built-in defaults, then --config FILE (YAML), then OAP_<SECTION>_<KEY> \
+environment variables (e.g. OAP_SERVER_LISTEN=0.0.0.0:8300)."
 )]
 /// The command line: global options and one subcommand.
 pub struct Cli {
@@ -225,4 +232,41 @@ fn run_with_config(
         Command::Manifest { .. } | Command::ValidateModel { .. } => {}
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    use super::Cli;
+
+    /// `oapd --help` names what people run oapd for in the order they meet
+    /// it: the Ollama proxy with its tools, then MCP, then discovery, then
+    /// the status page.
+    #[test]
+    fn help_says_what_oapd_is_for_in_the_order_users_meet_it() {
+        // Whitespace joined, since clap wraps the text to the terminal.
+        let one_line = |text: String| text.split_whitespace().collect::<Vec<_>>().join(" ");
+        let help = one_line(Cli::command().render_long_help().to_string());
+        let at = |needle: &str| {
+            help.find(needle)
+                .unwrap_or_else(|| panic!("`oapd --help` does not mention {needle:?}:\n{help}"))
+        };
+        let order = [
+            at("Ollama proxy"),
+            at("/api/chat"),
+            at("/v1/chat/completions"),
+            at("tools that fit"),
+            at("MCP server"),
+            at("MCP client"),
+            at("Discovery over OAP manifests"),
+            at("status page"),
+        ];
+        assert!(
+            order.windows(2).all(|pair| pair[0] < pair[1]),
+            "out of order ({order:?}):\n{help}"
+        );
+        let short = one_line(Cli::command().render_help().to_string());
+        assert!(short.contains("Ollama proxy"), "{short}");
+    }
 }
