@@ -214,8 +214,9 @@ pub(crate) fn check(firmware: &Path, root_label: &str) -> Result<()> {
 mod tests {
     use super::*;
 
-    /// What raspi-firmware's hooks write for a 7.x kernel: one section for
-    /// every board, the Pi 4 family's extra line in `[pi4]`.
+    /// What raspi-firmware's hook writes for a 7.x kernel (no sections:
+    /// every board reads every line), plus a Pi 4-only section as a site
+    /// might add through `/etc/default/raspi-firmware-custom`.
     const CONFIG: &str = "# Do not modify this file!\n\
         arm_64bit=1\nenable_uart=1\nupstream_kernel=1\n\
         kernel=vmlinuz-7.3.4+deb13-arm64\n\
