@@ -105,6 +105,21 @@ const ARM64_PINNED: &[Pinned] = &[
         sha256: "9c1a30ccf8d94672d8a89425fe419d954096718527155fd58974bd1a1043c55f",
     },
 ];
+/// Packages debootstrap would add to the arm64 base and must not
+/// ([`drop_excluded`] takes them out before the second stage): with
+/// `--extra-suites` it resolves dependencies with backports' stanzas too,
+/// so the kernel's `dracut | initramfs-tools` brings dracut (which
+/// conflicts with the initramfs-tools the image uses) and newer stanzas
+/// bring packages only backports has (openssh-common, ngtcp2's OpenSSL
+/// glue) beside trixie's openssh and curl that do not use them.
+/// [`unpinned_backports`] fails the build when a new one shows up.
+const ARM64_EXCLUDE: &[&str] = &[
+    "dracut",
+    "dracut-core",
+    "dracut-install",
+    "openssh-common",
+    "libngtcp2-crypto-ossl0",
+];
 const ARM64_KERNEL: &str = "linux-image-7.3.4+deb13-arm64";
 const ARM64_KERNEL_VERSION: &str = "7.3.4-1~bpo13+1";
 const ROOT_LABEL: &str = "RASPIROOT";
@@ -155,6 +170,14 @@ impl Arch {
         match self {
             Self::Amd64 => "",
             Self::Arm64 => ARM64_BACKPORTS,
+        }
+    }
+
+    /// Packages debootstrap must leave out ([`ARM64_EXCLUDE`]).
+    fn excluded(self) -> &'static [&'static str] {
+        match self {
+            Self::Amd64 => &[],
+            Self::Arm64 => ARM64_EXCLUDE,
         }
     }
 
@@ -571,6 +594,10 @@ fn recipe_key(arch: Arch) -> Result<String> {
         hash.update(part.as_bytes());
         hash.update([0]);
     }
+    for excluded in arch.excluded() {
+        hash.update(excluded.as_bytes());
+        hash.update([1]);
+    }
     for pin in arch.pinned() {
         for part in [pin.package, pin.version, pin.pool_path, pin.sha256] {
             hash.update(part.as_bytes());
@@ -654,7 +681,15 @@ fn base_rootfs(layout: &Layout) -> Result<PathBuf> {
         debootstrap.arg(format!("--extra-suites={}", arch.extra_suites()));
     }
     run_in_root(debootstrap.arg(SUITE).arg(&tree).arg(MIRROR))?;
+    drop_excluded(arch.excluded(), &tree)?;
     swap_in_pinned_debs(arch.pinned(), &tree, &apt_cache)?;
+    let stray = unpinned_backports(arch.pinned(), &tree)?;
+    ensure!(
+        stray.is_empty(),
+        "debootstrap took these from backports, unpinned: {} (exclude them, ARM64_EXCLUDE, \
+         or pin them, ARM64_PINNED, in xtask/src/image.rs)",
+        stray.join(", ")
+    );
     let image = repo_root().join("image");
     copy_tree(&image.join("base/common"), &tree)?;
     copy_tree(&image.join("base").join(arch.name()), &tree)?;
@@ -738,6 +773,57 @@ fn swap_in_pinned_debs(pins: &[Pinned], tree: &Path, apt_cache: &Path) -> Result
     }
     fs::write(&debpaths_file, lines.join("\n") + "\n")?;
     Ok(())
+}
+
+/// Takes `excluded` out of what debootstrap's second stage installs (its
+/// `base` list and `debpaths`): `--exclude` does not hold against
+/// dependencies, which debootstrap adds back.
+fn drop_excluded(excluded: &[&str], tree: &Path) -> Result<()> {
+    if excluded.is_empty() {
+        return Ok(());
+    }
+    let dir = tree.join("debootstrap");
+    let base_file = dir.join("base");
+    let base = fs::read_to_string(&base_file)
+        .with_context(|| format!("cannot read {}", base_file.display()))?;
+    let kept: Vec<&str> = base
+        .split_whitespace()
+        .filter(|p| !excluded.contains(p))
+        .collect();
+    fs::write(&base_file, kept.join(" ") + "\n")?;
+    let debpaths_file = dir.join("debpaths");
+    let debpaths = fs::read_to_string(&debpaths_file)
+        .with_context(|| format!("cannot read {}", debpaths_file.display()))?;
+    let mut lines = Vec::new();
+    for line in debpaths.lines() {
+        match line.split_once(' ') {
+            Some((package, path)) if excluded.contains(&package) => {
+                let _ = fs::remove_file(tree.join(path.trim_start_matches('/')));
+            }
+            _ => lines.push(line),
+        }
+    }
+    fs::write(&debpaths_file, lines.join("\n") + "\n")?;
+    Ok(())
+}
+
+/// The packages of `debootstrap/debpaths` whose .deb is a backports
+/// version (`~bpo`) but not pinned: the base would mix suites unnoticed.
+fn unpinned_backports(pins: &[Pinned], tree: &Path) -> Result<Vec<String>> {
+    let debpaths_file = tree.join("debootstrap/debpaths");
+    let debpaths = match fs::read_to_string(&debpaths_file) {
+        Ok(text) => text,
+        Err(_) if pins.is_empty() => return Ok(Vec::new()),
+        Err(e) => bail!("cannot read {}: {e}", debpaths_file.display()),
+    };
+    Ok(debpaths
+        .lines()
+        .filter_map(|l| l.split_once(' '))
+        .filter(|(package, path)| {
+            path.contains("~bpo") && !pins.iter().any(|pin| pin.package == *package)
+        })
+        .map(|(package, _)| package.to_owned())
+        .collect())
 }
 
 /// Downloads a pinned .deb from the mirror's pool to `dest`, checking its
@@ -1840,6 +1926,87 @@ mod tests {
         fs::create_dir_all(&dir).unwrap();
         let text = serde_json::json!({"name": name, "invoke": {"method": method, "url": url}});
         fs::write(dir.join(format!("{name}.json")), text.to_string()).unwrap();
+    }
+
+    /// A pin for `bytes`, as `ARM64_PINNED` holds them.
+    fn pin_for(package: &'static str, version: &'static str, bytes: &[u8]) -> Pinned {
+        let file = format!("pool/main/x/{package}/{package}_{version}_all.deb");
+        Pinned {
+            package,
+            version,
+            pool_path: Box::leak(file.into_boxed_str()),
+            sha256: Box::leak(hex::encode(Sha256::digest(bytes)).into_boxed_str()),
+        }
+    }
+
+    #[test]
+    fn the_second_stage_installs_the_pinned_deb_instead_of_debootstraps_pick() {
+        let root = tempfile::tempdir().unwrap();
+        let (tree, cache) = (root.path().join("tree"), root.path().join("cache"));
+        let archives = tree.join("var/cache/apt/archives");
+        fs::create_dir_all(&archives).unwrap();
+        fs::create_dir_all(tree.join("debootstrap")).unwrap();
+        fs::create_dir_all(&cache).unwrap();
+        // debootstrap took linux-base from the first suite (trixie's 4.12.1)
+        fs::write(archives.join("linux-base_4.12.1_all.deb"), "old").unwrap();
+        fs::write(archives.join("zstd_1.5_arm64.deb"), "zstd").unwrap();
+        fs::write(
+            tree.join("debootstrap/debpaths"),
+            "linux-base /var/cache/apt/archives/linux-base_4.12.1_all.deb\n\
+             zstd /var/cache/apt/archives/zstd_1.5_arm64.deb\n",
+        )
+        .unwrap();
+        // the pinned backports one, already in the apt cache (no download)
+        let pin = pin_for("linux-base", "4.17~bpo13+1", b"new");
+        fs::write(cache.join("linux-base_4.17~bpo13+1_all.deb"), "new").unwrap();
+
+        swap_in_pinned_debs(std::slice::from_ref(&pin), &tree, &cache).unwrap();
+        assert_eq!(
+            fs::read_to_string(tree.join("debootstrap/debpaths")).unwrap(),
+            "linux-base /var/cache/apt/archives/linux-base_4.17~bpo13+1_all.deb\n\
+             zstd /var/cache/apt/archives/zstd_1.5_arm64.deb\n"
+        );
+        assert_eq!(
+            fs::read(archives.join("linux-base_4.17~bpo13+1_all.deb")).unwrap(),
+            b"new"
+        );
+        assert!(!archives.join("linux-base_4.12.1_all.deb").exists());
+        assert!(unpinned_backports(std::slice::from_ref(&pin), &tree)
+            .unwrap()
+            .is_empty());
+
+        // excluded packages leave the second stage's lists and the tree
+        fs::write(tree.join("debootstrap/base"), "bc dracut zstd\n").unwrap();
+        drop_excluded(&["dracut", "zstd"], &tree).unwrap();
+        assert_eq!(
+            fs::read_to_string(tree.join("debootstrap/base")).unwrap(),
+            "bc\n"
+        );
+        assert_eq!(
+            fs::read_to_string(tree.join("debootstrap/debpaths")).unwrap(),
+            "linux-base /var/cache/apt/archives/linux-base_4.17~bpo13+1_all.deb\n"
+        );
+        assert!(!archives.join("zstd_1.5_arm64.deb").exists());
+
+        // a backports package nobody pinned is named
+        let mut debpaths = fs::read_to_string(tree.join("debootstrap/debpaths")).unwrap();
+        debpaths.push_str("openssh-common /var/cache/apt/archives/openssh-common_1%3a10.6p2-1~bpo13+1_arm64.deb\n");
+        fs::write(tree.join("debootstrap/debpaths"), debpaths).unwrap();
+        assert_eq!(
+            unpinned_backports(std::slice::from_ref(&pin), &tree).unwrap(),
+            ["openssh-common"]
+        );
+
+        // a pin debootstrap never selected would be silently left out
+        let stray = pin_for("zstd-extra", "1.0", b"new");
+        fs::write(cache.join("zstd-extra_1.0_all.deb"), "new").unwrap();
+        let err = swap_in_pinned_debs(&[stray], &tree, &cache)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("debootstrap did not select zstd-extra (pinned 1.0)"),
+            "{err}"
+        );
     }
 
     #[test]
