@@ -47,10 +47,81 @@ use crate::repo_root;
 use crate::tasks::run_in_root;
 
 /// Debian release every image is built from (pinned; bump deliberately).
-pub(crate) const SUITE: &str = "bookworm";
+pub(crate) const SUITE: &str = "trixie";
 pub(crate) const MIRROR: &str = "http://deb.debian.org/debian";
+/// Where the arm64 image's kernel comes from: the first Debian kernels with
+/// the Pi 5's device trees and drivers (SD, RP1) are 7.x, in backports.
+const ARM64_BACKPORTS: &str = "trixie-backports";
 /// Bump when the build steps change in a way the cache key cannot see.
-const RECIPE_VERSION: &str = "1";
+const RECIPE_VERSION: &str = "2";
+
+/// A package the recipe installs at exactly this version and these bytes.
+struct Pinned {
+    package: &'static str,
+    version: &'static str,
+    /// Path below the mirror (the `Filename:` of the suite's index).
+    pool_path: &'static str,
+    sha256: &'static str,
+}
+
+/// The arm64 kernel, from trixie-backports. debootstrap takes every package
+/// from the first suite that has it (trixie) and cannot pick versions, so
+/// the kernel is named by its versioned package (only backports has it) and
+/// every pinned .deb debootstrap fetched otherwise is swapped for the
+/// pinned one before the second stage: `linux-base` must be 4.17 or later
+/// (the 7.x kernel pre-depends on it; only 4.17 copies `vmlinuz` to
+/// `/boot`, where raspi-firmware's hook looks), and trixie has 4.12.1.
+/// Bump all of them together from the index of the archive:
+/// `apt-cache show linux-image-arm64/trixie-backports linux-base/trixie-backports`.
+const ARM64_PINNED: &[Pinned] = &[
+    Pinned {
+        package: ARM64_KERNEL,
+        version: ARM64_KERNEL_VERSION,
+        pool_path: "pool/main/l/linux-signed-arm64/linux-image-7.3.4+deb13-arm64_7.3.4-1~bpo13+1_arm64.deb",
+        sha256: "e1b5ea6481c421f7aa68aa2c162811fc7c06cddac4ca1c1de497b9afe1402e65",
+    },
+    Pinned {
+        package: "linux-binary-7.3.4+deb13-arm64",
+        version: ARM64_KERNEL_VERSION,
+        pool_path: "pool/main/l/linux-signed-arm64/linux-binary-7.3.4+deb13-arm64_7.3.4-1~bpo13+1_arm64.deb",
+        sha256: "0bbfeddbecdea8ab294daf09eb5cc1f4405af5c044b4b7aa57f5d1eaa205530f",
+    },
+    Pinned {
+        package: "linux-modules-7.3.4+deb13-arm64",
+        version: ARM64_KERNEL_VERSION,
+        pool_path: "pool/main/l/linux/linux-modules-7.3.4+deb13-arm64_7.3.4-1~bpo13+1_arm64.deb",
+        sha256: "df2a118b535e735230717512a9fe4d30b0c24a3c6e68470d5d13e9a08ddfd29a",
+    },
+    Pinned {
+        package: "linux-base-7.3.4+deb13-arm64",
+        version: ARM64_KERNEL_VERSION,
+        pool_path: "pool/main/l/linux/linux-base-7.3.4+deb13-arm64_7.3.4-1~bpo13+1_arm64.deb",
+        sha256: "84e0027833982d189bd1b2285511fc2e0c1f785c9adf66acd9d9243026706bb6",
+    },
+    Pinned {
+        package: "linux-base",
+        version: "4.17~bpo13+1",
+        pool_path: "pool/main/l/linux-base/linux-base_4.17~bpo13+1_all.deb",
+        sha256: "9c1a30ccf8d94672d8a89425fe419d954096718527155fd58974bd1a1043c55f",
+    },
+];
+/// Packages debootstrap would add to the arm64 base and must not
+/// ([`drop_excluded`] takes them out before the second stage): with
+/// `--extra-suites` it resolves dependencies with backports' stanzas too,
+/// so the kernel's `dracut | initramfs-tools` brings dracut (which
+/// conflicts with the initramfs-tools the image uses) and newer stanzas
+/// bring packages only backports has (openssh-common, ngtcp2's OpenSSL
+/// glue) beside trixie's openssh and curl that do not use them.
+/// [`unpinned_backports`] fails the build when a new one shows up.
+const ARM64_EXCLUDE: &[&str] = &[
+    "dracut",
+    "dracut-core",
+    "dracut-install",
+    "openssh-common",
+    "libngtcp2-crypto-ossl0",
+];
+const ARM64_KERNEL: &str = "linux-image-7.3.4+deb13-arm64";
+const ARM64_KERNEL_VERSION: &str = "7.3.4-1~bpo13+1";
 const ROOT_LABEL: &str = "RASPIROOT";
 const FIRMWARE_LABEL: &str = "RASPIFIRM";
 /// Fixed identifiers, so two builds of the same inputs give the same bytes.
@@ -94,6 +165,30 @@ impl Arch {
         }
     }
 
+    /// Suites debootstrap may take packages from after [`SUITE`].
+    fn extra_suites(self) -> &'static str {
+        match self {
+            Self::Amd64 => "",
+            Self::Arm64 => ARM64_BACKPORTS,
+        }
+    }
+
+    /// Packages debootstrap must leave out ([`ARM64_EXCLUDE`]).
+    fn excluded(self) -> &'static [&'static str] {
+        match self {
+            Self::Amd64 => &[],
+            Self::Arm64 => ARM64_EXCLUDE,
+        }
+    }
+
+    /// Packages installed at a pinned version and sha256.
+    fn pinned(self) -> &'static [Pinned] {
+        match self {
+            Self::Amd64 => &[],
+            Self::Arm64 => ARM64_PINNED,
+        }
+    }
+
     fn qemu(self) -> &'static str {
         match self {
             Self::Amd64 => "qemu-system-x86_64",
@@ -108,18 +203,13 @@ impl Arch {
         }
     }
 
-    /// Machine, CPU and disk arguments for `qemu` (without accelerator).
-    fn machine_args(self, disk: &Path) -> Vec<String> {
+    /// Machine, CPU and disk arguments for `qemu` (without accelerator);
+    /// `cpu` is the arm64 core ([`ARM64_CPUS`]).
+    fn machine_args(self, disk: &Path, cpu: &str) -> Vec<String> {
         let drive = format!("if=none,id=disk0,file={},format=raw", disk.display());
         let mut args: Vec<String> = match self {
             Self::Amd64 => vec!["-M".into(), "pc".into()],
-            // cortex-a72 is the Pi 4's core; `-cpu max` is ~4x slower under TCG
-            Self::Arm64 => vec![
-                "-M".into(),
-                "virt".into(),
-                "-cpu".into(),
-                "cortex-a72".into(),
-            ],
+            Self::Arm64 => vec!["-M".into(), "virt".into(), "-cpu".into(), cpu.into()],
         };
         args.extend([
             "-drive".into(),
@@ -131,8 +221,21 @@ impl Arch {
     }
 }
 
+/// The arm64 cores the boot test emulates: the Pi 4's (also the build's:
+/// `-cpu max` is ~4x slower under TCG) and the Pi 5's. The Pi 3's
+/// cortex-a53 runs the same arm64 code as these, without their extensions.
+const ARM64_CPUS: &[&str] = &["cortex-a72", "cortex-a76"];
+/// The core the emulated build steps run on.
+const ARM64_BUILD_CPU: &str = "cortex-a72";
+
 struct Options {
     arch: Arch,
+    /// `--cpu`: the arm64 core the boot test emulates (default the build's).
+    cpu: Option<&'static str>,
+    /// `--health-only`: the boot test stops once `/health` answers with the
+    /// first-boot token (a second core's boot, when the full proof ran on
+    /// the first).
+    health_only: bool,
     deb: Option<PathBuf>,
     build: bool,
     timeout: Duration,
@@ -140,9 +243,17 @@ struct Options {
     base_only: bool,
 }
 
+impl Options {
+    fn cpu(&self) -> &'static str {
+        self.cpu.unwrap_or(ARM64_BUILD_CPU)
+    }
+}
+
 fn parse_options(args: &[String], boot: bool) -> Result<Options> {
     let mut options = Options {
         arch: Arch::Amd64,
+        cpu: None,
+        health_only: false,
         deb: None,
         build: true,
         timeout: Duration::from_secs(900),
@@ -159,6 +270,16 @@ fn parse_options(args: &[String], boot: bool) -> Result<Options> {
             "--arch" => options.arch = Arch::parse(&value("--arch")?)?,
             "--deb" => options.deb = Some(PathBuf::from(value("--deb")?)),
             "--no-build" if boot => options.build = false,
+            "--health-only" if boot => options.health_only = true,
+            "--cpu" if boot => {
+                let cpu = value("--cpu")?;
+                options.cpu = Some(ARM64_CPUS.iter().find(|c| **c == cpu).with_context(|| {
+                    format!(
+                        "--cpu: expected one of {}, got {cpu:?}",
+                        ARM64_CPUS.join(", ")
+                    )
+                })?);
+            }
             "--base-only" if !boot => options.base_only = true,
             "--timeout" if boot => {
                 let secs: u64 = value("--timeout")?
@@ -169,6 +290,10 @@ fn parse_options(args: &[String], boot: bool) -> Result<Options> {
             other => bail!("unknown argument {other:?}"),
         }
     }
+    ensure!(
+        options.arch == Arch::Arm64 || options.cpu.is_none(),
+        "--cpu picks the core of an arm64 boot; the amd64 boot uses the host's"
+    );
     Ok(options)
 }
 
@@ -240,10 +365,14 @@ pub fn boot(args: &[String]) -> Result<()> {
         build_image(&options)?;
     }
     let built = started.elapsed();
-    boot_test(&layout, options.timeout)?;
+    boot_test(&layout, &options)?;
     println!(
-        "image-boot {}: image {:.0} s, boot test {:.0} s",
+        "image-boot {}{}: image {:.0} s, boot test {:.0} s",
         options.arch.name(),
+        match options.arch {
+            Arch::Arm64 => format!(" ({})", options.cpu()),
+            Arch::Amd64 => String::new(),
+        },
         built.as_secs_f64(),
         (started.elapsed() - built).as_secs_f64()
     );
@@ -305,6 +434,11 @@ fn build_image(options: &Options) -> Result<()> {
 
     check_bundled_tools(&tree)?;
     crate::image_ssh::no_host_keys(&tree)?;
+    if arch == Arch::Arm64 {
+        // What only a board would otherwise find: the emulated boot test
+        // starts the kernel directly, never through config.txt.
+        crate::image_firmware::check(&tree.join("boot/firmware"), ROOT_LABEL)?;
+    }
 
     let boot = tree.join("boot");
     fs::copy(only_match(&boot, "vmlinuz-")?, layout.kernel())?;
@@ -325,6 +459,8 @@ fn preflight(arch: Arch) -> Result<()> {
         ("mcopy", "mtools"),
         ("sfdisk", "fdisk"),
         ("cpio", "cpio"),
+        // the pinned .debs debootstrap does not pick itself (ARM64_PINNED)
+        ("curl", "curl"),
         ("unshare", "util-linux"),
         (arch.qemu(), "qemu-system-x86 / qemu-system-arm"),
     ];
@@ -453,9 +589,20 @@ fn recipe_key(arch: Arch) -> Result<String> {
         MIRROR,
         arch.name(),
         arch.components(),
+        arch.extra_suites(),
     ] {
         hash.update(part.as_bytes());
         hash.update([0]);
+    }
+    for excluded in arch.excluded() {
+        hash.update(excluded.as_bytes());
+        hash.update([1]);
+    }
+    for pin in arch.pinned() {
+        for part in [pin.package, pin.version, pin.pool_path, pin.sha256] {
+            hash.update(part.as_bytes());
+            hash.update([0]);
+        }
     }
     for package in packages(arch)? {
         hash.update(package.as_bytes());
@@ -515,19 +662,34 @@ fn base_rootfs(layout: &Layout) -> Result<PathBuf> {
     reset_dir(&tree)?;
     let apt_cache = layout.cache.join(format!("apt-{SUITE}-{}", arch.name()));
     fs::create_dir_all(&apt_cache)?;
-    let include = packages(arch)?.join(",");
-    run_in_root(
-        Command::new("debootstrap")
-            .env("SOURCE_DATE_EPOCH", source_date_epoch())
-            .args(["--foreign", "--variant=minbase"])
-            .arg(format!("--arch={}", arch.name()))
-            .arg(format!("--components={}", arch.components()))
-            .arg(format!("--include={include}"))
-            .arg(format!("--cache-dir={}", apt_cache.display()))
-            .arg(SUITE)
-            .arg(&tree)
-            .arg(MIRROR),
-    )?;
+    let mut include = packages(arch)?;
+    include.extend(
+        arch.pinned()
+            .iter()
+            .take(1)
+            .map(|pin| pin.package.to_owned()),
+    );
+    let mut debootstrap = Command::new("debootstrap");
+    debootstrap
+        .env("SOURCE_DATE_EPOCH", source_date_epoch())
+        .args(["--foreign", "--variant=minbase"])
+        .arg(format!("--arch={}", arch.name()))
+        .arg(format!("--components={}", arch.components()))
+        .arg(format!("--include={}", include.join(",")))
+        .arg(format!("--cache-dir={}", apt_cache.display()));
+    if !arch.extra_suites().is_empty() {
+        debootstrap.arg(format!("--extra-suites={}", arch.extra_suites()));
+    }
+    run_in_root(debootstrap.arg(SUITE).arg(&tree).arg(MIRROR))?;
+    drop_excluded(arch.excluded(), &tree)?;
+    swap_in_pinned_debs(arch.pinned(), &tree, &apt_cache)?;
+    let stray = unpinned_backports(arch.pinned(), &tree)?;
+    ensure!(
+        stray.is_empty(),
+        "debootstrap took these from backports, unpinned: {} (exclude them, ARM64_EXCLUDE, \
+         or pin them, ARM64_PINNED, in xtask/src/image.rs)",
+        stray.join(", ")
+    );
     let image = repo_root().join("image");
     copy_tree(&image.join("base/common"), &tree)?;
     copy_tree(&image.join("base").join(arch.name()), &tree)?;
@@ -538,6 +700,7 @@ fn base_rootfs(layout: &Layout) -> Result<PathBuf> {
             emulate(layout, &tree, &kernel, "stage2")?;
         }
     }
+    check_installed_pins(arch.pinned(), &tree)?;
     drop_downloaded_debs(&tree)?;
     let partial = cached.with_extension("tar.partial");
     run_in_root(
@@ -555,6 +718,175 @@ fn base_rootfs(layout: &Layout) -> Result<PathBuf> {
         cached.display()
     );
     Ok(cached)
+}
+
+/// Makes debootstrap's second stage install every pinned package at its
+/// pinned version: each pinned .deb is checked against its sha256 (fetched
+/// from the mirror's pool into the apt cache when debootstrap chose another
+/// version, or none), and `debootstrap/debpaths`, the list the second stage
+/// installs from, is pointed at it. A pinned package debootstrap did not
+/// select is an error: nothing would install it.
+fn swap_in_pinned_debs(pins: &[Pinned], tree: &Path, apt_cache: &Path) -> Result<()> {
+    if pins.is_empty() {
+        return Ok(());
+    }
+    let debpaths_file = tree.join("debootstrap/debpaths");
+    let debpaths = fs::read_to_string(&debpaths_file)
+        .with_context(|| format!("cannot read {}", debpaths_file.display()))?;
+    let archives = tree.join("var/cache/apt/archives");
+    let mut lines: Vec<String> = debpaths.lines().map(str::to_owned).collect();
+    for pin in pins {
+        let file_name = pin
+            .pool_path
+            .rsplit('/')
+            .next()
+            .unwrap_or(pin.pool_path)
+            .replace(':', "%3a");
+        let in_tree = archives.join(&file_name);
+        if !in_tree.is_file() || sha256_file(&in_tree)? != pin.sha256 {
+            let cached = apt_cache.join(&file_name);
+            if !cached.is_file() || sha256_file(&cached)? != pin.sha256 {
+                fetch_pinned(pin, &cached)?;
+            }
+            fs::copy(&cached, &in_tree)
+                .with_context(|| format!("cannot copy {} into the tree", cached.display()))?;
+        }
+        let line = lines
+            .iter_mut()
+            .find(|l| l.split_whitespace().next() == Some(pin.package))
+            .with_context(|| {
+                format!(
+                    "debootstrap did not select {} (pinned {}): nothing would install it",
+                    pin.package, pin.version
+                )
+            })?;
+        let old_path = line.split_whitespace().nth(1).unwrap_or("").to_owned();
+        let new_path = format!("/var/cache/apt/archives/{file_name}");
+        if old_path != new_path {
+            println!(
+                "image: {} pinned at {} instead of debootstrap's {old_path}",
+                pin.package, pin.version
+            );
+            let _ = fs::remove_file(tree.join(old_path.trim_start_matches('/')));
+            *line = format!("{} {new_path}", pin.package);
+        }
+    }
+    fs::write(&debpaths_file, lines.join("\n") + "\n")?;
+    Ok(())
+}
+
+/// Takes `excluded` out of what debootstrap's second stage installs (its
+/// `base` list and `debpaths`): `--exclude` does not hold against
+/// dependencies, which debootstrap adds back.
+fn drop_excluded(excluded: &[&str], tree: &Path) -> Result<()> {
+    if excluded.is_empty() {
+        return Ok(());
+    }
+    let dir = tree.join("debootstrap");
+    let base_file = dir.join("base");
+    let base = fs::read_to_string(&base_file)
+        .with_context(|| format!("cannot read {}", base_file.display()))?;
+    let kept: Vec<&str> = base
+        .split_whitespace()
+        .filter(|p| !excluded.contains(p))
+        .collect();
+    fs::write(&base_file, kept.join(" ") + "\n")?;
+    let debpaths_file = dir.join("debpaths");
+    let debpaths = fs::read_to_string(&debpaths_file)
+        .with_context(|| format!("cannot read {}", debpaths_file.display()))?;
+    let mut lines = Vec::new();
+    for line in debpaths.lines() {
+        match line.split_once(' ') {
+            Some((package, path)) if excluded.contains(&package) => {
+                let _ = fs::remove_file(tree.join(path.trim_start_matches('/')));
+            }
+            _ => lines.push(line),
+        }
+    }
+    fs::write(&debpaths_file, lines.join("\n") + "\n")?;
+    Ok(())
+}
+
+/// The packages of `debootstrap/debpaths` whose .deb is a backports
+/// version (`~bpo`) but not pinned: the base would mix suites unnoticed.
+fn unpinned_backports(pins: &[Pinned], tree: &Path) -> Result<Vec<String>> {
+    let debpaths_file = tree.join("debootstrap/debpaths");
+    let debpaths = match fs::read_to_string(&debpaths_file) {
+        Ok(text) => text,
+        Err(_) if pins.is_empty() => return Ok(Vec::new()),
+        Err(e) => bail!("cannot read {}: {e}", debpaths_file.display()),
+    };
+    Ok(debpaths
+        .lines()
+        .filter_map(|l| l.split_once(' '))
+        .filter(|(package, path)| {
+            path.contains("~bpo") && !pins.iter().any(|pin| pin.package == *package)
+        })
+        .map(|(package, _)| package.to_owned())
+        .collect())
+}
+
+/// Downloads a pinned .deb from the mirror's pool to `dest`, checking its
+/// sha256 before it is used.
+fn fetch_pinned(pin: &Pinned, dest: &Path) -> Result<()> {
+    let url = format!("{MIRROR}/{}", pin.pool_path);
+    let partial = dest.with_extension("deb.partial");
+    let status = Command::new("curl")
+        .args(["-fsSL", "--retry", "3", "--max-time", "900", "-o"])
+        .arg(&partial)
+        .arg(&url)
+        .status()
+        .context("cannot run curl")?;
+    ensure!(
+        status.success(),
+        "cannot download {url} ({status}): the archive no longer has {} {}; \
+         pin the version it has now (ARM64_PINNED in xtask/src/image.rs)",
+        pin.package,
+        pin.version
+    );
+    let got = sha256_file(&partial)?;
+    if got != pin.sha256 {
+        let _ = fs::remove_file(&partial);
+        bail!(
+            "{url}: sha256 {got}, pinned {}: refusing {} {}",
+            pin.sha256,
+            pin.package,
+            pin.version
+        );
+    }
+    fs::rename(&partial, dest)?;
+    Ok(())
+}
+
+fn sha256_file(path: &Path) -> Result<String> {
+    let mut file =
+        fs::File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
+    let mut hash = Sha256::new();
+    std::io::copy(&mut file, &mut hash)?;
+    Ok(hex::encode(hash.finalize()))
+}
+
+/// Fails unless dpkg installed every pinned package at its pinned version.
+fn check_installed_pins(pins: &[Pinned], tree: &Path) -> Result<()> {
+    for pin in pins {
+        let output = Command::new("dpkg-query")
+            .arg(format!(
+                "--admindir={}",
+                tree.join("var/lib/dpkg").display()
+            ))
+            .args(["-W", "-f", "${Version} ${Status}"])
+            .arg(pin.package)
+            .output()
+            .context("cannot run dpkg-query")?;
+        let found = String::from_utf8_lossy(&output.stdout).trim().to_owned();
+        ensure!(
+            found == format!("{} install ok installed", pin.version),
+            "{} is not installed at its pinned version {} (dpkg: {found:?})",
+            pin.package,
+            pin.version
+        );
+    }
+    Ok(())
 }
 
 /// Drops the downloaded .debs from the base tree (they are in the apt cache
@@ -586,9 +918,10 @@ fn in_chroot(tree: &Path, script: &str) -> Result<()> {
     )
 }
 
-/// The arm64 kernel for the emulated second stage: from the linux-image
-/// package debootstrap downloaded (the same version the stage installs, so
-/// its modules match).
+/// The arm64 kernel for the emulated second stage: from the kernel package
+/// debootstrap downloaded (the same version the stage installs, so its
+/// modules match). 7.x kernels ship it as `linux-binary-<abi>` with the
+/// image in `/usr/lib/modules/<abi>/vmlinuz`.
 fn kernel_from_cached_deb(layout: &Layout, tree: &Path) -> Result<PathBuf> {
     let archives = tree.join("var/cache/apt/archives");
     let deb = fs::read_dir(&archives)?
@@ -596,17 +929,22 @@ fn kernel_from_cached_deb(layout: &Layout, tree: &Path) -> Result<PathBuf> {
         .map(|e| e.path())
         .find(|p| {
             let name = p.file_name().map(|n| n.to_string_lossy().into_owned());
-            name.is_some_and(|n| {
-                n.starts_with("linux-image-")
-                    && n.contains("-arm64_")
-                    && !n.starts_with("linux-image-arm64_")
-            })
+            name.is_some_and(|n| n.starts_with("linux-binary-") && n.contains("-arm64_"))
         })
-        .with_context(|| format!("no versioned linux-image .deb in {}", archives.display()))?;
+        .with_context(|| format!("no linux-binary-*-arm64 .deb in {}", archives.display()))?;
     let unpacked = layout.work.join("kernel");
     reset_dir(&unpacked)?;
     run_in_root(Command::new("dpkg-deb").arg("-x").arg(&deb).arg(&unpacked))?;
-    only_match(&unpacked.join("boot"), "vmlinuz-")
+    let modules = unpacked.join("usr/lib/modules");
+    let abi = only_match(&modules, "")?;
+    let kernel = abi.join("vmlinuz");
+    ensure!(
+        kernel.is_file(),
+        "{} has no {}",
+        deb.display(),
+        kernel.display()
+    );
+    Ok(kernel)
 }
 
 /// Runs `image/guest/emulated-init` step `step` in an emulated arm64 guest
@@ -641,7 +979,7 @@ fn emulate(layout: &Layout, tree: &Path, kernel: &Path, step: &str) -> Result<()
             "-nic",
             "none",
         ])
-        .args(layout.arch.machine_args(&disk))
+        .args(layout.arch.machine_args(&disk, ARM64_BUILD_CPU))
         .arg("-serial")
         .arg(format!("file:{}", log.display()))
         .arg("-kernel")
@@ -1044,7 +1382,7 @@ struct FirstBoot {
 /// Space added to the scratch copy of the disk, as a bigger SD card would.
 const BOOT_TEST_EXTRA_BYTES: u64 = 512 * MIB;
 
-fn boot_test(layout: &Layout, timeout: Duration) -> Result<()> {
+fn boot_test(layout: &Layout, options: &Options) -> Result<()> {
     let arch = layout.arch;
     for path in [layout.disk(), layout.kernel(), layout.initrd()] {
         ensure!(
@@ -1105,7 +1443,7 @@ fn boot_test(layout: &Layout, timeout: Duration) -> Result<()> {
     };
     let mut last_error = None;
     for accel in accels {
-        match boot_once(layout, &scratch, accel, &settings, &upstream, timeout) {
+        match boot_once(layout, &scratch, accel, &settings, &upstream, options) {
             Ok(()) => {
                 let _ = fs::remove_file(&scratch);
                 return Ok(());
@@ -1167,9 +1505,10 @@ fn boot_once(
     accel: &str,
     settings: &FirstBoot,
     upstream: &crate::image_ollama::GuestOllama,
-    timeout: Duration,
+    options: &Options,
 ) -> Result<(), BootError> {
     let arch = layout.arch;
+    let timeout = options.timeout;
     let port = crate::net::free_port()?;
     let ssh_port = loop {
         let candidate = crate::net::free_port()?;
@@ -1183,7 +1522,7 @@ fn boot_once(
     command
         .args(["-accel", accel, "-smp", "2", "-m", "2048"])
         .args(["-nodefaults", "-display", "none", "-no-reboot"])
-        .args(arch.machine_args(disk))
+        .args(arch.machine_args(disk, options.cpu()))
         // user-mode network with no way out: only the forwarded ports
         // (oapd, sshd), and the model or release server's address
         // forwarded to the host
@@ -1266,6 +1605,21 @@ fn boot_once(
         "image-boot: /health answered {:.1} s after qemu started ({accel})",
         to_health.as_secs_f64()
     );
+    if options.health_only {
+        let (status, _) = http(addr, "GET", "/health", None, None)?;
+        if status != 401 {
+            return Err(BootError::Failed(anyhow::anyhow!(
+                "/health without the first-boot token: expected 401, got {status} (auth_token not applied)"
+            )));
+        }
+        println!(
+            "image-boot {} ({}): OK to /health only ({accel}): /health after {:.1} s",
+            arch.name(),
+            options.cpu(),
+            to_health.as_secs_f64()
+        );
+        return Ok(());
+    }
 
     upstream.wait_until_reachable(addr, &auth, deadline, &console)?;
     check_guest(addr, &auth, settings, &console, deadline, timeout)?;
@@ -1572,6 +1926,87 @@ mod tests {
         fs::create_dir_all(&dir).unwrap();
         let text = serde_json::json!({"name": name, "invoke": {"method": method, "url": url}});
         fs::write(dir.join(format!("{name}.json")), text.to_string()).unwrap();
+    }
+
+    /// A pin for `bytes`, as `ARM64_PINNED` holds them.
+    fn pin_for(package: &'static str, version: &'static str, bytes: &[u8]) -> Pinned {
+        let file = format!("pool/main/x/{package}/{package}_{version}_all.deb");
+        Pinned {
+            package,
+            version,
+            pool_path: Box::leak(file.into_boxed_str()),
+            sha256: Box::leak(hex::encode(Sha256::digest(bytes)).into_boxed_str()),
+        }
+    }
+
+    #[test]
+    fn the_second_stage_installs_the_pinned_deb_instead_of_debootstraps_pick() {
+        let root = tempfile::tempdir().unwrap();
+        let (tree, cache) = (root.path().join("tree"), root.path().join("cache"));
+        let archives = tree.join("var/cache/apt/archives");
+        fs::create_dir_all(&archives).unwrap();
+        fs::create_dir_all(tree.join("debootstrap")).unwrap();
+        fs::create_dir_all(&cache).unwrap();
+        // debootstrap took linux-base from the first suite (trixie's 4.12.1)
+        fs::write(archives.join("linux-base_4.12.1_all.deb"), "old").unwrap();
+        fs::write(archives.join("zstd_1.5_arm64.deb"), "zstd").unwrap();
+        fs::write(
+            tree.join("debootstrap/debpaths"),
+            "linux-base /var/cache/apt/archives/linux-base_4.12.1_all.deb\n\
+             zstd /var/cache/apt/archives/zstd_1.5_arm64.deb\n",
+        )
+        .unwrap();
+        // the pinned backports one, already in the apt cache (no download)
+        let pin = pin_for("linux-base", "4.17~bpo13+1", b"new");
+        fs::write(cache.join("linux-base_4.17~bpo13+1_all.deb"), "new").unwrap();
+
+        swap_in_pinned_debs(std::slice::from_ref(&pin), &tree, &cache).unwrap();
+        assert_eq!(
+            fs::read_to_string(tree.join("debootstrap/debpaths")).unwrap(),
+            "linux-base /var/cache/apt/archives/linux-base_4.17~bpo13+1_all.deb\n\
+             zstd /var/cache/apt/archives/zstd_1.5_arm64.deb\n"
+        );
+        assert_eq!(
+            fs::read(archives.join("linux-base_4.17~bpo13+1_all.deb")).unwrap(),
+            b"new"
+        );
+        assert!(!archives.join("linux-base_4.12.1_all.deb").exists());
+        assert!(unpinned_backports(std::slice::from_ref(&pin), &tree)
+            .unwrap()
+            .is_empty());
+
+        // excluded packages leave the second stage's lists and the tree
+        fs::write(tree.join("debootstrap/base"), "bc dracut zstd\n").unwrap();
+        drop_excluded(&["dracut", "zstd"], &tree).unwrap();
+        assert_eq!(
+            fs::read_to_string(tree.join("debootstrap/base")).unwrap(),
+            "bc\n"
+        );
+        assert_eq!(
+            fs::read_to_string(tree.join("debootstrap/debpaths")).unwrap(),
+            "linux-base /var/cache/apt/archives/linux-base_4.17~bpo13+1_all.deb\n"
+        );
+        assert!(!archives.join("zstd_1.5_arm64.deb").exists());
+
+        // a backports package nobody pinned is named
+        let mut debpaths = fs::read_to_string(tree.join("debootstrap/debpaths")).unwrap();
+        debpaths.push_str("openssh-common /var/cache/apt/archives/openssh-common_1%3a10.6p2-1~bpo13+1_arm64.deb\n");
+        fs::write(tree.join("debootstrap/debpaths"), debpaths).unwrap();
+        assert_eq!(
+            unpinned_backports(std::slice::from_ref(&pin), &tree).unwrap(),
+            ["openssh-common"]
+        );
+
+        // a pin debootstrap never selected would be silently left out
+        let stray = pin_for("zstd-extra", "1.0", b"new");
+        fs::write(cache.join("zstd-extra_1.0_all.deb"), "new").unwrap();
+        let err = swap_in_pinned_debs(&[stray], &tree, &cache)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("debootstrap did not select zstd-extra (pinned 1.0)"),
+            "{err}"
+        );
     }
 
     #[test]

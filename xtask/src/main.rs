@@ -85,6 +85,7 @@ mod fuzz;
 mod guest;
 mod home_assistant;
 mod image;
+mod image_firmware;
 #[cfg(test)]
 mod image_firstboot;
 mod image_ollama;
@@ -254,9 +255,10 @@ const COMMANDS: &[Command] = &[
     },
     Command {
         name: "image-boot",
-        usage: "image-boot [--arch amd64|arm64] [--deb FILE] [--no-build] [--timeout SECS]\n      \
+        usage: "image-boot [--arch amd64|arm64] [--cpu cortex-a72|cortex-a76] [--health-only]\n      \
+                [--deb FILE] [--no-build] [--timeout SECS]\n      \
                 build the image, boot it under qemu and check oapd: READY,\n      \
-                /health, /v1/discover, first-boot settings (CI: amd64)",
+                /health, /v1/discover, a tool chat, first-boot settings",
         run: image::boot,
     },
 ];
