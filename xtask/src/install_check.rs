@@ -10,7 +10,8 @@
 //! binutils' `readelf` prints it, which reads every architecture's ELF.
 //!
 //! NVIDIA JetPack 5 (Ubuntu 20.04, glibc 2.31) is not in the list: the
-//! package's binaries need 2.34. `cargo xtask cross --jetpack5` builds an
+//! package's binaries need 2.34, and why they are not built against 2.31
+//! is told at `debfile::DEPENDS`. `cargo xtask cross --jetpack5` builds an
 //! aarch64 binary against 2.31 with cargo-zigbuild for those who need it.
 //!
 //! `check-install` proves the `.deb` installs and the daemon starts on each
