@@ -513,12 +513,16 @@ const TREE_WRAPPER: &str = "mount -t proc proc \"$1/proc\" && exec chroot \"$1\"
 fn start_and_ask_health(tree: &Path, deadline: Duration) -> Result<String> {
     let log_path = tree.join("tmp/oapd.log");
     let log = fs::File::create(&log_path)?;
-    // The unit's ExecStart, User, Group and Environment.
+    // The unit's ExecStart, User, Group and Environment. sh stays as the
+    // PID namespace's init (no exec): `--kill-child` kills it when unshare
+    // dies, and with it every process of the namespace. The daemon itself
+    // would not get that signal: a change of user clears it.
     let start = "ip link set lo up && mount -t proc proc \"$1/proc\" && \
-        exec chroot --userspec=oapd:oapd \"$1\" env MALLOC_ARENA_MAX=2 \
+        chroot --userspec=oapd:oapd \"$1\" env MALLOC_ARENA_MAX=2 \
         /usr/bin/oapd --config /etc/oapd/config.yaml serve";
     let child = Command::new("unshare")
-        .args(["--net", "--mount", "--propagation", "private", "--fork"])
+        .args(["--net", "--mount", "--pid", "--propagation", "private"])
+        .arg("--fork")
         .args(["--kill-child", "--"])
         .args(["sh", "-c", start, "oapd-start"])
         .arg(tree)
@@ -563,8 +567,8 @@ fn start_and_ask_health(tree: &Path, deadline: Duration) -> Result<String> {
     }
 }
 
-/// The unshare process: killed (and the daemon with it, `--kill-child`)
-/// when dropped, on every path out.
+/// The unshare process: killed (and the daemon's PID namespace with it,
+/// `--kill-child`) when dropped, on every path out.
 struct Daemon(Child);
 
 impl Drop for Daemon {
