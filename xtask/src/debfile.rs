@@ -24,8 +24,18 @@ const MAINTAINER: &str = "oapd developers <oapd@example.invalid>";
 const SECTION: &str = "net";
 const PRIORITY: &str = "optional";
 /// Explicit, not computed from the binary: the cross sysroot's libc is newer
-/// (2.36) than what the binary needs; `cargo xtask cross` checks it needs at
-/// most GLIBC_2.34 (Pi OS bookworm, JetPack 6 / Ubuntu 22.04).
+/// (2.36) than what the binary needs. `cargo xtask deb` and `check-glibc`
+/// fail when a shipped binary needs more than the oldest supported system
+/// has (`install_check::SUPPORTED`: Ubuntu 22.04 / JetPack 6 2.35, Debian
+/// bookworm 2.36, Raspberry Pi OS on trixie 2.41); the binaries need 2.34.
+///
+/// JetPack 5 (Ubuntu 20.04, glibc 2.31) is not a target of the package:
+/// building every shipped binary against 2.31 takes a second toolchain
+/// (cargo-zigbuild and zig's C compiler for ring and simsimd instead of the
+/// gcc the tests run with), a second full build per architecture, and a
+/// bigger binary, for a base system whose standard support ended in April
+/// 2025. Jetson Xavier boards, which cannot leave JetPack 5, get a binary
+/// by hand with `cargo xtask cross --jetpack5`.
 const DEPENDS: &str = "libc6 (>= 2.34), libgcc-s1, systemd | adduser";
 const RECOMMENDS: &str = "jq, bc, man-db, bsdextrautils";
 /// What `oapd-setup ollama` downloads and unpacks the Ollama release with.

@@ -90,6 +90,7 @@ mod image_firmware;
 mod image_firstboot;
 mod image_ollama;
 mod image_ssh;
+mod install_check;
 mod model;
 mod net;
 mod package;
@@ -203,9 +204,25 @@ const COMMANDS: &[Command] = &[
     Command {
         name: "deb",
         usage: "deb [--arch amd64|arm64] [--no-build]\n      \
-                build the .deb (dpkg-deb) into target/debian/ and check its\n      \
-                contents, scripts, model hashes and (host arch) the packaged binary",
+                build the .deb (dpkg-deb, the binary from the `dist` profile) into\n      \
+                target/debian/ and check its glibc floor, contents, scripts, model\n      \
+                hashes and (host arch) the packaged binary",
         run: package::deb,
+    },
+    Command {
+        name: "check-glibc",
+        usage: "check-glibc [BINARY...]\n      \
+                fail if a shipped binary (default: both architectures' `deb` builds)\n      \
+                needs a newer glibc than the oldest supported system (2.35)",
+        run: install_check::check_glibc,
+    },
+    Command {
+        name: "check-install",
+        usage: "check-install [--suite bookworm|trixie]... [--arch amd64|arm64]...\n      \
+                apt-get install target/debian's .deb in a debootstrap chroot of each\n      \
+                suite (arm64 under qemu-user) and check the daemon answers /health\n      \
+                in a loopback-only network namespace (base systems cached in target/debcheck)",
+        run: install_check::check_install,
     },
     Command {
         name: "check-units",

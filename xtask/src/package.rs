@@ -38,13 +38,36 @@ fn host_deb_arch() -> &'static str {
     }
 }
 
-/// Where `cargo build` puts the release binary for `target`.
-pub(crate) fn release_binary(target: Option<&str>) -> PathBuf {
+/// The cargo profile the shipped binary is built with (`[profile.dist]` in
+/// the workspace Cargo.toml: release with whole-program LTO, for size).
+pub(crate) const SHIPPED_PROFILE: &str = "dist";
+
+/// Where `cargo build` puts the binary of `profile` for `target`.
+pub(crate) fn built_binary(target: Option<&str>, profile: &str) -> PathBuf {
     let mut path = repo_root().join("target");
     if let Some(target) = target {
         path.push(target);
     }
-    path.join("release/oapd")
+    path.join(profile).join("oapd")
+}
+
+/// Where `cargo build` puts the release binary for `target`.
+pub(crate) fn release_binary(target: Option<&str>) -> PathBuf {
+    built_binary(target, "release")
+}
+
+/// The binary `cargo xtask deb --arch ARCH` packages.
+pub(crate) fn shipped_binary(arch: &str) -> Result<PathBuf> {
+    Ok(built_binary(rust_target(arch)?, SHIPPED_PROFILE))
+}
+
+/// The package `cargo xtask deb --arch ARCH` writes.
+pub(crate) fn deb_path(arch: &str) -> Result<PathBuf> {
+    rust_target(arch)?;
+    Ok(repo_root().join(format!(
+        "target/debian/oapd_{}-1_{arch}.deb",
+        workspace_version()?
+    )))
 }
 
 /// Files the package must contain (paths as `dpkg-deb -c` lists them).
@@ -87,18 +110,21 @@ pub fn deb(args: &[String]) -> Result<()> {
     crate::model::run(&[])?;
     if build {
         let mut command = cargo();
-        command.args(["build", "--release", "--package", "oapd"]);
+        command.args(["build", "--profile", SHIPPED_PROFILE, "--package", "oapd"]);
         if let Some(target) = target {
             command.args(["--target", target]);
         }
         run_in_root(&mut command)?;
     }
-    let binary = release_binary(target);
+    let binary = built_binary(target, SHIPPED_PROFILE);
     ensure!(
         binary.is_file(),
         "{} is missing: build it first or drop --no-build",
         binary.display()
     );
+    // A binary that needs a newer glibc than the oldest supported system
+    // has would install there and then fail to start.
+    crate::install_check::check_binary_glibc(&binary)?;
     let out_dir = repo_root().join("target/debian");
     fs::create_dir_all(&out_dir)?;
     // binutils' strip reads only its own architecture: the cross build's

@@ -1,0 +1,662 @@
+//! Where the package runs, checked: `cargo xtask check-glibc` and
+//! `cargo xtask check-install`.
+//!
+//! The release binaries link glibc dynamically, so the newest `GLIBC_x.y`
+//! symbol version they need decides which systems can start them at all.
+//! [`SUPPORTED`] lists the systems the package is for; the oldest glibc
+//! among them is the floor [`floor`], and `check-glibc` fails when a
+//! shipped binary of either architecture needs a newer one. The versions
+//! come from the binary's version-needs section (`.gnu.version_r`) as
+//! binutils' `readelf` prints it, which reads every architecture's ELF.
+//!
+//! NVIDIA JetPack 5 (Ubuntu 20.04, glibc 2.31) is not in the list: the
+//! package's binaries need 2.34, and why they are not built against 2.31
+//! is told at `debfile::DEPENDS`. `cargo xtask cross --jetpack5` builds an
+//! aarch64 binary against 2.31 with cargo-zigbuild for those who need it.
+//!
+//! `check-install` proves the `.deb` installs and the daemon starts on each
+//! Debian suite of [`SUITES`], for amd64 natively and arm64 under qemu-user
+//! (binfmt_misc with qemu-user-static's fix-binary registration, so the
+//! emulator need not be inside the tree):
+//!
+//! 1. a `debootstrap --variant=minbase` tree of the suite, cached as a tar
+//!    under `target/debcheck/` keyed by suite and architecture (made once;
+//!    every run unpacks a fresh copy, so one run cannot leave state for the
+//!    next);
+//! 2. `apt-get install ./oapd.deb` inside it, from the Debian mirror: the
+//!    package's Depends must resolve on that suite;
+//! 3. the daemon started in the tree as the unit starts it (user oapd, the
+//!    packaged config, bundled manifests and model), in a network namespace
+//!    of its own with only `lo` up, and `/health` asked from inside that
+//!    namespace until it answers.
+//!
+//! Every step that fails names the suite, the architecture and the step.
+
+use std::fmt;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::str::FromStr;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, ensure, Context, Result};
+
+use crate::image::MIRROR;
+use crate::repo_root;
+use crate::tasks::run_in_root;
+
+/// A glibc symbol version such as `2.34` or `2.2.5`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) struct GlibcVersion {
+    major: u32,
+    minor: u32,
+    patch: u32,
+}
+
+impl GlibcVersion {
+    pub(crate) const fn new(major: u32, minor: u32) -> Self {
+        Self {
+            major,
+            minor,
+            patch: 0,
+        }
+    }
+}
+
+impl fmt::Display for GlibcVersion {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}.{}", self.major, self.minor)?;
+        if self.patch != 0 {
+            write!(f, ".{}", self.patch)?;
+        }
+        Ok(())
+    }
+}
+
+impl FromStr for GlibcVersion {
+    type Err = anyhow::Error;
+
+    /// `2.34`, `2.2.5`; anything else (`PRIVATE`, `2`, `2.x`) is an error
+    /// naming the text.
+    fn from_str(text: &str) -> Result<Self> {
+        let parts: Vec<&str> = text.split('.').collect();
+        ensure!(
+            (2..=3).contains(&parts.len()),
+            "{text:?} is not a glibc version (expected x.y or x.y.z)"
+        );
+        let mut numbers = [0u32; 3];
+        for (slot, part) in numbers.iter_mut().zip(&parts) {
+            *slot = part
+                .parse()
+                .with_context(|| format!("{text:?} is not a glibc version: {part:?}"))?;
+        }
+        Ok(Self {
+            major: numbers[0],
+            minor: numbers[1],
+            patch: numbers[2],
+        })
+    }
+}
+
+/// A system the package is for, with the glibc it ships.
+pub(crate) struct System {
+    pub(crate) name: &'static str,
+    pub(crate) glibc: GlibcVersion,
+}
+
+/// The systems the `.deb` supports. JetPack 5 (Ubuntu 20.04, glibc 2.31) is
+/// left out on purpose: see the module docs.
+pub(crate) const SUPPORTED: &[System] = &[
+    System {
+        name: "Ubuntu 22.04 / NVIDIA JetPack 6",
+        glibc: GlibcVersion::new(2, 35),
+    },
+    System {
+        name: "Debian 12 bookworm",
+        glibc: GlibcVersion::new(2, 36),
+    },
+    System {
+        name: "Raspberry Pi OS on Debian 13 trixie",
+        glibc: GlibcVersion::new(2, 41),
+    },
+];
+
+/// The oldest glibc of [`SUPPORTED`]: no shipped binary may need more.
+pub(crate) fn floor() -> GlibcVersion {
+    SUPPORTED
+        .iter()
+        .map(|s| s.glibc)
+        .min()
+        .unwrap_or(GlibcVersion::new(2, 17))
+}
+
+/// The newest glibc version in `readelf --version-info --wide` output's
+/// version-needs section (what the binary requires, not what it defines);
+/// `None` when it needs none (a static binary). A `GLIBC_PRIVATE` need is
+/// an error: such a binary runs only with the exact glibc it was linked to.
+pub(crate) fn required_glibc(readelf: &str) -> Result<Option<GlibcVersion>> {
+    let mut in_needs = false;
+    let mut newest: Option<GlibcVersion> = None;
+    for line in readelf.lines() {
+        if !line.starts_with(' ') {
+            in_needs = line.starts_with("Version needs section");
+            continue;
+        }
+        if !in_needs {
+            continue;
+        }
+        let Some(name) = line
+            .split_whitespace()
+            .skip_while(|word| *word != "Name:")
+            .nth(1)
+        else {
+            continue;
+        };
+        let Some(version) = name.strip_prefix("GLIBC_") else {
+            continue;
+        };
+        ensure!(
+            version != "PRIVATE",
+            "the binary needs GLIBC_PRIVATE: it runs only on the glibc it was linked against"
+        );
+        let version: GlibcVersion = version.parse()?;
+        newest = newest.max(Some(version));
+    }
+    Ok(newest)
+}
+
+/// The systems of [`SUPPORTED`] whose glibc is older than `needed`.
+pub(crate) fn unsupported_by(needed: GlibcVersion) -> Vec<&'static str> {
+    SUPPORTED
+        .iter()
+        .filter(|s| s.glibc < needed)
+        .map(|s| s.name)
+        .collect()
+}
+
+/// The Debian architecture of an ELF file, from its `e_machine` field.
+fn elf_arch(binary: &Path) -> Result<&'static str> {
+    let bytes = fs::read(binary).with_context(|| format!("cannot read {}", binary.display()))?;
+    ensure!(
+        bytes.get(..4) == Some(b"\x7fELF".as_slice()) && bytes.get(4) == Some(&2),
+        "{} is not a 64-bit ELF file",
+        binary.display()
+    );
+    // e_machine: a little-endian u16 at offset 18 (both targets are LE).
+    match bytes.get(18..20) {
+        Some([0x3e, 0]) => Ok("amd64"),
+        Some([0xb7, 0]) => Ok("arm64"),
+        other => bail!(
+            "{}: ELF machine {other:?} is neither x86-64 nor aarch64",
+            binary.display()
+        ),
+    }
+}
+
+/// The newest glibc `binary` needs, read with binutils' readelf.
+pub(crate) fn binary_glibc(binary: &Path) -> Result<Option<GlibcVersion>> {
+    let output = Command::new("readelf")
+        .args(["--version-info", "--wide"])
+        .arg(binary)
+        .output()
+        .context("cannot run readelf (apt-get install binutils)")?;
+    ensure!(
+        output.status.success(),
+        "readelf failed on {}: {}",
+        binary.display(),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    required_glibc(&String::from_utf8_lossy(&output.stdout))
+        .with_context(|| binary.display().to_string())
+}
+
+/// Fails when `binary` needs a glibc newer than [`floor`], naming the
+/// systems it would not start on; prints what it needs.
+pub(crate) fn check_binary_glibc(binary: &Path) -> Result<()> {
+    let arch = elf_arch(binary)?;
+    let floor = floor();
+    let Some(needed) = binary_glibc(binary)? else {
+        println!(
+            "check-glibc: {arch} {} needs no glibc symbol version",
+            binary.display()
+        );
+        return Ok(());
+    };
+    let missing = unsupported_by(needed);
+    ensure!(
+        missing.is_empty(),
+        "the {arch} binary {} needs GLIBC_{needed}, newer than the floor {floor}: \
+         it does not start on {}",
+        binary.display(),
+        missing.join(", ")
+    );
+    println!(
+        "check-glibc: {arch} {} needs GLIBC_{needed} (floor {floor}: {})",
+        binary.display(),
+        SUPPORTED
+            .iter()
+            .map(|s| format!("{} {}", s.name, s.glibc))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    Ok(())
+}
+
+/// `cargo xtask check-glibc [BINARY...]`: by default the shipped binaries
+/// of both architectures (what `cargo xtask deb` packages).
+pub fn check_glibc(args: &[String]) -> Result<()> {
+    let binaries: Vec<PathBuf> = if args.is_empty() {
+        ["amd64", "arm64"]
+            .iter()
+            .map(|arch| crate::package::shipped_binary(arch))
+            .collect::<Result<_>>()?
+    } else {
+        args.iter().map(PathBuf::from).collect()
+    };
+    for binary in &binaries {
+        ensure!(
+            binary.is_file(),
+            "{} is missing: build it with `cargo xtask deb --arch amd64|arm64`",
+            binary.display()
+        );
+        check_binary_glibc(binary)?;
+    }
+    Ok(())
+}
+
+/// The Debian suites the package is installed on by `check-install`.
+pub(crate) const SUITES: &[&str] = &["bookworm", "trixie"];
+
+/// How long the daemon may take from start to answering `/health`: it
+/// loads the model and indexes the bundled manifests first. Natively that
+/// takes seconds; under qemu-user every instruction is translated.
+fn start_deadline(arch: &str) -> Duration {
+    if arch == host_arch() {
+        Duration::from_secs(120)
+    } else {
+        Duration::from_secs(900)
+    }
+}
+
+fn host_arch() -> &'static str {
+    match std::env::consts::ARCH {
+        "aarch64" => "arm64",
+        _ => "amd64",
+    }
+}
+
+/// `cargo xtask check-install [--suite S]... [--arch A]...`
+pub fn check_install(args: &[String]) -> Result<()> {
+    let mut suites: Vec<String> = Vec::new();
+    let mut arches: Vec<String> = Vec::new();
+    let mut iter = args.iter();
+    while let Some(arg) = iter.next() {
+        match arg.as_str() {
+            "--suite" => {
+                let suite = iter.next().context("--suite needs bookworm or trixie")?;
+                ensure!(
+                    SUITES.contains(&suite.as_str()),
+                    "--suite {suite}: expected one of {SUITES:?}"
+                );
+                suites.push(suite.clone());
+            }
+            "--arch" => {
+                let arch = iter.next().context("--arch needs amd64 or arm64")?;
+                ensure!(
+                    matches!(arch.as_str(), "amd64" | "arm64"),
+                    "--arch {arch}: expected amd64 or arm64"
+                );
+                arches.push(arch.clone());
+            }
+            other => bail!(
+                "unknown argument {other:?}; usage: check-install [--suite bookworm|trixie]... \
+                 [--arch amd64|arm64]..."
+            ),
+        }
+    }
+    if suites.is_empty() {
+        suites = SUITES.iter().map(|s| (*s).to_owned()).collect();
+    }
+    if arches.is_empty() {
+        arches = vec!["amd64".to_owned(), "arm64".to_owned()];
+    }
+    let uid = Command::new("id")
+        .arg("-u")
+        .output()
+        .context("cannot run id")?;
+    ensure!(
+        String::from_utf8_lossy(&uid.stdout).trim() == "0",
+        "check-install needs root (debootstrap, chroot, network namespaces)"
+    );
+    for (tool, package) in [
+        ("debootstrap", "debootstrap"),
+        ("unshare", "util-linux"),
+        ("nsenter", "util-linux"),
+        ("ip", "iproute2"),
+        ("curl", "curl"),
+    ] {
+        let found = Command::new("sh")
+            .args(["-c", &format!("command -v {tool}")])
+            .output()
+            .is_ok_and(|o| o.status.success());
+        ensure!(found, "{tool} is missing: apt-get install {package}");
+    }
+    let mut failures = Vec::new();
+    for arch in &arches {
+        let deb = crate::package::deb_path(arch)?;
+        ensure!(
+            deb.is_file(),
+            "{} is missing: run `cargo xtask deb --arch {arch}` first",
+            deb.display()
+        );
+        if arch != host_arch() {
+            foreign_arch_emulation(arch)?;
+        }
+        for suite in &suites {
+            let started = Instant::now();
+            match check_one(suite, arch, &deb) {
+                Ok(()) => println!(
+                    "check-install: {suite}/{arch}: installed, /health answered ({:.0} s)",
+                    started.elapsed().as_secs_f64()
+                ),
+                Err(error) => {
+                    eprintln!("check-install: {suite}/{arch}: FAILED: {error:#}");
+                    failures.push(format!("{suite}/{arch}: {error:#}"));
+                }
+            }
+        }
+    }
+    ensure!(
+        failures.is_empty(),
+        "the package failed on {}:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+    Ok(())
+}
+
+/// binfmt_misc runs `arch`'s binaries with qemu-user-static: mounted when
+/// it is not, and the handler registered from qemu-user-static's own
+/// binfmt.d file when it is missing (its `F` flag opens the emulator now,
+/// so chroots need no copy of it).
+fn foreign_arch_emulation(arch: &str) -> Result<()> {
+    ensure!(arch == "arm64", "no emulation known for {arch}");
+    let binfmt = Path::new("/proc/sys/fs/binfmt_misc");
+    if !binfmt.join("register").exists() {
+        run_in_root(
+            Command::new("mount")
+                .args(["-t", "binfmt_misc", "binfmt_misc"])
+                .arg(binfmt),
+        )
+        .context("cannot mount binfmt_misc")?;
+    }
+    let handler = binfmt.join("qemu-aarch64");
+    if handler.exists() {
+        let state = fs::read_to_string(&handler)?;
+        ensure!(
+            state.starts_with("enabled"),
+            "the qemu-aarch64 binfmt handler is disabled: {state}"
+        );
+        return Ok(());
+    }
+    let conf = Path::new("/usr/lib/binfmt.d/qemu-aarch64.conf");
+    let line = fs::read_to_string(conf).with_context(|| {
+        format!(
+            "{} is missing: apt-get install qemu-user-static",
+            conf.display()
+        )
+    })?;
+    fs::write(binfmt.join("register"), line.trim())
+        .context("cannot register the qemu-aarch64 binfmt handler")?;
+    Ok(())
+}
+
+/// Install and start on one suite and architecture.
+fn check_one(suite: &str, arch: &str, deb: &Path) -> Result<()> {
+    let cache = repo_root().join("target/debcheck");
+    fs::create_dir_all(&cache)?;
+    let base = base_tree(&cache, suite, arch).context("debootstrap of the base system")?;
+    let tree = cache.join(format!("work-{suite}-{arch}"));
+    if tree.exists() {
+        fs::remove_dir_all(&tree).with_context(|| format!("cannot clear {}", tree.display()))?;
+    }
+    fs::create_dir_all(&tree)?;
+    run_in_root(
+        Command::new("tar")
+            .args(["--numeric-owner", "-xf"])
+            .arg(&base)
+            .arg("-C")
+            .arg(&tree),
+    )?;
+    fs::copy(deb, tree.join("tmp/oapd.deb"))?;
+    fs::copy("/etc/resolv.conf", tree.join("etc/resolv.conf"))
+        .context("the tree needs the host's resolver to reach the mirror")?;
+    in_tree(
+        &tree,
+        "apt-get update -q && \
+         apt-get install -y -q --no-install-recommends /tmp/oapd.deb && \
+         dpkg-query -W -f '${Status} ${Version}\\n' oapd",
+    )
+    .context("apt-get install ./oapd.deb")?;
+    let started = Instant::now();
+    let answer = start_and_ask_health(&tree, start_deadline(arch))?;
+    println!(
+        "check-install: {suite}/{arch}: /health after {:.1} s: {}",
+        started.elapsed().as_secs_f64(),
+        answer.trim()
+    );
+    Ok(())
+}
+
+/// The cached minbase tar of `suite`/`arch`, made with debootstrap when
+/// missing.
+fn base_tree(cache: &Path, suite: &str, arch: &str) -> Result<PathBuf> {
+    let tar = cache.join(format!("rootfs-{suite}-{arch}.tar"));
+    if tar.is_file() {
+        return Ok(tar);
+    }
+    let started = Instant::now();
+    let tree = cache.join(format!("base-{suite}-{arch}"));
+    if tree.exists() {
+        fs::remove_dir_all(&tree)?;
+    }
+    let debs = cache.join(format!("apt-{suite}-{arch}"));
+    fs::create_dir_all(&debs)?;
+    run_in_root(
+        Command::new("debootstrap")
+            .arg("--variant=minbase")
+            .arg(format!("--arch={arch}"))
+            .arg(format!("--cache-dir={}", debs.display()))
+            .arg(suite)
+            .arg(&tree)
+            .arg(MIRROR),
+    )?;
+    let partial = tar.with_extension("tar.partial");
+    run_in_root(
+        Command::new("tar")
+            .args(["--numeric-owner", "-cf"])
+            .arg(&partial)
+            .arg("-C")
+            .arg(&tree)
+            .arg("."),
+    )?;
+    fs::rename(&partial, &tar)?;
+    fs::remove_dir_all(&tree)?;
+    println!(
+        "check-install: {suite}/{arch}: base system made in {:.0} s",
+        started.elapsed().as_secs_f64()
+    );
+    Ok(tar)
+}
+
+/// `script` run by sh inside `tree` with /proc mounted (in a mount
+/// namespace of its own, so nothing stays mounted).
+fn in_tree(tree: &Path, script: &str) -> Result<()> {
+    run_in_root(
+        Command::new("unshare")
+            .args(["--mount", "--propagation", "private", "--"])
+            .args(["sh", "-c", TREE_WRAPPER, "oapd-check"])
+            .arg(tree)
+            .arg(script)
+            .env("DEBIAN_FRONTEND", "noninteractive")
+            .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin"),
+    )
+}
+
+/// `$1` the tree, `$2` the script: /proc mounted, then the script in the
+/// chroot.
+const TREE_WRAPPER: &str = "mount -t proc proc \"$1/proc\" && exec chroot \"$1\" sh -c \"$2\"";
+
+/// The daemon as the unit starts it, in a network namespace with only `lo`
+/// up; `/health` asked from inside that namespace until it answers 200 or
+/// the deadline passes. Returns the answer.
+fn start_and_ask_health(tree: &Path, deadline: Duration) -> Result<String> {
+    let log_path = tree.join("tmp/oapd.log");
+    let log = fs::File::create(&log_path)?;
+    // The unit's ExecStart, User, Group and Environment. sh stays as the
+    // PID namespace's init (no exec): `--kill-child` kills it when unshare
+    // dies, and with it every process of the namespace. The daemon itself
+    // would not get that signal: a change of user clears it.
+    let start = "ip link set lo up && mount -t proc proc \"$1/proc\" && \
+        chroot --userspec=oapd:oapd \"$1\" env MALLOC_ARENA_MAX=2 \
+        /usr/bin/oapd --config /etc/oapd/config.yaml serve";
+    let child = Command::new("unshare")
+        .args(["--net", "--mount", "--pid", "--propagation", "private"])
+        .arg("--fork")
+        .args(["--kill-child", "--"])
+        .args(["sh", "-c", start, "oapd-start"])
+        .arg(tree)
+        .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
+        .stdin(Stdio::null())
+        .stdout(log.try_clone()?)
+        .stderr(log)
+        .spawn()
+        .context("cannot start unshare")?;
+    let mut daemon = Daemon(child);
+    let log_tail = || {
+        let text = fs::read_to_string(&log_path).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        lines[lines.len().saturating_sub(20)..].join("\n")
+    };
+    let netns = format!("--net=/proc/{}/ns/net", daemon.0.id());
+    let started = Instant::now();
+    loop {
+        if let Some(status) = daemon.0.try_wait()? {
+            bail!(
+                "the daemon exited before /health answered ({status}); its log:\n{}",
+                log_tail()
+            );
+        }
+        let ask = Command::new("nsenter")
+            .arg(&netns)
+            .args(["curl", "--silent", "--fail", "--max-time", "5"])
+            .arg("http://127.0.0.1:8300/health")
+            .output()
+            .context("cannot run nsenter")?;
+        if ask.status.success() {
+            return Ok(String::from_utf8_lossy(&ask.stdout).into_owned());
+        }
+        if started.elapsed() > deadline {
+            bail!(
+                "/health did not answer within {} s; the daemon's log:\n{}",
+                deadline.as_secs(),
+                log_tail()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
+
+/// The unshare process: killed (and the daemon's PID namespace with it,
+/// `--kill-child`) when dropped, on every path out.
+struct Daemon(Child);
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn v(text: &str) -> GlibcVersion {
+        text.parse().unwrap()
+    }
+
+    #[test]
+    fn versions_compare_by_number_not_text() {
+        assert!(v("2.9") < v("2.17"));
+        assert!(v("2.34") < v("2.35"));
+        assert!(v("2.2.5") < v("2.3"));
+        assert!(v("2.35") < v("2.35.1"));
+        assert_eq!(v("2.35"), GlibcVersion::new(2, 35));
+        assert_eq!(v("2.2.5").to_string(), "2.2.5");
+        for bad in ["PRIVATE", "2", "2.x", "2.3.4.5", ""] {
+            let error = bad.parse::<GlibcVersion>().unwrap_err().to_string();
+            assert!(error.contains("not a glibc version"), "{bad}: {error}");
+        }
+    }
+
+    #[test]
+    fn the_floor_is_the_oldest_supported_glibc() {
+        assert_eq!(floor(), GlibcVersion::new(2, 35));
+        assert!(unsupported_by(v("2.35")).is_empty());
+        assert_eq!(
+            unsupported_by(v("2.36")),
+            vec!["Ubuntu 22.04 / NVIDIA JetPack 6"]
+        );
+        assert_eq!(unsupported_by(v("2.39")).len(), 2);
+    }
+
+    const READELF: &str = "\
+Version symbols section '.gnu.version' contains 4 entries:
+ Addr: 0x0000000000001234  Offset: 0x001234  Link: 6 (.dynsym)
+  000:   0 (*local*)       5 (GLIBC_2.39)    2 (GLIBC_2.2.5)
+
+Version definition section '.gnu.version_d' contains 2 entries:
+  000000: Rev: 1  Flags: BASE  Index: 1  Cnt: 1  Name: libx.so
+  0x001c: Rev: 1  Flags: none  Index: 2  Cnt: 1  Name: GLIBC_2.40
+
+Version needs section '.gnu.version_r' contains 2 entries:
+ Addr: 0x0000000000005678  Offset: 0x005678  Link: 7 (.dynstr)
+  000000: Version: 1  File: libgcc_s.so.1  Cnt: 1
+  0x0010:   Name: GCC_4.2.0  Flags: none  Version: 4
+  0x0020: Version: 1  File: libc.so.6  Cnt: 3
+  0x0030:   Name: GLIBC_2.2.5  Flags: none  Version: 2
+  0x0040:   Name: GLIBC_2.34  Flags: none  Version: 3
+  0x0050:   Name: GLIBC_2.17  Flags: none  Version: 5
+";
+
+    #[test]
+    fn only_the_version_needs_section_counts() {
+        // 2.39 (symbol table) and 2.40 (a definition) are not requirements.
+        assert_eq!(required_glibc(READELF).unwrap(), Some(v("2.34")));
+        assert_eq!(required_glibc("").unwrap(), None);
+        let private = READELF.replace("GLIBC_2.17", "GLIBC_PRIVATE");
+        let error = required_glibc(&private).unwrap_err().to_string();
+        assert!(error.contains("GLIBC_PRIVATE"), "{error}");
+    }
+
+    /// The parser on a real binary: this test binary itself, linked against
+    /// the host's glibc like the daemon, needs some glibc version, never a
+    /// newer one than the host has.
+    #[test]
+    fn reads_the_glibc_a_real_binary_needs() {
+        let me = std::env::current_exe().unwrap();
+        assert_eq!(elf_arch(&me).unwrap(), host_arch());
+        let needed = binary_glibc(&me).unwrap().expect("a glibc binary");
+        let host = Command::new("ldd").arg("--version").output().unwrap();
+        let host = String::from_utf8_lossy(&host.stdout);
+        let host: GlibcVersion = host
+            .lines()
+            .next()
+            .and_then(|l| l.split_whitespace().last())
+            .unwrap()
+            .parse()
+            .unwrap();
+        assert!(needed >= v("2.2.5") && needed <= host, "{needed} vs {host}");
+    }
+}
