@@ -204,7 +204,7 @@ const COMMANDS: &[Command] = &[
     Command {
         name: "deb",
         usage: "deb [--arch amd64|arm64] [--no-build]\n      \
-                build the .deb (dpkg-deb, the binary from the `dist` profile) into\n      \
+                build the .deb (dpkg-deb, the release binary) into\n      \
                 target/debian/ and check its glibc floor, contents, scripts, model\n      \
                 hashes and (host arch) the packaged binary",
         run: package::deb,

@@ -38,9 +38,11 @@ fn host_deb_arch() -> &'static str {
     }
 }
 
-/// The cargo profile the shipped binary is built with (`[profile.dist]` in
-/// the workspace Cargo.toml: release with whole-program LTO, for size).
-pub(crate) const SHIPPED_PROFILE: &str = "dist";
+/// The cargo profile the shipped binary is built with: the one the tests
+/// build, so packaging reuses their build (a whole-program-LTO profile
+/// for size was tried and its single-unit build did not finish within
+/// CI's budget on 2 cores).
+pub(crate) const SHIPPED_PROFILE: &str = "release";
 
 /// Where `cargo build` puts the binary of `profile` for `target`.
 pub(crate) fn built_binary(target: Option<&str>, profile: &str) -> PathBuf {
