@@ -13,7 +13,7 @@
 //!   (`after_round`: change the calls, drop the held answer), run calls
 //!   (`run_calls`: the first hook that answers runs them), results seen
 //!   (`call_finished` per call with its duration, then `results_seen`), output (`output_filter` on every event to the
-//!   client, `finish` on the final chunk). `exposure::prepare` builds the
+//!   client, `finish` on the final chunk). `assembly::prepare` builds the
 //!   list and documents its order.
 //! - Features: `forcing` (`ForceHook`), `meta` (`MetaSession`),
 //!   `sanitize` (`UrlGuard`), `exposure` (budget fitting, `TokenReport`),
@@ -26,6 +26,7 @@
 //!   `tools` (tool definitions from stored manifests), `tokens`, `state`,
 //!   `settings` (each feature's settings type).
 
+pub mod assembly;
 pub mod connect;
 pub mod experience;
 pub mod exposure;
