@@ -10,11 +10,11 @@ use std::sync::Arc;
 use oap_discovery::Engine;
 use serde_json::{Map, Value};
 
+use crate::context::{ChatOptions, InjectedTool};
 use crate::exposure::{client_tool_tokens, fit_budget, ExposureSettings, TokenReport};
 use crate::hooks::Hooks;
 use crate::settings::{ToolExposure, UrlPolicy};
 use crate::tokens;
-use crate::tool_loop::{ChatOptions, InjectedTool};
 use crate::tools::ToolSource;
 
 /// What [`prepare`] made of a request.

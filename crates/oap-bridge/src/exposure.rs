@@ -14,14 +14,13 @@
 //! not part of what this module sees.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 use serde_json::{Map, Value};
 
+use crate::context::{InjectedTool, RequestCtx};
 use crate::hooks::Hook;
 use crate::settings::{ToolBridgeConfig, ToolExposure, UrlPolicy};
 use crate::tokens;
-use crate::tool_loop::InjectedTool;
 
 /// Longest tool description kept in budget mode (characters).
 pub const TOOL_DESCRIPTION_CHARS: usize = 120;
@@ -211,25 +210,23 @@ pub fn drop_optional_parameters(definition: &mut Value) -> usize {
 /// Reports the estimated prompt tokens of oapd's offered tools on the
 /// final chunk (`oap_tool_tokens`); 0 once they are withdrawn.
 pub struct TokenReport {
-    tokens: AtomicUsize,
+    tokens: usize,
 }
 
 impl TokenReport {
     /// Starts reporting `tokens`.
     pub fn new(tokens: usize) -> TokenReport {
-        TokenReport {
-            tokens: AtomicUsize::new(tokens),
-        }
+        TokenReport { tokens }
     }
 }
 
 impl Hook for TokenReport {
-    fn tools_withdrawn(&self) {
-        self.tokens.store(0, Ordering::Relaxed);
+    fn tools_withdrawn(&mut self, _cx: &mut RequestCtx) {
+        self.tokens = 0;
     }
 
-    fn finish(&self, done: &mut Value) {
-        done["oap_tool_tokens"] = Value::from(self.tokens.load(Ordering::Relaxed));
+    fn finish(&mut self, _cx: &mut RequestCtx, done: &mut Value) {
+        done["oap_tool_tokens"] = Value::from(self.tokens);
     }
 }
 

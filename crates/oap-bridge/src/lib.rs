@@ -3,8 +3,9 @@
 //! parses requests, builds each request's hooks and encodes the loop's
 //! events for its clients).
 //!
-//! - `tool_loop`: rounds against Ollama, ownership of calls, the final
-//!   tool-less round, the deadline; it knows no feature.
+//! - `tool_loop`: rounds against Ollama (`round`), ownership of calls, the
+//!   final tool-less round, the deadline; it knows no feature. `context`
+//!   holds the one per-request context every phase is lent as `&mut`.
 //! - `hooks`: the one trait through which features take part. A hook is
 //!   built per request by its feature from its settings (`Send + Sync`);
 //!   the loop calls a request's hooks in list order at each phase, every
@@ -12,7 +13,7 @@
 //!   `tools_withdrawn`), before a round (`holds_round`), after a round
 //!   (`after_round`: change the calls, drop the held answer), run calls
 //!   (`run_calls`: the first hook that answers runs them), results seen
-//!   (`call_finished` per call with its duration, then `results_seen`), output (`output_filter` on every event to the
+//!   (`call_finished` per call with its duration, then `results_seen`), output (`output` on every event to the
 //!   client, `finish` on the final chunk). `assembly::prepare` builds the
 //!   list and documents its order.
 //! - Features: `forcing` (`ForceHook`), `meta` (`MetaSession`),
@@ -27,7 +28,9 @@
 //!   `settings` (each feature's settings type).
 
 pub mod assembly;
+pub mod capabilities;
 pub mod connect;
+pub mod context;
 pub mod experience;
 pub mod exposure;
 pub mod forcing;
@@ -36,6 +39,7 @@ pub mod meta;
 pub mod mixed;
 pub mod payload;
 pub mod printed;
+mod round;
 pub mod sanitize;
 pub mod settings;
 pub mod state;
@@ -45,11 +49,12 @@ pub mod tools;
 pub mod upstream;
 pub mod validation;
 
-pub use hooks::{CallReport, Hook, Hooks, OutputFilter, RoundOutcome, RoundStart, ToolsByName};
+pub use capabilities::Capabilities;
+pub use context::{
+    ChatContext, ChatOptions, Event, InjectedTool, LoopStats, RequestCtx, ToolResult, ToolRunner,
+};
+pub use hooks::{CallReport, Hook, Hooks, RoundOutcome, RoundStart, ToolsByName};
 pub use settings::{
     ExperienceConfig, ForceRule, ForceRules, ToolBridgeConfig, ToolExposure, UrlPolicy,
 };
-pub use tool_loop::{
-    aggregate, collect, run_loop, Capabilities, ChatContext, ChatOptions, Event, InjectedTool,
-    LoopStats, ToolResult, ToolRunner,
-};
+pub use tool_loop::{aggregate, collect, run_loop};

@@ -10,31 +10,29 @@
 //! next to oapd's, and calls to them are handed back to the client in
 //! Ollama's format; only oapd's own tools are executed here.
 //!
-//! The loop knows no feature: token budgets, meta tools, forcing and URL
-//! hygiene take part through the request's [`Hooks`] (`hooks.rs`).
+//! [`run_loop`] takes the request apart into its one [`RequestCtx`]
+//! (`context.rs`), lent as `&mut` to every hook at every phase.
+//!
+//! The loop knows no feature: token budgets, meta tools, forcing, URL
+//! hygiene and observation take part through the request's [`Hooks`]
+//! (`hooks.rs`, assembled in `assembly.rs`).
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use http_body_util::BodyExt;
 use hyper::StatusCode;
-use oap_discovery::StoredRecord;
-use oap_manifest::Manifest;
-use oap_wire::{LineDecoder, ToolCall, ToolCallAccumulator};
+use oap_wire::ToolCall;
 use serde_json::{json, Map, Value};
 use tokio::sync::mpsc;
 
-use crate::hooks::{CallReport, Hooks, RoundOutcome, RoundStart, ToolsByName};
+pub use crate::capabilities::{context_window, Capabilities, OLLAMA_DEFAULT_NUM_CTX};
+pub use crate::context::{
+    ChatContext, ChatOptions, Event, InjectedTool, LoopStats, RequestCtx, ResultHook, ToolResult,
+    ToolRunner, ToolsByName,
+};
+use crate::hooks::{CallReport, Hooks, RoundOutcome, RoundStart};
 use crate::payload::Held;
-use crate::upstream::{Upstream, UpstreamError};
-
-/// Longest NDJSON line accepted from Ollama (a chunk with a large tool call
-/// or an image is still far below this).
-const MAX_UPSTREAM_LINE: usize = 8 * 1024 * 1024;
-
-/// How long a model's capabilities are trusted before `/api/show` is asked again.
-const CAPABILITY_TTL: Duration = Duration::from_secs(300);
+use crate::round::{encode_round, stream_round, Round, RoundError, Sink};
 
 /// Bridge settings from the config.
 #[derive(Debug, Clone)]
@@ -45,25 +43,6 @@ pub struct BridgeSettings {
     pub default_top_k: usize,
     /// Model rounds per request unless the request sets `oap_max_rounds`.
     pub max_rounds: u32,
-}
-
-/// The per-request `oap_*` extension fields, validated.
-#[derive(Debug, Clone, PartialEq)]
-pub struct ChatOptions {
-    /// `oap_discover`: whether to inject oapd's tools at all.
-    pub discover: bool,
-    /// `oap_top_k`: most tools injected.
-    pub top_k: usize,
-    /// `oap_auto_execute`: whether oapd runs its tools' calls itself.
-    pub auto_execute: bool,
-    /// `oap_max_rounds`: most model rounds before the loop stops.
-    pub max_rounds: u32,
-    /// `stream`: NDJSON chunks when true, one JSON answer when false.
-    pub stream: bool,
-    /// The conversation as the client sent it (`MixedTurns::enter`): set,
-    /// a turn that calls oapd's and the client's tools is remembered so
-    /// the client's follow-up carries oapd's result (`mixed.rs`).
-    pub conversation: Option<crate::mixed::Conversation>,
 }
 
 /// A client error in the request, answered with 400 before anything runs.
@@ -173,226 +152,6 @@ pub fn client_tool_names(request: &Map<String, Value>) -> Vec<String> {
         .unwrap_or_default()
 }
 
-/// Which models can take tools, from `/api/show`, cached.
-#[derive(Default)]
-pub struct Capabilities {
-    cache: Mutex<HashMap<String, (bool, Instant)>>,
-    /// The context window `/api/show` implies per model ([`context_window`]).
-    windows: Mutex<HashMap<String, u64>>,
-}
-
-/// Ollama's context window when neither the request nor the model's
-/// Modelfile sets `num_ctx`.
-pub const OLLAMA_DEFAULT_NUM_CTX: u64 = 4096;
-
-/// The context window Ollama runs `model` with when the request sets no
-/// `num_ctx`, from its `/api/show` answer: the Modelfile's `num_ctx`
-/// parameter, else Ollama's default, never more than the model's own
-/// `model_info.*.context_length`.
-pub fn context_window(show: &Value) -> u64 {
-    let configured = show
-        .get("parameters")
-        .and_then(Value::as_str)
-        .into_iter()
-        .flat_map(str::lines)
-        .rev()
-        .find_map(|line| {
-            let mut words = line.split_whitespace();
-            (words.next() == Some("num_ctx"))
-                .then(|| words.next()?.parse::<u64>().ok())
-                .flatten()
-        });
-    let trained = show
-        .get("model_info")
-        .and_then(Value::as_object)
-        .and_then(|info| {
-            info.iter()
-                .find(|(key, _)| key.ends_with(".context_length"))
-                .and_then(|(_, value)| value.as_u64())
-        });
-    let window = configured.unwrap_or(OLLAMA_DEFAULT_NUM_CTX);
-    trained.map_or(window, |trained| window.min(trained))
-}
-
-impl Capabilities {
-    /// Whether `model` supports tools. Unknown (older Ollama without a
-    /// capabilities list) counts as yes; a 400 "does not support tools"
-    /// later corrects the cache.
-    pub async fn supports_tools(
-        &self,
-        upstream: &Upstream,
-        model: &str,
-    ) -> Result<bool, UpstreamError> {
-        if let Some(known) = self.cached(model) {
-            return Ok(known);
-        }
-        let (status, body) = upstream
-            .post_json_read("/api/show", &json!({"model": model}), 4 * 1024 * 1024)
-            .await?;
-        let supports = if status.is_success() {
-            if let Ok(mut windows) = self.windows.lock() {
-                windows.insert(model.to_string(), context_window(&body));
-            }
-            match body.get("capabilities").and_then(Value::as_array) {
-                Some(caps) => caps.iter().any(|c| c == "tools"),
-                None => true,
-            }
-        } else {
-            // Unknown model: let the chat request itself fail with Ollama's 404.
-            return Ok(false);
-        };
-        self.remember(model, supports);
-        Ok(supports)
-    }
-
-    /// The context window learnt from `model`'s `/api/show` (after
-    /// [`Capabilities::supports_tools`] asked), if known.
-    pub fn window(&self, model: &str) -> Option<u64> {
-        self.windows.lock().ok()?.get(model).copied()
-    }
-
-    fn cached(&self, model: &str) -> Option<bool> {
-        let cache = self.cache.lock().ok()?;
-        cache
-            .get(model)
-            .filter(|(_, at)| at.elapsed() < CAPABILITY_TTL)
-            .map(|(supports, _)| *supports)
-    }
-
-    /// Records whether `model` accepts tools, trusted for `CAPABILITY_TTL`;
-    /// the loop calls it when Ollama says "does not support tools".
-    pub fn remember(&self, model: &str, supports: bool) {
-        if let Ok(mut cache) = self.cache.lock() {
-            cache.insert(model.to_string(), (supports, Instant::now()));
-        }
-    }
-}
-
-/// The outcome of running one of oapd's tools.
-#[derive(Debug, Clone)]
-pub struct ToolResult {
-    /// The text the model sees as the tool message.
-    pub content: String,
-    /// False on a failed execution (non-zero exit, timeout, refused call).
-    pub ok: bool,
-}
-
-impl ToolResult {
-    /// What the call came to, in a word: `ok`, `timeout` (the tool or its
-    /// server did not answer in time), `refused` (not run: arguments that
-    /// do not fit the schema, an unknown tool, an address or program the
-    /// policy refuses, the sandbox) or `error` (it ran and failed). Read
-    /// from the text the executor writes for the model.
-    pub fn outcome(&self) -> &'static str {
-        if self.ok {
-            return "ok";
-        }
-        let text = self.content.get(..512).unwrap_or(self.content.as_str());
-        if text.contains("timed out") || text.contains("did not answer within") {
-            "timeout"
-        } else if [
-            "refus",
-            "was not called",
-            "unknown tool",
-            "were not usable",
-            "not configured",
-        ]
-        .iter()
-        .any(|needle| text.contains(needle))
-        {
-            "refused"
-        } else {
-            "error"
-        }
-    }
-}
-
-/// Runs oapd's tools (the daemon plugs in the real executor; the trait
-/// keeps the loop testable and the executor swappable).
-pub trait ToolRunner: Send + Sync + 'static {
-    /// Runs the capability `record` describes (`manifest` is its manifest,
-    /// decoded) with `arguments`, under the record's trust, or on its MCP
-    /// server when it is one's tool; never fails: an error becomes a
-    /// [`ToolResult`] with `ok: false`.
-    fn run(
-        &self,
-        record: Arc<StoredRecord>,
-        manifest: Arc<Manifest>,
-        arguments: Map<String, Value>,
-    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = ToolResult> + Send>>;
-}
-
-/// One injected tool.
-pub struct InjectedTool {
-    /// The function name the model calls (unique within the request).
-    pub name: String,
-    /// The OpenAI-style tool definition sent to the model.
-    pub definition: Value,
-    /// The index record the tool was discovered from.
-    pub record: Arc<StoredRecord>,
-    /// The record's manifest, decoded once when the tool is injected.
-    pub manifest: Arc<Manifest>,
-    /// Told the outcome of every execution (the experience cache learns
-    /// from it); `None` for tools nobody watches.
-    pub on_result: Option<ResultHook>,
-}
-
-/// Called with the arguments a tool ran with and whether it succeeded.
-pub type ResultHook = Arc<dyn Fn(&Map<String, Value>, bool) + Send + Sync>;
-
-/// Everything one chat request needs.
-pub struct ChatContext {
-    /// The Ollama the rounds are sent to.
-    pub upstream: Upstream,
-    /// Executes tool calls.
-    pub runner: Arc<dyn ToolRunner>,
-    /// Which models accept tools, cached per model.
-    pub capabilities: Arc<Capabilities>,
-    /// Wall-clock bound of a whole chat request (all rounds and tools).
-    pub deadline: Duration,
-    /// Most tool calls of one round run at once (0 counts as 1).
-    pub max_parallel_tools: usize,
-    /// The mixed turns waiting for their client's follow-up, process-wide.
-    pub mixed_turns: crate::mixed::MixedTurns,
-    /// Model-name prefixes whose calls printed into `content` are taken as
-    /// calls to oapd's tools (`tool_bridge.text_tool_calls`, `printed.rs`).
-    pub text_tool_calls: Vec<String>,
-}
-
-/// What the loop sends the client: chunks, or one error that ends it.
-#[derive(Debug, Clone)]
-pub enum Event {
-    /// One Ollama-format chunk (the whole answer when not streaming).
-    Chunk(Value),
-    /// Before the first chunk this becomes the HTTP status of the response;
-    /// after it, an `{"error": ...}` line, as Ollama does mid-stream.
-    Error {
-        /// The status a client sees if nothing was sent yet.
-        status: StatusCode,
-        /// The text of the `error` field.
-        message: String,
-    },
-}
-
-impl Event {
-    /// An [`Event::Error`] with `status` and `message`.
-    pub fn error(status: StatusCode, message: impl Into<String>) -> Event {
-        Event::Error {
-            status,
-            message: message.into(),
-        }
-    }
-}
-
-/// What the loop reports next to the chunks.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct LoopStats {
-    /// Tools oapd added to the request (0 when it passed through).
-    pub tools_injected: usize,
-    /// Model rounds sent upstream.
-    pub rounds: u32,
-}
-
 /// Runs the tool loop, sending client-facing Ollama chunks into `out`.
 /// Ends with exactly one `done:true` chunk or one `{"error"}` chunk. Stops
 /// early (dropping the upstream request and any running tools) when the
@@ -401,68 +160,29 @@ pub struct LoopStats {
 /// the request's features, called in their order at every phase.
 pub async fn run_loop(
     ctx: Arc<ChatContext>,
-    mut request: Map<String, Value>,
+    request: Map<String, Value>,
     tools: Vec<InjectedTool>,
     options: ChatOptions,
-    hooks: Hooks,
+    mut hooks: Hooks,
     held: Held,
     out: mpsc::Sender<Event>,
 ) {
     let deadline = ctx.deadline;
-    let stats = LoopStats {
-        tools_injected: tools.len(),
-        rounds: 0,
-    };
-    let out = hooks.filter_output(out);
-    let result = tokio::time::timeout(
-        deadline,
-        drive(
-            &ctx,
-            &mut request,
-            &tools,
-            &options,
-            &hooks,
-            &held,
-            &out,
-            stats,
-        ),
-    )
-    .await;
+    let mut cx = RequestCtx::new(ctx, request, tools, options, held);
+    let definitions = hooks.definitions(&mut cx);
+    cx.offer(definitions);
+    let result = tokio::time::timeout(deadline, drive(&mut cx, &mut hooks, &out)).await;
     if result.is_err() {
         let message = format!(
             "the request took longer than the {}s chat deadline (ollama.chat_deadline)",
             deadline.as_secs()
         );
-        let _ = out
-            .send(Event::error(StatusCode::GATEWAY_TIMEOUT, message))
-            .await;
+        fail(&cx, &mut hooks, &out, StatusCode::GATEWAY_TIMEOUT, message).await;
     }
 }
 
-#[allow(clippy::too_many_arguments)]
-async fn drive(
-    ctx: &ChatContext,
-    request: &mut Map<String, Value>,
-    tools: &[InjectedTool],
-    options: &ChatOptions,
-    hooks: &Hooks,
-    held: &Held,
-    out: &mpsc::Sender<Event>,
-    mut stats: LoopStats,
-) {
-    let by_name: ToolsByName<'_> = tools.iter().map(|t| (t.name.as_str(), t)).collect();
-    // The messages and tools are taken out of the request, not copied: each
-    // round encodes the request's other fields, these and the images
-    // straight into the upstream body (payload.rs).
-    let client_tools: Vec<Value> = match request.remove("tools") {
-        Some(Value::Array(tools)) => tools,
-        _ => Vec::new(),
-    };
-    let mut all_tools: Vec<Value> = tools.iter().map(|t| t.definition.clone()).collect();
-    all_tools.extend(hooks.definitions());
-    // Whether oapd offers tools of its own (so a round may be followed by another).
-    let mut ours_offered = !all_tools.is_empty();
-    all_tools.extend(client_tools.iter().cloned());
+/// The rounds of one request.
+async fn drive(cx: &mut RequestCtx, hooks: &mut Hooks, out: &mpsc::Sender<Event>) {
     // `format` and `keep_alive` belong to the round that answers, which a
     // round offering oapd's tools may not be:
     // - `format` (grammar-constrained decoding) can keep the model from
@@ -474,92 +194,84 @@ async fn drive(
     //   is left out of such rounds too; when one of them turns out to be
     //   the last, the client's value is applied to the model afterwards
     //   with an empty `/api/generate`, Ollama's way to set it alone.
-    let format = request.remove("format").filter(|v| !v.is_null());
-    let keep_alive = request.remove("keep_alive").filter(|v| !v.is_null());
     let mut format_round = false;
-    let mut messages: Vec<Value> = match request.remove("messages") {
-        Some(Value::Array(messages)) => messages,
-        _ => Vec::new(),
-    };
-    request.remove("stream");
-    // What the loop adds to the conversation starts here.
-    let client_messages = messages.len();
-    let model = request
-        .get("model")
-        .and_then(Value::as_str)
-        .unwrap_or_default()
-        .to_string();
-    let prints_calls = crate::printed::model_prints_calls(&ctx.text_tool_calls, &model);
-
-    let mut offer_tools = !all_tools.is_empty();
     loop {
-        stats.rounds += 1;
-        let last_round = stats.rounds > options.max_rounds;
+        cx.stats.rounds += 1;
+        let last_round = cx.stats.rounds > cx.options.max_rounds;
         // Without tools once rounds are used up: one last call, so the user
         // gets an answer instead of a dangling tool call.
         let offered = if format_round {
-            (!client_tools.is_empty()).then_some(client_tools.as_slice())
+            (!cx.client_tools.is_empty()).then_some(cx.client_tools.as_slice())
         } else {
-            (offer_tools && !last_round).then_some(all_tools.as_slice())
+            (!cx.offered.is_empty() && !last_round).then_some(cx.offered.as_slice())
         };
+        let offers_tools = offered.is_some();
         // After this round oapd may run a call and ask again.
         let may_continue =
-            ours_offered && options.auto_execute && offered.is_some() && !format_round;
+            cx.ours_offered && cx.options.auto_execute && offers_tools && !format_round;
         let answer_fields: Vec<(&str, &Value)> = if may_continue {
             Vec::new()
         } else {
-            [("format", &format), ("keep_alive", &keep_alive)]
+            [("format", &cx.format), ("keep_alive", &cx.keep_alive)]
                 .into_iter()
                 .filter_map(|(key, value)| value.as_ref().map(|v| (key, v)))
                 .collect()
         };
-        let withheld_keep_alive = may_continue.then_some(keep_alive.as_ref()).flatten();
-        let body = match encode_round(request, &messages, offered, &answer_fields, &held.images) {
+        let withheld_keep_alive = may_continue.then(|| cx.keep_alive.clone()).flatten();
+        let body = match encode_round(cx, offered, &answer_fields) {
             Ok(body) => body,
             Err(message) => {
-                let _ = out
-                    .send(Event::error(StatusCode::BAD_REQUEST, message))
+                hooks
+                    .send(cx, out, Event::error(StatusCode::BAD_REQUEST, message))
                     .await;
                 return;
             }
         };
         // A hook may hold the round's events back until it is over.
         let start = RoundStart {
-            number: stats.rounds,
-            offers_tools: offered.is_some(),
-            auto_execute: options.auto_execute,
+            number: cx.stats.rounds,
+            offers_tools,
+            auto_execute: cx.options.auto_execute,
         };
-        let formatting = format.is_some() && may_continue;
-        let holding = hooks.holds_round(&start) || formatting;
+        let formatting = cx.format.is_some() && may_continue;
+        let holding = hooks.holds_round(cx, &start) || formatting;
         // Content that may be a printed call waits until the round is over.
-        let hold_printed = prints_calls && may_continue;
+        let hold_printed = cx.prints_calls && may_continue;
+        let upstream = &cx.shared.upstream;
         let (result, held_events) = if holding {
-            held_round(ctx, body, hold_printed).await
+            let mut sink = Sink::Held(Vec::new());
+            let result = stream_round(upstream, body, &mut sink, hold_printed).await;
+            let held = match sink {
+                Sink::Held(events) => events,
+                Sink::Live { .. } => Vec::new(),
+            };
+            (result, held)
         } else {
-            (stream_round(ctx, body, out, hold_printed).await, Vec::new())
+            let mut sink = Sink::Live {
+                cx: &*cx,
+                hooks: &mut *hooks,
+                out,
+            };
+            let result = stream_round(upstream, body, &mut sink, hold_printed).await;
+            (result, Vec::new())
         };
         let round = match result {
             Ok(round) => round,
             Err(RoundError::ClientGone) => return,
             Err(RoundError::Upstream { status, message })
-                if stats.rounds == 1
-                    && stats.tools_injected > 0
-                    && status == StatusCode::BAD_REQUEST
-                    && message.contains("does not support tools") =>
+                if cx.stats.rounds == 1
+                    && cx.stats.tools_injected > 0
+                    && crate::capabilities::refuses_tools(status, &message) =>
             {
                 // The model's capabilities were unknown or stale: remember,
                 // and serve the request as it came, without oapd's tools.
-                ctx.capabilities.remember(&model, false);
-                all_tools = client_tools.clone();
-                offer_tools = !all_tools.is_empty();
-                ours_offered = false;
-                stats.tools_injected = 0;
-                stats.rounds = 0;
-                hooks.tools_withdrawn();
+                cx.shared.capabilities.remember(&cx.model, false);
+                cx.withdraw_tools();
+                hooks.tools_withdrawn(cx);
                 continue;
             }
             Err(RoundError::Upstream { status, message }) => {
-                let _ = out.send(Event::error(status, message)).await;
+                hooks.send(cx, out, Event::error(status, message)).await;
                 return;
             }
         };
@@ -571,35 +283,39 @@ async fn drive(
             done,
             held: printed_held,
         } = round;
-        let is_ours = |name: &str| by_name.contains_key(name) || hooks.owns(name);
-        let mut printed = false;
-        if calls.is_empty() && may_continue {
-            // A call written as text (printed.rs): in the thinking of a
-            // model that answered nothing else, or as the whole content of
-            // a model that prints its calls.
-            if content.trim().is_empty() && !thinking.is_empty() {
-                if let Some(found) = crate::printed::thinking_calls(&thinking, &is_ours) {
-                    calls = found;
-                }
-            } else if prints_calls {
-                if let Some(found) = crate::printed::content_calls(&content, &is_ours) {
-                    calls = found;
-                    content.clear();
-                    printed = true;
+        // A block, so the borrow of the hooks ends before they are awaited.
+        let (printed, ours, theirs) = {
+            let is_ours = |name: &str| cx.injects(name) || hooks.owns(name);
+            let mut printed = false;
+            if calls.is_empty() && may_continue {
+                // A call written as text (printed.rs): in the thinking of a
+                // model that answered nothing else, or as the whole content
+                // of a model that prints its calls.
+                if content.trim().is_empty() && !thinking.is_empty() {
+                    if let Some(found) = crate::printed::thinking_calls(&thinking, &is_ours) {
+                        calls = found;
+                    }
+                } else if cx.prints_calls {
+                    if let Some(found) = crate::printed::content_calls(&content, &is_ours) {
+                        calls = found;
+                        content.clear();
+                        printed = true;
+                    }
                 }
             }
-        }
-        let (ours, theirs): (Vec<ToolCall>, Vec<ToolCall>) =
-            calls.into_iter().partition(|call| is_ours(&call.name));
+            let (ours, theirs): (Vec<ToolCall>, Vec<ToolCall>) =
+                calls.into_iter().partition(|call| is_ours(&call.name));
+            (printed, ours, theirs)
+        };
         let mut outcome = RoundOutcome {
-            number: stats.rounds,
+            number: cx.stats.rounds,
             held: holding,
             release_held: true,
             content,
             ours,
             theirs,
         };
-        hooks.after_round(ctx, &model, &mut outcome).await;
+        hooks.after_round(cx, &mut outcome).await;
         if formatting && outcome.theirs.is_empty() {
             // Unformatted text is not what the client asked for: a tool
             // round's text is dropped, and an answer is asked for again.
@@ -609,13 +325,19 @@ async fn drive(
                 continue;
             }
         }
-        if holding && outcome.release_held && !release(out, held_events).await {
+        if holding && outcome.release_held && !hooks.release(cx, out, held_events).await {
             return;
         }
         // Text held back as a possible printed call goes out unless it was one.
         if !printed
             && (!holding || outcome.release_held)
-            && !release(out, printed_held.into_iter().map(Event::Chunk).collect()).await
+            && !hooks
+                .release(
+                    cx,
+                    out,
+                    printed_held.into_iter().map(Event::Chunk).collect(),
+                )
+                .await
         {
             return;
         }
@@ -626,15 +348,15 @@ async fn drive(
             ..
         } = outcome;
 
-        if ours.is_empty() || !options.auto_execute || last_round {
+        if ours.is_empty() || !cx.options.auto_execute || last_round {
             let mut handed_back = theirs;
-            if !options.auto_execute {
+            if !cx.options.auto_execute {
                 handed_back.extend(ours);
             }
-            if let Some(keep_alive) = withheld_keep_alive {
-                apply_keep_alive(ctx, &model, keep_alive);
+            if let Some(keep_alive) = &withheld_keep_alive {
+                apply_keep_alive(cx, keep_alive);
             }
-            finish(out, &model, done, handed_back, stats, hooks).await;
+            finish(cx, hooks, out, done, handed_back).await;
             return;
         }
 
@@ -642,32 +364,21 @@ async fn drive(
         // A client that goes away cancels them: dropping the futures kills
         // the tools' process groups and closes their connections.
         let timed = tokio::select! {
-            timed = async {
-                match hooks.run_calls(ctx, &by_name, &ours) {
-                    Some(run) => {
-                        let started = Instant::now();
-                        let results = run.await;
-                        let elapsed = started.elapsed();
-                        results
-                            .into_iter()
-                            .map(|result| (result, elapsed))
-                            .collect::<Vec<_>>()
-                    }
-                    None => run_calls_timed(ctx, &by_name, &ours).await,
-                }
-            } => timed,
+            timed = timed_calls(cx, hooks, &ours) => timed,
             _ = out.closed() => return,
         };
+        let round = cx.stats.rounds;
         for (call, (result, elapsed)) in ours.iter().zip(&timed) {
-            hooks.call_finished(&CallReport {
-                round: stats.rounds,
+            let report = CallReport {
+                round,
                 name: &call.name,
                 result,
                 elapsed: *elapsed,
-            });
+            };
+            hooks.call_finished(cx, &report);
         }
         let results: Vec<ToolResult> = timed.into_iter().map(|(result, _)| result).collect();
-        hooks.results_seen(&results);
+        hooks.results_seen(cx, &results);
         let assistant_calls: Vec<Value> = ours.iter().map(ToolCall::to_ollama).collect();
         let mut assistant = json!({
             "role": "assistant",
@@ -678,7 +389,7 @@ async fn drive(
             // The model's reasoning stays with its calls in the next round.
             assistant["thinking"] = Value::from(thinking);
         }
-        messages.push(assistant);
+        cx.messages.push(assistant);
         for (call, result) in ours.iter().zip(results) {
             let mut message = json!({
                 "role": "tool",
@@ -688,25 +399,25 @@ async fn drive(
             if let Some(id) = &call.id {
                 message["tool_call_id"] = Value::from(id.clone());
             }
-            messages.push(message);
+            cx.messages.push(message);
         }
         if !theirs.is_empty() {
             // A turn that also called the client's tools: those go back to
             // the client now, which continues the conversation itself; what
             // oapd added waits for that follow-up (mixed.rs).
-            if let Some(conversation) = &options.conversation {
-                ctx.mixed_turns.remember(
+            if let Some(conversation) = &cx.options.conversation {
+                cx.shared.mixed_turns.remember(
                     conversation,
                     &theirs,
-                    messages.get(client_messages..).unwrap_or_default(),
-                    messages.get(..client_messages).unwrap_or_default(),
-                    &held.images,
+                    cx.messages.get(cx.client_messages..).unwrap_or_default(),
+                    cx.messages.get(..cx.client_messages).unwrap_or_default(),
+                    &cx.held.images,
                 );
             }
-            if let Some(keep_alive) = withheld_keep_alive {
-                apply_keep_alive(ctx, &model, keep_alive);
+            if let Some(keep_alive) = &withheld_keep_alive {
+                apply_keep_alive(cx, keep_alive);
             }
-            finish(out, &model, done, theirs, stats, hooks).await;
+            finish(cx, hooks, out, done, theirs).await;
             return;
         }
         if out.is_closed() {
@@ -715,43 +426,35 @@ async fn drive(
     }
 }
 
-/// One round's upstream request: the client's fields, the conversation so
-/// far, `stream: true` and the offered tools, as byte chunks that share the
-/// images with the received body.
-fn encode_round(
-    request: &Map<String, Value>,
-    messages: &[Value],
-    tools: Option<&[Value]>,
-    answer_fields: &[(&str, &Value)],
-    images: &crate::payload::Images,
-) -> Result<Vec<bytes::Bytes>, String> {
-    use crate::payload::Field;
-    const STREAM: Value = Value::Bool(true);
-    let fields = request
-        .iter()
-        .map(|(key, value)| (key.as_str(), Field::Value(value)))
-        .chain(
-            answer_fields
-                .iter()
-                .map(|(key, value)| (*key, Field::Value(value))),
-        )
-        .chain([
-            ("messages", Field::Array(messages)),
-            ("stream", Field::Value(&STREAM)),
-        ])
-        .chain(tools.map(|tools| ("tools", Field::Array(tools))));
-    crate::payload::encode_object(fields, images)
-        .map_err(|err| format!("cannot encode the request for Ollama: {err}"))
+/// The round's calls, each with how long it took (calls a hook runs
+/// itself are timed together: each gets the time of the whole batch).
+async fn timed_calls(
+    cx: &RequestCtx,
+    hooks: &mut Hooks,
+    ours: &[ToolCall],
+) -> Vec<(ToolResult, Duration)> {
+    match hooks.run_calls(cx, ours) {
+        Some(run) => {
+            let started = Instant::now();
+            let results = run.await;
+            let elapsed = started.elapsed();
+            results
+                .into_iter()
+                .map(|result| (result, elapsed))
+                .collect()
+        }
+        None => run_calls_timed(&cx.shared, &cx.tools_by_name(), ours).await,
+    }
 }
 
-/// Applies the client's `keep_alive` to `model` once the loop is over (it
-/// was left out of the last round, which might not have been the last):
-/// an empty `/api/generate`, which only sets how long the model stays
-/// loaded. In the background: the client does not wait for it.
-fn apply_keep_alive(ctx: &ChatContext, model: &str, keep_alive: &Value) {
-    let upstream = ctx.upstream.clone();
-    let body = json!({"model": model, "keep_alive": keep_alive, "stream": false});
-    let model = model.to_string();
+/// Applies the client's `keep_alive` to the model once the loop is over
+/// (it was left out of the last round, which might not have been the
+/// last): an empty `/api/generate`, which only sets how long the model
+/// stays loaded. In the background: the client does not wait for it.
+fn apply_keep_alive(cx: &RequestCtx, keep_alive: &Value) {
+    let upstream = cx.shared.upstream.clone();
+    let body = json!({"model": cx.model, "keep_alive": keep_alive, "stream": false});
+    let model = cx.model.clone();
     tokio::spawn(async move {
         match upstream
             .post_json_read("/api/generate", &body, 64 * 1024)
@@ -766,6 +469,17 @@ fn apply_keep_alive(ctx: &ChatContext, model: &str, keep_alive: &Value) {
             }
         }
     });
+}
+
+/// Ends the request with an error (the client's status if nothing went out yet).
+async fn fail(
+    cx: &RequestCtx,
+    hooks: &mut Hooks,
+    out: &mpsc::Sender<Event>,
+    status: StatusCode,
+    message: String,
+) {
+    hooks.send(cx, out, Event::error(status, message)).await;
 }
 
 /// Runs oapd's calls with bounded parallelism; results in call order.
@@ -849,13 +563,13 @@ async fn run_calls_timed(
 
 /// Sends the client the calls it owns (if any) and the one final chunk.
 async fn finish(
+    cx: &mut RequestCtx,
+    hooks: &mut Hooks,
     out: &mpsc::Sender<Event>,
-    model: &str,
     done: Option<Value>,
     handed_back: Vec<ToolCall>,
-    stats: LoopStats,
-    hooks: &Hooks,
 ) {
+    let model = cx.model.as_str();
     if !handed_back.is_empty() {
         let calls: Vec<Value> = handed_back
             .iter()
@@ -872,7 +586,7 @@ async fn finish(
             "message": {"role": "assistant", "content": "", "tool_calls": calls},
             "done": false,
         });
-        if out.send(Event::Chunk(chunk)).await.is_err() {
+        if !hooks.send(cx, out, Event::Chunk(chunk)).await {
             return;
         }
     }
@@ -890,217 +604,10 @@ async fn finish(
         message.insert("content".into(), Value::from(""));
     }
     done["done"] = Value::Bool(true);
-    done["oap_tools_injected"] = Value::from(stats.tools_injected);
-    done["oap_round"] = Value::from(stats.rounds);
-    hooks.finish(&mut done);
-    let _ = out.send(Event::Chunk(done)).await;
-}
-
-/// Runs a round with its client-facing events held back; returns them.
-async fn held_round(
-    ctx: &ChatContext,
-    body: Vec<bytes::Bytes>,
-    hold_printed: bool,
-) -> (Result<Round, RoundError>, Vec<Event>) {
-    let (tx, mut rx) = mpsc::channel(64);
-    let run = async move {
-        let result = stream_round(ctx, body, &tx, hold_printed).await;
-        drop(tx);
-        result
-    };
-    let collect = async {
-        let mut held = Vec::new();
-        while let Some(event) = rx.recv().await {
-            held.push(event);
-        }
-        held
-    };
-    tokio::join!(run, collect)
-}
-
-/// Sends held events on; false when the client is gone.
-async fn release(out: &mpsc::Sender<Event>, held: Vec<Event>) -> bool {
-    for event in held {
-        if out.send(event).await.is_err() {
-            return false;
-        }
-    }
-    true
-}
-
-pub(crate) enum RoundError {
-    ClientGone,
-    /// Ollama (or the way to it) failed; `status` is what the client
-    /// should see if nothing was sent yet.
-    Upstream {
-        status: StatusCode,
-        message: String,
-    },
-}
-
-fn upstream_failed(message: impl Into<String>) -> RoundError {
-    RoundError::Upstream {
-        status: StatusCode::BAD_GATEWAY,
-        message: message.into(),
-    }
-}
-
-pub(crate) struct Round {
-    content: String,
-    /// The streamed `thinking`, joined.
-    thinking: String,
-    calls: Vec<ToolCall>,
-    /// The upstream's final `done:true` chunk, held back from the client.
-    done: Option<Value>,
-    /// Chunks held back as a possible printed call (`printed.rs`), not sent.
-    held: Vec<Value>,
-}
-
-/// One upstream call: forwards content as it arrives, holds back tool calls
-/// and the `done` chunk, and returns what the model asked for.
-pub(crate) async fn stream_round(
-    ctx: &ChatContext,
-    body: Vec<bytes::Bytes>,
-    out: &mpsc::Sender<Event>,
-    hold_printed: bool,
-) -> Result<Round, RoundError> {
-    let response = match ctx.upstream.post_parts("/api/chat", body, None).await {
-        Ok(response) => response,
-        Err(err) => {
-            let status = err.status();
-            return Err(RoundError::Upstream {
-                status,
-                message: err.to_string(),
-            });
-        }
-    };
-    let status = response.status();
-    let mut upstream_body = response.into_body();
-    if !status.is_success() {
-        let message = crate::upstream::error_message(upstream_body).await;
-        let message = if message.trim().is_empty() {
-            format!("Ollama answered {status}")
-        } else {
-            message
-        };
-        return Err(RoundError::Upstream { status, message });
-    }
-
-    let mut decoder = LineDecoder::new(MAX_UPSTREAM_LINE);
-    let mut calls = ToolCallAccumulator::new();
-    let mut content = String::new();
-    let mut thinking = String::new();
-    let mut holdback = crate::printed::Holdback::new(hold_printed);
-    let mut done = None;
-    while done.is_none() {
-        let frame = tokio::select! {
-            frame = upstream_body.frame() => frame,
-            _ = out.closed() => return Err(RoundError::ClientGone),
-        };
-        let (lines, ended) = match frame {
-            None => (decoder.finish().into_iter().collect(), true),
-            Some(Err(err)) => {
-                return Err(upstream_failed(format!(
-                    "the connection to Ollama broke mid-answer: {err}"
-                )))
-            }
-            Some(Ok(frame)) => match frame.into_data() {
-                Ok(data) => (
-                    decoder.push(&data).map_err(|err| {
-                        upstream_failed(format!("Ollama sent a bad stream: {err}"))
-                    })?,
-                    false,
-                ),
-                Err(_) => continue,
-            },
-        };
-        for line in lines {
-            let Ok(mut chunk) = serde_json::from_slice::<Value>(&line) else {
-                return Err(upstream_failed("Ollama sent a line that is not JSON"));
-            };
-            if let Some(error) = chunk.get("error") {
-                let message = error
-                    .as_str()
-                    .map(str::to_string)
-                    .unwrap_or_else(|| error.to_string());
-                return Err(RoundError::Upstream {
-                    status: StatusCode::INTERNAL_SERVER_ERROR,
-                    message,
-                });
-            }
-            calls.push_chunk(&chunk);
-            let is_done = chunk.get("done").and_then(Value::as_bool) == Some(true);
-            if let Some(message) = chunk.get_mut("message").and_then(Value::as_object_mut) {
-                message.remove("tool_calls");
-                if let Some(text) = message.get("content").and_then(Value::as_str) {
-                    content.push_str(text);
-                }
-                if let Some(text) = message.get("thinking").and_then(Value::as_str) {
-                    thinking.push_str(text);
-                }
-            }
-            if is_done {
-                // Text on the done chunk goes out on its own chunk, so the
-                // final done chunk stays empty, as Ollama's rendered path's is.
-                if has_visible_text(&chunk) {
-                    let mut piece = chunk.clone();
-                    piece["done"] = Value::Bool(false);
-                    strip_metrics(&mut piece);
-                    for piece in holdback.pass(piece, &content) {
-                        if out.send(Event::Chunk(piece)).await.is_err() {
-                            return Err(RoundError::ClientGone);
-                        }
-                    }
-                }
-                done = Some(chunk);
-                break;
-            }
-            if has_visible_text(&chunk) {
-                for piece in holdback.pass(chunk, &content) {
-                    if out.send(Event::Chunk(piece)).await.is_err() {
-                        return Err(RoundError::ClientGone);
-                    }
-                }
-            }
-        }
-        if ended && done.is_none() {
-            return Err(upstream_failed(
-                "Ollama closed the stream before it was done",
-            ));
-        }
-    }
-    Ok(Round {
-        content,
-        thinking,
-        calls: calls.finish(),
-        done,
-        held: holdback.into_held(),
-    })
-}
-
-fn has_visible_text(chunk: &Value) -> bool {
-    ["content", "thinking"].iter().any(|key| {
-        chunk
-            .pointer(&format!("/message/{key}"))
-            .and_then(Value::as_str)
-            .is_some_and(|s| !s.is_empty())
-    }) || chunk.pointer("/message/images").is_some()
-}
-
-fn strip_metrics(chunk: &mut Value) {
-    if let Some(object) = chunk.as_object_mut() {
-        for key in [
-            "done_reason",
-            "total_duration",
-            "load_duration",
-            "prompt_eval_count",
-            "prompt_eval_duration",
-            "eval_count",
-            "eval_duration",
-        ] {
-            object.remove(key);
-        }
-    }
+    done["oap_tools_injected"] = Value::from(cx.stats.tools_injected);
+    done["oap_round"] = Value::from(cx.stats.rounds);
+    hooks.finish(cx, &mut done);
+    hooks.send(cx, out, Event::Chunk(done)).await;
 }
 
 /// `created_at` in Ollama's format (RFC 3339, UTC, nanoseconds).
@@ -1313,30 +820,5 @@ mod tests {
         assert_eq!(civil_from_days(0), (1970, 1, 1));
         assert_eq!(civil_from_days(19_723), (2024, 1, 1));
         assert_eq!(civil_from_days(20_513), (2026, 3, 1));
-    }
-}
-
-#[cfg(test)]
-mod window_tests {
-    use super::{context_window, OLLAMA_DEFAULT_NUM_CTX};
-    use serde_json::json;
-
-    #[test]
-    fn the_window_is_the_modelfile_num_ctx_or_the_default_within_the_trained_length() {
-        let show = |parameters: &str, trained: u64| {
-            json!({"parameters": parameters,
-                   "model_info": {"general.architecture": "qwen3", "qwen3.context_length": trained}})
-        };
-        assert_eq!(
-            context_window(&show("stop \"<|im_end|>\"", 40_960)),
-            OLLAMA_DEFAULT_NUM_CTX
-        );
-        assert_eq!(
-            context_window(&show("num_ctx 16384\nstop \"x\"", 40_960)),
-            16_384
-        );
-        assert_eq!(context_window(&show("num_ctx 16384", 2048)), 2048);
-        assert_eq!(context_window(&show("", 1024)), 1024);
-        assert_eq!(context_window(&json!({})), OLLAMA_DEFAULT_NUM_CTX);
     }
 }
