@@ -27,6 +27,7 @@ use oap_discovery::StoredRecord;
 use oap_manifest::Manifest;
 use serde_json::{Map, Value};
 
+use crate::answer::AnswerFields;
 use crate::capabilities::Capabilities;
 use crate::payload::Held;
 use crate::upstream::Upstream;
@@ -204,10 +205,8 @@ pub struct RequestCtx {
     pub stats: LoopStats,
     /// The request's images and body-budget share, alive until the loop ends.
     pub held: Held,
-    /// `format`, kept for the round that answers.
-    pub format: Option<Value>,
-    /// `keep_alive`, kept for the round that answers.
-    pub keep_alive: Option<Value>,
+    /// `format` and `keep_alive`, kept for the round that answers (`answer.rs`).
+    pub answer: AnswerFields,
     /// Whether the model writes its calls as text (`printed.rs`).
     pub prints_calls: bool,
 }
@@ -228,8 +227,7 @@ impl RequestCtx {
             Some(Value::Array(tools)) => tools,
             _ => Vec::new(),
         };
-        let format = request.remove("format").filter(|v| !v.is_null());
-        let keep_alive = request.remove("keep_alive").filter(|v| !v.is_null());
+        let answer = AnswerFields::take(&mut request);
         let messages = match request.remove("messages") {
             Some(Value::Array(messages)) => messages,
             _ => Vec::new(),
@@ -256,8 +254,7 @@ impl RequestCtx {
             fields: request,
             options,
             held,
-            format,
-            keep_alive,
+            answer,
             prints_calls,
             shared,
         }

@@ -11,7 +11,30 @@
 //! Ollama's format; only oapd's own tools are executed here.
 //!
 //! [`run_loop`] takes the request apart into its one [`RequestCtx`]
-//! (`context.rs`), lent as `&mut` to every hook at every phase.
+//! (`context.rs`) and runs `drive`, a short sequence of phases, each a
+//! function here that lends the context to the feature acting in it:
+//! 1. `plan_round`: the round counted; the tools it offers (none once the
+//!    rounds are used up, the client's only in the format round); the
+//!    answer fields it carries (`answer.rs`); whether its events are held
+//!    (the hooks' `holds_round`, `format`) and whether text that may be a
+//!    printed call waits (`printed.rs`); its body (`round.rs`);
+//! 2. `send_round`: streamed from Ollama to the client through the hooks'
+//!    output phase, or held;
+//! 3. `retry_without_tools`: a first round refused with "does not support
+//!    tools" starts the request again without oapd's tools
+//!    (`capabilities.rs`, the hooks' `tools_withdrawn`);
+//! 4. `after_round`: printed calls read (`printed.rs`), the calls split
+//!    into oapd's and the client's, the hooks' `after_round`, then
+//!    `format` may drop the answer and ask again (`answer.rs`);
+//! 5. `release`: held events and held-back text go out unless dropped;
+//! 6. `run_ours`: oapd's calls run (a hook's `run_calls` or
+//!    [`run_calls`]), the hooks hear each and see the results;
+//!    `record_turn` adds the turn and its results to the conversation
+//!    for the next round;
+//! 7. `remember_mixed`: a turn that also called the client's tools is
+//!    remembered for the client's follow-up (`mixed.rs`);
+//! 8. `conclude`: the client's `keep_alive` applied if it was left out,
+//!    the client's calls and the final chunk sent (the hooks' `finish`).
 //!
 //! The loop knows no feature: token budgets, meta tools, forcing, URL
 //! hygiene and observation take part through the request's [`Hooks`]
@@ -181,249 +204,291 @@ pub async fn run_loop(
     }
 }
 
-/// The rounds of one request.
+/// The rounds of one request, phase after phase (the module docs narrate
+/// them); every branch a feature needs is inside its phase.
 async fn drive(cx: &mut RequestCtx, hooks: &mut Hooks, out: &mpsc::Sender<Event>) {
-    // `format` and `keep_alive` belong to the round that answers, which a
-    // round offering oapd's tools may not be:
-    // - `format` (grammar-constrained decoding) can keep the model from
-    //   calling a tool, so it is left out of such rounds and their events
-    //   are held back; when one answers without calling oapd's tools, its
-    //   answer is dropped and the question asked once more with `format`
-    //   and without oapd's tools (the client's stay offered);
-    // - `keep_alive` (say 0) would unload the model between rounds, so it
-    //   is left out of such rounds too; when one of them turns out to be
-    //   the last, the client's value is applied to the model afterwards
-    //   with an empty `/api/generate`, Ollama's way to set it alone.
-    let mut format_round = false;
     loop {
-        cx.stats.rounds += 1;
-        let last_round = cx.stats.rounds > cx.options.max_rounds;
-        // Without tools once rounds are used up: one last call, so the user
-        // gets an answer instead of a dangling tool call.
-        let offered = if format_round {
-            (!cx.client_tools.is_empty()).then_some(cx.client_tools.as_slice())
-        } else {
-            (!cx.offered.is_empty() && !last_round).then_some(cx.offered.as_slice())
+        let (plan, body) = match plan_round(cx, hooks) {
+            Ok(planned) => planned,
+            Err(message) => return fail(cx, hooks, out, StatusCode::BAD_REQUEST, message).await,
         };
-        let offers_tools = offered.is_some();
-        // After this round oapd may run a call and ask again.
-        let may_continue =
-            cx.ours_offered && cx.options.auto_execute && offers_tools && !format_round;
-        let answer_fields: Vec<(&str, &Value)> = if may_continue {
-            Vec::new()
-        } else {
-            [("format", &cx.format), ("keep_alive", &cx.keep_alive)]
-                .into_iter()
-                .filter_map(|(key, value)| value.as_ref().map(|v| (key, v)))
-                .collect()
-        };
-        let withheld_keep_alive = may_continue.then(|| cx.keep_alive.clone()).flatten();
-        let body = match encode_round(cx, offered, &answer_fields) {
-            Ok(body) => body,
-            Err(message) => {
-                hooks
-                    .send(cx, out, Event::error(StatusCode::BAD_REQUEST, message))
-                    .await;
-                return;
-            }
-        };
-        // A hook may hold the round's events back until it is over.
-        let start = RoundStart {
-            number: cx.stats.rounds,
-            offers_tools,
-            auto_execute: cx.options.auto_execute,
-        };
-        let formatting = cx.format.is_some() && may_continue;
-        let holding = hooks.holds_round(cx, &start) || formatting;
-        // Content that may be a printed call waits until the round is over.
-        let hold_printed = cx.prints_calls && may_continue;
-        let upstream = &cx.shared.upstream;
-        let (result, held_events) = if holding {
-            let mut sink = Sink::Held(Vec::new());
-            let result = stream_round(upstream, body, &mut sink, hold_printed).await;
-            let held = match sink {
-                Sink::Held(events) => events,
-                Sink::Live { .. } => Vec::new(),
-            };
-            (result, held)
-        } else {
-            let mut sink = Sink::Live {
-                cx: &*cx,
-                hooks: &mut *hooks,
-                out,
-            };
-            let result = stream_round(upstream, body, &mut sink, hold_printed).await;
-            (result, Vec::new())
-        };
+        let (result, held_events) = send_round(cx, hooks, out, &plan, body).await;
         let round = match result {
             Ok(round) => round,
             Err(RoundError::ClientGone) => return,
-            Err(RoundError::Upstream { status, message })
-                if cx.stats.rounds == 1
-                    && cx.stats.tools_injected > 0
-                    && crate::capabilities::refuses_tools(status, &message) =>
-            {
-                // The model's capabilities were unknown or stale: remember,
-                // and serve the request as it came, without oapd's tools.
-                cx.shared.capabilities.remember(&cx.model, false);
-                cx.withdraw_tools();
-                hooks.tools_withdrawn(cx);
-                continue;
-            }
             Err(RoundError::Upstream { status, message }) => {
-                hooks.send(cx, out, Event::error(status, message)).await;
-                return;
-            }
-        };
-
-        let Round {
-            mut content,
-            thinking,
-            mut calls,
-            done,
-            held: printed_held,
-        } = round;
-        // A block, so the borrow of the hooks ends before they are awaited.
-        let (printed, ours, theirs) = {
-            let is_ours = |name: &str| cx.injects(name) || hooks.owns(name);
-            let mut printed = false;
-            if calls.is_empty() && may_continue {
-                // A call written as text (printed.rs): in the thinking of a
-                // model that answered nothing else, or as the whole content
-                // of a model that prints its calls.
-                if content.trim().is_empty() && !thinking.is_empty() {
-                    if let Some(found) = crate::printed::thinking_calls(&thinking, &is_ours) {
-                        calls = found;
-                    }
-                } else if cx.prints_calls {
-                    if let Some(found) = crate::printed::content_calls(&content, &is_ours) {
-                        calls = found;
-                        content.clear();
-                        printed = true;
-                    }
+                if retry_without_tools(cx, hooks, status, &message) {
+                    continue;
                 }
+                return fail(cx, hooks, out, status, message).await;
             }
-            let (ours, theirs): (Vec<ToolCall>, Vec<ToolCall>) =
-                calls.into_iter().partition(|call| is_ours(&call.name));
-            (printed, ours, theirs)
         };
-        let mut outcome = RoundOutcome {
-            number: cx.stats.rounds,
-            held: holding,
-            release_held: true,
-            content,
-            ours,
-            theirs,
-        };
-        hooks.after_round(cx, &mut outcome).await;
-        if formatting && outcome.theirs.is_empty() {
-            // Unformatted text is not what the client asked for: a tool
-            // round's text is dropped, and an answer is asked for again.
-            outcome.release_held = false;
-            if outcome.ours.is_empty() {
-                format_round = true;
-                continue;
-            }
+        let mut answered = after_round(cx, hooks, &plan, round).await;
+        if answered.ask_again {
+            continue;
         }
-        if holding && outcome.release_held && !hooks.release(cx, out, held_events).await {
+        if !release(cx, hooks, out, &plan, &mut answered, held_events).await {
             return;
         }
-        // Text held back as a possible printed call goes out unless it was one.
-        if !printed
-            && (!holding || outcome.release_held)
-            && !hooks
-                .release(
-                    cx,
-                    out,
-                    printed_held.into_iter().map(Event::Chunk).collect(),
-                )
-                .await
-        {
-            return;
-        }
-        let RoundOutcome {
-            content,
-            ours,
-            theirs,
+        let Answered {
+            outcome:
+                RoundOutcome {
+                    content,
+                    ours,
+                    theirs,
+                    ..
+                },
+            thinking,
+            done,
             ..
-        } = outcome;
-
-        if ours.is_empty() || !cx.options.auto_execute || last_round {
+        } = answered;
+        if ours.is_empty() || !cx.options.auto_execute || plan.last_round {
             let mut handed_back = theirs;
             if !cx.options.auto_execute {
                 handed_back.extend(ours);
             }
-            if let Some(keep_alive) = &withheld_keep_alive {
-                apply_keep_alive(cx, keep_alive);
-            }
-            finish(cx, hooks, out, done, handed_back).await;
-            return;
+            return conclude(cx, hooks, out, &plan, done, handed_back).await;
         }
-
-        // Run oapd's calls (bounded parallelism, results in call order).
-        // A client that goes away cancels them: dropping the futures kills
-        // the tools' process groups and closes their connections.
-        let timed = tokio::select! {
-            timed = timed_calls(cx, hooks, &ours) => timed,
-            _ = out.closed() => return,
+        let Some(results) = run_ours(cx, hooks, out, &ours).await else {
+            return;
         };
-        let round = cx.stats.rounds;
-        for (call, (result, elapsed)) in ours.iter().zip(&timed) {
-            let report = CallReport {
-                round,
-                name: &call.name,
-                result,
-                elapsed: *elapsed,
-            };
-            hooks.call_finished(cx, &report);
-        }
-        let results: Vec<ToolResult> = timed.into_iter().map(|(result, _)| result).collect();
-        hooks.results_seen(cx, &results);
-        let assistant_calls: Vec<Value> = ours.iter().map(ToolCall::to_ollama).collect();
-        let mut assistant = json!({
-            "role": "assistant",
-            "content": content,
-            "tool_calls": assistant_calls,
-        });
-        if !thinking.is_empty() {
-            // The model's reasoning stays with its calls in the next round.
-            assistant["thinking"] = Value::from(thinking);
-        }
-        cx.messages.push(assistant);
-        for (call, result) in ours.iter().zip(results) {
-            let mut message = json!({
-                "role": "tool",
-                "content": result.content,
-                "tool_name": call.name,
-            });
-            if let Some(id) = &call.id {
-                message["tool_call_id"] = Value::from(id.clone());
-            }
-            cx.messages.push(message);
-        }
+        record_turn(cx, content, thinking, &ours, results);
         if !theirs.is_empty() {
-            // A turn that also called the client's tools: those go back to
-            // the client now, which continues the conversation itself; what
-            // oapd added waits for that follow-up (mixed.rs).
-            if let Some(conversation) = &cx.options.conversation {
-                cx.shared.mixed_turns.remember(
-                    conversation,
-                    &theirs,
-                    cx.messages.get(cx.client_messages..).unwrap_or_default(),
-                    cx.messages.get(..cx.client_messages).unwrap_or_default(),
-                    &cx.held.images,
-                );
-            }
-            if let Some(keep_alive) = &withheld_keep_alive {
-                apply_keep_alive(cx, keep_alive);
-            }
-            finish(cx, hooks, out, done, theirs).await;
-            return;
+            remember_mixed(cx, &theirs);
+            return conclude(cx, hooks, out, &plan, done, theirs).await;
         }
         if out.is_closed() {
             return;
         }
     }
+}
+
+/// What a round offers and holds, decided before it is sent.
+struct RoundPlan {
+    /// Rounds are used up: no tools, so the user gets an answer instead of
+    /// a dangling tool call.
+    last_round: bool,
+    /// After this round oapd may run a call and ask again.
+    may_continue: bool,
+    /// The round's client-facing events wait until it is over.
+    holding: bool,
+    /// `format` was left out of the round (`answer.rs`).
+    formatting: bool,
+    /// Content that may be a printed call waits until the round is over.
+    hold_printed: bool,
+}
+
+/// Phase 1, before a round: what it offers and carries, whether it is
+/// held, and its body (an error is the client's: a body that cannot be
+/// encoded).
+fn plan_round(
+    cx: &mut RequestCtx,
+    hooks: &mut Hooks,
+) -> Result<(RoundPlan, Vec<bytes::Bytes>), String> {
+    cx.stats.rounds += 1;
+    let last_round = cx.stats.rounds > cx.options.max_rounds;
+    let offered = offered_tools(cx, last_round);
+    let offers_tools = offered.is_some();
+    let may_continue =
+        cx.ours_offered && cx.options.auto_execute && offers_tools && !cx.answer.format_round();
+    let body = encode_round(cx, offered, &cx.answer.for_round(may_continue))?;
+    let start = RoundStart {
+        number: cx.stats.rounds,
+        offers_tools,
+        auto_execute: cx.options.auto_execute,
+    };
+    let formatting = cx.answer.holds(may_continue);
+    let holding = hooks.holds_round(cx, &start) || formatting;
+    let plan = RoundPlan {
+        last_round,
+        may_continue,
+        holding,
+        formatting,
+        hold_printed: cx.prints_calls && may_continue,
+    };
+    Ok((plan, body))
+}
+
+/// The tools a round offers: the client's only in the format round, none
+/// once the rounds are used up.
+fn offered_tools(cx: &RequestCtx, last_round: bool) -> Option<&[Value]> {
+    if cx.answer.format_round() {
+        (!cx.client_tools.is_empty()).then_some(cx.client_tools.as_slice())
+    } else {
+        (!cx.offered.is_empty() && !last_round).then_some(cx.offered.as_slice())
+    }
+}
+
+/// Phase 2, the round: streamed to the client, or its events held back
+/// and returned.
+async fn send_round(
+    cx: &RequestCtx,
+    hooks: &mut Hooks,
+    out: &mpsc::Sender<Event>,
+    plan: &RoundPlan,
+    body: Vec<bytes::Bytes>,
+) -> (Result<Round, RoundError>, Vec<Event>) {
+    let upstream = &cx.shared.upstream;
+    if plan.holding {
+        let mut sink = Sink::Held(Vec::new());
+        let result = stream_round(upstream, body, &mut sink, plan.hold_printed).await;
+        let held = match sink {
+            Sink::Held(events) => events,
+            Sink::Live { .. } => Vec::new(),
+        };
+        (result, held)
+    } else {
+        let mut sink = Sink::Live { cx, hooks, out };
+        let result = stream_round(upstream, body, &mut sink, plan.hold_printed).await;
+        (result, Vec::new())
+    }
+}
+
+/// Phase 3, the round failed: a first round refused because the model
+/// takes no tools (its capabilities were unknown or stale) is remembered,
+/// and the request served as it came, without oapd's tools. True: start
+/// again.
+fn retry_without_tools(
+    cx: &mut RequestCtx,
+    hooks: &mut Hooks,
+    status: StatusCode,
+    message: &str,
+) -> bool {
+    if cx.stats.rounds != 1
+        || cx.stats.tools_injected == 0
+        || !crate::capabilities::refuses_tools(status, message)
+    {
+        return false;
+    }
+    cx.shared.capabilities.remember(&cx.model, false);
+    cx.withdraw_tools();
+    hooks.tools_withdrawn(cx);
+    true
+}
+
+/// A round the model answered, after phase 4.
+struct Answered {
+    /// What the hooks made of the round.
+    outcome: RoundOutcome,
+    /// The streamed `thinking`, joined.
+    thinking: String,
+    /// The upstream's final chunk, held back from the client.
+    done: Option<Value>,
+    /// Text held back as a possible printed call.
+    printed_held: Vec<Value>,
+    /// That text was a call: it never goes out.
+    printed: bool,
+    /// `format` dropped the answer: the question is asked again.
+    ask_again: bool,
+}
+
+/// Phase 4, after a round: calls written as text are read (`printed.rs`),
+/// the calls split into oapd's and the client's, the hooks have their
+/// say, then `format` may drop the answer (`answer.rs`).
+async fn after_round(
+    cx: &mut RequestCtx,
+    hooks: &mut Hooks,
+    plan: &RoundPlan,
+    round: Round,
+) -> Answered {
+    let Round {
+        mut content,
+        thinking,
+        mut calls,
+        done,
+        held,
+    } = round;
+    // A block, so the borrow of the hooks ends before they are awaited.
+    let (printed, ours, theirs) = {
+        let is_ours = |name: &str| cx.injects(name) || hooks.owns(name);
+        let printed = plan.may_continue
+            && crate::printed::read_calls(
+                &mut calls,
+                &mut content,
+                &thinking,
+                cx.prints_calls,
+                &is_ours,
+            );
+        let (ours, theirs): (Vec<ToolCall>, Vec<ToolCall>) =
+            calls.into_iter().partition(|call| is_ours(&call.name));
+        (printed, ours, theirs)
+    };
+    let mut outcome = RoundOutcome {
+        number: cx.stats.rounds,
+        held: plan.holding,
+        release_held: true,
+        content,
+        ours,
+        theirs,
+    };
+    hooks.after_round(cx, &mut outcome).await;
+    let ask_again = cx.answer.after_round(
+        plan.formatting,
+        !outcome.ours.is_empty(),
+        !outcome.theirs.is_empty(),
+        &mut outcome.release_held,
+    );
+    Answered {
+        outcome,
+        thinking,
+        done,
+        printed_held: held,
+        printed,
+        ask_again,
+    }
+}
+
+/// Phase 5: held events go out unless a phase dropped the answer; text
+/// held back as a possible printed call goes out unless it was one.
+/// False when the client is gone.
+async fn release(
+    cx: &RequestCtx,
+    hooks: &mut Hooks,
+    out: &mpsc::Sender<Event>,
+    plan: &RoundPlan,
+    answered: &mut Answered,
+    held_events: Vec<Event>,
+) -> bool {
+    let released = !plan.holding || answered.outcome.release_held;
+    if plan.holding && released && !hooks.release(cx, out, held_events).await {
+        return false;
+    }
+    let printed_held = std::mem::take(&mut answered.printed_held);
+    if !answered.printed && released {
+        let held = printed_held.into_iter().map(Event::Chunk).collect();
+        return hooks.release(cx, out, held).await;
+    }
+    true
+}
+
+/// Phase 6: oapd's calls run (a hook's runner, else the loop's: bounded
+/// parallelism, results in call order), observers hear each call, the
+/// hooks see the results. A client that goes away cancels them (dropping
+/// the futures kills the tools' process groups and closes their
+/// connections): `None`.
+async fn run_ours(
+    cx: &mut RequestCtx,
+    hooks: &mut Hooks,
+    out: &mpsc::Sender<Event>,
+    ours: &[ToolCall],
+) -> Option<Vec<ToolResult>> {
+    let timed = tokio::select! {
+        timed = timed_calls(cx, hooks, ours) => timed,
+        _ = out.closed() => return None,
+    };
+    let round = cx.stats.rounds;
+    for (call, (result, elapsed)) in ours.iter().zip(&timed) {
+        let report = CallReport {
+            round,
+            name: &call.name,
+            result,
+            elapsed: *elapsed,
+        };
+        hooks.call_finished(cx, &report);
+    }
+    let results: Vec<ToolResult> = timed.into_iter().map(|(result, _)| result).collect();
+    hooks.results_seen(cx, &results);
+    Some(results)
 }
 
 /// The round's calls, each with how long it took (calls a hook runs
@@ -447,28 +512,68 @@ async fn timed_calls(
     }
 }
 
-/// Applies the client's `keep_alive` to the model once the loop is over
-/// (it was left out of the last round, which might not have been the
-/// last): an empty `/api/generate`, which only sets how long the model
-/// stays loaded. In the background: the client does not wait for it.
-fn apply_keep_alive(cx: &RequestCtx, keep_alive: &Value) {
-    let upstream = cx.shared.upstream.clone();
-    let body = json!({"model": cx.model, "keep_alive": keep_alive, "stream": false});
-    let model = cx.model.clone();
-    tokio::spawn(async move {
-        match upstream
-            .post_json_read("/api/generate", &body, 64 * 1024)
-            .await
-        {
-            Ok((status, _)) if status.is_success() => {}
-            Ok((status, _)) => {
-                tracing::warn!(model = %model, %status, "Ollama refused the client's keep_alive")
-            }
-            Err(err) => {
-                tracing::warn!(model = %model, error = %err, "the client's keep_alive did not reach Ollama")
-            }
-        }
+/// Phase 6, then: the model's turn and the results join the conversation
+/// for the next round.
+fn record_turn(
+    cx: &mut RequestCtx,
+    content: String,
+    thinking: String,
+    ours: &[ToolCall],
+    results: Vec<ToolResult>,
+) {
+    let assistant_calls: Vec<Value> = ours.iter().map(ToolCall::to_ollama).collect();
+    let mut assistant = json!({
+        "role": "assistant",
+        "content": content,
+        "tool_calls": assistant_calls,
     });
+    if !thinking.is_empty() {
+        // The model's reasoning stays with its calls in the next round.
+        assistant["thinking"] = Value::from(thinking);
+    }
+    cx.messages.push(assistant);
+    for (call, result) in ours.iter().zip(results) {
+        let mut message = json!({
+            "role": "tool",
+            "content": result.content,
+            "tool_name": call.name,
+        });
+        if let Some(id) = &call.id {
+            message["tool_call_id"] = Value::from(id.clone());
+        }
+        cx.messages.push(message);
+    }
+}
+
+/// Phase 7: a turn that also called the client's tools. Those go back to
+/// the client now, which continues the conversation itself; what oapd
+/// added waits for that follow-up (`mixed.rs`).
+fn remember_mixed(cx: &RequestCtx, theirs: &[ToolCall]) {
+    if let Some(conversation) = &cx.options.conversation {
+        cx.shared.mixed_turns.remember(
+            conversation,
+            theirs,
+            cx.messages.get(cx.client_messages..).unwrap_or_default(),
+            cx.messages.get(..cx.client_messages).unwrap_or_default(),
+            &cx.held.images,
+        );
+    }
+}
+
+/// Phase 8, the request is over: the client's `keep_alive` applied when
+/// this round left it out (`answer.rs`), then the client's calls and the
+/// final chunk.
+async fn conclude(
+    cx: &mut RequestCtx,
+    hooks: &mut Hooks,
+    out: &mpsc::Sender<Event>,
+    plan: &RoundPlan,
+    done: Option<Value>,
+    handed_back: Vec<ToolCall>,
+) {
+    cx.answer
+        .finish(&cx.shared.upstream, &cx.model, plan.may_continue);
+    finish(cx, hooks, out, done, handed_back).await;
 }
 
 /// Ends the request with an error (the client's status if nothing went out yet).
