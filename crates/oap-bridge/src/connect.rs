@@ -18,7 +18,8 @@ use tokio::net::TcpStream;
 use tokio_rustls::client::TlsStream;
 use tokio_rustls::TlsConnector;
 
-use crate::upstream::BoxError;
+/// The error type of boxed bodies.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// TLS settings for an `https://` upstream.
 #[derive(Clone)]

@@ -31,9 +31,9 @@ use oap_discovery::{Engine, StoredRecord};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 
+use crate::context::{InjectedTool, ResultHook};
 use crate::settings::ExperienceConfig;
 use crate::state;
-use crate::tool_loop::{InjectedTool, ResultHook};
 
 /// File name of the cache inside `index.data_dir`.
 pub const STORE_FILE: &str = "experience.json";

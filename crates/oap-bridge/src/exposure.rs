@@ -1,7 +1,7 @@
 //! Lean tool exposure for small models: what oapd's tools cost in prompt
-//! tokens, fitting them into `tool_bridge.tool_token_budget`, and
-//! [`prepare`], which builds a request's hooks (forcing, meta-tools, URL
-//! hygiene, the token report) from the settings.
+//! tokens, fitting them into `tool_bridge.tool_token_budget`, and the
+//! [`TokenReport`] hook that stamps that cost on the final chunk. The
+//! settings are applied to a request in `assembly.rs`.
 //!
 //! Budget degradation order (each step only when still over budget):
 //! 1. every description (tool and parameter) is cut to its first sentence
@@ -14,17 +14,13 @@
 //! not part of what this module sees.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
 
-use oap_discovery::Engine;
 use serde_json::{Map, Value};
 
-use crate::hooks::{Hook, Hooks};
+use crate::context::{InjectedTool, RequestCtx};
+use crate::hooks::Hook;
 use crate::settings::{ToolBridgeConfig, ToolExposure, UrlPolicy};
 use crate::tokens;
-use crate::tool_loop::{ChatOptions, InjectedTool};
-use crate::tools::ToolSource;
 
 /// Longest tool description kept in budget mode (characters).
 pub const TOOL_DESCRIPTION_CHARS: usize = 120;
@@ -211,139 +207,26 @@ pub fn drop_optional_parameters(definition: &mut Value) -> usize {
     before - properties.len()
 }
 
-/// What [`prepare`] made of a request.
-pub struct Prepared {
-    /// The request's features, in the order the loop calls them.
-    pub hooks: Hooks,
-    /// Estimated tokens of everything oapd offers (tools or meta-tools).
-    pub tool_tokens: usize,
-    /// Estimated tokens of the client's own tools (never trimmed).
-    pub client_tool_tokens: usize,
-    /// Whether oapd offers the meta-tools.
-    pub meta: bool,
-}
-
-/// Applies the exposure settings to one request's discovered tools
-/// (`None`: nothing of oapd's is offered): forcing, budget fitting or meta
-/// mode, token accounting and the URL policy. `engine` supplies a forced
-/// tool discovery did not find; `source` answers `oap_discover`.
-pub fn prepare(
-    settings: &ExposureSettings,
-    engine: &Engine,
-    source: Arc<dyn ToolSource>,
-    tools: Option<Vec<InjectedTool>>,
-    chat: &mut Map<String, Value>,
-    options: &ChatOptions,
-) -> (Vec<InjectedTool>, Prepared) {
-    let client_tool_tokens = client_tool_tokens(chat);
-    let Some(mut tools) = tools else {
-        return (
-            Vec::new(),
-            Prepared {
-                hooks: Hooks::new(vec![Box::new(TokenReport::new(0))]),
-                tool_tokens: 0,
-                client_tool_tokens,
-                meta: false,
-            },
-        );
-    };
-    let mut forced = crate::forcing::apply_force(&settings.force, engine, &mut tools, chat);
-    let (tools, tool_tokens, meta) = if settings.exposure == ToolExposure::Meta {
-        let meta = crate::meta::MetaSession::new(
-            source,
-            options.top_k,
-            crate::tool_loop::client_tool_names(chat),
-        );
-        let tokens = tokens::tools_tokens(
-            crate::meta::definitions()
-                .iter()
-                .chain(tools.iter().map(|t| &t.definition)),
-        );
-        (tools, tokens, Some(meta))
-    } else {
-        let (tools, fitting) = fit_budget(tools, settings.tool_token_budget);
-        if fitting.tokens_after != fitting.tokens_before {
-            tracing::info!(
-                budget = settings.tool_token_budget,
-                tokens_before = fitting.tokens_before,
-                tokens_after = fitting.tokens_after,
-                optional_parameters_dropped = fitting.optional_parameters_dropped,
-                tools_dropped = fitting.tools_dropped,
-                "tools fitted to the token budget"
-            );
-        }
-        (tools, fitting.tokens_after, None)
-    };
-    if let Some(lost) = forced
-        .as_ref()
-        .filter(|f| !tools.iter().any(|t| t.name == f.name))
-    {
-        tracing::warn!(tool = %lost.name, budget = settings.tool_token_budget,
-            "the forced tool does not fit the token budget; not forced");
-        lost.withdraw(chat);
-        forced = None;
-    }
-    // The policy guards answers built on what oapd's tools could have
-    // fed the model; a request where oapd offered nothing is a plain
-    // chat through oapd and its answer is left alone.
-    let offered_nothing = tools.is_empty() && meta.is_none();
-    let url_policy = if offered_nothing {
-        UrlPolicy::Off
-    } else {
-        settings.url_policy_for(&tools)
-    };
-    let is_meta = meta.is_some();
-    // The order of the hooks is the order every phase calls them in:
-    // 1. forcing: holds the first round and, after it, has the forced tool
-    //    called (before any other hook sees the round's calls);
-    // 2. meta-tools: offers oap_discover/oap_invoke, owns and runs the calls;
-    // 3. URL policy: reads the results of whatever ran, filters the output
-    //    (the last filter, so it sees the text as the client will);
-    // 4. token report: stamps oap_tool_tokens on the final chunk.
-    let mut hooks = Hooks::default();
-    if let Some(forced) = forced {
-        hooks.push(Box::new(crate::forcing::ForceHook::new(forced)));
-    }
-    if let Some(meta) = meta {
-        hooks.push(Box::new(meta));
-    }
-    if url_policy != UrlPolicy::Off {
-        hooks.push(Box::new(crate::sanitize::UrlGuard::new(url_policy, chat)));
-    }
-    hooks.push(Box::new(TokenReport::new(tool_tokens)));
-    (
-        tools,
-        Prepared {
-            hooks,
-            tool_tokens,
-            client_tool_tokens,
-            meta: is_meta,
-        },
-    )
-}
-
 /// Reports the estimated prompt tokens of oapd's offered tools on the
 /// final chunk (`oap_tool_tokens`); 0 once they are withdrawn.
 pub struct TokenReport {
-    tokens: AtomicUsize,
+    tokens: usize,
 }
 
 impl TokenReport {
     /// Starts reporting `tokens`.
     pub fn new(tokens: usize) -> TokenReport {
-        TokenReport {
-            tokens: AtomicUsize::new(tokens),
-        }
+        TokenReport { tokens }
     }
 }
 
 impl Hook for TokenReport {
-    fn tools_withdrawn(&self) {
-        self.tokens.store(0, Ordering::Relaxed);
+    fn tools_withdrawn(&mut self, _cx: &mut RequestCtx) {
+        self.tokens = 0;
     }
 
-    fn finish(&self, done: &mut Value) {
-        done["oap_tool_tokens"] = Value::from(self.tokens.load(Ordering::Relaxed));
+    fn finish(&mut self, _cx: &mut RequestCtx, done: &mut Value) {
+        done["oap_tool_tokens"] = Value::from(self.tokens);
     }
 }
 

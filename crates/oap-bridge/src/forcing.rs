@@ -17,17 +17,15 @@
 //! sending its own tool's result back continues a turn already forced, and
 //! forcing it again would run the tool twice.
 
-use std::sync::atomic::{AtomicBool, Ordering};
-
 use futures_util::future::BoxFuture;
 use oap_discovery::Engine;
 use oap_wire::ToolCall;
 use regex::{Regex, RegexBuilder};
 use serde_json::{json, Map, Value};
 
+use crate::context::{ChatContext, InjectedTool, RequestCtx};
 use crate::hooks::{Hook, RoundOutcome, RoundStart};
 use crate::settings::ForceRule;
-use crate::tool_loop::{ChatContext, InjectedTool};
 
 /// Longest pattern accepted (bytes).
 const MAX_PATTERN_BYTES: usize = 1024;
@@ -247,7 +245,7 @@ pub async fn enforce(
 pub struct ForceHook {
     forced: Forced,
     /// Set while the hook holds a round.
-    holding: AtomicBool,
+    holding: bool,
 }
 
 impl ForceHook {
@@ -255,7 +253,7 @@ impl ForceHook {
     pub fn new(forced: Forced) -> ForceHook {
         ForceHook {
             forced,
-            holding: AtomicBool::new(false),
+            holding: false,
         }
     }
 }
@@ -263,25 +261,23 @@ impl ForceHook {
 impl Hook for ForceHook {
     /// Only the first round that offers tools, and only when oapd runs
     /// its calls itself.
-    fn holds_round(&self, round: &RoundStart) -> bool {
-        let hold = round.number == 1 && round.offers_tools && round.auto_execute;
-        self.holding.store(hold, Ordering::Relaxed);
-        hold
+    fn holds_round(&mut self, _cx: &mut RequestCtx, round: &RoundStart) -> bool {
+        self.holding = round.number == 1 && round.offers_tools && round.auto_execute;
+        self.holding
     }
 
     fn after_round<'a>(
-        &'a self,
-        ctx: &'a ChatContext,
-        model: &'a str,
+        &'a mut self,
+        cx: &'a mut RequestCtx,
         round: &'a mut RoundOutcome,
     ) -> BoxFuture<'a, ()> {
         Box::pin(async move {
-            if !self.holding.swap(false, Ordering::Relaxed) {
+            if !std::mem::take(&mut self.holding) {
                 return;
             }
             let any_call = !round.ours.is_empty() || !round.theirs.is_empty();
             let called_forced = round.ours.iter().any(|call| call.name == self.forced.name);
-            match enforce(ctx, &self.forced, model, called_forced).await {
+            match enforce(&cx.shared, &self.forced, &cx.model, called_forced).await {
                 Some(call) if !any_call => {
                     // The answer given without the tool is dropped.
                     round.ours = vec![call];

@@ -4,8 +4,14 @@
 //! One trait, one method per phase of a request, each a no-op by default,
 //! so a feature implements only the phases it acts in (the shape of
 //! pingora's `ProxyHttp` phases and its HTTP module filters). A feature
-//! builds its hook per request from its settings; the loop calls the hooks
-//! of a request in the order of its [`Hooks`] list at every phase.
+//! builds its hook per request from its settings, so the hook's own state
+//! is per-request and every phase takes `&mut self`; every phase also gets
+//! the request's one context, [`RequestCtx`] (`context.rs`), as `&mut`
+//! (as `&` while calls run, since they run concurrently). Nothing
+//! per-request needs an atomic or a mutex; what outlives the request
+//! (metrics, caches) is shared through `Arc`s the hook was built with.
+//! The loop calls the hooks of a request in the order of its [`Hooks`]
+//! list at every phase; `assembly.rs` builds that list.
 //!
 //! Phases, in the order a request meets them:
 //! 1. tools offered: [`Hook::definitions`] adds tool definitions after the
@@ -20,10 +26,10 @@
 //! 5. results seen: [`Hook::call_finished`] hears each call's outcome and
 //!    duration (observation: metrics, the recent-requests list), then
 //!    [`Hook::results_seen`] reads the tool results;
-//! 6. output: [`Hook::output_filter`] gives a filter every event passes
-//!    on its way to the client; [`Hook::finish`] annotates the final chunk.
+//! 6. output: [`Hook::output`] sees every event on its way to the client,
+//!    in the loop's task, in hook order; [`Hook::finish`] annotates the
+//!    final chunk.
 
-use std::collections::HashMap;
 use std::time::Duration;
 
 use futures_util::future::BoxFuture;
@@ -31,10 +37,8 @@ use oap_wire::ToolCall;
 use serde_json::Value;
 use tokio::sync::mpsc;
 
-use crate::tool_loop::{ChatContext, Event, InjectedTool, ToolResult};
-
-/// The tools oapd injected into a request, by name.
-pub type ToolsByName<'a> = HashMap<&'a str, &'a InjectedTool>;
+pub use crate::context::ToolsByName;
+use crate::context::{Event, RequestCtx, ToolResult};
 
 /// A round about to be sent upstream.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -80,39 +84,33 @@ pub struct CallReport<'a> {
     pub elapsed: Duration,
 }
 
-/// Sees every event on its way to the client, in order.
-pub trait OutputFilter: Send {
-    /// What goes out instead of `event`, in order (nothing drops it).
-    fn filter(&mut self, event: Event) -> Vec<Event>;
-}
-
 /// One feature's part in one request. Every method is a no-op by default.
-pub trait Hook: Send + Sync {
+pub trait Hook: Send {
     /// Tool definitions offered after the injected tools.
-    fn definitions(&self) -> Vec<Value> {
+    fn definitions(&mut self, _cx: &mut RequestCtx) -> Vec<Value> {
         Vec::new()
     }
 
     /// Whether a call with this name is oapd's to run (beyond the injected
-    /// tools); such calls go to [`Hook::run_calls`].
+    /// tools); such calls go to [`Hook::run_calls`]. A question, asked of
+    /// every hook for every call, so it takes `&self`.
     fn owns(&self, _name: &str) -> bool {
         false
     }
 
     /// The model does not take tools: the request goes on with the
     /// client's tools only.
-    fn tools_withdrawn(&self) {}
+    fn tools_withdrawn(&mut self, _cx: &mut RequestCtx) {}
 
     /// Whether the round's client-facing events wait until it is over.
-    fn holds_round(&self, _round: &RoundStart) -> bool {
+    fn holds_round(&mut self, _cx: &mut RequestCtx, _round: &RoundStart) -> bool {
         false
     }
 
     /// Called when a round is over, before any call runs.
     fn after_round<'a>(
-        &'a self,
-        _ctx: &'a ChatContext,
-        _model: &'a str,
+        &'a mut self,
+        _cx: &'a mut RequestCtx,
         _round: &'a mut RoundOutcome,
     ) -> BoxFuture<'a, ()> {
         Box::pin(async {})
@@ -121,9 +119,8 @@ pub trait Hook: Send + Sync {
     /// Runs the round's calls itself (all of them, results in call order),
     /// or `None` to leave them to the loop.
     fn run_calls<'a>(
-        &'a self,
-        _ctx: &'a ChatContext,
-        _tools: &'a ToolsByName<'a>,
+        &'a mut self,
+        _cx: &'a RequestCtx,
         _calls: &'a [ToolCall],
     ) -> Option<BoxFuture<'a, Vec<ToolResult>>> {
         None
@@ -132,18 +129,20 @@ pub trait Hook: Send + Sync {
     /// One of oapd's calls is over: its name, outcome and duration. For
     /// observers; called for every call of a round, in call order, before
     /// [`Hook::results_seen`].
-    fn call_finished(&self, _report: &CallReport<'_>) {}
+    fn call_finished(&mut self, _cx: &mut RequestCtx, _report: &CallReport<'_>) {}
 
     /// The results of the calls oapd ran in a round.
-    fn results_seen(&self, _results: &[ToolResult]) {}
+    fn results_seen(&mut self, _cx: &mut RequestCtx, _results: &[ToolResult]) {}
 
-    /// A filter for everything the request sends the client.
-    fn output_filter(&self) -> Option<Box<dyn OutputFilter>> {
-        None
+    /// What goes to the client instead of `event`, in order (nothing drops
+    /// it). Every event passes every hook's output phase, in hook order,
+    /// the moment it goes out (held events when they are released).
+    fn output(&mut self, _cx: &RequestCtx, event: Event) -> Vec<Event> {
+        vec![event]
     }
 
     /// Annotates the one final `done` chunk.
-    fn finish(&self, _done: &mut Value) {}
+    fn finish(&mut self, _cx: &mut RequestCtx, _done: &mut Value) {}
 }
 
 /// The hooks of one request, in the order they run at every phase.
@@ -171,98 +170,95 @@ impl Hooks {
         self.0.is_empty()
     }
 
-    pub(crate) fn definitions(&self) -> Vec<Value> {
-        self.0.iter().flat_map(|hook| hook.definitions()).collect()
+    pub(crate) fn definitions(&mut self, cx: &mut RequestCtx) -> Vec<Value> {
+        self.0
+            .iter_mut()
+            .flat_map(|hook| hook.definitions(cx))
+            .collect()
     }
 
     pub(crate) fn owns(&self, name: &str) -> bool {
         self.0.iter().any(|hook| hook.owns(name))
     }
 
-    pub(crate) fn tools_withdrawn(&self) {
-        self.0.iter().for_each(|hook| hook.tools_withdrawn());
+    pub(crate) fn tools_withdrawn(&mut self, cx: &mut RequestCtx) {
+        self.0.iter_mut().for_each(|hook| hook.tools_withdrawn(cx));
     }
 
     /// Every hook is asked (each may keep state about what it asked for).
-    pub(crate) fn holds_round(&self, round: &RoundStart) -> bool {
+    pub(crate) fn holds_round(&mut self, cx: &mut RequestCtx, round: &RoundStart) -> bool {
         let mut held = false;
-        for hook in &self.0 {
-            held |= hook.holds_round(round);
+        for hook in &mut self.0 {
+            held |= hook.holds_round(cx, round);
         }
         held
     }
 
-    pub(crate) async fn after_round(
-        &self,
-        ctx: &ChatContext,
-        model: &str,
-        round: &mut RoundOutcome,
-    ) {
-        for hook in &self.0 {
-            hook.after_round(ctx, model, round).await;
+    pub(crate) async fn after_round(&mut self, cx: &mut RequestCtx, round: &mut RoundOutcome) {
+        for hook in &mut self.0 {
+            hook.after_round(cx, round).await;
         }
     }
 
     pub(crate) fn run_calls<'a>(
-        &'a self,
-        ctx: &'a ChatContext,
-        tools: &'a ToolsByName<'a>,
+        &'a mut self,
+        cx: &'a RequestCtx,
         calls: &'a [ToolCall],
     ) -> Option<BoxFuture<'a, Vec<ToolResult>>> {
+        self.0.iter_mut().find_map(|hook| hook.run_calls(cx, calls))
+    }
+
+    pub(crate) fn call_finished(&mut self, cx: &mut RequestCtx, report: &CallReport<'_>) {
         self.0
-            .iter()
-            .find_map(|hook| hook.run_calls(ctx, tools, calls))
+            .iter_mut()
+            .for_each(|hook| hook.call_finished(cx, report));
     }
 
-    pub(crate) fn call_finished(&self, report: &CallReport<'_>) {
-        self.0.iter().for_each(|hook| hook.call_finished(report));
+    pub(crate) fn results_seen(&mut self, cx: &mut RequestCtx, results: &[ToolResult]) {
+        self.0
+            .iter_mut()
+            .for_each(|hook| hook.results_seen(cx, results));
     }
 
-    pub(crate) fn results_seen(&self, results: &[ToolResult]) {
-        self.0.iter().for_each(|hook| hook.results_seen(results));
+    pub(crate) fn finish(&mut self, cx: &mut RequestCtx, done: &mut Value) {
+        self.0.iter_mut().for_each(|hook| hook.finish(cx, done));
     }
 
-    pub(crate) fn finish(&self, done: &mut Value) {
-        self.0.iter().for_each(|hook| hook.finish(done));
-    }
-
-    /// `out` behind the hooks' output filters, chained in hook order: a
-    /// task forwards events through them in order and ends (closing the
-    /// loop's side) when the client goes away. `out` itself when no hook
-    /// filters.
-    pub(crate) fn filter_output(&self, out: mpsc::Sender<Event>) -> mpsc::Sender<Event> {
-        let mut filters: Vec<Box<dyn OutputFilter>> = self
-            .0
-            .iter()
-            .filter_map(|hook| hook.output_filter())
-            .collect();
-        if filters.is_empty() {
-            return out;
+    /// Sends `event` to the client through every hook's output phase, in
+    /// hook order; false when the client is gone.
+    pub(crate) async fn send(
+        &mut self,
+        cx: &RequestCtx,
+        out: &mpsc::Sender<Event>,
+        event: Event,
+    ) -> bool {
+        let mut events = vec![event];
+        for hook in &mut self.0 {
+            events = events
+                .into_iter()
+                .flat_map(|event| hook.output(cx, event))
+                .collect();
         }
-        let (tx, mut rx) = mpsc::channel::<Event>(16);
-        tokio::spawn(async move {
-            loop {
-                let event = tokio::select! {
-                    event = rx.recv() => event,
-                    _ = out.closed() => return,
-                };
-                let Some(event) = event else {
-                    return;
-                };
-                let mut events = vec![event];
-                for filter in filters.iter_mut() {
-                    events = events
-                        .into_iter()
-                        .flat_map(|event| filter.filter(event))
-                        .collect();
-                }
-                for event in events {
-                    if out.send(event).await.is_err() {
-                        return;
-                    }
-                }
+        for event in events {
+            if out.send(event).await.is_err() {
+                return false;
             }
-        });
-        tx
+        }
+        true
+    }
+
+    /// Sends events held back during a round; false when the client is gone.
+    pub(crate) async fn release(
+        &mut self,
+        cx: &RequestCtx,
+        out: &mpsc::Sender<Event>,
+        held: Vec<Event>,
+    ) -> bool {
+        for event in held {
+            if !self.send(cx, out, event).await {
+                return false;
+            }
+        }
+        true
     }
 }

@@ -14,14 +14,14 @@
 //! other name is a tool error telling the model what to do instead.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use futures_util::future::BoxFuture;
 use oap_wire::ToolCall;
 use serde_json::{json, Map, Value};
 
+use crate::context::{ChatContext, InjectedTool, RequestCtx, ToolResult};
 use crate::hooks::{Hook, ToolsByName};
-use crate::tool_loop::{ChatContext, InjectedTool, ToolResult};
 use crate::tools::ToolSource;
 
 /// Name of the meta-tool that searches oapd's tools for a task.
@@ -63,7 +63,7 @@ pub struct MetaSession {
     /// Names discovery must not hand out (the client's tools, the meta-tools).
     reserved: Vec<String>,
     /// Tools `oap_discover` returned in this request, by name.
-    discovered: Mutex<HashMap<String, Arc<InjectedTool>>>,
+    discovered: HashMap<String, Arc<InjectedTool>>,
 }
 
 impl MetaSession {
@@ -76,7 +76,7 @@ impl MetaSession {
             source,
             top_k,
             reserved,
-            discovered: Mutex::new(HashMap::new()),
+            discovered: HashMap::new(),
         }
     }
 
@@ -84,7 +84,7 @@ impl MetaSession {
     /// `oap_discover` earlier in the same turn). `injected` are the tools
     /// offered directly next to the meta-tools (a forced tool).
     pub async fn run_calls(
-        &self,
+        &mut self,
         ctx: &ChatContext,
         injected: &ToolsByName<'_>,
         calls: &[ToolCall],
@@ -107,7 +107,7 @@ impl MetaSession {
         results
     }
 
-    async fn discover(&self, call: &ToolCall) -> ToolResult {
+    async fn discover(&mut self, call: &ToolCall) -> ToolResult {
         let task = call
             .arguments
             .get("task")
@@ -135,13 +135,10 @@ impl MetaSession {
             };
         }
         let content = listing(&tools);
-        let Ok(mut discovered) = self.discovered.lock() else {
-            return error("internal error: discovery state unavailable".into());
-        };
         for tool in tools {
             // A name already handed out for another manifest keeps its
             // first meaning; the model was told about that one first.
-            discovered
+            self.discovered
                 .entry(tool.name.clone())
                 .or_insert_with(|| Arc::new(tool));
         }
@@ -172,16 +169,8 @@ impl MetaSession {
                 ))
             }
         };
-        let tool = match self.discovered.lock() {
-            Ok(discovered) => discovered.get(name).cloned(),
-            Err(_) => None,
-        };
-        let Some(tool) = tool else {
-            let known: Vec<String> = self
-                .discovered
-                .lock()
-                .map(|d| d.keys().cloned().collect())
-                .unwrap_or_default();
+        let Some(tool) = self.discovered.get(name).cloned() else {
+            let known: Vec<String> = self.discovered.keys().cloned().collect();
             return error(if known.is_empty() {
                 format!("'{name}' is not a tool you can invoke yet. Call {DISCOVER} with the task first, then invoke one of the tools it returns.")
             } else {
@@ -208,7 +197,7 @@ impl MetaSession {
 /// Meta mode in one request: offers the two meta-tools, owns their calls
 /// and runs every call of a round in order.
 impl Hook for MetaSession {
-    fn definitions(&self) -> Vec<Value> {
+    fn definitions(&mut self, _cx: &mut RequestCtx) -> Vec<Value> {
         definitions()
     }
 
@@ -217,12 +206,14 @@ impl Hook for MetaSession {
     }
 
     fn run_calls<'a>(
-        &'a self,
-        ctx: &'a ChatContext,
-        tools: &'a ToolsByName<'a>,
+        &'a mut self,
+        cx: &'a RequestCtx,
         calls: &'a [ToolCall],
     ) -> Option<BoxFuture<'a, Vec<ToolResult>>> {
-        Some(Box::pin(MetaSession::run_calls(self, ctx, tools, calls)))
+        Some(Box::pin(async move {
+            let injected = cx.tools_by_name();
+            MetaSession::run_calls(self, &cx.shared, &injected, calls).await
+        }))
     }
 }
 

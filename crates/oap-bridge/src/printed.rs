@@ -14,6 +14,10 @@
 //!
 //! While a streamed answer could still turn out to be a printed call it is
 //! held back from the client ([`Holdback`]), at most [`MAX_HELD_BYTES`].
+//!
+//! Two phases of the loop (`tool_loop.rs`): planning a round, it holds
+//! content back when the model prints calls and oapd may still run one;
+//! after the round, [`read_calls`] turns the text into calls.
 
 use oap_wire::ToolCall;
 use serde_json::{Map, Value};
@@ -39,6 +43,41 @@ pub fn model_prints_calls(prefixes: &[String], model: &str) -> bool {
     prefixes
         .iter()
         .any(|prefix| !prefix.is_empty() && (model.starts_with(prefix) || name.starts_with(prefix)))
+}
+
+/// The printed-calls phase, after a round in which oapd could still run
+/// a call but the model streamed none: a call written as text, in the
+/// thinking of a model that answered nothing else, or as the whole content
+/// of a model that prints its calls (`prints_calls`). Found calls replace
+/// `calls`; true when the content was the call (it is cleared, and the
+/// text held back during the round never goes out).
+pub fn read_calls(
+    calls: &mut Vec<ToolCall>,
+    content: &mut String,
+    thinking: &str,
+    prints_calls: bool,
+    ours: &dyn Fn(&str) -> bool,
+) -> bool {
+    if !calls.is_empty() {
+        return false;
+    }
+    if content.trim().is_empty() && !thinking.is_empty() {
+        if let Some(found) = thinking_calls(thinking, ours) {
+            *calls = found;
+        }
+        return false;
+    }
+    if !prints_calls {
+        return false;
+    }
+    match content_calls(content, ours) {
+        Some(found) => {
+            *calls = found;
+            content.clear();
+            true
+        }
+        None => false,
+    }
 }
 
 /// The calls `content` is, when all of it (trimmed, optionally in a code

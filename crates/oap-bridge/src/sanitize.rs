@@ -9,13 +9,12 @@
 //! and that at most [`MAX_URL_BYTES`].
 
 use std::collections::HashSet;
-use std::sync::{Arc, Mutex};
 
 use serde_json::{Map, Value};
 
-use crate::hooks::{Hook, OutputFilter};
+use crate::context::{Event, RequestCtx, ToolResult};
+use crate::hooks::Hook;
 use crate::settings::UrlPolicy;
-use crate::tool_loop::{Event, ToolResult};
 
 /// Longest URL held back while streaming; a longer one is decided on its
 /// head (it will not be on the allow-list) and the rest streams or drops.
@@ -310,75 +309,50 @@ impl UrlSanitizer {
 }
 
 /// The URL policy in one request: tool results feed the allow-list, and
-/// the answer passes the filter on its way to the client.
+/// the answer passes the sanitizer on its way to the client (the hook's
+/// output phase), which flushes held text before the final chunk or an
+/// error.
 pub struct UrlGuard {
-    policy: UrlPolicy,
-    allow: Arc<Mutex<UrlAllowList>>,
+    allow: UrlAllowList,
+    /// `None` when the policy is off: events pass untouched.
+    sanitizer: Option<UrlSanitizer>,
 }
 
 impl UrlGuard {
     /// The allow-list starts with the URLs of the request itself.
     pub fn new(policy: UrlPolicy, chat: &Map<String, Value>) -> UrlGuard {
         UrlGuard {
-            policy,
-            allow: Arc::new(Mutex::new(UrlAllowList::from_request(chat))),
+            allow: UrlAllowList::from_request(chat),
+            sanitizer: (policy != UrlPolicy::Off).then(|| UrlSanitizer::new(policy)),
         }
     }
 }
 
 impl Hook for UrlGuard {
     /// Remembers the URLs tool results returned, so the answer may cite them.
-    fn results_seen(&self, results: &[ToolResult]) {
-        if let Ok(mut urls) = self.allow.lock() {
-            for result in results {
-                urls.add_text(&result.content);
-            }
+    fn results_seen(&mut self, _cx: &mut RequestCtx, results: &[ToolResult]) {
+        for result in results {
+            self.allow.add_text(&result.content);
         }
     }
 
-    fn output_filter(&self) -> Option<Box<dyn OutputFilter>> {
-        if self.policy == UrlPolicy::Off {
-            return None;
-        }
-        Some(Box::new(UrlFilter {
-            allow: self.allow.clone(),
-            sanitizer: UrlSanitizer::new(self.policy),
-        }))
-    }
-}
-
-/// The filter between the loop and the client: forwards events in order
-/// and flushes held text before the final chunk or an error.
-struct UrlFilter {
-    allow: Arc<Mutex<UrlAllowList>>,
-    sanitizer: UrlSanitizer,
-}
-
-impl OutputFilter for UrlFilter {
-    fn filter(&mut self, event: Event) -> Vec<Event> {
+    fn output(&mut self, _cx: &RequestCtx, event: Event) -> Vec<Event> {
         let allow = &self.allow;
-        let sanitizer = &mut self.sanitizer;
+        let Some(sanitizer) = self.sanitizer.as_mut() else {
+            return vec![event];
+        };
         let mut flushed = None;
         let event = match event {
             Event::Chunk(mut chunk) => {
                 let is_done = chunk.get("done").and_then(Value::as_bool) == Some(true);
                 if let Some(text) = chunk.pointer("/message/content").and_then(Value::as_str) {
-                    let shown = match allow.lock() {
-                        Ok(allow) if is_done => {
-                            let mut shown = sanitizer.push(text, &allow);
-                            shown.push_str(&sanitizer.finish(&allow));
-                            shown
-                        }
-                        Ok(allow) => sanitizer.push(text, &allow),
-                        Err(_) => text.to_string(),
-                    };
+                    let mut shown = sanitizer.push(text, allow);
+                    if is_done {
+                        shown.push_str(&sanitizer.finish(allow));
+                    }
                     chunk["message"]["content"] = Value::from(shown);
                 } else if is_done {
-                    let rest = match allow.lock() {
-                        Ok(allow) => sanitizer.finish(&allow),
-                        Err(_) => String::new(),
-                    };
-                    flushed = Some(rest);
+                    flushed = Some(sanitizer.finish(allow));
                 }
                 if is_done {
                     // The final chunk stays empty: held text goes out
@@ -397,7 +371,7 @@ impl OutputFilter for UrlFilter {
                 Event::Chunk(chunk)
             }
             Event::Error { status, message } => {
-                flushed = allow.lock().ok().map(|allow| sanitizer.finish(&allow));
+                flushed = Some(sanitizer.finish(allow));
                 Event::Error { status, message }
             }
         };

@@ -10,31 +10,52 @@
 //! next to oapd's, and calls to them are handed back to the client in
 //! Ollama's format; only oapd's own tools are executed here.
 //!
-//! The loop knows no feature: token budgets, meta tools, forcing and URL
-//! hygiene take part through the request's [`Hooks`] (`hooks.rs`).
+//! [`run_loop`] takes the request apart into its one [`RequestCtx`]
+//! (`context.rs`) and runs `drive`, a short sequence of phases, each a
+//! function here that lends the context to the feature acting in it:
+//! 1. `plan_round`: the round counted; the tools it offers (none once the
+//!    rounds are used up, the client's only in the format round); the
+//!    answer fields it carries (`answer.rs`); whether its events are held
+//!    (the hooks' `holds_round`, `format`) and whether text that may be a
+//!    printed call waits (`printed.rs`); its body (`round.rs`);
+//! 2. `send_round`: streamed from Ollama to the client through the hooks'
+//!    output phase, or held;
+//! 3. `retry_without_tools`: a first round refused with "does not support
+//!    tools" starts the request again without oapd's tools
+//!    (`capabilities.rs`, the hooks' `tools_withdrawn`);
+//! 4. `after_round`: printed calls read (`printed.rs`), the calls split
+//!    into oapd's and the client's, the hooks' `after_round`, then
+//!    `format` may drop the answer and ask again (`answer.rs`);
+//! 5. `release`: held events and held-back text go out unless dropped;
+//! 6. `run_ours`: oapd's calls run (a hook's `run_calls` or
+//!    [`run_calls`]), the hooks hear each and see the results;
+//!    `record_turn` adds the turn and its results to the conversation
+//!    for the next round;
+//! 7. `remember_mixed`: a turn that also called the client's tools is
+//!    remembered for the client's follow-up (`mixed.rs`);
+//! 8. `conclude`: the client's `keep_alive` applied if it was left out,
+//!    the client's calls and the final chunk sent (the hooks' `finish`).
+//!
+//! The loop knows no feature: token budgets, meta tools, forcing, URL
+//! hygiene and observation take part through the request's [`Hooks`]
+//! (`hooks.rs`, assembled in `assembly.rs`).
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use http_body_util::BodyExt;
 use hyper::StatusCode;
-use oap_discovery::StoredRecord;
-use oap_manifest::Manifest;
-use oap_wire::{LineDecoder, ToolCall, ToolCallAccumulator};
+use oap_wire::ToolCall;
 use serde_json::{json, Map, Value};
 use tokio::sync::mpsc;
 
-use crate::hooks::{CallReport, Hooks, RoundOutcome, RoundStart, ToolsByName};
+pub use crate::capabilities::{context_window, Capabilities, OLLAMA_DEFAULT_NUM_CTX};
+pub use crate::context::{
+    ChatContext, ChatOptions, Event, InjectedTool, LoopStats, RequestCtx, ResultHook, ToolResult,
+    ToolRunner, ToolsByName,
+};
+use crate::hooks::{CallReport, Hooks, RoundOutcome, RoundStart};
 use crate::payload::Held;
-use crate::upstream::{Upstream, UpstreamError};
-
-/// Longest NDJSON line accepted from Ollama (a chunk with a large tool call
-/// or an image is still far below this).
-const MAX_UPSTREAM_LINE: usize = 8 * 1024 * 1024;
-
-/// How long a model's capabilities are trusted before `/api/show` is asked again.
-const CAPABILITY_TTL: Duration = Duration::from_secs(300);
+use crate::round::{encode_round, stream_round, Round, RoundError, Sink};
 
 /// Bridge settings from the config.
 #[derive(Debug, Clone)]
@@ -45,25 +66,6 @@ pub struct BridgeSettings {
     pub default_top_k: usize,
     /// Model rounds per request unless the request sets `oap_max_rounds`.
     pub max_rounds: u32,
-}
-
-/// The per-request `oap_*` extension fields, validated.
-#[derive(Debug, Clone, PartialEq)]
-pub struct ChatOptions {
-    /// `oap_discover`: whether to inject oapd's tools at all.
-    pub discover: bool,
-    /// `oap_top_k`: most tools injected.
-    pub top_k: usize,
-    /// `oap_auto_execute`: whether oapd runs its tools' calls itself.
-    pub auto_execute: bool,
-    /// `oap_max_rounds`: most model rounds before the loop stops.
-    pub max_rounds: u32,
-    /// `stream`: NDJSON chunks when true, one JSON answer when false.
-    pub stream: bool,
-    /// The conversation as the client sent it (`MixedTurns::enter`): set,
-    /// a turn that calls oapd's and the client's tools is remembered so
-    /// the client's follow-up carries oapd's result (`mixed.rs`).
-    pub conversation: Option<crate::mixed::Conversation>,
 }
 
 /// A client error in the request, answered with 400 before anything runs.
@@ -173,226 +175,6 @@ pub fn client_tool_names(request: &Map<String, Value>) -> Vec<String> {
         .unwrap_or_default()
 }
 
-/// Which models can take tools, from `/api/show`, cached.
-#[derive(Default)]
-pub struct Capabilities {
-    cache: Mutex<HashMap<String, (bool, Instant)>>,
-    /// The context window `/api/show` implies per model ([`context_window`]).
-    windows: Mutex<HashMap<String, u64>>,
-}
-
-/// Ollama's context window when neither the request nor the model's
-/// Modelfile sets `num_ctx`.
-pub const OLLAMA_DEFAULT_NUM_CTX: u64 = 4096;
-
-/// The context window Ollama runs `model` with when the request sets no
-/// `num_ctx`, from its `/api/show` answer: the Modelfile's `num_ctx`
-/// parameter, else Ollama's default, never more than the model's own
-/// `model_info.*.context_length`.
-pub fn context_window(show: &Value) -> u64 {
-    let configured = show
-        .get("parameters")
-        .and_then(Value::as_str)
-        .into_iter()
-        .flat_map(str::lines)
-        .rev()
-        .find_map(|line| {
-            let mut words = line.split_whitespace();
-            (words.next() == Some("num_ctx"))
-                .then(|| words.next()?.parse::<u64>().ok())
-                .flatten()
-        });
-    let trained = show
-        .get("model_info")
-        .and_then(Value::as_object)
-        .and_then(|info| {
-            info.iter()
-                .find(|(key, _)| key.ends_with(".context_length"))
-                .and_then(|(_, value)| value.as_u64())
-        });
-    let window = configured.unwrap_or(OLLAMA_DEFAULT_NUM_CTX);
-    trained.map_or(window, |trained| window.min(trained))
-}
-
-impl Capabilities {
-    /// Whether `model` supports tools. Unknown (older Ollama without a
-    /// capabilities list) counts as yes; a 400 "does not support tools"
-    /// later corrects the cache.
-    pub async fn supports_tools(
-        &self,
-        upstream: &Upstream,
-        model: &str,
-    ) -> Result<bool, UpstreamError> {
-        if let Some(known) = self.cached(model) {
-            return Ok(known);
-        }
-        let (status, body) = upstream
-            .post_json_read("/api/show", &json!({"model": model}), 4 * 1024 * 1024)
-            .await?;
-        let supports = if status.is_success() {
-            if let Ok(mut windows) = self.windows.lock() {
-                windows.insert(model.to_string(), context_window(&body));
-            }
-            match body.get("capabilities").and_then(Value::as_array) {
-                Some(caps) => caps.iter().any(|c| c == "tools"),
-                None => true,
-            }
-        } else {
-            // Unknown model: let the chat request itself fail with Ollama's 404.
-            return Ok(false);
-        };
-        self.remember(model, supports);
-        Ok(supports)
-    }
-
-    /// The context window learnt from `model`'s `/api/show` (after
-    /// [`Capabilities::supports_tools`] asked), if known.
-    pub fn window(&self, model: &str) -> Option<u64> {
-        self.windows.lock().ok()?.get(model).copied()
-    }
-
-    fn cached(&self, model: &str) -> Option<bool> {
-        let cache = self.cache.lock().ok()?;
-        cache
-            .get(model)
-            .filter(|(_, at)| at.elapsed() < CAPABILITY_TTL)
-            .map(|(supports, _)| *supports)
-    }
-
-    /// Records whether `model` accepts tools, trusted for `CAPABILITY_TTL`;
-    /// the loop calls it when Ollama says "does not support tools".
-    pub fn remember(&self, model: &str, supports: bool) {
-        if let Ok(mut cache) = self.cache.lock() {
-            cache.insert(model.to_string(), (supports, Instant::now()));
-        }
-    }
-}
-
-/// The outcome of running one of oapd's tools.
-#[derive(Debug, Clone)]
-pub struct ToolResult {
-    /// The text the model sees as the tool message.
-    pub content: String,
-    /// False on a failed execution (non-zero exit, timeout, refused call).
-    pub ok: bool,
-}
-
-impl ToolResult {
-    /// What the call came to, in a word: `ok`, `timeout` (the tool or its
-    /// server did not answer in time), `refused` (not run: arguments that
-    /// do not fit the schema, an unknown tool, an address or program the
-    /// policy refuses, the sandbox) or `error` (it ran and failed). Read
-    /// from the text the executor writes for the model.
-    pub fn outcome(&self) -> &'static str {
-        if self.ok {
-            return "ok";
-        }
-        let text = self.content.get(..512).unwrap_or(self.content.as_str());
-        if text.contains("timed out") || text.contains("did not answer within") {
-            "timeout"
-        } else if [
-            "refus",
-            "was not called",
-            "unknown tool",
-            "were not usable",
-            "not configured",
-        ]
-        .iter()
-        .any(|needle| text.contains(needle))
-        {
-            "refused"
-        } else {
-            "error"
-        }
-    }
-}
-
-/// Runs oapd's tools (the daemon plugs in the real executor; the trait
-/// keeps the loop testable and the executor swappable).
-pub trait ToolRunner: Send + Sync + 'static {
-    /// Runs the capability `record` describes (`manifest` is its manifest,
-    /// decoded) with `arguments`, under the record's trust, or on its MCP
-    /// server when it is one's tool; never fails: an error becomes a
-    /// [`ToolResult`] with `ok: false`.
-    fn run(
-        &self,
-        record: Arc<StoredRecord>,
-        manifest: Arc<Manifest>,
-        arguments: Map<String, Value>,
-    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = ToolResult> + Send>>;
-}
-
-/// One injected tool.
-pub struct InjectedTool {
-    /// The function name the model calls (unique within the request).
-    pub name: String,
-    /// The OpenAI-style tool definition sent to the model.
-    pub definition: Value,
-    /// The index record the tool was discovered from.
-    pub record: Arc<StoredRecord>,
-    /// The record's manifest, decoded once when the tool is injected.
-    pub manifest: Arc<Manifest>,
-    /// Told the outcome of every execution (the experience cache learns
-    /// from it); `None` for tools nobody watches.
-    pub on_result: Option<ResultHook>,
-}
-
-/// Called with the arguments a tool ran with and whether it succeeded.
-pub type ResultHook = Arc<dyn Fn(&Map<String, Value>, bool) + Send + Sync>;
-
-/// Everything one chat request needs.
-pub struct ChatContext {
-    /// The Ollama the rounds are sent to.
-    pub upstream: Upstream,
-    /// Executes tool calls.
-    pub runner: Arc<dyn ToolRunner>,
-    /// Which models accept tools, cached per model.
-    pub capabilities: Arc<Capabilities>,
-    /// Wall-clock bound of a whole chat request (all rounds and tools).
-    pub deadline: Duration,
-    /// Most tool calls of one round run at once (0 counts as 1).
-    pub max_parallel_tools: usize,
-    /// The mixed turns waiting for their client's follow-up, process-wide.
-    pub mixed_turns: crate::mixed::MixedTurns,
-    /// Model-name prefixes whose calls printed into `content` are taken as
-    /// calls to oapd's tools (`tool_bridge.text_tool_calls`, `printed.rs`).
-    pub text_tool_calls: Vec<String>,
-}
-
-/// What the loop sends the client: chunks, or one error that ends it.
-#[derive(Debug, Clone)]
-pub enum Event {
-    /// One Ollama-format chunk (the whole answer when not streaming).
-    Chunk(Value),
-    /// Before the first chunk this becomes the HTTP status of the response;
-    /// after it, an `{"error": ...}` line, as Ollama does mid-stream.
-    Error {
-        /// The status a client sees if nothing was sent yet.
-        status: StatusCode,
-        /// The text of the `error` field.
-        message: String,
-    },
-}
-
-impl Event {
-    /// An [`Event::Error`] with `status` and `message`.
-    pub fn error(status: StatusCode, message: impl Into<String>) -> Event {
-        Event::Error {
-            status,
-            message: message.into(),
-        }
-    }
-}
-
-/// What the loop reports next to the chunks.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct LoopStats {
-    /// Tools oapd added to the request (0 when it passed through).
-    pub tools_injected: usize,
-    /// Model rounds sent upstream.
-    pub rounds: u32,
-}
-
 /// Runs the tool loop, sending client-facing Ollama chunks into `out`.
 /// Ends with exactly one `done:true` chunk or one `{"error"}` chunk. Stops
 /// early (dropping the upstream request and any running tools) when the
@@ -401,313 +183,79 @@ pub struct LoopStats {
 /// the request's features, called in their order at every phase.
 pub async fn run_loop(
     ctx: Arc<ChatContext>,
-    mut request: Map<String, Value>,
+    request: Map<String, Value>,
     tools: Vec<InjectedTool>,
     options: ChatOptions,
-    hooks: Hooks,
+    mut hooks: Hooks,
     held: Held,
     out: mpsc::Sender<Event>,
 ) {
     let deadline = ctx.deadline;
-    let stats = LoopStats {
-        tools_injected: tools.len(),
-        rounds: 0,
-    };
-    let out = hooks.filter_output(out);
-    let result = tokio::time::timeout(
-        deadline,
-        drive(
-            &ctx,
-            &mut request,
-            &tools,
-            &options,
-            &hooks,
-            &held,
-            &out,
-            stats,
-        ),
-    )
-    .await;
+    let mut cx = RequestCtx::new(ctx, request, tools, options, held);
+    let definitions = hooks.definitions(&mut cx);
+    cx.offer(definitions);
+    let result = tokio::time::timeout(deadline, drive(&mut cx, &mut hooks, &out)).await;
     if result.is_err() {
         let message = format!(
             "the request took longer than the {}s chat deadline (ollama.chat_deadline)",
             deadline.as_secs()
         );
-        let _ = out
-            .send(Event::error(StatusCode::GATEWAY_TIMEOUT, message))
-            .await;
+        fail(&cx, &mut hooks, &out, StatusCode::GATEWAY_TIMEOUT, message).await;
     }
 }
 
-#[allow(clippy::too_many_arguments)]
-async fn drive(
-    ctx: &ChatContext,
-    request: &mut Map<String, Value>,
-    tools: &[InjectedTool],
-    options: &ChatOptions,
-    hooks: &Hooks,
-    held: &Held,
-    out: &mpsc::Sender<Event>,
-    mut stats: LoopStats,
-) {
-    let by_name: ToolsByName<'_> = tools.iter().map(|t| (t.name.as_str(), t)).collect();
-    // The messages and tools are taken out of the request, not copied: each
-    // round encodes the request's other fields, these and the images
-    // straight into the upstream body (payload.rs).
-    let client_tools: Vec<Value> = match request.remove("tools") {
-        Some(Value::Array(tools)) => tools,
-        _ => Vec::new(),
-    };
-    let mut all_tools: Vec<Value> = tools.iter().map(|t| t.definition.clone()).collect();
-    all_tools.extend(hooks.definitions());
-    // Whether oapd offers tools of its own (so a round may be followed by another).
-    let mut ours_offered = !all_tools.is_empty();
-    all_tools.extend(client_tools.iter().cloned());
-    // `format` and `keep_alive` belong to the round that answers, which a
-    // round offering oapd's tools may not be:
-    // - `format` (grammar-constrained decoding) can keep the model from
-    //   calling a tool, so it is left out of such rounds and their events
-    //   are held back; when one answers without calling oapd's tools, its
-    //   answer is dropped and the question asked once more with `format`
-    //   and without oapd's tools (the client's stay offered);
-    // - `keep_alive` (say 0) would unload the model between rounds, so it
-    //   is left out of such rounds too; when one of them turns out to be
-    //   the last, the client's value is applied to the model afterwards
-    //   with an empty `/api/generate`, Ollama's way to set it alone.
-    let format = request.remove("format").filter(|v| !v.is_null());
-    let keep_alive = request.remove("keep_alive").filter(|v| !v.is_null());
-    let mut format_round = false;
-    let mut messages: Vec<Value> = match request.remove("messages") {
-        Some(Value::Array(messages)) => messages,
-        _ => Vec::new(),
-    };
-    request.remove("stream");
-    // What the loop adds to the conversation starts here.
-    let client_messages = messages.len();
-    let model = request
-        .get("model")
-        .and_then(Value::as_str)
-        .unwrap_or_default()
-        .to_string();
-    let prints_calls = crate::printed::model_prints_calls(&ctx.text_tool_calls, &model);
-
-    let mut offer_tools = !all_tools.is_empty();
+/// The rounds of one request, phase after phase (the module docs narrate
+/// them); every branch a feature needs is inside its phase.
+async fn drive(cx: &mut RequestCtx, hooks: &mut Hooks, out: &mpsc::Sender<Event>) {
     loop {
-        stats.rounds += 1;
-        let last_round = stats.rounds > options.max_rounds;
-        // Without tools once rounds are used up: one last call, so the user
-        // gets an answer instead of a dangling tool call.
-        let offered = if format_round {
-            (!client_tools.is_empty()).then_some(client_tools.as_slice())
-        } else {
-            (offer_tools && !last_round).then_some(all_tools.as_slice())
+        let (plan, body) = match plan_round(cx, hooks) {
+            Ok(planned) => planned,
+            Err(message) => return fail(cx, hooks, out, StatusCode::BAD_REQUEST, message).await,
         };
-        // After this round oapd may run a call and ask again.
-        let may_continue =
-            ours_offered && options.auto_execute && offered.is_some() && !format_round;
-        let answer_fields: Vec<(&str, &Value)> = if may_continue {
-            Vec::new()
-        } else {
-            [("format", &format), ("keep_alive", &keep_alive)]
-                .into_iter()
-                .filter_map(|(key, value)| value.as_ref().map(|v| (key, v)))
-                .collect()
-        };
-        let withheld_keep_alive = may_continue.then_some(keep_alive.as_ref()).flatten();
-        let body = match encode_round(request, &messages, offered, &answer_fields, &held.images) {
-            Ok(body) => body,
-            Err(message) => {
-                let _ = out
-                    .send(Event::error(StatusCode::BAD_REQUEST, message))
-                    .await;
-                return;
-            }
-        };
-        // A hook may hold the round's events back until it is over.
-        let start = RoundStart {
-            number: stats.rounds,
-            offers_tools: offered.is_some(),
-            auto_execute: options.auto_execute,
-        };
-        let formatting = format.is_some() && may_continue;
-        let holding = hooks.holds_round(&start) || formatting;
-        // Content that may be a printed call waits until the round is over.
-        let hold_printed = prints_calls && may_continue;
-        let (result, held_events) = if holding {
-            held_round(ctx, body, hold_printed).await
-        } else {
-            (stream_round(ctx, body, out, hold_printed).await, Vec::new())
-        };
+        let (result, held_events) = send_round(cx, hooks, out, &plan, body).await;
         let round = match result {
             Ok(round) => round,
             Err(RoundError::ClientGone) => return,
-            Err(RoundError::Upstream { status, message })
-                if stats.rounds == 1
-                    && stats.tools_injected > 0
-                    && status == StatusCode::BAD_REQUEST
-                    && message.contains("does not support tools") =>
-            {
-                // The model's capabilities were unknown or stale: remember,
-                // and serve the request as it came, without oapd's tools.
-                ctx.capabilities.remember(&model, false);
-                all_tools = client_tools.clone();
-                offer_tools = !all_tools.is_empty();
-                ours_offered = false;
-                stats.tools_injected = 0;
-                stats.rounds = 0;
-                hooks.tools_withdrawn();
-                continue;
-            }
             Err(RoundError::Upstream { status, message }) => {
-                let _ = out.send(Event::error(status, message)).await;
-                return;
+                if retry_without_tools(cx, hooks, status, &message) {
+                    continue;
+                }
+                return fail(cx, hooks, out, status, message).await;
             }
         };
-
-        let Round {
-            mut content,
+        let mut answered = after_round(cx, hooks, &plan, round).await;
+        if answered.ask_again {
+            continue;
+        }
+        if !release(cx, hooks, out, &plan, &mut answered, held_events).await {
+            return;
+        }
+        let Answered {
+            outcome:
+                RoundOutcome {
+                    content,
+                    ours,
+                    theirs,
+                    ..
+                },
             thinking,
-            mut calls,
             done,
-            held: printed_held,
-        } = round;
-        let is_ours = |name: &str| by_name.contains_key(name) || hooks.owns(name);
-        let mut printed = false;
-        if calls.is_empty() && may_continue {
-            // A call written as text (printed.rs): in the thinking of a
-            // model that answered nothing else, or as the whole content of
-            // a model that prints its calls.
-            if content.trim().is_empty() && !thinking.is_empty() {
-                if let Some(found) = crate::printed::thinking_calls(&thinking, &is_ours) {
-                    calls = found;
-                }
-            } else if prints_calls {
-                if let Some(found) = crate::printed::content_calls(&content, &is_ours) {
-                    calls = found;
-                    content.clear();
-                    printed = true;
-                }
-            }
-        }
-        let (ours, theirs): (Vec<ToolCall>, Vec<ToolCall>) =
-            calls.into_iter().partition(|call| is_ours(&call.name));
-        let mut outcome = RoundOutcome {
-            number: stats.rounds,
-            held: holding,
-            release_held: true,
-            content,
-            ours,
-            theirs,
-        };
-        hooks.after_round(ctx, &model, &mut outcome).await;
-        if formatting && outcome.theirs.is_empty() {
-            // Unformatted text is not what the client asked for: a tool
-            // round's text is dropped, and an answer is asked for again.
-            outcome.release_held = false;
-            if outcome.ours.is_empty() {
-                format_round = true;
-                continue;
-            }
-        }
-        if holding && outcome.release_held && !release(out, held_events).await {
-            return;
-        }
-        // Text held back as a possible printed call goes out unless it was one.
-        if !printed
-            && (!holding || outcome.release_held)
-            && !release(out, printed_held.into_iter().map(Event::Chunk).collect()).await
-        {
-            return;
-        }
-        let RoundOutcome {
-            content,
-            ours,
-            theirs,
             ..
-        } = outcome;
-
-        if ours.is_empty() || !options.auto_execute || last_round {
+        } = answered;
+        if ours.is_empty() || !cx.options.auto_execute || plan.last_round {
             let mut handed_back = theirs;
-            if !options.auto_execute {
+            if !cx.options.auto_execute {
                 handed_back.extend(ours);
             }
-            if let Some(keep_alive) = withheld_keep_alive {
-                apply_keep_alive(ctx, &model, keep_alive);
-            }
-            finish(out, &model, done, handed_back, stats, hooks).await;
-            return;
+            return conclude(cx, hooks, out, &plan, done, handed_back).await;
         }
-
-        // Run oapd's calls (bounded parallelism, results in call order).
-        // A client that goes away cancels them: dropping the futures kills
-        // the tools' process groups and closes their connections.
-        let timed = tokio::select! {
-            timed = async {
-                match hooks.run_calls(ctx, &by_name, &ours) {
-                    Some(run) => {
-                        let started = Instant::now();
-                        let results = run.await;
-                        let elapsed = started.elapsed();
-                        results
-                            .into_iter()
-                            .map(|result| (result, elapsed))
-                            .collect::<Vec<_>>()
-                    }
-                    None => run_calls_timed(ctx, &by_name, &ours).await,
-                }
-            } => timed,
-            _ = out.closed() => return,
+        let Some(results) = run_ours(cx, hooks, out, &ours).await else {
+            return;
         };
-        for (call, (result, elapsed)) in ours.iter().zip(&timed) {
-            hooks.call_finished(&CallReport {
-                round: stats.rounds,
-                name: &call.name,
-                result,
-                elapsed: *elapsed,
-            });
-        }
-        let results: Vec<ToolResult> = timed.into_iter().map(|(result, _)| result).collect();
-        hooks.results_seen(&results);
-        let assistant_calls: Vec<Value> = ours.iter().map(ToolCall::to_ollama).collect();
-        let mut assistant = json!({
-            "role": "assistant",
-            "content": content,
-            "tool_calls": assistant_calls,
-        });
-        if !thinking.is_empty() {
-            // The model's reasoning stays with its calls in the next round.
-            assistant["thinking"] = Value::from(thinking);
-        }
-        messages.push(assistant);
-        for (call, result) in ours.iter().zip(results) {
-            let mut message = json!({
-                "role": "tool",
-                "content": result.content,
-                "tool_name": call.name,
-            });
-            if let Some(id) = &call.id {
-                message["tool_call_id"] = Value::from(id.clone());
-            }
-            messages.push(message);
-        }
+        record_turn(cx, content, thinking, &ours, results);
         if !theirs.is_empty() {
-            // A turn that also called the client's tools: those go back to
-            // the client now, which continues the conversation itself; what
-            // oapd added waits for that follow-up (mixed.rs).
-            if let Some(conversation) = &options.conversation {
-                ctx.mixed_turns.remember(
-                    conversation,
-                    &theirs,
-                    messages.get(client_messages..).unwrap_or_default(),
-                    messages.get(..client_messages).unwrap_or_default(),
-                    &held.images,
-                );
-            }
-            if let Some(keep_alive) = withheld_keep_alive {
-                apply_keep_alive(ctx, &model, keep_alive);
-            }
-            finish(out, &model, done, theirs, stats, hooks).await;
-            return;
+            remember_mixed(cx, &theirs);
+            return conclude(cx, hooks, out, &plan, done, theirs).await;
         }
         if out.is_closed() {
             return;
@@ -715,57 +263,328 @@ async fn drive(
     }
 }
 
-/// One round's upstream request: the client's fields, the conversation so
-/// far, `stream: true` and the offered tools, as byte chunks that share the
-/// images with the received body.
-fn encode_round(
-    request: &Map<String, Value>,
-    messages: &[Value],
-    tools: Option<&[Value]>,
-    answer_fields: &[(&str, &Value)],
-    images: &crate::payload::Images,
-) -> Result<Vec<bytes::Bytes>, String> {
-    use crate::payload::Field;
-    const STREAM: Value = Value::Bool(true);
-    let fields = request
-        .iter()
-        .map(|(key, value)| (key.as_str(), Field::Value(value)))
-        .chain(
-            answer_fields
-                .iter()
-                .map(|(key, value)| (*key, Field::Value(value))),
-        )
-        .chain([
-            ("messages", Field::Array(messages)),
-            ("stream", Field::Value(&STREAM)),
-        ])
-        .chain(tools.map(|tools| ("tools", Field::Array(tools))));
-    crate::payload::encode_object(fields, images)
-        .map_err(|err| format!("cannot encode the request for Ollama: {err}"))
+/// What a round offers and holds, decided before it is sent.
+struct RoundPlan {
+    /// Rounds are used up: no tools, so the user gets an answer instead of
+    /// a dangling tool call.
+    last_round: bool,
+    /// After this round oapd may run a call and ask again.
+    may_continue: bool,
+    /// The round's client-facing events wait until it is over.
+    holding: bool,
+    /// `format` was left out of the round (`answer.rs`).
+    formatting: bool,
+    /// Content that may be a printed call waits until the round is over.
+    hold_printed: bool,
 }
 
-/// Applies the client's `keep_alive` to `model` once the loop is over (it
-/// was left out of the last round, which might not have been the last):
-/// an empty `/api/generate`, which only sets how long the model stays
-/// loaded. In the background: the client does not wait for it.
-fn apply_keep_alive(ctx: &ChatContext, model: &str, keep_alive: &Value) {
-    let upstream = ctx.upstream.clone();
-    let body = json!({"model": model, "keep_alive": keep_alive, "stream": false});
-    let model = model.to_string();
-    tokio::spawn(async move {
-        match upstream
-            .post_json_read("/api/generate", &body, 64 * 1024)
-            .await
-        {
-            Ok((status, _)) if status.is_success() => {}
-            Ok((status, _)) => {
-                tracing::warn!(model = %model, %status, "Ollama refused the client's keep_alive")
-            }
-            Err(err) => {
-                tracing::warn!(model = %model, error = %err, "the client's keep_alive did not reach Ollama")
-            }
+/// Phase 1, before a round: what it offers and carries, whether it is
+/// held, and its body (an error is the client's: a body that cannot be
+/// encoded).
+fn plan_round(
+    cx: &mut RequestCtx,
+    hooks: &mut Hooks,
+) -> Result<(RoundPlan, Vec<bytes::Bytes>), String> {
+    cx.stats.rounds += 1;
+    let last_round = cx.stats.rounds > cx.options.max_rounds;
+    let offered = offered_tools(cx, last_round);
+    let offers_tools = offered.is_some();
+    let may_continue =
+        cx.ours_offered && cx.options.auto_execute && offers_tools && !cx.answer.format_round();
+    let body = encode_round(cx, offered, &cx.answer.for_round(may_continue))?;
+    let start = RoundStart {
+        number: cx.stats.rounds,
+        offers_tools,
+        auto_execute: cx.options.auto_execute,
+    };
+    let formatting = cx.answer.holds(may_continue);
+    let holding = hooks.holds_round(cx, &start) || formatting;
+    let plan = RoundPlan {
+        last_round,
+        may_continue,
+        holding,
+        formatting,
+        hold_printed: cx.prints_calls && may_continue,
+    };
+    Ok((plan, body))
+}
+
+/// The tools a round offers: the client's only in the format round, none
+/// once the rounds are used up.
+fn offered_tools(cx: &RequestCtx, last_round: bool) -> Option<&[Value]> {
+    if cx.answer.format_round() {
+        (!cx.client_tools.is_empty()).then_some(cx.client_tools.as_slice())
+    } else {
+        (!cx.offered.is_empty() && !last_round).then_some(cx.offered.as_slice())
+    }
+}
+
+/// Phase 2, the round: streamed to the client, or its events held back
+/// and returned.
+async fn send_round(
+    cx: &RequestCtx,
+    hooks: &mut Hooks,
+    out: &mpsc::Sender<Event>,
+    plan: &RoundPlan,
+    body: Vec<bytes::Bytes>,
+) -> (Result<Round, RoundError>, Vec<Event>) {
+    let upstream = &cx.shared.upstream;
+    if plan.holding {
+        let mut sink = Sink::Held(Vec::new());
+        let result = stream_round(upstream, body, &mut sink, plan.hold_printed).await;
+        let held = match sink {
+            Sink::Held(events) => events,
+            Sink::Live { .. } => Vec::new(),
+        };
+        (result, held)
+    } else {
+        let mut sink = Sink::Live { cx, hooks, out };
+        let result = stream_round(upstream, body, &mut sink, plan.hold_printed).await;
+        (result, Vec::new())
+    }
+}
+
+/// Phase 3, the round failed: a first round refused because the model
+/// takes no tools (its capabilities were unknown or stale) is remembered,
+/// and the request served as it came, without oapd's tools. True: start
+/// again.
+fn retry_without_tools(
+    cx: &mut RequestCtx,
+    hooks: &mut Hooks,
+    status: StatusCode,
+    message: &str,
+) -> bool {
+    if cx.stats.rounds != 1
+        || cx.stats.tools_injected == 0
+        || !crate::capabilities::refuses_tools(status, message)
+    {
+        return false;
+    }
+    cx.shared.capabilities.remember(&cx.model, false);
+    cx.withdraw_tools();
+    hooks.tools_withdrawn(cx);
+    true
+}
+
+/// A round the model answered, after phase 4.
+struct Answered {
+    /// What the hooks made of the round.
+    outcome: RoundOutcome,
+    /// The streamed `thinking`, joined.
+    thinking: String,
+    /// The upstream's final chunk, held back from the client.
+    done: Option<Value>,
+    /// Text held back as a possible printed call.
+    printed_held: Vec<Value>,
+    /// That text was a call: it never goes out.
+    printed: bool,
+    /// `format` dropped the answer: the question is asked again.
+    ask_again: bool,
+}
+
+/// Phase 4, after a round: calls written as text are read (`printed.rs`),
+/// the calls split into oapd's and the client's, the hooks have their
+/// say, then `format` may drop the answer (`answer.rs`).
+async fn after_round(
+    cx: &mut RequestCtx,
+    hooks: &mut Hooks,
+    plan: &RoundPlan,
+    round: Round,
+) -> Answered {
+    let Round {
+        mut content,
+        thinking,
+        mut calls,
+        done,
+        held,
+    } = round;
+    // A block, so the borrow of the hooks ends before they are awaited.
+    let (printed, ours, theirs) = {
+        let is_ours = |name: &str| cx.injects(name) || hooks.owns(name);
+        let printed = plan.may_continue
+            && crate::printed::read_calls(
+                &mut calls,
+                &mut content,
+                &thinking,
+                cx.prints_calls,
+                &is_ours,
+            );
+        let (ours, theirs): (Vec<ToolCall>, Vec<ToolCall>) =
+            calls.into_iter().partition(|call| is_ours(&call.name));
+        (printed, ours, theirs)
+    };
+    let mut outcome = RoundOutcome {
+        number: cx.stats.rounds,
+        held: plan.holding,
+        release_held: true,
+        content,
+        ours,
+        theirs,
+    };
+    hooks.after_round(cx, &mut outcome).await;
+    let ask_again = cx.answer.after_round(
+        plan.formatting,
+        !outcome.ours.is_empty(),
+        !outcome.theirs.is_empty(),
+        &mut outcome.release_held,
+    );
+    Answered {
+        outcome,
+        thinking,
+        done,
+        printed_held: held,
+        printed,
+        ask_again,
+    }
+}
+
+/// Phase 5: held events go out unless a phase dropped the answer; text
+/// held back as a possible printed call goes out unless it was one.
+/// False when the client is gone.
+async fn release(
+    cx: &RequestCtx,
+    hooks: &mut Hooks,
+    out: &mpsc::Sender<Event>,
+    plan: &RoundPlan,
+    answered: &mut Answered,
+    held_events: Vec<Event>,
+) -> bool {
+    let released = !plan.holding || answered.outcome.release_held;
+    if plan.holding && released && !hooks.release(cx, out, held_events).await {
+        return false;
+    }
+    let printed_held = std::mem::take(&mut answered.printed_held);
+    if !answered.printed && released {
+        let held = printed_held.into_iter().map(Event::Chunk).collect();
+        return hooks.release(cx, out, held).await;
+    }
+    true
+}
+
+/// Phase 6: oapd's calls run (a hook's runner, else the loop's: bounded
+/// parallelism, results in call order), observers hear each call, the
+/// hooks see the results. A client that goes away cancels them (dropping
+/// the futures kills the tools' process groups and closes their
+/// connections): `None`.
+async fn run_ours(
+    cx: &mut RequestCtx,
+    hooks: &mut Hooks,
+    out: &mpsc::Sender<Event>,
+    ours: &[ToolCall],
+) -> Option<Vec<ToolResult>> {
+    let timed = tokio::select! {
+        timed = timed_calls(cx, hooks, ours) => timed,
+        _ = out.closed() => return None,
+    };
+    let round = cx.stats.rounds;
+    for (call, (result, elapsed)) in ours.iter().zip(&timed) {
+        let report = CallReport {
+            round,
+            name: &call.name,
+            result,
+            elapsed: *elapsed,
+        };
+        hooks.call_finished(cx, &report);
+    }
+    let results: Vec<ToolResult> = timed.into_iter().map(|(result, _)| result).collect();
+    hooks.results_seen(cx, &results);
+    Some(results)
+}
+
+/// The round's calls, each with how long it took (calls a hook runs
+/// itself are timed together: each gets the time of the whole batch).
+async fn timed_calls(
+    cx: &RequestCtx,
+    hooks: &mut Hooks,
+    ours: &[ToolCall],
+) -> Vec<(ToolResult, Duration)> {
+    match hooks.run_calls(cx, ours) {
+        Some(run) => {
+            let started = Instant::now();
+            let results = run.await;
+            let elapsed = started.elapsed();
+            results
+                .into_iter()
+                .map(|result| (result, elapsed))
+                .collect()
         }
+        None => run_calls_timed(&cx.shared, &cx.tools_by_name(), ours).await,
+    }
+}
+
+/// Phase 6, then: the model's turn and the results join the conversation
+/// for the next round.
+fn record_turn(
+    cx: &mut RequestCtx,
+    content: String,
+    thinking: String,
+    ours: &[ToolCall],
+    results: Vec<ToolResult>,
+) {
+    let assistant_calls: Vec<Value> = ours.iter().map(ToolCall::to_ollama).collect();
+    let mut assistant = json!({
+        "role": "assistant",
+        "content": content,
+        "tool_calls": assistant_calls,
     });
+    if !thinking.is_empty() {
+        // The model's reasoning stays with its calls in the next round.
+        assistant["thinking"] = Value::from(thinking);
+    }
+    cx.messages.push(assistant);
+    for (call, result) in ours.iter().zip(results) {
+        let mut message = json!({
+            "role": "tool",
+            "content": result.content,
+            "tool_name": call.name,
+        });
+        if let Some(id) = &call.id {
+            message["tool_call_id"] = Value::from(id.clone());
+        }
+        cx.messages.push(message);
+    }
+}
+
+/// Phase 7: a turn that also called the client's tools. Those go back to
+/// the client now, which continues the conversation itself; what oapd
+/// added waits for that follow-up (`mixed.rs`).
+fn remember_mixed(cx: &RequestCtx, theirs: &[ToolCall]) {
+    if let Some(conversation) = &cx.options.conversation {
+        cx.shared.mixed_turns.remember(
+            conversation,
+            theirs,
+            cx.messages.get(cx.client_messages..).unwrap_or_default(),
+            cx.messages.get(..cx.client_messages).unwrap_or_default(),
+            &cx.held.images,
+        );
+    }
+}
+
+/// Phase 8, the request is over: the client's `keep_alive` applied when
+/// this round left it out (`answer.rs`), then the client's calls and the
+/// final chunk.
+async fn conclude(
+    cx: &mut RequestCtx,
+    hooks: &mut Hooks,
+    out: &mpsc::Sender<Event>,
+    plan: &RoundPlan,
+    done: Option<Value>,
+    handed_back: Vec<ToolCall>,
+) {
+    cx.answer
+        .finish(&cx.shared.upstream, &cx.model, plan.may_continue);
+    finish(cx, hooks, out, done, handed_back).await;
+}
+
+/// Ends the request with an error (the client's status if nothing went out yet).
+async fn fail(
+    cx: &RequestCtx,
+    hooks: &mut Hooks,
+    out: &mpsc::Sender<Event>,
+    status: StatusCode,
+    message: String,
+) {
+    hooks.send(cx, out, Event::error(status, message)).await;
 }
 
 /// Runs oapd's calls with bounded parallelism; results in call order.
@@ -849,13 +668,13 @@ async fn run_calls_timed(
 
 /// Sends the client the calls it owns (if any) and the one final chunk.
 async fn finish(
+    cx: &mut RequestCtx,
+    hooks: &mut Hooks,
     out: &mpsc::Sender<Event>,
-    model: &str,
     done: Option<Value>,
     handed_back: Vec<ToolCall>,
-    stats: LoopStats,
-    hooks: &Hooks,
 ) {
+    let model = cx.model.as_str();
     if !handed_back.is_empty() {
         let calls: Vec<Value> = handed_back
             .iter()
@@ -872,7 +691,7 @@ async fn finish(
             "message": {"role": "assistant", "content": "", "tool_calls": calls},
             "done": false,
         });
-        if out.send(Event::Chunk(chunk)).await.is_err() {
+        if !hooks.send(cx, out, Event::Chunk(chunk)).await {
             return;
         }
     }
@@ -890,217 +709,10 @@ async fn finish(
         message.insert("content".into(), Value::from(""));
     }
     done["done"] = Value::Bool(true);
-    done["oap_tools_injected"] = Value::from(stats.tools_injected);
-    done["oap_round"] = Value::from(stats.rounds);
-    hooks.finish(&mut done);
-    let _ = out.send(Event::Chunk(done)).await;
-}
-
-/// Runs a round with its client-facing events held back; returns them.
-async fn held_round(
-    ctx: &ChatContext,
-    body: Vec<bytes::Bytes>,
-    hold_printed: bool,
-) -> (Result<Round, RoundError>, Vec<Event>) {
-    let (tx, mut rx) = mpsc::channel(64);
-    let run = async move {
-        let result = stream_round(ctx, body, &tx, hold_printed).await;
-        drop(tx);
-        result
-    };
-    let collect = async {
-        let mut held = Vec::new();
-        while let Some(event) = rx.recv().await {
-            held.push(event);
-        }
-        held
-    };
-    tokio::join!(run, collect)
-}
-
-/// Sends held events on; false when the client is gone.
-async fn release(out: &mpsc::Sender<Event>, held: Vec<Event>) -> bool {
-    for event in held {
-        if out.send(event).await.is_err() {
-            return false;
-        }
-    }
-    true
-}
-
-pub(crate) enum RoundError {
-    ClientGone,
-    /// Ollama (or the way to it) failed; `status` is what the client
-    /// should see if nothing was sent yet.
-    Upstream {
-        status: StatusCode,
-        message: String,
-    },
-}
-
-fn upstream_failed(message: impl Into<String>) -> RoundError {
-    RoundError::Upstream {
-        status: StatusCode::BAD_GATEWAY,
-        message: message.into(),
-    }
-}
-
-pub(crate) struct Round {
-    content: String,
-    /// The streamed `thinking`, joined.
-    thinking: String,
-    calls: Vec<ToolCall>,
-    /// The upstream's final `done:true` chunk, held back from the client.
-    done: Option<Value>,
-    /// Chunks held back as a possible printed call (`printed.rs`), not sent.
-    held: Vec<Value>,
-}
-
-/// One upstream call: forwards content as it arrives, holds back tool calls
-/// and the `done` chunk, and returns what the model asked for.
-pub(crate) async fn stream_round(
-    ctx: &ChatContext,
-    body: Vec<bytes::Bytes>,
-    out: &mpsc::Sender<Event>,
-    hold_printed: bool,
-) -> Result<Round, RoundError> {
-    let response = match ctx.upstream.post_parts("/api/chat", body, None).await {
-        Ok(response) => response,
-        Err(err) => {
-            let status = err.status();
-            return Err(RoundError::Upstream {
-                status,
-                message: err.to_string(),
-            });
-        }
-    };
-    let status = response.status();
-    let mut upstream_body = response.into_body();
-    if !status.is_success() {
-        let message = crate::upstream::error_message(upstream_body).await;
-        let message = if message.trim().is_empty() {
-            format!("Ollama answered {status}")
-        } else {
-            message
-        };
-        return Err(RoundError::Upstream { status, message });
-    }
-
-    let mut decoder = LineDecoder::new(MAX_UPSTREAM_LINE);
-    let mut calls = ToolCallAccumulator::new();
-    let mut content = String::new();
-    let mut thinking = String::new();
-    let mut holdback = crate::printed::Holdback::new(hold_printed);
-    let mut done = None;
-    while done.is_none() {
-        let frame = tokio::select! {
-            frame = upstream_body.frame() => frame,
-            _ = out.closed() => return Err(RoundError::ClientGone),
-        };
-        let (lines, ended) = match frame {
-            None => (decoder.finish().into_iter().collect(), true),
-            Some(Err(err)) => {
-                return Err(upstream_failed(format!(
-                    "the connection to Ollama broke mid-answer: {err}"
-                )))
-            }
-            Some(Ok(frame)) => match frame.into_data() {
-                Ok(data) => (
-                    decoder.push(&data).map_err(|err| {
-                        upstream_failed(format!("Ollama sent a bad stream: {err}"))
-                    })?,
-                    false,
-                ),
-                Err(_) => continue,
-            },
-        };
-        for line in lines {
-            let Ok(mut chunk) = serde_json::from_slice::<Value>(&line) else {
-                return Err(upstream_failed("Ollama sent a line that is not JSON"));
-            };
-            if let Some(error) = chunk.get("error") {
-                let message = error
-                    .as_str()
-                    .map(str::to_string)
-                    .unwrap_or_else(|| error.to_string());
-                return Err(RoundError::Upstream {
-                    status: StatusCode::INTERNAL_SERVER_ERROR,
-                    message,
-                });
-            }
-            calls.push_chunk(&chunk);
-            let is_done = chunk.get("done").and_then(Value::as_bool) == Some(true);
-            if let Some(message) = chunk.get_mut("message").and_then(Value::as_object_mut) {
-                message.remove("tool_calls");
-                if let Some(text) = message.get("content").and_then(Value::as_str) {
-                    content.push_str(text);
-                }
-                if let Some(text) = message.get("thinking").and_then(Value::as_str) {
-                    thinking.push_str(text);
-                }
-            }
-            if is_done {
-                // Text on the done chunk goes out on its own chunk, so the
-                // final done chunk stays empty, as Ollama's rendered path's is.
-                if has_visible_text(&chunk) {
-                    let mut piece = chunk.clone();
-                    piece["done"] = Value::Bool(false);
-                    strip_metrics(&mut piece);
-                    for piece in holdback.pass(piece, &content) {
-                        if out.send(Event::Chunk(piece)).await.is_err() {
-                            return Err(RoundError::ClientGone);
-                        }
-                    }
-                }
-                done = Some(chunk);
-                break;
-            }
-            if has_visible_text(&chunk) {
-                for piece in holdback.pass(chunk, &content) {
-                    if out.send(Event::Chunk(piece)).await.is_err() {
-                        return Err(RoundError::ClientGone);
-                    }
-                }
-            }
-        }
-        if ended && done.is_none() {
-            return Err(upstream_failed(
-                "Ollama closed the stream before it was done",
-            ));
-        }
-    }
-    Ok(Round {
-        content,
-        thinking,
-        calls: calls.finish(),
-        done,
-        held: holdback.into_held(),
-    })
-}
-
-fn has_visible_text(chunk: &Value) -> bool {
-    ["content", "thinking"].iter().any(|key| {
-        chunk
-            .pointer(&format!("/message/{key}"))
-            .and_then(Value::as_str)
-            .is_some_and(|s| !s.is_empty())
-    }) || chunk.pointer("/message/images").is_some()
-}
-
-fn strip_metrics(chunk: &mut Value) {
-    if let Some(object) = chunk.as_object_mut() {
-        for key in [
-            "done_reason",
-            "total_duration",
-            "load_duration",
-            "prompt_eval_count",
-            "prompt_eval_duration",
-            "eval_count",
-            "eval_duration",
-        ] {
-            object.remove(key);
-        }
-    }
+    done["oap_tools_injected"] = Value::from(cx.stats.tools_injected);
+    done["oap_round"] = Value::from(cx.stats.rounds);
+    hooks.finish(cx, &mut done);
+    hooks.send(cx, out, Event::Chunk(done)).await;
 }
 
 /// `created_at` in Ollama's format (RFC 3339, UTC, nanoseconds).
@@ -1313,30 +925,5 @@ mod tests {
         assert_eq!(civil_from_days(0), (1970, 1, 1));
         assert_eq!(civil_from_days(19_723), (2024, 1, 1));
         assert_eq!(civil_from_days(20_513), (2026, 3, 1));
-    }
-}
-
-#[cfg(test)]
-mod window_tests {
-    use super::{context_window, OLLAMA_DEFAULT_NUM_CTX};
-    use serde_json::json;
-
-    #[test]
-    fn the_window_is_the_modelfile_num_ctx_or_the_default_within_the_trained_length() {
-        let show = |parameters: &str, trained: u64| {
-            json!({"parameters": parameters,
-                   "model_info": {"general.architecture": "qwen3", "qwen3.context_length": trained}})
-        };
-        assert_eq!(
-            context_window(&show("stop \"<|im_end|>\"", 40_960)),
-            OLLAMA_DEFAULT_NUM_CTX
-        );
-        assert_eq!(
-            context_window(&show("num_ctx 16384\nstop \"x\"", 40_960)),
-            16_384
-        );
-        assert_eq!(context_window(&show("num_ctx 16384", 2048)), 2048);
-        assert_eq!(context_window(&show("", 1024)), 1024);
-        assert_eq!(context_window(&json!({})), OLLAMA_DEFAULT_NUM_CTX);
     }
 }

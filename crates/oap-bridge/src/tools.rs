@@ -8,7 +8,7 @@ use futures_util::future::BoxFuture;
 use oap_discovery::{Discovery, Engine, StoredRecord};
 use oap_manifest::Manifest;
 
-use crate::tool_loop::InjectedTool;
+use crate::context::InjectedTool;
 
 /// Finds the tools for a task (the daemon: the experience cache, else
 /// discovery). `reserved` are names the tools must not take.

@@ -21,8 +21,8 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 
-/// The error type of boxed bodies.
-pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+pub use crate::connect::BoxError;
+
 /// A boxed body, buffered or streamed (the daemon's response body type).
 pub type Body = BoxBody<Bytes, BoxError>;
 

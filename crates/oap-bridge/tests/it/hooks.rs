@@ -6,10 +6,8 @@ use std::sync::{Arc, Mutex};
 
 use fake_ollama::{Script, Turn};
 use futures_util::future::BoxFuture;
-use oap_bridge::hooks::{
-    CallReport, Hook, Hooks, OutputFilter, RoundOutcome, RoundStart, ToolsByName,
-};
-use oap_bridge::{ChatContext, Event, ToolResult};
+use oap_bridge::hooks::{CallReport, Hook, Hooks, RoundOutcome, RoundStart};
+use oap_bridge::{Event, RequestCtx, ToolResult};
 use oap_wire::ToolCall;
 use serde_json::{json, Value};
 
@@ -22,7 +20,7 @@ struct Lookup {
 }
 
 impl Hook for Lookup {
-    fn definitions(&self) -> Vec<Value> {
+    fn definitions(&mut self, _cx: &mut RequestCtx) -> Vec<Value> {
         vec![json!({"type": "function", "function": {"name": "lookup",
             "parameters": {"type": "object", "properties": {"q": {"type": "string"}}}}})]
     }
@@ -32,9 +30,8 @@ impl Hook for Lookup {
     }
 
     fn run_calls<'a>(
-        &'a self,
-        _ctx: &'a ChatContext,
-        _tools: &'a ToolsByName<'a>,
+        &'a mut self,
+        _cx: &'a RequestCtx,
         calls: &'a [ToolCall],
     ) -> Option<BoxFuture<'a, Vec<ToolResult>>> {
         Some(Box::pin(async move {
@@ -48,12 +45,12 @@ impl Hook for Lookup {
         }))
     }
 
-    fn results_seen(&self, results: &[ToolResult]) {
+    fn results_seen(&mut self, _cx: &mut RequestCtx, results: &[ToolResult]) {
         let mut seen = self.seen.lock().unwrap();
         seen.extend(results.iter().map(|r| r.content.clone()));
     }
 
-    fn finish(&self, done: &mut Value) {
+    fn finish(&mut self, _cx: &mut RequestCtx, done: &mut Value) {
         done["looked_up"] = Value::from(self.seen.lock().unwrap().len());
     }
 }
@@ -105,20 +102,8 @@ struct Shout {
     seen: Arc<AtomicUsize>,
 }
 
-struct ShoutFilter {
-    seen: Arc<AtomicUsize>,
-}
-
 impl Hook for Shout {
-    fn output_filter(&self) -> Option<Box<dyn OutputFilter>> {
-        Some(Box::new(ShoutFilter {
-            seen: self.seen.clone(),
-        }))
-    }
-}
-
-impl OutputFilter for ShoutFilter {
-    fn filter(&mut self, event: Event) -> Vec<Event> {
+    fn output(&mut self, _cx: &RequestCtx, event: Event) -> Vec<Event> {
         self.seen.fetch_add(1, Ordering::SeqCst);
         match event {
             Event::Chunk(mut chunk) => {
@@ -168,18 +153,17 @@ async fn an_output_filter_sees_every_event_of_every_round() {
 /// the answer and has `echo` called instead (what forcing does).
 #[derive(Default)]
 struct Insist {
-    held_rounds: Mutex<Vec<u32>>,
+    held_rounds: Arc<Mutex<Vec<u32>>>,
 }
 
 impl Hook for Insist {
-    fn holds_round(&self, round: &RoundStart) -> bool {
+    fn holds_round(&mut self, _cx: &mut RequestCtx, round: &RoundStart) -> bool {
         round.number == 1
     }
 
     fn after_round<'a>(
-        &'a self,
-        _ctx: &'a ChatContext,
-        _model: &'a str,
+        &'a mut self,
+        _cx: &'a mut RequestCtx,
         round: &'a mut RoundOutcome,
     ) -> BoxFuture<'a, ()> {
         Box::pin(async move {
@@ -210,34 +194,21 @@ async fn a_held_round_can_be_dropped_and_replaced_by_a_call() {
             .turn(Turn::reply("Now with the tool.")),
     )
     .await;
-    let insist = Arc::new(Insist::default());
-    struct Shared(Arc<Insist>);
-    impl Hook for Shared {
-        fn holds_round(&self, round: &RoundStart) -> bool {
-            self.0.holds_round(round)
-        }
-        fn after_round<'a>(
-            &'a self,
-            ctx: &'a ChatContext,
-            model: &'a str,
-            round: &'a mut RoundOutcome,
-        ) -> BoxFuture<'a, ()> {
-            self.0.after_round(ctx, model, round)
-        }
-    }
+    let insist = Insist::default();
+    let held_rounds = insist.held_rounds.clone();
     let events = bench
         .run(
             request("what is in the file?"),
             vec![tool("echo")],
             options(3),
-            Hooks::new(vec![Box::new(Shared(insist.clone()))]),
+            Hooks::new(vec![Box::new(insist)]),
         )
         .await;
     let chunks = chunks(&events);
     // The held answer never reached the client.
     assert_eq!(content(&chunks), "Now with the tool.");
     assert_eq!(the_final_chunk(&chunks)["oap_round"], 2);
-    assert_eq!(*insist.held_rounds.lock().unwrap(), [1]);
+    assert_eq!(*held_rounds.lock().unwrap(), [1]);
     let calls = bench.runner.calls();
     assert_eq!(calls.len(), 1);
     assert_eq!(calls[0].1["text"], "insisted");
@@ -262,7 +233,7 @@ struct Observer {
 }
 
 impl Hook for Observer {
-    fn call_finished(&self, report: &CallReport<'_>) {
+    fn call_finished(&mut self, _cx: &mut RequestCtx, report: &CallReport<'_>) {
         self.heard.lock().unwrap().push((
             report.round,
             report.name.to_string(),
@@ -300,4 +271,63 @@ async fn an_observer_hears_each_call_with_its_round_outcome_and_duration() {
     );
     assert_eq!(timed.load(Ordering::SeqCst), 2);
     assert_eq!(bench.runner.calls().len(), 2);
+}
+
+/// Keeps its per-request state in plain fields: the hook belongs to one
+/// request, and every phase lends it `&mut self` and the request's context.
+#[derive(Default)]
+struct Tally {
+    rounds: Vec<u32>,
+    events_out: usize,
+    model: String,
+}
+
+impl Hook for Tally {
+    fn holds_round(&mut self, cx: &mut RequestCtx, round: &RoundStart) -> bool {
+        self.rounds.push(round.number);
+        self.model = cx.model.clone();
+        false
+    }
+
+    fn output(&mut self, _cx: &RequestCtx, event: Event) -> Vec<Event> {
+        self.events_out += 1;
+        vec![event]
+    }
+
+    fn finish(&mut self, cx: &mut RequestCtx, done: &mut Value) {
+        done["tally"] = json!({
+            "rounds": self.rounds,
+            "events_out": self.events_out,
+            "model": self.model,
+            "messages": cx.messages.len(),
+        });
+    }
+}
+
+#[tokio::test]
+async fn a_hook_keeps_its_request_state_in_its_own_fields_and_reads_the_context() {
+    let bench = Bench::start(
+        Script::new()
+            .turn(Turn::tool_call("echo", json!({"text": "a"})))
+            .turn(Turn::reply("done")),
+    )
+    .await;
+    let events = bench
+        .run(
+            request("echo a"),
+            vec![tool("echo")],
+            options(3),
+            Hooks::new(vec![Box::new(Tally::default())]),
+        )
+        .await;
+    let chunks = chunks(&events);
+    let tally = &the_final_chunk(&chunks)["tally"];
+    assert_eq!(tally["rounds"], json!([1, 2]));
+    assert_eq!(tally["model"], "m");
+    // The user's message, then the loop's: the model's call and its result.
+    assert_eq!(tally["messages"], 3);
+    // Every chunk before the final one passed the output phase before
+    // `finish` ran.
+    assert_eq!(tally["events_out"], chunks.len() - 1);
+    bench.fake.shutdown().await;
 }

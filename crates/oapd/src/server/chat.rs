@@ -1,7 +1,7 @@
 //! The Ollama-compatible surface: `/api/chat` with the tool loop, the
 //! pass-through routes, and `/v1/tools`. This is the adapter between HTTP
 //! and `oap_bridge`: it parses a request, builds its hooks from the
-//! settings (`oap_bridge::exposure::prepare`) and turns the loop's events
+//! settings (`oap_bridge::assembly::prepare`) and turns the loop's events
 //! into responses.
 
 use std::sync::Arc;
@@ -11,7 +11,7 @@ use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use hyper::header::AUTHORIZATION;
 use hyper::{Request, Response, StatusCode};
-use oap_bridge::exposure::Prepared;
+use oap_bridge::assembly::Prepared;
 use oap_bridge::hooks::Hooks;
 use oap_bridge::payload::{Held, Hold};
 use oap_bridge::tool_loop::{self as bridge, BridgeSettings};
@@ -204,7 +204,7 @@ impl ChatService {
             other => other,
         };
         let source: Arc<dyn ToolSource> = self.clone();
-        oap_bridge::exposure::prepare(&self.exposure, &self.engine, source, tools, chat, options)
+        oap_bridge::assembly::prepare(&self.exposure, &self.engine, source, tools, chat, options)
     }
 
     /// Shrinks oapd's tools (shorter, fewer, none) so that they, the

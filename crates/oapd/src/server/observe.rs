@@ -15,8 +15,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use futures_util::future::BoxFuture;
 use hyper::header::HeaderMap;
-use oap_bridge::hooks::{CallReport, Hook, OutputFilter, RoundOutcome, RoundStart};
-use oap_bridge::{ChatContext, Event};
+use oap_bridge::hooks::{CallReport, Hook, RoundOutcome, RoundStart};
+use oap_bridge::{Event, RequestCtx};
 use serde::Serialize;
 use serde_json::{Map, Value};
 
@@ -359,12 +359,12 @@ impl Progress {
 }
 
 impl Hook for Observer {
-    fn tools_withdrawn(&self) {
+    fn tools_withdrawn(&mut self, _cx: &mut RequestCtx) {
         // The model takes no tools: the request goes on as it came.
         self.shared.lock().record.tools_injected.clear();
     }
 
-    fn holds_round(&self, round: &RoundStart) -> bool {
+    fn holds_round(&mut self, _cx: &mut RequestCtx, round: &RoundStart) -> bool {
         let mut progress = self.shared.lock();
         progress.auto_execute = round.auto_execute;
         // A request started again without oapd's tools counts its
@@ -380,9 +380,8 @@ impl Hook for Observer {
     }
 
     fn after_round<'a>(
-        &'a self,
-        _ctx: &'a ChatContext,
-        _model: &'a str,
+        &'a mut self,
+        _cx: &'a mut RequestCtx,
         round: &'a mut RoundOutcome,
     ) -> BoxFuture<'a, ()> {
         let mut progress = self.shared.lock();
@@ -400,7 +399,7 @@ impl Hook for Observer {
         Box::pin(async {})
     }
 
-    fn call_finished(&self, report: &CallReport<'_>) {
+    fn call_finished(&mut self, _cx: &mut RequestCtx, report: &CallReport<'_>) {
         let outcome = report.result.outcome();
         let mut progress = self.shared.lock();
         crate::metrics::get().tool_call(progress.label(report.name), outcome, Some(report.elapsed));
@@ -416,21 +415,9 @@ impl Hook for Observer {
         }
     }
 
-    fn output_filter(&self) -> Option<Box<dyn OutputFilter>> {
-        Some(Box::new(Watch {
-            shared: self.shared.clone(),
-        }))
-    }
-}
-
-/// Sees what the client gets: the final chunk, or the error that ended
-/// the request (its status when nothing went out before it).
-struct Watch {
-    shared: Arc<Shared>,
-}
-
-impl OutputFilter for Watch {
-    fn filter(&mut self, event: Event) -> Vec<Event> {
+    /// Sees what the client gets: the final chunk, or the error that
+    /// ended the request (its status when nothing went out before it).
+    fn output(&mut self, _cx: &RequestCtx, event: Event) -> Vec<Event> {
         let mut progress = self.shared.lock();
         match &event {
             Event::Chunk(chunk) => {

@@ -9,7 +9,7 @@ use hyper::{Request, Response, StatusCode};
 use oap_wire::responses::{self, ResponseHead, ResponseStream};
 use serde_json::Value;
 
-use oap_bridge::exposure::Prepared;
+use oap_bridge::assembly::Prepared;
 use oap_bridge::payload::{Held, Hold};
 use oap_bridge::tool_loop as bridge;
 
