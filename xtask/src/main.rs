@@ -20,6 +20,7 @@ mod bench_proxy;
 mod bench_retrieval;
 mod bench_run;
 mod bench_tokens;
+mod command;
 mod cross;
 mod debfile;
 mod debian;
