@@ -10,6 +10,7 @@
     reason = "a developer tool reading the repository's own files and its children's output, not daemon input"
 )]
 
+mod advisories;
 mod bench;
 mod bench_crawl;
 mod bench_experience;
@@ -62,6 +63,19 @@ const COMMANDS: &[Command] = &[
         usage: "test [CARGO TEST ARGS...]\n      \
                 fetch the model and run the whole test suite (release profile)",
         run: tasks::test,
+    },
+    Command {
+        name: "deny",
+        usage: "deny\n      \
+                cargo deny check (deny.toml) of both workspaces, offline, against\n      \
+                the vendored advisory snapshot (supply-chain/advisory-db)",
+        run: advisories::deny,
+    },
+    Command {
+        name: "advisories",
+        usage: "advisories --from DIR\n      \
+                refresh supply-chain/advisory-db from an advisory-db checkout at DIR",
+        run: advisories::refresh,
     },
     Command {
         name: "fuzz",
