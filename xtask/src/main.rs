@@ -39,6 +39,7 @@ mod package;
 mod soak;
 mod soak_plot;
 mod tasks;
+mod test_packages;
 mod tidy;
 
 use std::path::PathBuf;

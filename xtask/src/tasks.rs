@@ -36,7 +36,8 @@ pub fn run(args: &[String]) -> anyhow::Result<()> {
 
 /// `cargo xtask test [CARGO TEST ARGS...]`: the whole test suite, in
 /// release mode (candle inference in a debug build is too slow to test, and
-/// one profile means one build).
+/// one profile means one build), after installing the Debian packages it
+/// needs (xtask/debian-packages.txt).
 ///
 /// Without ARGS the Python side (the MCP servers' packages, the client venv,
 /// Home Assistant's venv and, if the machine has no CPython new enough for
@@ -44,6 +45,7 @@ pub fn run(args: &[String]) -> anyhow::Result<()> {
 /// workspace's tests compile: mostly downloads and unpacking next to a
 /// compile. Both are done before any test runs.
 pub fn test(args: &[String]) -> anyhow::Result<()> {
+    crate::test_packages::ensure()?;
     fetch_test_models()?;
     let workspace_tests = || {
         let mut command = cargo();
