@@ -78,6 +78,36 @@ fn python() -> anyhow::Result<PathBuf> {
         }
         Err(_) => {}
     }
+    for candidate in candidates() {
+        match usable(&candidate) {
+            Ok(()) => return Ok(candidate),
+            Err(Unusable::Missing) => {}
+            Err(why) => println!("not using {}: {why}", candidate.display()),
+        }
+    }
+    println!(
+        "no CPython {}.{}.{} or later 3.13 on this machine: building one from Debian's source",
+        MIN_PYTHON.0, MIN_PYTHON.1, MIN_PYTHON.2
+    );
+    build(&root.join("target/python3.13"))?;
+    Ok(built)
+}
+
+/// Whether [`python`] would have to build CPython from source (which needs
+/// the `ha-build` packages of xtask/debian-packages.txt).
+pub(crate) fn needs_build() -> bool {
+    match std::env::var("OAPD_HA_PYTHON") {
+        Ok(forced) if forced == "source" => {
+            usable(&repo_root().join("target/python3.13/bin/python3.13")).is_err()
+        }
+        Ok(_) => false,
+        Err(_) => !candidates().iter().any(|c| usable(c).is_ok()),
+    }
+}
+
+/// Where a CPython 3.13 may be, in order of preference.
+fn candidates() -> Vec<PathBuf> {
+    let built = repo_root().join("target/python3.13/bin/python3.13");
     let mut candidates = vec![PathBuf::from("python3.13")];
     let pyenv = std::env::var_os("PYENV_ROOT")
         .map(PathBuf::from)
@@ -94,20 +124,8 @@ fn python() -> anyhow::Result<PathBuf> {
         found.sort();
         candidates.extend(found.into_iter().rev());
     }
-    candidates.push(built.clone());
-    for candidate in candidates {
-        match usable(&candidate) {
-            Ok(()) => return Ok(candidate),
-            Err(Unusable::Missing) => {}
-            Err(why) => println!("not using {}: {why}", candidate.display()),
-        }
-    }
-    println!(
-        "no CPython {}.{}.{} or later 3.13 on this machine: building one from Debian's source",
-        MIN_PYTHON.0, MIN_PYTHON.1, MIN_PYTHON.2
-    );
-    build(&root.join("target/python3.13"))?;
-    Ok(built)
+    candidates.push(built);
+    candidates
 }
 
 /// Why a Python will not do for Home Assistant.

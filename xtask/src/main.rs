@@ -68,6 +68,7 @@
     reason = "a developer tool reading the repository's own files and its children's output, not daemon input"
 )]
 
+mod advisories;
 mod bench;
 mod bench_crawl;
 mod bench_experience;
@@ -78,6 +79,7 @@ mod bench_proxy;
 mod bench_retrieval;
 mod bench_run;
 mod bench_tokens;
+mod command;
 mod cross;
 mod debfile;
 mod debian;
@@ -97,6 +99,7 @@ mod package;
 mod soak;
 mod soak_plot;
 mod tasks;
+mod test_packages;
 mod tidy;
 
 use std::path::PathBuf;
@@ -121,6 +124,19 @@ const COMMANDS: &[Command] = &[
         usage: "test [CARGO TEST ARGS...]\n      \
                 fetch the model and run the whole test suite (release profile)",
         run: tasks::test,
+    },
+    Command {
+        name: "deny",
+        usage: "deny\n      \
+                cargo deny check (deny.toml) of both workspaces, offline, against\n      \
+                the vendored advisory snapshot (supply-chain/advisory-db)",
+        run: advisories::deny,
+    },
+    Command {
+        name: "advisories",
+        usage: "advisories --from DIR\n      \
+                refresh supply-chain/advisory-db from an advisory-db checkout at DIR",
+        run: advisories::refresh,
     },
     Command {
         name: "fuzz",

@@ -4,27 +4,10 @@
 use std::path::Path;
 use std::process::Command;
 
-use anyhow::{bail, Context};
-
+// Where the rest of xtask has always found them; they live below every
+// task so that a task's helpers never depend back on the tasks.
+pub(crate) use crate::command::{cargo, pip_install, python_venv, run_in_root};
 use crate::repo_root;
-
-/// Prints `$ command`, runs it in the repository root, fails if it fails.
-pub(crate) fn run_in_root(command: &mut Command) -> anyhow::Result<()> {
-    let shown = format!("{command:?}");
-    println!("$ {shown}");
-    let status = command
-        .current_dir(repo_root())
-        .status()
-        .with_context(|| format!("cannot start {shown}"))?;
-    if !status.success() {
-        bail!("{shown} failed: {status}");
-    }
-    Ok(())
-}
-
-pub(crate) fn cargo() -> Command {
-    Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()))
-}
 
 fn fetch_model() -> anyhow::Result<()> {
     crate::model::run(&[])
@@ -53,7 +36,8 @@ pub fn run(args: &[String]) -> anyhow::Result<()> {
 
 /// `cargo xtask test [CARGO TEST ARGS...]`: the whole test suite, in
 /// release mode (candle inference in a debug build is too slow to test, and
-/// one profile means one build).
+/// one profile means one build), after installing the Debian packages it
+/// needs (xtask/debian-packages.txt).
 ///
 /// Without ARGS the Python side (the MCP servers' packages, the client venv,
 /// Home Assistant's venv and, if the machine has no CPython new enough for
@@ -61,6 +45,7 @@ pub fn run(args: &[String]) -> anyhow::Result<()> {
 /// workspace's tests compile: mostly downloads and unpacking next to a
 /// compile. Both are done before any test runs.
 pub fn test(args: &[String]) -> anyhow::Result<()> {
+    crate::test_packages::ensure()?;
     fetch_test_models()?;
     let workspace_tests = || {
         let mut command = cargo();
@@ -126,36 +111,6 @@ fn mcp_servers() -> anyhow::Result<()> {
             .arg(&node),
     )?;
     python_venv()
-}
-
-/// The target/pyclients venv with tests/python/requirements.txt installed.
-pub(crate) fn python_venv() -> anyhow::Result<()> {
-    let root = repo_root();
-    let venv = root.join("target/pyclients");
-    let python = venv.join("bin/python");
-    if !python.is_file() {
-        run_in_root(Command::new("python3").args(["-m", "venv"]).arg(&venv))?;
-    }
-    pip_install(&python, &root.join("tests/python/requirements.txt"))
-}
-
-/// `python -m pip install -r requirements` (quietly), for the test venvs.
-pub(crate) fn pip_install(
-    python: &std::path::Path,
-    requirements: &std::path::Path,
-) -> anyhow::Result<()> {
-    run_in_root(
-        Command::new(python)
-            .args([
-                "-m",
-                "pip",
-                "install",
-                "--quiet",
-                "--disable-pip-version-check",
-                "-r",
-            ])
-            .arg(requirements),
-    )
 }
 
 /// The real `ollama` and `openai` Python packages, and Home Assistant core

@@ -75,9 +75,9 @@ pub fn positive_seconds(value: &str) -> Result<Duration, String> {
     Ok(Duration::from_secs_f64(secs))
 }
 
-/// Percentile `p` (0..1) of sorted samples; NaN for none.
+/// Percentile `p` (0..1) of sorted samples, nearest rank; NaN for none.
 pub fn pct(sorted: &[f64], p: f64) -> f64 {
-    oap_testkit::stats::rounded_index(sorted, p).unwrap_or(f64::NAN)
+    oap_testkit::stats::nearest_rank(sorted, p * 100.0).unwrap_or(f64::NAN)
 }
 
 /// Up to five distinct messages, in the order first seen.
@@ -92,4 +92,17 @@ pub fn error_samples(errors: &[String]) -> Vec<String> {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    /// Every benchmark figure uses the test kit's one percentile
+    /// definition, nearest rank: the median of 1..=10 is 5, not 6.
+    #[test]
+    fn percentiles_are_nearest_rank() {
+        let samples: Vec<f64> = (1..=10).map(f64::from).collect();
+        assert_eq!(super::pct(&samples, 0.5), 5.0);
+        assert_eq!(super::pct(&samples, 0.95), 10.0);
+        assert!(super::pct(&[], 0.5).is_nan());
+    }
 }

@@ -57,8 +57,9 @@ fn shuffle<T>(items: &mut [T], mut seed: u64) {
     }
 }
 
+/// Percentile `p` (0..1) of sorted samples, nearest rank; zero for none.
 fn percentile(sorted: &[f64], p: f64) -> f64 {
-    oap_testkit::stats::rounded_index(sorted, p).unwrap_or(0.0)
+    oap_testkit::stats::nearest_rank(sorted, p * 100.0).unwrap_or(0.0)
 }
 
 fn name_of(engine: &oap_discovery::Engine, id: &str) -> Option<String> {

@@ -46,8 +46,9 @@ impl Rng {
     }
 }
 
+/// Percentile `p` (0..1) of sorted durations, nearest rank; zero for none.
 fn pct(sorted: &[Duration], p: f64) -> Duration {
-    oap_testkit::stats::rounded_index(sorted, p).unwrap_or_default()
+    oap_testkit::stats::nearest_rank(sorted, p * 100.0).unwrap_or_default()
 }
 
 fn ms(d: Duration) -> f64 {

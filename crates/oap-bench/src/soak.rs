@@ -64,7 +64,7 @@
 use std::collections::BTreeMap;
 use std::fs::File;
 use std::io::{BufRead, BufReader, Write};
-use std::net::{SocketAddr, TcpListener as StdListener};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
@@ -601,10 +601,6 @@ impl Ollama {
             }
         }
     }
-}
-
-fn free_port() -> Result<u16> {
-    Ok(StdListener::bind("127.0.0.1:0")?.local_addr()?.port())
 }
 
 fn health(addr: SocketAddr) -> Option<Value> {
@@ -1422,7 +1418,7 @@ fn soak(o: Args) -> Result<SoakReport> {
     let mut ollama = Ollama {
         bin: o.fake_ollama.clone(),
         script,
-        port: free_port()?,
+        port: oap_testkit::daemon::try_free_port()?,
         log: o.out.join("fake-ollama.log"),
         child: None,
     };
@@ -1448,7 +1444,7 @@ fn soak(o: Args) -> Result<SoakReport> {
     let setup = Arc::new(Setup {
         oapd: o.oapd.clone(),
         model: o.model.clone(),
-        port: free_port()?,
+        port: oap_testkit::daemon::try_free_port()?,
         yaml,
         log: o.out.join("oapd.log"),
     });

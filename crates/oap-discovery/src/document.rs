@@ -190,7 +190,7 @@ pub fn humanize_name(name: &str) -> String {
 /// Adds `text`, trimmed and cut to `max_bytes`, unless its weight leaves
 /// the row kind out, it is empty, or an earlier row has the same text.
 fn push_row(rows: &mut Vec<RowText>, text: &str, weight: f32, max_bytes: usize) {
-    let text = truncate_on_char_boundary(text.trim(), max_bytes);
+    let text = oap_manifest::clip_bytes(text.trim(), max_bytes);
     if weight <= 0.0 || text.is_empty() || rows.iter().any(|row| row.text == text) {
         return;
     }
@@ -269,11 +269,6 @@ pub fn row_key(model_id: &str, text: &str) -> [u8; 16] {
     let mut key = [0u8; 16];
     key.copy_from_slice(&digest[..16]);
     key
-}
-
-pub(crate) fn truncate_on_char_boundary(text: &str, max: usize) -> &str {
-    // The standard library finds the boundary; `get` cannot fail there.
-    text.get(..text.floor_char_boundary(max)).unwrap_or(text)
 }
 
 #[cfg(test)]
@@ -380,7 +375,7 @@ mod tests {
     #[test]
     fn long_texts_are_truncated_on_a_char_boundary() {
         let long = "é".repeat(MAX_ROW_TEXT);
-        let cut = truncate_on_char_boundary(&long, MAX_ROW_TEXT);
+        let cut = oap_manifest::clip_bytes(&long, MAX_ROW_TEXT);
         assert!(cut.len() <= MAX_ROW_TEXT);
         assert!(cut.chars().all(|c| c == 'é'));
     }

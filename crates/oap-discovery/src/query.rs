@@ -272,7 +272,7 @@ fn strip_filler(text: &str) -> &str {
 }
 
 fn cap(text: &str) -> &str {
-    crate::document::truncate_on_char_boundary(text, MAX_INSTRUCTION)
+    oap_manifest::clip_bytes(text, MAX_INSTRUCTION)
 }
 
 /// A task cut into instruction and data.

@@ -52,7 +52,7 @@ pub fn accept(text: &str) -> Option<String> {
     if text.is_empty() || text.chars().any(char::is_control) {
         return None;
     }
-    Some(crate::document::truncate_on_char_boundary(text, MAX_REQUEST_TEXT).to_string())
+    Some(oap_manifest::clip_bytes(text, MAX_REQUEST_TEXT).to_string())
 }
 
 /// The accepted requests of `requests`, in order, without repeats, at most

@@ -10,7 +10,7 @@ use crate::policy::Trust;
 /// Building an [`crate::Executor`] failed.
 #[derive(Debug, thiserror::Error)]
 pub enum ExecError {
-    /// The policy is unusable (e.g. `max_parallel` of 0).
+    /// The policy is unusable (e.g. a `max_result_chars` of 0).
     #[error("invalid execution policy: {0}")]
     Policy(String),
     /// The TLS configuration could not be built, or an extra root

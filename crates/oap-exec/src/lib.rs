@@ -162,7 +162,6 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use futures_util::future;
 use oap_manifest::{InvokeKind, Manifest};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::CertificateDer;
@@ -217,17 +216,6 @@ pub struct ToolOutcome {
     /// For logs: what was requested or run and how it ended. Never holds a
     /// secret.
     pub detail: Option<String>,
-}
-
-/// One call for [`Executor::execute_all`].
-#[derive(Debug, Clone, Copy)]
-pub struct ToolCall<'a> {
-    /// The manifest to run.
-    pub manifest: &'a Manifest,
-    /// Where it came from.
-    pub trust: Trust,
-    /// The model's arguments.
-    pub arguments: &'a Map<String, Value>,
 }
 
 /// Internal result of a runner before truncation and timing.
@@ -290,9 +278,6 @@ impl Executor {
     /// An executor with the system resolver, the compiled-in Mozilla roots
     /// and no credentials.
     pub fn new(policy: ExecPolicy) -> Result<Self, ExecError> {
-        if policy.max_parallel == 0 {
-            return Err(ExecError::Policy("max_parallel must be at least 1".into()));
-        }
         if policy.max_response_bytes == 0 || policy.max_result_chars == 0 {
             return Err(ExecError::Policy(
                 "max_response_bytes and max_result_chars must be positive".into(),
@@ -422,35 +407,6 @@ impl Executor {
             detail: reply.detail,
         }
     }
-
-    /// Run several calls, at most [`ExecPolicy::max_parallel`] at a time;
-    /// outcomes come back in call order.
-    pub async fn execute_all<'a, I>(&self, calls: I) -> Vec<ToolOutcome>
-    where
-        I: IntoIterator<Item = ToolCall<'a>>,
-    {
-        let permits = tokio::sync::Semaphore::new(self.policy.max_parallel.max(1));
-        // Build the futures first: no closure lives across an await, which
-        // keeps the returned future `Send`.
-        let calls: Vec<ToolCall<'a>> = calls.into_iter().collect();
-        let mut futures = Vec::with_capacity(calls.len());
-        for call in calls {
-            futures.push(self.execute_permitted(&permits, call));
-        }
-        future::join_all(futures).await
-    }
-
-    async fn execute_permitted(
-        &self,
-        permits: &tokio::sync::Semaphore,
-        call: ToolCall<'_>,
-    ) -> ToolOutcome {
-        // The semaphore is never closed, so acquire cannot fail; if it did,
-        // running without a permit is the lesser evil.
-        let _permit = permits.acquire().await.ok();
-        self.execute(call.manifest, call.trust, call.arguments)
-            .await
-    }
 }
 
 /// Cut `text` to `max` characters, with a note saying how much was cut.
@@ -496,19 +452,12 @@ mod tests {
         let arguments = Map::new();
         let fut = exec.execute(&manifest, Trust::Local, &arguments);
         assert_send(&fut);
-        let calls = [ToolCall {
-            manifest: &manifest,
-            trust: Trust::Local,
-            arguments: &arguments,
-        }];
-        let all = exec.execute_all(calls);
-        assert_send(&all);
     }
 
     #[test]
     fn policy_validation() {
         let p = ExecPolicy {
-            max_parallel: 0,
+            max_result_chars: 0,
             ..ExecPolicy::default()
         };
         assert!(Executor::new(p).is_err());

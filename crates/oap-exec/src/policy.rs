@@ -120,8 +120,6 @@ pub struct ExecPolicy {
     /// Kernel confinement of stdio tools (Landlock, seccomp). The
     /// directories in [`Self::stdio_dirs`] are readable inside it too.
     pub sandbox: oap_sandbox::Policy,
-    /// Concurrency of [`crate::Executor::execute_all`] (default 4).
-    pub max_parallel: usize,
     /// `User-Agent` sent unless the manifest's headers set one.
     pub user_agent: String,
 }
@@ -142,7 +140,6 @@ impl Default for ExecPolicy {
             ],
             stdio_limits: StdioLimits::default(),
             sandbox: oap_sandbox::Policy::default(),
-            max_parallel: 4,
             user_agent: concat!("oapd/", env!("CARGO_PKG_VERSION")).to_string(),
         }
     }

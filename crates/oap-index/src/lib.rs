@@ -5,8 +5,8 @@
 //! The crate knows nothing about manifests: a document is an id, opaque record bytes,
 //! 0..n embedding rows (each with a caller key and weight) and a weighted token list.
 //!
-//! * [`IndexWriter`] collects documents in memory (one copy of the matrix, already in
-//!   its on-disk dtype) and [`IndexWriter::write_atomic`] writes `<path>.tmp`, fsyncs,
+//! * `IndexWriter` (feature `test-support`: tests and benchmarks) collects documents in memory (one copy of the matrix, already in
+//!   its on-disk dtype) and `IndexWriter::write_atomic` writes `<path>.tmp`, fsyncs,
 //!   renames over `<path>` and fsyncs the directory (`oap-store`'s atomic write), so
 //!   readers see either the old or the new file and a mapped old file stays valid.
 //! * [`StreamWriter`] writes the same file from a stream of documents with bounded
@@ -74,6 +74,8 @@ mod reader;
 mod search;
 mod stream;
 mod tokenize;
+#[cfg(any(test, feature = "test-support"))]
+mod whole;
 mod writer;
 
 pub use error::IndexError;
@@ -84,7 +86,9 @@ pub use stream::{StreamWriter, DEFAULT_POSTING_BUFFER};
 pub use tokenize::{
     is_stopword, stem, tokenize, tokenize_with, Stemmer, UnknownStemmer, MAX_TOKEN_CHARS,
 };
-pub use writer::{DocInput, IndexWriter, RowInput, WriteStats};
+#[cfg(any(test, feature = "test-support"))]
+pub use whole::IndexWriter;
+pub use writer::{DocInput, RowInput, WriteStats};
 
 /// Storage type of the vector matrix.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

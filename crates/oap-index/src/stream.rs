@@ -1,6 +1,6 @@
 //! Writing an index from a stream of documents with bounded memory.
 //!
-//! [`crate::IndexWriter`] holds every section in memory until it writes; at
+//! `IndexWriter` (feature `test-support`) holds every section in memory until it writes; at
 //! 10,000 manifests that is the records, the matrix and the postings twice
 //! over. [`StreamWriter`] writes the large sections as documents arrive into
 //! temporary files next to the index (`<index>.tmp.records`, `.tmp.vectors`,
@@ -9,7 +9,7 @@
 //! Postings are buffered up to a byte cap, sorted by term and spilled as a
 //! run; [`StreamWriter::finish`] merges the runs in term order straight into
 //! the final file, copies the other spilled sections and writes the header
-//! last, all through the same atomic write as [`crate::IndexWriter`]. The
+//! last, all through the same atomic write as `IndexWriter`. The
 //! file is byte for byte the one `IndexWriter` writes for the same documents.
 //!
 //! The temporary files are removed when the writer is dropped: after
@@ -174,7 +174,7 @@ impl StreamWriter {
     /// Starts an index of `dim`-dimensional vectors stored as `dtype`, to be
     /// written to `path` by [`StreamWriter::finish`]. Creates the temporary
     /// files next to `path` now (its directory must exist). `meta` as for
-    /// [`crate::IndexWriter::new`]: JSON, at most [`crate::MAX_META_LEN`] bytes.
+    /// `IndexWriter::new`: JSON, at most [`crate::MAX_META_LEN`] bytes.
     ///
     /// One writer per path at a time: two would share the temporary files.
     pub fn create(
@@ -271,7 +271,7 @@ impl StreamWriter {
         self.row_meta.len()
     }
 
-    /// Adds a document, with the checks of [`crate::IndexWriter::add`]: a
+    /// Adds a document, with the checks of `IndexWriter::add`: a
     /// rejected document leaves the writer unchanged. A failed write to a
     /// temporary file (disk full) fails this and every later call.
     pub fn add(&mut self, doc: DocInput) -> Result<(), IndexError> {
@@ -389,7 +389,7 @@ impl StreamWriter {
 
     /// Assembles the index file from the spilled sections and writes it to
     /// the path given to [`StreamWriter::create`] atomically, as
-    /// [`crate::IndexWriter::write_atomic`] does (`<path>.tmp`, fsync,
+    /// `IndexWriter::write_atomic` does (`<path>.tmp`, fsync,
     /// rename, directory fsync). The temporary files are removed whether it
     /// succeeds or not; on failure the old index is untouched.
     pub fn finish(mut self) -> Result<WriteStats, IndexError> {

@@ -77,7 +77,7 @@ pub use model::{
     Publisher, UnknownValue,
 };
 pub use parse::{parse, parse_value, ManifestError, Parsed, MAX_JSON_DEPTH, MAX_MANIFEST_BYTES};
-pub use search::{content_hash, render_compact, slug, SearchFields};
+pub use search::{clip_bytes, content_hash, render_compact, slug, SearchFields};
 pub use tool::{
     assign_tool_names, check_arguments, inspect_arguments, parameter_source, registry_entry,
     to_tool, tool_name, tool_parameters, tools_and_registry, ArgumentCheck, ParameterSource,

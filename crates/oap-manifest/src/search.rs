@@ -5,6 +5,13 @@ use sha2::{Digest, Sha256};
 
 use crate::model::Manifest;
 
+/// `text` cut to at most `max` bytes, on a char boundary: the one way the
+/// manifest's and discovery's text caps cut.
+pub fn clip_bytes(text: &str, max: usize) -> &str {
+    // The standard library finds the boundary; `get` cannot fail there.
+    text.get(..text.floor_char_boundary(max)).unwrap_or(text)
+}
+
 /// The text of a manifest that discovery embeds and BM25-indexes, split by
 /// field so the ranker can weight them (name and description matter most;
 /// the reference embedded only `description`, which misses e.g. tags and
@@ -140,4 +147,17 @@ pub fn slug(name: &str) -> String {
 /// any parsing, so formatting changes count as changes.
 pub fn content_hash(bytes: &[u8]) -> String {
     hex::encode(Sha256::digest(bytes))
+}
+
+#[cfg(test)]
+mod clip_tests {
+    use super::clip_bytes;
+
+    #[test]
+    fn clipping_stops_before_a_split_character() {
+        assert_eq!(clip_bytes("héllo", 2), "h");
+        assert_eq!(clip_bytes("héllo", 3), "hé");
+        assert_eq!(clip_bytes("abc", 10), "abc");
+        assert_eq!(clip_bytes("abc", 0), "");
+    }
 }

@@ -115,7 +115,6 @@ impl ExecRunner {
             max_result_chars: tools.max_result_chars,
             allow_private,
             stdio_dirs: tools.stdio_dirs.clone(),
-            max_parallel: tools.max_parallel,
             sandbox: oap_sandbox::Policy {
                 mode: tools.sandbox.into(),
                 extra_read_paths: tools.sandbox_read_paths.clone(),

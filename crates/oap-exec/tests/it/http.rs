@@ -6,12 +6,11 @@ use crate::common;
 
 use std::io::Write;
 use std::os::unix::fs::PermissionsExt;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::*;
-use oap_exec::{CredentialStore, ExecPolicy, ToolCall, Trust};
+use oap_exec::{CredentialStore, ExecPolicy, Trust};
 use serde_json::{json, Value};
 
 fn policy() -> ExecPolicy {
@@ -743,41 +742,6 @@ async fn unresolvable_host_is_an_error() {
         out.content
     );
     assert!(connects.all().is_empty());
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn execute_all_bounds_concurrency_and_keeps_order() {
-    let in_flight = Arc::new(AtomicUsize::new(0));
-    let peak = Arc::new(AtomicUsize::new(0));
-    let (f, p) = (Arc::clone(&in_flight), Arc::clone(&peak));
-    // The handler is synchronous; a blocking sleep keeps a request "in flight"
-    // on the server's own task while others arrive.
-    let server = serve(move |r| {
-        let now = f.fetch_add(1, Ordering::SeqCst) + 1;
-        p.fetch_max(now, Ordering::SeqCst);
-        std::thread::sleep(Duration::from_millis(150));
-        f.fetch_sub(1, Ordering::SeqCst);
-        response(200, r.query.clone().unwrap_or_default())
-    })
-    .await;
-    let pol = ExecPolicy {
-        max_parallel: 2,
-        ..policy()
-    };
-    let (exec, _) = executor(pol, StubResolver::new(&[("a.test", &["127.0.0.1"])]));
-    let m = get_manifest(&format!("http://a.test:{}/x", server.port()), "");
-    let arg_sets: Vec<_> = (0..6)
-        .map(|i| args(json!({ "q": i.to_string() })))
-        .collect();
-    let calls = arg_sets.iter().map(|a| ToolCall {
-        manifest: &m,
-        trust: Trust::Local,
-        arguments: a,
-    });
-    let outs = exec.execute_all(calls).await;
-    let contents: Vec<&str> = outs.iter().map(|o| o.content.as_str()).collect();
-    assert_eq!(contents, ["q=0", "q=1", "q=2", "q=3", "q=4", "q=5"]);
-    assert_eq!(peak.load(Ordering::SeqCst), 2);
 }
 
 mod tls {

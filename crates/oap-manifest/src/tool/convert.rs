@@ -7,7 +7,7 @@ use std::collections::HashSet;
 use serde_json::{json, Map, Value};
 
 use super::described::{described_fields, MAX_SCANNED_DESCRIPTION_BYTES};
-use super::text::{clip, group_depth, sentences};
+use super::text::{group_depth, sentences};
 use super::{
     compact_json, truncate_chars, MAX_PARAMETER_DESCRIPTION_CHARS, MAX_SCHEMA_DEPTH,
     MAX_TOOL_DESCRIPTION_CHARS,
@@ -276,7 +276,7 @@ fn stdio_props(input_desc: Option<&str>, usage: Option<&str>) -> Props {
     let mut args = Vec::new();
     let mut stdin = Vec::new();
     if let Some(desc) = input_desc {
-        let text = clip(desc, MAX_SCANNED_DESCRIPTION_BYTES);
+        let text = crate::clip_bytes(desc, MAX_SCANNED_DESCRIPTION_BYTES);
         let depth = group_depth(text);
         for s in sentences(text, &depth) {
             if s.to_lowercase().contains("argument") {

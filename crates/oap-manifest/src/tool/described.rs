@@ -7,8 +7,8 @@
 use std::collections::HashSet;
 
 use super::text::{
-    assignment_tokens, clip, collapse_ws, contains_word, ends_with_phrase, group_depth,
-    group_spans, has_required_word, normalize, quoted_tokens, sentence_bounds, sentence_index,
+    assignment_tokens, collapse_ws, contains_word, ends_with_phrase, group_depth, group_spans,
+    has_required_word, normalize, quoted_tokens, sentence_bounds, sentence_index,
     starts_with_phrase, starts_with_word, strip_groups, strip_trailing_separators, Token,
 };
 use super::truncate_chars;
@@ -179,7 +179,7 @@ const VALUE_CUES: &[&str] = &[
 /// if the note starts with a type word (`(number)`, `(boolean)`) the field
 /// gets that type, otherwise it is a string.
 pub(super) fn described_fields(desc: &str) -> Vec<DescribedField> {
-    let text = clip(desc, MAX_SCANNED_DESCRIPTION_BYTES);
+    let text = crate::clip_bytes(desc, MAX_SCANNED_DESCRIPTION_BYTES);
     let depth = group_depth(text);
     let groups = group_spans(text);
     let bounds = sentence_bounds(text, &depth);

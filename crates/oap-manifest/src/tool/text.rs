@@ -79,12 +79,6 @@ pub(super) fn collapse_ws(s: &str) -> String {
     s.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
-/// `s` cut to at most `max` bytes on a char boundary.
-pub(super) fn clip(s: &str, max: usize) -> &str {
-    // The standard library finds the boundary; `get` cannot fail there.
-    s.get(..s.floor_char_boundary(max)).unwrap_or(s)
-}
-
 /// Matched `(...)` / `[...]` pairs as (open, close) byte offsets; unmatched
 /// brackets are ignored so one stray `(` cannot swallow the rest.
 pub(super) fn group_spans(text: &str) -> Vec<(usize, usize)> {

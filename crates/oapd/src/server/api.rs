@@ -12,65 +12,17 @@ use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use hyper::header::{HeaderValue, ALLOW, ORIGIN};
 use hyper::{Method, Request, Response, StatusCode};
-use oap_discovery::{DiscoverError, Engine};
+use oap_discovery::DiscoverError;
 use serde::Deserialize;
 
 use super::auth::{self, Client, Scope};
-use super::http::{self, Body, Handler};
-use crate::server::chat::ChatService;
+use super::http::{self, percent_decode, Body, Handler};
 
-/// Settings the handlers need, taken from the config at start.
-#[derive(Debug, Clone)]
-pub struct ApiSettings {
-    /// `server.max_body_bytes`: largest API request body; larger ones get 413.
-    pub max_body_bytes: usize,
-    /// `server.max_task_bytes`: a task of this many bytes or more gets 400.
-    pub max_task_bytes: usize,
-    /// `discovery.default_top_k`: candidates returned when `top_k` is absent.
-    pub default_top_k: usize,
-    /// `discovery.max_top_k`: largest `top_k` a request may ask for.
-    pub max_top_k: usize,
-    /// `server.auth_token`: bearer token every request must carry (else
-    /// 401); `None`: no authentication.
-    pub auth_token: Option<String>,
-    /// `server.cors_origins`: origins allowed to call the API from a browser.
-    pub cors_origins: Vec<String>,
-    /// `server.allowed_hosts`: extra Host names a loopback listener accepts.
-    pub allowed_hosts: Vec<String>,
-    /// `server.trusted_clients`: client addresses that need no bearer token.
-    pub trusted_clients: Vec<oap_exec::Cidr>,
-    /// `server.clients`: named clients whose tokens open their scopes only.
-    pub clients: Vec<Arc<Client>>,
-}
-
+/// The API's state, defined below the handlers that read it (crawl
+/// registration, status) so that they need not depend on the router.
+pub use super::state::{Api, ApiSettings};
 /// Whether the embedding model loaded (it is set up with the engine).
 pub use crate::app::ModelState;
-
-/// The HTTP API of one handler generation: a reload builds a new one and
-/// swaps it in ([`LiveApi`](crate::server::lifecycle::LiveApi)).
-pub struct Api {
-    /// The index discovery answers from.
-    pub engine: Arc<Engine>,
-    /// Limits and access settings from the config.
-    pub settings: ApiSettings,
-    /// Whether the embedding model loaded, for `/health`.
-    pub model: ModelState,
-    /// Background rebuilds of `engine`: load problems, a failed rebuild
-    /// and its retry, the directory watch.
-    pub rebuilder: Arc<crate::rebuild::Rebuilder>,
-    /// The Ollama-facing surface (chat bridge and pass-through).
-    pub chat: Arc<ChatService>,
-    /// The crawler, when `crawler.enabled`.
-    pub crawler: Option<Arc<oap_crawl::Crawler>>,
-    /// `crawler.fetch_timeout`: how long registration waits for the first fetch.
-    pub crawler_fetch_timeout: std::time::Duration,
-    /// The MCP servers whose tools are indexed (it outlives generations).
-    pub mcp_servers: Arc<crate::mcp::McpServers>,
-    /// The MCP server at `/mcp`; `None` when `mcp_server.enabled` is false.
-    pub mcp: Option<Arc<super::mcp::McpServer>>,
-    /// The generated request rows (it outlives generations).
-    pub generator: Arc<crate::request_gen::RequestGenerator>,
-}
 
 /// The endpoint a path names: one table for routing and for which
 /// deadline bounds a request. oapd answers its own API and the chat routes
@@ -890,44 +842,5 @@ fn json_type(value: &serde_json::Value) -> &'static str {
         serde_json::Value::String(_) => "a string",
         serde_json::Value::Array(_) => "an array",
         serde_json::Value::Object(_) => "an object",
-    }
-}
-
-/// Decodes `%XX` escapes (ids may be sent as `local%2Fgrep`); invalid
-/// escapes are kept literally, and invalid UTF-8 is replaced, so a hostile
-/// path can only ever produce an id that is not found.
-pub(crate) fn percent_decode(raw: &str) -> String {
-    let bytes = raw.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%' && i + 2 < bytes.len() {
-            let hex = std::str::from_utf8(&bytes[i + 1..i + 3])
-                .ok()
-                .and_then(|h| u8::from_str_radix(h, 16).ok());
-            if let Some(byte) = hex {
-                out.push(byte);
-                i += 3;
-                continue;
-            }
-        }
-        out.push(bytes[i]);
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::percent_decode;
-
-    #[test]
-    fn percent_decoding_handles_slashes_and_garbage() {
-        assert_eq!(percent_decode("local%2Fgrep"), "local/grep");
-        assert_eq!(percent_decode("local/grep"), "local/grep");
-        assert_eq!(percent_decode("bad%zz"), "bad%zz");
-        assert_eq!(percent_decode("trail%2"), "trail%2");
-        assert_eq!(percent_decode("%"), "%");
-        assert_eq!(percent_decode("%ff"), "\u{fffd}");
     }
 }

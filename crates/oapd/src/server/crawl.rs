@@ -8,8 +8,8 @@ use hyper::StatusCode;
 use oap_crawl::{AddedBy, Crawler};
 use serde::Deserialize;
 
-use super::api::Api;
 use super::http::{self, Body};
+use super::state::Api;
 
 /// `POST /v1/manifests/register` body.
 #[derive(Debug, Deserialize)]

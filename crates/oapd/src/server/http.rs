@@ -965,6 +965,30 @@ impl Connection {
     }
 }
 
+/// Decodes `%XX` escapes (ids may be sent as `local%2Fgrep`); invalid
+/// escapes are kept literally, and invalid UTF-8 is replaced, so a hostile
+/// path can only ever produce an id that is not found.
+pub(crate) fn percent_decode(raw: &str) -> String {
+    let bytes = raw.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' && i + 2 < bytes.len() {
+            let hex = std::str::from_utf8(&bytes[i + 1..i + 3])
+                .ok()
+                .and_then(|h| u8::from_str_radix(h, 16).ok());
+            if let Some(byte) = hex {
+                out.push(byte);
+                i += 3;
+                continue;
+            }
+        }
+        out.push(bytes[i]);
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
 #[cfg(test)]
 mod budget_tests {
     use super::*;
@@ -994,5 +1018,15 @@ mod budget_tests {
             .parts()
             .1
             .contains(BODY_BUDGET_KEY));
+    }
+
+    #[test]
+    fn percent_decoding_handles_slashes_and_garbage() {
+        assert_eq!(percent_decode("local%2Fgrep"), "local/grep");
+        assert_eq!(percent_decode("local/grep"), "local/grep");
+        assert_eq!(percent_decode("bad%zz"), "bad%zz");
+        assert_eq!(percent_decode("trail%2"), "trail%2");
+        assert_eq!(percent_decode("%"), "%");
+        assert_eq!(percent_decode("%ff"), "\u{fffd}");
     }
 }

@@ -672,7 +672,7 @@ fn task_hint(
 
 /// A query-string value: `+` is a space, `%XX` a byte.
 fn query_decode(raw: &str) -> String {
-    super::api::percent_decode(&raw.replace('+', " "))
+    super::http::percent_decode(&raw.replace('+', " "))
 }
 
 fn tool_result(result: ToolResult) -> CallToolResult {

@@ -24,6 +24,7 @@ pub mod pending;
 pub mod render;
 pub mod responses;
 pub mod start;
+pub mod state;
 pub mod status;
 pub mod streaming;
 pub mod ui;
