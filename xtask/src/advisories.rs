@@ -233,7 +233,7 @@ fn git_output(dir: &Path, args: &[&str]) -> anyhow::Result<String> {
 }
 
 /// The directory cargo-deny opens for the database at `url`: the URL's last
-/// path segment and the XXH64 (seed 0xca80de71) of the lower-cased URL.
+/// path segment and the XXH64 (initial value 0xca80de71) of the lower-cased URL.
 fn db_dir_name(url: &str) -> PathBuf {
     let url = url.to_lowercase();
     let name = url.rsplit('/').next().unwrap_or("empty_");

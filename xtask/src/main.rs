@@ -84,6 +84,7 @@ mod cross;
 mod debfile;
 mod debian;
 mod fuzz;
+mod glibc;
 mod guest;
 mod home_assistant;
 mod image;

@@ -126,7 +126,7 @@ pub fn deb(args: &[String]) -> Result<()> {
     );
     // A binary that needs a newer glibc than the oldest supported system
     // has would install there and then fail to start.
-    crate::install_check::check_binary_glibc(&binary)?;
+    crate::glibc::check_binary_glibc(&binary)?;
     let out_dir = repo_root().join("target/debian");
     fs::create_dir_all(&out_dir)?;
     // binutils' strip reads only its own architecture: the cross build's

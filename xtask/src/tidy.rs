@@ -358,15 +358,6 @@ mod module_graph {
     /// removal breaks it. The test fails on any other cycle, and on an entry
     /// that no longer closes a cycle: the list only shrinks.
     const KNOWN_CYCLES: &[(&str, &str, &str)] = &[
-        // The bridge's exposure rules build the meta-tool's session, which
-        // trims descriptions with exposure's helper; the tool loop calls
-        // the hooks, which name the loop's round types. The bridge's
-        // rework removes both.
-        ("oap-bridge", "meta", "exposure"),
-        ("oap-bridge", "hooks", "tool_loop"),
-        // The upstream client holds the connector, whose errors are the
-        // upstream's boxed error type.
-        ("oap-bridge", "upstream", "connect"),
         // The crawler keeps the LAN browser's refusal records; the browser
         // adds what it finds to the crawler.
         ("oap-crawl", "crawler", "mdns"),
