@@ -112,11 +112,13 @@ const ARM64_PINNED: &[Pinned] = &[
 /// conflicts with the initramfs-tools the image uses) and newer stanzas
 /// bring packages only backports has (openssh-common, ngtcp2's OpenSSL
 /// glue) beside trixie's openssh and curl that do not use them.
-/// [`unpinned_backports`] fails the build when a new one shows up.
+/// `dracut-install` stays: trixie's initramfs-tools-core depends on it
+/// (without it the second stage leaves initramfs-tools and the kernel
+/// unconfigured). [`unpinned_backports`] fails the build when a new one
+/// shows up.
 const ARM64_EXCLUDE: &[&str] = &[
     "dracut",
     "dracut-core",
-    "dracut-install",
     "openssh-common",
     "libngtcp2-crypto-ossl0",
 ];
