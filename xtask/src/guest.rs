@@ -97,7 +97,7 @@ fn kernel_and_busybox(cache: &Path) -> Result<(PathBuf, PathBuf)> {
         kernel_pkg.package,
         kernel_pkg.version,
         busybox_pkg.version,
-        crate::image::SUITE
+        crate::debian::SUITE
     );
     Ok((kernel, busybox))
 }
