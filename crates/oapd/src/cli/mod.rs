@@ -12,6 +12,7 @@ pub mod crawl;
 pub mod index;
 pub mod lint;
 pub mod serve;
+pub mod snapshot;
 pub mod validate_model;
 
 #[derive(Debug, Parser)]
@@ -67,6 +68,12 @@ pub enum Command {
         /// Re-embed every manifest instead of reusing unchanged vectors.
         #[arg(long)]
         force: bool,
+    },
+    /// Signed index snapshots: make a key, build one off the boards, verify one.
+    Snapshot {
+        /// keygen, build or verify.
+        #[command(subcommand)]
+        command: snapshot::SnapshotCommand,
     },
     /// Work with manifest files.
     Manifest {
@@ -229,6 +236,7 @@ fn run_with_config(
             print!("{}", crate::mcp::describe_specs(&config));
         }
         Command::Crawl { once, domains } => return crawl::run(&config, once, &domains),
+        Command::Snapshot { command } => snapshot::run(&config, command)?,
         Command::Manifest { .. } | Command::ValidateModel { .. } => {}
     }
     Ok(())
