@@ -93,6 +93,15 @@ pub struct EngineConfig {
     /// Request rows attached to catalog entries at every load
     /// ([`crate::requests`]); `None`: only the manifests' own texts.
     pub request_rows: Option<Arc<dyn RequestRows>>,
+    /// Index files whose vectors a build takes for identical texts instead
+    /// of embedding them: a signed snapshot's index, or the shard indexes a
+    /// distributed build assembles. Row keys hash the model id with the
+    /// text, so only a vector of the same model for the same text is ever
+    /// taken. Opened afresh by every build; one that cannot be opened, has
+    /// another dimension, or is int8 where this index is f32 is skipped
+    /// with a warning. Not part of the fingerprint: a donor changes how a
+    /// vector is obtained, never what it is.
+    pub vector_donors: Vec<PathBuf>,
 }
 
 impl EngineConfig {
@@ -110,6 +119,7 @@ impl EngineConfig {
             query_adapter: None,
             start_embed_limit: None,
             request_rows: None,
+            vector_donors: Vec::new(),
         }
     }
 
@@ -213,7 +223,8 @@ pub struct BuildReport {
     pub rows: usize,
     /// Rows embedded by this build (0 when an unchanged index was reused).
     pub embedded_rows: usize,
-    /// Rows whose vectors were carried over from the previous index.
+    /// Rows whose vectors were carried over from the previous index or a
+    /// vector donor ([`EngineConfig::vector_donors`]).
     pub reused_rows: usize,
     /// The existing index matched the catalog and was mapped as it was.
     pub reused_index: bool,
@@ -1351,15 +1362,25 @@ fn build_index(
     // simply has no rows.
     let dim = embedder.map_or(1, |e| e.dim());
 
-    // Rows of the previous index, keyed by (model, text) hash. Keys include
-    // the model id, so a model change can never reuse a vector. Only the
-    // row's position is kept: the vector is read from the old mapping when
-    // the new index is written, so a rebuild at 10k manifests does not hold
-    // another copy of every vector in memory.
-    let mut reusable: HashMap<[u8; 16], usize> = HashMap::new();
+    // Rows of the previous index and the donors, keyed by (model, text)
+    // hash. Keys include the model id, so a model change can never reuse a
+    // vector. Only the row's place is kept: the vector is read from the
+    // mapping when the new index is written, so a rebuild at 10k manifests
+    // does not hold another copy of every vector in memory. The previous
+    // index is looked at first, then each donor in order.
     let previous = previous.filter(|p| model_id.is_some() && p.dim() == dim);
-    if let Some(previous) = previous {
-        reusable.extend(previous.row_keys().enumerate().map(|(r, key)| (key, r)));
+    let donors: Vec<Index> = match model_id {
+        Some(_) => open_donors(config, dim),
+        None => Vec::new(),
+    };
+    let mut donor_indexes: Vec<&Index> = Vec::with_capacity(donors.len() + 1);
+    donor_indexes.extend(previous);
+    donor_indexes.extend(donors.iter());
+    let mut reusable: HashMap<[u8; 16], (usize, usize)> = HashMap::new();
+    for (source, index) in donor_indexes.iter().enumerate() {
+        for (row, key) in index.row_keys().enumerate() {
+            reusable.entry(key).or_insert((source, row));
+        }
     }
     // Vectors embedded by this build.
     let mut fresh: HashMap<[u8; 16], Vec<f32>> = HashMap::new();
@@ -1398,7 +1419,7 @@ fn build_index(
     let sources = VectorSources {
         model_id: model_id.as_deref(),
         reusable: &reusable,
-        previous,
+        indexes: &donor_indexes,
     };
     // Every vector at hand, with `pending` texts still to embed (a
     // checkpoint, or the last write).
@@ -1595,9 +1616,10 @@ impl BackgroundBatches {
 /// Where the vectors of a build come from besides its own embeddings.
 struct VectorSources<'a> {
     model_id: Option<&'a str>,
-    /// Row key → row number in `previous`.
-    reusable: &'a HashMap<[u8; 16], usize>,
-    previous: Option<&'a Index>,
+    /// Row key → (which of `indexes`, row number in it).
+    reusable: &'a HashMap<[u8; 16], (usize, usize)>,
+    /// The previous index (when reused) first, then the donors.
+    indexes: &'a [&'a Index],
 }
 
 /// What [`write_index`] wrote.
@@ -1687,11 +1709,12 @@ fn write_index(
                 let vector = match fresh.get(&key) {
                     Some(vector) => vector.clone(),
                     None => {
-                        let old = sources
-                            .reusable
-                            .get(&key)
-                            .zip(sources.previous)
-                            .and_then(|(&r, previous)| previous.row_at(r));
+                        let old = sources.reusable.get(&key).and_then(|&(source, row)| {
+                            sources
+                                .indexes
+                                .get(source)
+                                .and_then(|index| index.row_at(row))
+                        });
                         match old {
                             Some(old) => {
                                 reused_rows += 1;
@@ -1748,6 +1771,35 @@ fn unix_now() -> u64 {
 }
 
 /// Maps the index file and applies the configured search threads.
+/// The configured donors a build of dimension `dim` can take vectors from
+/// (see [`EngineConfig::vector_donors`]).
+fn open_donors(config: &EngineConfig, dim: usize) -> Vec<Index> {
+    let mut donors = Vec::with_capacity(config.vector_donors.len());
+    for path in &config.vector_donors {
+        match Index::open(path) {
+            Ok(index) if index.dim() != dim => tracing::warn!(
+                donor = %path.display(),
+                donor_dim = index.dim(),
+                dim,
+                "vector donor skipped: another dimension"
+            ),
+            Ok(index) if index.dtype() == VectorDtype::I8 && config.dtype == VectorDtype::F32 => {
+                tracing::warn!(
+                    donor = %path.display(),
+                    "vector donor skipped: its int8 vectors would lower this f32 index's precision"
+                )
+            }
+            Ok(index) => donors.push(index),
+            Err(err) => tracing::warn!(
+                donor = %path.display(),
+                error = %err,
+                "vector donor skipped: cannot open it"
+            ),
+        }
+    }
+    donors
+}
+
 fn open_index(config: &EngineConfig, path: &Path) -> Result<Index, IndexError> {
     let mut index = Index::open(path)?;
     if let Some(threads) = config.search_threads {

@@ -86,7 +86,7 @@ impl Counting {
         })
     }
 
-    fn renamed(id: &str) -> Arc<Counting> {
+    pub(crate) fn renamed(id: &str) -> Arc<Counting> {
         Arc::new(Counting {
             inner: real_model(),
             id: id.to_string(),

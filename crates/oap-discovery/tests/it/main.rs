@@ -13,6 +13,7 @@
 mod abstention;
 mod adapter;
 mod asks;
+mod donors;
 mod engine;
 mod mcp;
 mod multilingual;
