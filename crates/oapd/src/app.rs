@@ -140,6 +140,7 @@ pub fn sources(config: &Config, mcp: Option<Arc<dyn McpTools>>) -> Vec<Source> {
 /// the weights that loaded, not the tuning the configuration asked for.
 pub fn engine_config(config: &Config, calibration: Calibration) -> EngineConfig {
     let mut engine = EngineConfig::new(&config.index.data_dir);
+    engine.vector_donors = config.index.vector_donors.clone();
     engine.dtype = match config.index.vector_dtype {
         VectorDtypeConfig::F32 => oap_index::VectorDtype::F32,
         VectorDtypeConfig::I8 => oap_index::VectorDtype::I8,

@@ -53,7 +53,7 @@ config_keys! {
         recent_requests,
         log_content,
     }
-    index { data_dir, vector_dtype, search_threads, start_embed_limit }
+    index { data_dir, vector_dtype, search_threads, start_embed_limit, vector_donors }
     embedding { enabled, model, model_dir, max_tokens, batch_size, threads, weights, tool_tuning }
     manifests { bundled, dirs }
     discovery {

@@ -570,6 +570,11 @@ pub struct IndexConfig {
     /// lexically and embeds them in the background, switching to hybrid
     /// when done. `oapd index` always embeds everything.
     pub start_embed_limit: usize,
+    /// Index files whose vectors are taken for identical texts (same model,
+    /// same text) instead of embedding them: the shard indexes a
+    /// distributed build assembles into one snapshot. One that is missing
+    /// or unreadable is skipped with a warning.
+    pub vector_donors: Vec<PathBuf>,
 }
 
 impl Default for IndexConfig {
@@ -579,6 +584,7 @@ impl Default for IndexConfig {
             vector_dtype: VectorDtype::F32,
             search_threads: None,
             start_embed_limit: oap_discovery::engine::DEFAULT_START_EMBED_LIMIT,
+            vector_donors: Vec::new(),
         }
     }
 }
