@@ -75,7 +75,7 @@ fn probe(name: &str, nr: libc::c_long, may_spawn: bool, network: bool, expect: E
 /// The system calls refused to every sandboxed program, whatever it may
 /// do otherwise: (name, number on this architecture).
 fn always_refused() -> Vec<(&'static str, libc::c_long)> {
-    let mut list = vec![
+    let list = vec![
         ("ptrace", libc::SYS_ptrace),
         ("process_vm_readv", libc::SYS_process_vm_readv),
         ("process_vm_writev", libc::SYS_process_vm_writev),
@@ -128,11 +128,15 @@ fn always_refused() -> Vec<(&'static str, libc::c_long)> {
     ];
     // x86's port and descriptor-table calls; aarch64 has none.
     #[cfg(target_arch = "x86_64")]
-    list.extend([
-        ("iopl", libc::SYS_iopl),
-        ("ioperm", libc::SYS_ioperm),
-        ("modify_ldt", libc::SYS_modify_ldt),
-    ]);
+    let list = [
+        list,
+        vec![
+            ("iopl", libc::SYS_iopl),
+            ("ioperm", libc::SYS_ioperm),
+            ("modify_ldt", libc::SYS_modify_ldt),
+        ],
+    ]
+    .concat();
     list
 }
 
