@@ -11,7 +11,9 @@
 //! `guest.rs`): candle inference on NEON, simsimd's NEON kernels and the
 //! daemon end to end, which qemu-user could not run (candle's matmul hangs
 //! there). A failing suite, or one still running at the deadline, fails the
-//! task by name; each suite's time is printed.
+//! task by name; each suite's time is printed. `--suite NAME` (e.g.
+//! `oap-sandbox/it`) runs only the named suites and builds only their
+//! packages' tests.
 //!
 //! `--jetpack5` builds instead with cargo-zigbuild + zig (hash-pinned wheels
 //! from PyPI, installed under `target/zig-tools`) against glibc 2.31, the
@@ -56,6 +58,7 @@ const GUEST_PACKAGES: &[&str] = &[
     "oap-wire",
     "oap-index",
     "oap-exec",
+    "oap-sandbox",
     "fake-ollama",
     "oap-embed-candle",
     "oap-discovery",
@@ -209,10 +212,25 @@ fn test_in_guest(only: &[String], test_args: Option<&[String]>) -> Result<()> {
     need("gpgv", "gpgv")?;
     need("aarch64-linux-gnu-strip", "binutils-aarch64-linux-gnu")?;
     let started = Instant::now();
+    // With --suite, only those suites' packages are built.
+    let packages: Vec<&str> = GUEST_PACKAGES
+        .iter()
+        .copied()
+        .filter(|package| {
+            only.is_empty()
+                || only
+                    .iter()
+                    .any(|suite| suite.split('/').next() == Some(*package))
+        })
+        .collect();
+    ensure!(
+        !packages.is_empty(),
+        "no guest package has the suites {only:?}; the packages are {GUEST_PACKAGES:?}"
+    );
     let mut command = cargo();
     command
         .args(["test", "--no-run", "--release", "--target", TARGET])
-        .args(GUEST_PACKAGES.iter().flat_map(|p| ["-p", p]))
+        .args(packages.iter().flat_map(|p| ["-p", p]))
         .args(["--message-format", "json-render-diagnostics"])
         .current_dir(repo_root())
         .stdout(Stdio::piped());

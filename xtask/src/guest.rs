@@ -8,7 +8,10 @@
 //! result line per suite on the serial console, then powers off.
 //!
 //! Kernel and busybox come from the Debian mirror of the image recipe,
-//! verified ([`crate::debian`]), cached under `target/arm64-guest/`.
+//! verified ([`crate::debian`]), cached under `target/arm64-guest/`, as do
+//! the few Debian programs busybox has no equivalent for ([`GUEST_DEBS`]:
+//! perl, jq, GNU sort, which the sandbox's attack tests drive), unpacked
+//! at their Debian paths; busybox's applets fill in the rest.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
@@ -26,6 +29,25 @@ use crate::repo_root;
 
 /// Debian's aarch64 sysroot (package libc6-arm64-cross and friends).
 const SYSROOT_LIB: &str = "/usr/aarch64-linux-gnu/lib";
+/// Debian arm64 packages unpacked into the guest, with the libraries their
+/// programs load, and which of their files the guest gets (all when
+/// empty): perl (sockets, fork and setsid in the sandbox's tests), jq
+/// (reading a file given on its command line), GNU `sort` (`--parallel`
+/// starting threads). Of coreutils only `sort`: the other suites were
+/// tuned to busybox's tools. About 8 MB.
+const GUEST_DEBS: &[(&str, &[&str])] = &[
+    ("perl-base", &[]),
+    ("libcrypt1", &[]),
+    ("jq", &[]),
+    ("libjq1", &[]),
+    ("libonig5", &[]),
+    ("coreutils", &["usr/bin/sort"]),
+    ("libacl1", &[]),
+    ("libattr1", &[]),
+    ("libselinux1", &[]),
+    ("libgmp10", &[]),
+    ("libpcre2-8-0", &[]),
+];
 /// Marks the init prints on the console, one line each.
 const START: &str = "OAPD-GUEST-START";
 const RESULT: &str = "OAPD-GUEST-RESULT";
@@ -58,10 +80,10 @@ pub(crate) struct Outcome {
 pub(crate) fn run(suites: &[Suite], also: &[PathBuf], deadline: Duration) -> Result<Vec<Outcome>> {
     let cache = repo_root().join("target/arm64-guest");
     fs::create_dir_all(&cache)?;
-    let (kernel, busybox) = kernel_and_busybox(&cache)?;
+    let (kernel, busybox, debs) = kernel_busybox_and_debs(&cache)?;
     let started = Instant::now();
     let initramfs = cache.join("initramfs.cpio");
-    let size = write_initramfs(&cache, &initramfs, &busybox, suites, also)?;
+    let size = write_initramfs(&cache, &initramfs, &busybox, &debs, suites, also)?;
     println!(
         "guest: initramfs {} MB written in {:.0} s",
         size >> 20,
@@ -72,9 +94,9 @@ pub(crate) fn run(suites: &[Suite], also: &[PathBuf], deadline: Duration) -> Res
     outcome
 }
 
-/// The kernel image and the static busybox, from the verified cache or
-/// the mirror.
-fn kernel_and_busybox(cache: &Path) -> Result<(PathBuf, PathBuf)> {
+/// The kernel image, the static busybox and the `.deb`s of
+/// [`GUEST_DEBS`], from the verified cache or the mirror.
+fn kernel_busybox_and_debs(cache: &Path) -> Result<(PathBuf, PathBuf, Vec<GuestDeb>)> {
     let index = Index::fetch(&cache.join("debian"), "arm64")?;
     let kernel_pkg = index.first_dependency("linux-image-arm64")?;
     let release = kernel_pkg
@@ -92,6 +114,10 @@ fn kernel_and_busybox(cache: &Path) -> Result<(PathBuf, PathBuf)> {
         let deb = index.deb(busybox_pkg)?;
         extract_file(&deb, "./bin/busybox", &busybox)?;
     }
+    let debs = GUEST_DEBS
+        .iter()
+        .map(|(package, only)| Ok((index.deb(index.stanza(package)?)?, *only)))
+        .collect::<Result<Vec<_>>>()?;
     println!(
         "guest: kernel {} {}, busybox {} (verified against {}'s signed index)",
         kernel_pkg.package,
@@ -99,7 +125,7 @@ fn kernel_and_busybox(cache: &Path) -> Result<(PathBuf, PathBuf)> {
         busybox_pkg.version,
         crate::debian::SUITE
     );
-    Ok((kernel, busybox))
+    Ok((kernel, busybox, debs))
 }
 
 /// Single-quoted for sh.
@@ -151,6 +177,9 @@ echo OAPD-GUEST-DONE
 poweroff -f
 "#;
 
+/// A downloaded `.deb` and the files of it the guest gets (all when empty).
+type GuestDeb = (PathBuf, &'static [&'static str]);
+
 /// A file of the initramfs: its contents come from a host file or memory.
 enum Source {
     Host(PathBuf),
@@ -162,6 +191,7 @@ fn write_initramfs(
     cache: &Path,
     out: &Path,
     busybox: &Path,
+    debs: &[GuestDeb],
     suites: &[Suite],
     also: &[PathBuf],
 ) -> Result<u64> {
@@ -195,6 +225,38 @@ fn write_initramfs(
         ),
     ] {
         files.insert(name.into(), (Source::Bytes(text.into()), 0o644));
+    }
+    // The Debian programs, at their Debian paths (a symlink becomes a copy
+    // of what it points at; the initramfs writer knows regular files only).
+    for (n, (deb, only)) in debs.iter().enumerate() {
+        let unpacked = stage.join(format!("deb-{n}"));
+        crate::tasks::run_in_root(
+            Command::new("dpkg-deb")
+                .arg("--extract")
+                .arg(deb)
+                .arg(&unpacked),
+        )?;
+        for (path, host) in files_below(&unpacked)? {
+            let rel = path
+                .strip_prefix(&unpacked)
+                .context("an unpacked file outside the unpack directory")?
+                .to_string_lossy()
+                .into_owned();
+            if !only.is_empty() && !only.contains(&rel.as_str()) {
+                continue;
+            }
+            if rel.starts_with("usr/share/doc") || rel.starts_with("usr/share/man") {
+                continue;
+            }
+            // The guest's /bin and /sbin are links into /usr.
+            let rel = if rel.starts_with("bin/") || rel.starts_with("sbin/") {
+                format!("usr/{rel}")
+            } else {
+                rel
+            };
+            let mode = fs::metadata(&host)?.permissions().mode() & 0o777;
+            files.insert(rel, (Source::Host(host), mode));
+        }
     }
     // The repository's tracked files (fixtures, bundled manifests, scripts).
     let listed = Command::new("git")
@@ -260,6 +322,65 @@ fn write_initramfs(
     let size = write_cpio(out, &files)?;
     fs::remove_dir_all(&stage)?;
     Ok(size)
+}
+
+/// Every file below `root`, an unpacked package tree, sorted: (its path in
+/// the tree, the host file to read). A symlink is followed inside the tree
+/// (an absolute target names a path of the tree, not of the host); links
+/// to directories and dangling ones are left out.
+fn files_below(root: &Path) -> Result<Vec<(PathBuf, PathBuf)>> {
+    let mut out = Vec::new();
+    let mut todo = vec![root.to_path_buf()];
+    while let Some(current) = todo.pop() {
+        for entry in fs::read_dir(&current)? {
+            let path = entry?.path();
+            let mut source = path.clone();
+            // A chain of links ends within a few hops; more is a loop.
+            for _ in 0..8 {
+                match fs::symlink_metadata(&source) {
+                    Ok(meta) if meta.file_type().is_symlink() => {}
+                    _ => break,
+                }
+                let target = fs::read_link(&source)?;
+                source = lexically_normal(&match target.strip_prefix("/") {
+                    Ok(inside) => root.join(inside),
+                    Err(_) => source
+                        .parent()
+                        .context("a link without a parent")?
+                        .join(target),
+                });
+                if !source.starts_with(root) {
+                    break;
+                }
+            }
+            let Ok(meta) = fs::symlink_metadata(&source) else {
+                continue;
+            };
+            if path == source && meta.is_dir() {
+                todo.push(path);
+            } else if meta.is_file() && source.starts_with(root) {
+                out.push((path, source));
+            }
+        }
+    }
+    out.sort();
+    Ok(out)
+}
+
+/// `path` with its `..` taken away lexically, so that a link climbing out
+/// of the tree no longer starts with the tree's root.
+fn lexically_normal(path: &Path) -> PathBuf {
+    let mut out = PathBuf::new();
+    for part in path.components() {
+        match part {
+            std::path::Component::ParentDir => {
+                out.pop();
+            }
+            std::path::Component::CurDir => {}
+            other => out.push(other),
+        }
+    }
+    out
 }
 
 /// `host` (absolute) as a path in the initramfs (no leading slash).
@@ -656,6 +777,42 @@ mod tests {
                 ("a/b".to_owned(), 0o040_755, 0),
                 ("a/b/model.bin".to_owned(), 0o100_644, 1001),
                 ("init".to_owned(), 0o100_755, 10),
+            ]
+        );
+    }
+
+    #[test]
+    fn unpacked_links_are_followed_inside_the_tree_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("tree");
+        fs::create_dir_all(root.join("usr/lib")).unwrap();
+        fs::create_dir_all(root.join("usr/bin")).unwrap();
+        fs::write(root.join("usr/lib/libx.so.1.0"), "lib").unwrap();
+        fs::write(dir.path().join("outside"), "host").unwrap();
+        let link = std::os::unix::fs::symlink;
+        link("libx.so.1.0", root.join("usr/lib/libx.so.1")).unwrap();
+        // Absolute: a path of the tree, not the host's /usr/lib.
+        link("/usr/lib/libx.so.1", root.join("usr/bin/abs")).unwrap();
+        link("../../../outside", root.join("usr/bin/escape")).unwrap();
+        link("/usr/lib", root.join("usr/libdir")).unwrap();
+        link("missing", root.join("usr/bin/dangling")).unwrap();
+        let found: Vec<(String, String)> = files_below(&root)
+            .unwrap()
+            .into_iter()
+            .map(|(path, source)| {
+                (
+                    path.strip_prefix(&root).unwrap().display().to_string(),
+                    source.strip_prefix(&root).unwrap().display().to_string(),
+                )
+            })
+            .collect();
+        let pair = |a: &str, b: &str| (a.to_owned(), b.to_owned());
+        assert_eq!(
+            found,
+            vec![
+                pair("usr/bin/abs", "usr/lib/libx.so.1.0"),
+                pair("usr/lib/libx.so.1", "usr/lib/libx.so.1.0"),
+                pair("usr/lib/libx.so.1.0", "usr/lib/libx.so.1.0"),
             ]
         );
     }

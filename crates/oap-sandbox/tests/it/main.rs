@@ -11,3 +11,4 @@
 )]
 
 mod confine;
+mod syscalls;
