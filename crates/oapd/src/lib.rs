@@ -192,6 +192,3 @@ pub mod request_gen;
 pub mod server;
 pub mod tools;
 pub mod watch;
-
-// The HTTP helpers, where the chat handlers reach them.
-pub use server::http;

@@ -11,6 +11,7 @@ use crate::config::Config;
 pub mod crawl;
 pub mod index;
 pub mod lint;
+mod render;
 pub mod serve;
 pub mod validate_model;
 

@@ -49,8 +49,8 @@ use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, Stream
 use rmcp::{ErrorData, RoleServer, ServerHandler};
 use serde_json::{json, Map, Value};
 
-use super::chat::ChatService;
-use super::http::{self, Body};
+use crate::server::bridge::chat::ChatService;
+use crate::server::transport::http::{self, Body};
 
 /// Name of the discovery meta tool.
 pub const DISCOVER_TOOL: &str = "oap_discover";
@@ -672,7 +672,7 @@ fn task_hint(
 
 /// A query-string value: `+` is a space, `%XX` a byte.
 fn query_decode(raw: &str) -> String {
-    super::http::percent_decode(&raw.replace('+', " "))
+    crate::server::transport::http::percent_decode(&raw.replace('+', " "))
 }
 
 fn tool_result(result: ToolResult) -> CallToolResult {

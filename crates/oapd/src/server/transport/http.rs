@@ -34,8 +34,8 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{watch, Semaphore};
 
 use super::head::{self, Head};
-use super::observe::RequestInfo;
 use super::pending::{Occupancy, Pending, Watched};
+use crate::server::observe::RequestInfo;
 use oap_bridge::upstream::X_REQUEST_ID;
 use tracing::Instrument;
 
