@@ -38,12 +38,10 @@ mod file;
 mod text;
 mod validate;
 
-pub use bridge::{
-    ExperienceConfig, ForceRule, ForceRules, ToolBridgeConfig, ToolExposure, UrlPolicy,
-};
+pub use bridge::{ExperienceConfig, ToolBridgeConfig, UrlPolicy};
 pub(crate) use crawler::parse_host_entry;
 pub use crawler::CrawlerConfig;
-pub use env::{env_var_name, process_env, ENV_PREFIX, NON_CONFIG_ENV_VARS};
+pub use env::process_env;
 pub use error::{ConfigError, Position, Problem};
 pub(crate) use validate::parse_log_filter;
 

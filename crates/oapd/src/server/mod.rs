@@ -15,8 +15,8 @@
 //! [`observe`] sits below all four: every layer gives a request its id or
 //! records what happened to it.
 
-pub mod bridge;
-pub mod observe;
-pub mod routes;
-pub mod run;
-pub mod transport;
+pub(crate) mod bridge;
+pub(crate) mod observe;
+pub(crate) mod routes;
+pub(crate) mod run;
+pub(crate) mod transport;

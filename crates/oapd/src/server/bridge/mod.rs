@@ -5,7 +5,7 @@
 //! keep-alives ([`streaming`]), and the experience cache's endpoints
 //! ([`experience`]). It uses the transport below it and no route.
 
-pub mod chat;
-pub mod experience;
-pub mod responses;
-pub mod streaming;
+pub(crate) mod chat;
+pub(crate) mod experience;
+pub(crate) mod responses;
+pub(crate) mod streaming;

@@ -21,8 +21,6 @@ use crate::server::transport::http::{self, percent_decode, Body, Handler};
 /// The API's state, defined below the handlers that read it (crawl
 /// registration, status) so that they need not depend on the router.
 pub use super::state::{Api, ApiSettings};
-/// Whether the embedding model loaded (it is set up with the engine).
-pub use crate::app::ModelState;
 
 /// The endpoint a path names: one table for routing and for which
 /// deadline bounds a request. oapd answers its own API and the chat routes

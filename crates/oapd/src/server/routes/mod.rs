@@ -4,9 +4,9 @@
 //! operator's status page ([`ui`], [`status`]). [`state`] is one handler
 //! generation's state, below every handler that reads it.
 
-pub mod api;
-pub mod crawl;
-pub mod mcp;
-pub mod state;
-pub mod status;
-pub mod ui;
+pub(crate) mod api;
+pub(crate) mod crawl;
+pub(crate) mod mcp;
+pub(crate) mod state;
+pub(crate) mod status;
+pub(crate) mod ui;

@@ -609,7 +609,6 @@ pub async fn serve(config: Config, config_path: Option<PathBuf>) -> anyhow::Resu
         max_connections: config.server.max_connections,
         max_pending_connections: config.server.max_pending_connections,
         max_connections_per_client: config.server.max_connections_per_client,
-        max_body_bytes: config.server.max_body_bytes,
         header_read_timeout: Duration::from_secs(config.server.header_read_timeout),
         request_timeout: Duration::from_secs(config.server.request_timeout),
     };

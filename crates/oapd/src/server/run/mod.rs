@@ -3,5 +3,5 @@
 //! and what each handler generation starts ([`start`]: the chat service,
 //! the watch, the crawler).
 
-pub mod lifecycle;
-pub mod start;
+pub(crate) mod lifecycle;
+pub(crate) mod start;

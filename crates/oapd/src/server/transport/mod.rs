@@ -4,8 +4,8 @@
 //! the daemon ([`guard`]: Host and Origin; [`auth`]: tokens and clients).
 //! Nothing here knows a route.
 
-pub mod auth;
-pub mod guard;
-pub mod head;
-pub mod http;
-pub mod pending;
+pub(crate) mod auth;
+pub(crate) mod guard;
+pub(crate) mod head;
+pub(crate) mod http;
+pub(crate) mod pending;
