@@ -14,6 +14,7 @@ pub(crate) mod index;
 pub(crate) mod lint;
 mod render;
 pub(crate) mod serve;
+pub(crate) mod snapshot;
 pub(crate) mod validate_model;
 
 #[derive(Debug, Parser)]
@@ -69,6 +70,12 @@ pub enum Command {
         /// Re-embed every manifest instead of reusing unchanged vectors.
         #[arg(long)]
         force: bool,
+    },
+    /// Signed index snapshots: make a key, build one off the boards, verify one.
+    Snapshot {
+        /// keygen, build or verify.
+        #[command(subcommand)]
+        command: snapshot::SnapshotCommand,
     },
     /// Work with manifest files.
     Manifest {
@@ -231,6 +238,7 @@ fn run_with_config(
             print!("{}", crate::mcp::describe_specs(&config));
         }
         Command::Crawl { once, domains } => return crawl::run(&config, once, &domains),
+        Command::Snapshot { command } => snapshot::run(&config, command)?,
         Command::Manifest { .. } | Command::ValidateModel { .. } => {}
     }
     Ok(())

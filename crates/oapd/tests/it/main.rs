@@ -46,6 +46,7 @@ mod sandbox;
 mod secrets;
 mod slow_clients;
 mod slow_upstream;
+mod snapshot;
 mod status_page;
 mod trusted_clients;
 mod upstream_tls;
