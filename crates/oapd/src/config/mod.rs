@@ -984,7 +984,7 @@ impl Config {
     /// then validate.
     ///
     /// `path: None` means defaults plus environment. A given path that does not exist
-    /// is an error. Pass [`process_env()`] as `env` in the daemon and an explicit list
+    /// is an error. Pass `process_env()` as `env` in the daemon and an explicit list
     /// in tests.
     pub fn load<I>(path: Option<&Path>, env: I) -> Result<Loaded, ConfigError>
     where
@@ -1018,7 +1018,7 @@ impl Config {
     }
 
     /// The configuration as YAML, for `oapd config show`. The bearer token, if set,
-    /// is replaced by [`REDACTED`].
+    /// is replaced by `REDACTED`.
     pub fn effective_yaml(&self) -> String {
         let mut shown = self.clone();
         if shown.server.auth_token.is_some() {

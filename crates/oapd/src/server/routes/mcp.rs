@@ -76,7 +76,7 @@ pub struct McpSettings {
 }
 
 /// The `/mcp` endpoint: rmcp's streamable HTTP transport around
-/// [`McpTools`].
+/// `McpTools`.
 pub struct McpServer {
     service: StreamableHttpService<McpTools, NeverSessionManager>,
     max_body_bytes: usize,
@@ -128,7 +128,7 @@ impl McpServer {
     }
 
     /// The answer to a `/mcp` POST whose body has been read: the body
-    /// check, then rmcp's transport and [`McpTools`]. Every answer is a
+    /// check, then rmcp's transport and `McpTools`. Every answer is a
     /// JSON-RPC object, an SSE stream, or an empty 202 for a notification.
     pub async fn answer(&self, parts: Parts, body: Bytes) -> Response<Body> {
         if let Err(problem) = check_body(parts.headers.get(CONTENT_TYPE), &body) {
