@@ -6,7 +6,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use oapd::config::Config;
+use oapd::harness::Config;
 
 const KEYS: &[&str] = &[
     "OAP_SERVER_LISTEN",

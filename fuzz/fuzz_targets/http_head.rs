@@ -28,8 +28,8 @@ use hyper::service::service_fn;
 use hyper::{Request, Response};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use libfuzzer_sys::fuzz_target;
-use oapd::server::guard::{self, Inbound};
-use oapd::server::head::{self, Head, Prefixed, MAX_HEAD_BYTES};
+use oapd::harness::guard::{self, Inbound};
+use oapd::harness::head::{self, Head, Prefixed, MAX_HEAD_BYTES};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 /// The client's bytes as a stream that hands them out in the given pieces;

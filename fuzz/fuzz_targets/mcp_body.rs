@@ -18,7 +18,7 @@ use bytes::Bytes;
 use http_body_util::BodyExt;
 use hyper::{Method, Request};
 use libfuzzer_sys::fuzz_target;
-use oapd::server::mcp::{McpServer, McpSettings};
+use oapd::harness::{McpServer, McpSettings};
 use serde_json::Value;
 
 /// What every input is answered by, built once.
@@ -51,7 +51,7 @@ fn fixture() -> &'static Fixture {
              manifests:\n  bundled: false\n  dirs: [{manifests:?}]\n",
             dir.path().join("data"),
         );
-        let config = oapd::config::Config::from_yaml_str(&yaml, Vec::new())
+        let config = oapd::harness::Config::from_yaml_str(&yaml, Vec::new())
             .expect("fuzz configuration")
             .config;
         let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -61,9 +61,9 @@ fn fixture() -> &'static Fixture {
             .expect("runtime");
         let server = runtime.block_on(async {
             let (engine, _report) =
-                oapd::app::open_engine_with(&config, None, None).expect("engine");
-            let runner = oapd::tools::ExecRunner::new(&config).expect("tool runner");
-            let chat = oapd::server::start::chat_service(&config, Arc::new(engine), runner)
+                oapd::harness::open_engine_with(&config, None, None).expect("engine");
+            let runner = oapd::harness::ExecRunner::new(&config).expect("tool runner");
+            let chat = oapd::harness::chat_service(&config, Arc::new(engine), runner)
                 .expect("chat service");
             McpServer::new(
                 Arc::new(chat),

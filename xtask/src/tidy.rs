@@ -369,9 +369,6 @@ mod module_graph {
         // context; the stderr noise filter reads the hub's settings.
         ("oap-mcp", "http", "hub"),
         ("oap-mcp", "noise", "hub"),
-        // Environment overrides implement their trait for the MCP server
-        // list, whose parser takes environment values.
-        ("oapd", "config::env", "config::bridge"),
         // The image build starts the Ollama guest, which uses the image's
         // HTTP and console helpers.
         ("xtask", "image_ollama", "image"),

@@ -18,8 +18,8 @@ use std::time::Instant;
 use anyhow::{bail, Context};
 use oap_bench::report::{ExperienceBaseline, ExperienceReport, ThresholdRow};
 use oap_testkit::stats::mean;
-use oapd::config::Config;
-use oapd::server::experience::{Experience, Hit};
+use oapd::harness::Config;
+use oapd::harness::{Experience, Hit};
 use serde_json::{Map, Value};
 
 struct Task {
@@ -123,11 +123,11 @@ pub fn run(args: Args) -> anyhow::Result<ExperienceReport> {
     config.manifests.dirs = vec![manifests.clone()];
     config.embedding.model_dir = model.clone();
     config.experience.enabled = true;
-    let (embedder, state) = oapd::app::load_embedder(&config);
+    let (embedder, state) = oapd::harness::load_embedder(&config);
     if !state.loaded {
         bail!("embedding model not loaded: {:?}", state.error);
     }
-    let (engine, report) = oapd::app::open_engine(&config, embedder)?;
+    let (engine, report) = oapd::harness::open_engine(&config, embedder)?;
     let engine = Arc::new(engine);
     let top_k = config.tool_bridge.default_top_k;
     eprintln!(
@@ -172,12 +172,7 @@ pub fn run(args: Args) -> anyhow::Result<ExperienceReport> {
     };
     let mut rows = Vec::new();
     for threshold in thresholds {
-        let _ = std::fs::remove_file(
-            config
-                .index
-                .data_dir
-                .join(oapd::server::experience::STORE_FILE),
-        );
+        let _ = std::fs::remove_file(config.index.data_dir.join(oapd::harness::STORE_FILE));
         let mut with = config.clone();
         with.experience.min_similarity = threshold;
         let experience = Experience::open(&with.experience, &with.index.data_dir, engine.clone())

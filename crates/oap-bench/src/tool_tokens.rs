@@ -16,8 +16,7 @@ use std::sync::Arc;
 use anyhow::{bail, Context, Result};
 use oap_bench::report::{ExposureColumn, TokenCalibration, TokensReport};
 use oap_bridge::{exposure, meta, tokens};
-use oapd::app;
-use oapd::config::Config;
+use oapd::harness::Config;
 use serde_json::Value;
 
 struct Task {
@@ -146,13 +145,13 @@ pub fn run(mut options: Args) -> Result<TokensReport> {
     config.index.data_dir = options.data_dir.clone();
     config.embedding.model_dir = options.model_dir.clone();
     config.tool_bridge.default_top_k = options.top_k;
-    let (embedder, model) = app::load_embedder(&config);
+    let (embedder, model) = oapd::harness::load_embedder(&config);
     if !model.loaded {
         bail!("embedding model not loaded: {:?}", model.error);
     }
-    let (engine, report) = app::open_engine(&config, embedder)?;
-    let runner = oapd::tools::ExecRunner::new(&config)?;
-    let service = oapd::server::start::chat_service(&config, Arc::new(engine), runner)?;
+    let (engine, report) = oapd::harness::open_engine(&config, embedder)?;
+    let runner = oapd::harness::ExecRunner::new(&config)?;
+    let service = oapd::harness::chat_service(&config, Arc::new(engine), runner)?;
     let wordpiece = tokenizers::Tokenizer::from_file(options.model_dir.join("tokenizer.json"))
         .map_err(|e| anyhow::anyhow!("tokenizer: {e}"))?;
     let mut wordpiece = wordpiece;

@@ -41,8 +41,8 @@ pub const STORE_FILE: &str = "experience.json";
 pub const MIN_CONFIDENCE: f32 = 0.5;
 /// Confidence of an entry after its first success.
 pub const FIRST_CONFIDENCE: f32 = 0.75;
-/// Characters of the task text kept for inspection.
-const MAX_TASK_CHARS: usize = 300;
+/// Bytes of the task text kept for inspection.
+const MAX_TASK_BYTES: usize = 300;
 /// Upper bound of the cache file (entries × a 384-float vector each).
 const MAX_STORE_BYTES: u64 = 256 * 1024 * 1024;
 /// Writes are coalesced: a burst of successes causes one write.
@@ -177,10 +177,6 @@ pub fn argument_shape(arguments: &Map<String, Value>) -> BTreeMap<String, String
             (key.chars().take(64).collect(), kind.to_string())
         })
         .collect()
-}
-
-fn clip(text: &str) -> String {
-    text.chars().take(MAX_TASK_CHARS).collect()
 }
 
 /// The cache's entries and rules.
@@ -323,7 +319,7 @@ impl Cache {
             };
             self.entries.push(Entry {
                 id: entry_id(&task.normalized, manifest_id),
-                task: clip(&task.text),
+                task: oap_manifest::clip_bytes(&task.text, MAX_TASK_BYTES).to_string(),
                 normalized: task.normalized.clone(),
                 manifest_id: manifest_id.to_string(),
                 content_hash: content_hash.to_string(),

@@ -31,7 +31,7 @@ const MAX_STORE_BYTES: u64 = 4 * 1024 * 1024;
 /// Longest answer read from Ollama for one check.
 const MAX_ANSWER_BYTES: usize = 4 * 1024 * 1024;
 /// Longest detail kept per check (a rambling model must not bloat the store).
-const MAX_DETAIL_CHARS: usize = 400;
+const MAX_DETAIL_BYTES: usize = 400;
 
 /// The outcome of one check.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -430,13 +430,16 @@ fn judge_argument_types(answer: &Answer) -> Result<String, String> {
     }
 }
 
+/// A model's answer as a check's detail: trimmed, quoted, and cut where
+/// every text cap cuts (`oap_manifest::clip_bytes`), marked `…` when cut.
 fn clip(text: &str) -> String {
     let text = text.trim();
-    if text.chars().count() <= MAX_DETAIL_CHARS {
-        return format!("{text:?}");
+    let cut = oap_manifest::clip_bytes(text, MAX_DETAIL_BYTES);
+    if cut.len() == text.len() {
+        format!("{text:?}")
+    } else {
+        format!("{cut:?}…")
     }
-    let cut: String = text.chars().take(MAX_DETAIL_CHARS).collect();
-    format!("{cut:?}…")
 }
 
 /// Asks Ollama for the model's digest; also proves Ollama is reachable
@@ -702,6 +705,15 @@ impl ValidationGate {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_long_answer_is_cut_on_a_character_boundary_and_marked() {
+        assert_eq!(clip("  short answer \n"), "\"short answer\"");
+        let long = "é".repeat(MAX_DETAIL_BYTES);
+        let detail = clip(&long);
+        let kept = "é".repeat(MAX_DETAIL_BYTES / 2);
+        assert_eq!(detail, format!("{kept:?}…"));
+    }
 
     fn call(name: &str, arguments: Value) -> ToolCall {
         ToolCall {

@@ -1,10 +1,16 @@
-//! The `oapd` daemon as a library, in layers: configuration ([`config`]),
-//! the crawler ([`crawl`]), the manifest-directory watch ([`watch`]),
-//! opening the engine ([`app`]), the HTTP server and its lifecycle
-//! ([`server`]), and the command line ([`cli`]; `main.rs` only calls it).
-//! Each uses only layers before it and the small helpers ([`files`],
-//! [`logging`], [`metrics`], [`rebuild`], [`bundled`], [`request_gen`]), never one that uses it back:
-//! xtask's tidy test `oapd_modules_form_no_cycle` checks it.
+//! The `oapd` daemon as a library, in layers: configuration (`config`),
+//! the crawler (`crawl`), the manifest-directory watch (`watch`),
+//! opening the engine (`app`), the HTTP server and its lifecycle
+//! (`server`), and the command line (`cli`; the binary only calls
+//! [`main`]). Each uses only layers before it and the small helpers
+//! (`files`, `logging`, `metrics`, `rebuild`, `bundled`, `request_gen`),
+//! never one that uses it back, at every depth: xtask's tidy test
+//! `every_crates_modules_form_no_cycle_at_any_depth` checks it.
+//!
+//! Every module is private to the crate. The public surface is [`main`]
+//! and [`harness`], the few names benchmarks, fuzz targets and the
+//! configuration tests use in-process; the daemon's real interface is its
+//! HTTP API and command line.
 //!
 //! # Architecture
 //!
@@ -18,12 +24,14 @@
 //!   names the key at fault; `error.rs` holds `ConfigError`/`Problem`;
 //!   `bridge.rs` and `crawler.rs` wire in the settings types the bridge and
 //!   crawler crates own.
-//! - `server/`: the HTTP shell. `http.rs` (listeners, connection cap and
+//! - `server/`: the HTTP side, in four layers (each uses only those below):
+//!   `transport/`, `bridge/`, `routes/`, `run/`, with `observe.rs` under all.
+//!   `transport/`: `http.rs` (listeners, connection cap and
 //!   per-client cap, body caps, the in-flight body budget, body stall and
 //!   request deadlines, graceful shutdown), `head.rs` (the first request head
 //!   of each connection, read under the header deadline and replayed to
 //!   hyper), `guard.rs` (Host and Origin checks), `auth.rs` (the token as a
-//!   bearer token or as a browser's Basic password), `api.rs` (the router and the
+//!   bearer token or as a browser's Basic password). `routes/`: `api.rs` (the router and the
 //!   discovery API; `Route::of` is the one table of oapd's own paths, used for
 //!   routing and for which deadline bounds a request — every other path is
 //!   Ollama's), `crawl.rs` (`/v1/crawl/status`, `/v1/manifests/register`),
@@ -32,17 +40,18 @@
 //!   Content-Security-Policy; the script writes every value with
 //!   `textContent`), `status.rs` (`/v1/status`: manifests by source, the
 //!   engine's `last_build`, Ollama's `/api/tags` under a 3 s deadline),
-//!   `start.rs` (what each handler generation starts: the chat service, the
-//!   crawler, the watch), `lifecycle.rs` (sockets or systemd socket
+//!   `state.rs` (one handler generation's state). `run/`: `start.rs` (what
+//!   each handler generation starts: the chat service, the crawler, the
+//!   watch), `lifecycle.rs` (sockets or systemd socket
 //!   activation, `READY=1`, `STATUS=`, watchdog, SIGTERM drain, SIGHUP reload).
-//! - `server/chat.rs`, `server/responses.rs`, `server/streaming.rs`,
-//!   `server/experience.rs`: the bridge's HTTP side — parse `/api/chat`, `/v1/chat/completions` and
+//! - `server/bridge/`: `chat.rs`, `responses.rs`, `streaming.rs`,
+//!   `experience.rs`, the bridge's HTTP side — parse `/api/chat`, `/v1/chat/completions` and
 //!   `/v1/responses`, pick tools (experience cache or discovery, in one place:
 //!   `ChatService::tools_for_task`), build the request's hooks from settings,
 //!   run `oap_bridge::run_loop`, and encode its events (one encoder per wire
 //!   format, with keep-alives). `tools.rs` configures `oap-exec` from
 //!   `tool_bridge:` and `tools:` (the loop's `ToolRunner`).
-//! - `server/mcp.rs`: `/mcp`, oapd as an MCP server (rmcp's streamable HTTP
+//! - `server/routes/mcp.rs`: `/mcp`, oapd as an MCP server (rmcp's streamable HTTP
 //!   transport, stateless with JSON answers, so there is no session table to
 //!   cap). The body is read by `http::read_body` (size cap, in-flight budget)
 //!   and unparsable JSON gets JSON-RPC's parse error before rmcp sees it; the
@@ -116,12 +125,13 @@
 //!   `/metrics` show them. **Architecture Invariant:** generated text is a
 //!   row, never the tool's description and never part of a tool offered to
 //!   a model.
-//! - `cli/`: one module per subcommand; `main.rs` only calls `cli::main`.
+//! - `cli/`: one module per subcommand (and `render.rs`, discovery answers
+//!   as a terminal table); `main.rs` only calls `oapd::main`.
 //! - `app.rs` (config → embedder and engine), `files.rs` (the regular-file
 //!   reader for config, seeds and CA files), `logging.rs`, `bundled.rs` (the
 //!   bundled manifests, compiled in).
 //!
-//! **Start-up sequence** (`server::lifecycle::serve`): bind the listeners
+//! **Start-up sequence** (`server::run::lifecycle::serve`): bind the listeners
 //! (a port in use fails before anything slow); start the MCP servers in the
 //! background; load the model; `app::open_serving_engine` loads the catalog
 //! and maps the index (reused when its fingerprint matches; written
@@ -178,20 +188,24 @@
 //! assistant delta for Ollama clients, an SSE comment for OpenAI ones — both
 //! what the real `ollama` and `openai` clients ignore (tested with them).
 
-pub mod app;
-pub mod bundled;
-pub mod cli;
-pub mod config;
-pub mod crawl;
-pub mod files;
-pub mod logging;
-pub mod mcp;
-pub mod metrics;
-pub mod rebuild;
-pub mod request_gen;
-pub mod server;
-pub mod tools;
-pub mod watch;
+pub(crate) mod app;
+pub(crate) mod bundled;
+pub(crate) mod cli;
+pub(crate) mod config;
+pub(crate) mod crawl;
+pub(crate) mod files;
+pub mod harness;
+pub(crate) mod logging;
+pub(crate) mod mcp;
+pub(crate) mod metrics;
+pub(crate) mod rebuild;
+pub(crate) mod request_gen;
+pub(crate) mod server;
+pub(crate) mod tools;
+pub(crate) mod watch;
 
-// The HTTP helpers, where the chat handlers reach them.
-pub use server::http;
+/// The `oapd` command line, what the binary runs: parses the arguments,
+/// loads the configuration, sets up logging and runs the subcommand.
+pub fn main() -> std::process::ExitCode {
+    cli::main()
+}

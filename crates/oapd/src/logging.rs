@@ -114,12 +114,10 @@ pub fn init(config: &LogConfig, log_content: bool) {
     }
 }
 
-/// How much of a content value a debug line shows.
-pub use oap_exec::CONTENT_LOG_CHARS;
 /// The target of every log line that carries content: message text, a
 /// model's tool arguments (a stdio tool's argv, an HTTP tool's URL with its
 /// query string), tool output. Such lines are debug only, cut to
-/// [`CONTENT_LOG_CHARS`], and written only with `server.log_content: true`.
+/// `oap_exec::CONTENT_LOG_CHARS`, and written only with `server.log_content: true`.
 pub use oap_exec::CONTENT_LOG_TARGET;
 
 /// `filter` with content lines off unless `log_content`: the directive is

@@ -1,8 +1,8 @@
 //! `oapd`: OAP manifest discovery and tool bridge for local LLMs.
 //!
 //! The binary is thin: the command line, loading the config and setting up
-//! logging live in the library (`oapd::cli`).
+//! logging live in the library (`oapd::main`).
 
 fn main() -> std::process::ExitCode {
-    oapd::cli::main()
+    oapd::main()
 }

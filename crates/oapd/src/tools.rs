@@ -157,7 +157,7 @@ impl ExecRunner {
         })
     }
 
-    /// What this executor's connections depend on (see [`ConnectionBasis`]).
+    /// What this executor's connections depend on (see `ConnectionBasis`).
     pub fn connection_basis(&self) -> &ConnectionBasis {
         &self.connection_basis
     }

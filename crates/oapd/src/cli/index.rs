@@ -58,7 +58,7 @@ pub fn discover(config: &Config, task: &str, top_k: usize, json: bool) -> anyhow
     if json {
         println!("{}", serde_json::to_string_pretty(&discovery)?);
     } else {
-        print!("{}", crate::server::render::discovery(&discovery));
+        print!("{}", super::render::discovery(&discovery));
     }
     Ok(())
 }

@@ -1,4 +1,5 @@
-//! The `oapd` command line: parsing (clap) and one module per subcommand.
+//! The `oapd` command line: parsing (clap), one module per subcommand, and
+//! the terminal rendering of discovery answers (`render`).
 //! `main.rs` only calls [`main`].
 
 use std::path::PathBuf;
@@ -8,12 +9,13 @@ use clap::{Parser, Subcommand};
 
 use crate::config::Config;
 
-pub mod crawl;
-pub mod index;
-pub mod lint;
-pub mod serve;
-pub mod snapshot;
-pub mod validate_model;
+pub(crate) mod crawl;
+pub(crate) mod index;
+pub(crate) mod lint;
+mod render;
+pub(crate) mod serve;
+pub(crate) mod snapshot;
+pub(crate) mod validate_model;
 
 #[derive(Debug, Parser)]
 #[command(

@@ -13,7 +13,7 @@ pub fn run(config: Config, config_path: Option<PathBuf>) -> anyhow::Result<()> {
         .enable_all()
         .build()
         .context("cannot start the async runtime")?;
-    let served = runtime.block_on(crate::server::lifecycle::serve(config, config_path));
+    let served = runtime.block_on(crate::server::run::lifecycle::serve(config, config_path));
     // Requests still running after the shutdown grace are cut here:
     // dropping their tasks kills their tool process groups. Blocking
     // work (an embedding batch) gets a moment, never a hang.

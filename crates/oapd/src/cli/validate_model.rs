@@ -17,7 +17,7 @@ pub fn run(
     timeout_secs: u64,
 ) -> anyhow::Result<std::process::ExitCode> {
     let check_timeout = Duration::from_secs(timeout_secs);
-    let upstream = crate::server::start::upstream(
+    let upstream = crate::server::run::start::upstream(
         config,
         check_timeout.min(Duration::from_secs(config.ollama.timeout)),
     )?;

@@ -6,9 +6,7 @@
 use super::env::EnvValue;
 use super::Named;
 
-pub use oap_bridge::{
-    ExperienceConfig, ForceRule, ForceRules, ToolBridgeConfig, ToolExposure, UrlPolicy,
-};
+pub use oap_bridge::{ExperienceConfig, ForceRules, ToolBridgeConfig, ToolExposure, UrlPolicy};
 
 impl EnvValue for ForceRules {
     fn parse_env(raw: &str) -> Result<Self, String> {

@@ -5,10 +5,15 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
+// The bridge's own enums are named from their crate, not through
+// `bridge.rs`: that module implements this one's `EnvValue` for the
+// bridge's types, so this one naming it back would close a cycle.
+use oap_bridge::{ToolExposure, UrlPolicy};
+
 use super::text::{closest, levenshtein, one_of, quote};
 use super::{
     Config, ConfigError, DiscoveryMode, EmbeddingModel, EmbeddingWeights, EnvOverride, LogFormat,
-    Named, SandboxMode, ToolExposure, UrlPolicy, VectorDtype,
+    Named, SandboxMode, VectorDtype,
 };
 
 /// Prefix of every environment variable that configures `oapd`.

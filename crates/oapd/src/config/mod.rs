@@ -38,12 +38,10 @@ mod file;
 mod text;
 mod validate;
 
-pub use bridge::{
-    ExperienceConfig, ForceRule, ForceRules, ToolBridgeConfig, ToolExposure, UrlPolicy,
-};
+pub use bridge::{ExperienceConfig, ToolBridgeConfig, UrlPolicy};
 pub(crate) use crawler::parse_host_entry;
 pub use crawler::CrawlerConfig;
-pub use env::{env_var_name, process_env, ENV_PREFIX, NON_CONFIG_ENV_VARS};
+pub use env::process_env;
 pub use error::{ConfigError, Position, Problem};
 pub(crate) use validate::parse_log_filter;
 
@@ -992,7 +990,7 @@ impl Config {
     /// then validate.
     ///
     /// `path: None` means defaults plus environment. A given path that does not exist
-    /// is an error. Pass [`process_env()`] as `env` in the daemon and an explicit list
+    /// is an error. Pass `process_env()` as `env` in the daemon and an explicit list
     /// in tests.
     pub fn load<I>(path: Option<&Path>, env: I) -> Result<Loaded, ConfigError>
     where
@@ -1026,7 +1024,7 @@ impl Config {
     }
 
     /// The configuration as YAML, for `oapd config show`. The bearer token, if set,
-    /// is replaced by [`REDACTED`].
+    /// is replaced by `REDACTED`.
     pub fn effective_yaml(&self) -> String {
         let mut shown = self.clone();
         if shown.server.auth_token.is_some() {

@@ -7,7 +7,7 @@
 use std::collections::HashMap;
 use std::io;
 use std::net::{IpAddr, SocketAddr};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -17,11 +17,8 @@ use oap_exec::{BoxFuture, ExecPolicy, Executor, Resolver, SystemResolver};
 
 use crate::config::{parse_host_entry, Config};
 
-/// The section is part of the config tree; its old path stays.
-pub use crate::config::CrawlerConfig;
-
-pub mod mdns;
-pub mod txt_dns;
+pub(crate) mod mdns;
+pub(crate) mod txt_dns;
 
 /// The engine as the crawler's catalog sink, each of its rebuilds counted
 /// in the daemon's metrics like the background rebuilder's (the crawler
@@ -172,9 +169,4 @@ pub fn add_seeds(crawler: &Crawler, seeds: &[String], added_by: AddedBy) -> Vec<
         }
     }
     added
-}
-
-/// Read-only helper for tests and the CLI.
-pub fn state_path(config: &Config) -> PathBuf {
-    CrawlerSettings::new(Path::new(&config.index.data_dir)).state_path
 }

@@ -24,8 +24,8 @@
 //! [`oap_discovery::requests::accepted`], is logged only at debug, is never
 //! shown as the tool's own text, and is never offered to a model.
 
-pub mod ask;
-pub mod cache;
+pub(crate) mod ask;
+pub(crate) mod cache;
 
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::fmt;

@@ -1,38 +1,22 @@
-//! The HTTP side of the daemon: the router ([`api`]), the chat surfaces
-//! around the tool loop ([`chat`], [`responses`], [`streaming`],
-//! [`experience`]) and the crawler's endpoints ([`crawl`]), the MCP server
-//! at `/mcp` ([`mcp`]), the connection shell ([`http`], [`head`],
-//! [`pending`]), who may
-//! talk to it ([`guard`], [`auth`]), the operator's status page ([`ui`],
-//! [`status`]), what it starts per engine generation ([`start`]),
-//! and the process lifecycle that starts, reloads and stops it
-//! ([`lifecycle`]). [`observe`] gives every request its id and keeps the
-//! recent bridged requests. [`render`] formats answers for the terminal.
+//! The HTTP side of the daemon, in four layers, each using only the ones
+//! below it (xtask's tidy test checks it at every depth):
+//! - [`run`] (top): the process lifecycle that starts, reloads and stops
+//!   the server, and what each handler generation starts.
+//! - [`routes`]: the router and every endpoint of oapd's own — discovery,
+//!   the crawler's, the MCP server at `/mcp`, the operator's status page —
+//!   and the state of one handler generation they read.
+//! - [`bridge`]: the tool bridge's HTTP side — `/api/chat`,
+//!   `/v1/chat/completions`, `/v1/responses`, the pass-through routes —
+//!   with the streamed encodings and the experience cache's endpoints.
+//! - [`transport`] (bottom): the connection shell (listeners, caps,
+//!   deadlines, the first head of every connection, body budgets) and who
+//!   may talk to it (Host/Origin guard, tokens).
+//!
+//! [`observe`] sits below all four: every layer gives a request its id or
+//! records what happened to it.
 
-pub mod api;
-pub mod auth;
-pub mod chat;
-pub mod crawl;
-pub mod experience;
-pub mod guard;
-pub mod head;
-pub mod http;
-pub mod lifecycle;
-pub mod mcp;
-pub mod observe;
-pub mod pending;
-pub mod render;
-pub mod responses;
-pub mod start;
-pub mod state;
-pub mod status;
-pub mod streaming;
-pub mod ui;
-
-use crate::config::Config;
-
-/// Runs the daemon until SIGINT or SIGTERM (no SIGHUP reload: there is no
-/// config file to re-read). See [`lifecycle::serve`].
-pub async fn serve(config: Config) -> anyhow::Result<()> {
-    lifecycle::serve(config, None).await
-}
+pub(crate) mod bridge;
+pub(crate) mod observe;
+pub(crate) mod routes;
+pub(crate) mod run;
+pub(crate) mod transport;

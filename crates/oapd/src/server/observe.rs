@@ -244,14 +244,12 @@ impl Recent {
 
 /// The observation hook of one bridged request: times its rounds and
 /// calls for the metrics, and leaves its record in the ring when the
-/// request is over (when the loop and the client-facing filter have both
-/// let go of it).
+/// request is over (when the loop drops its hooks).
+///
+/// Its state is plain fields: the loop builds the hooks per request and
+/// lends each one `&mut self` in every phase, so nothing here is shared.
 pub struct Observer {
-    shared: Arc<Shared>,
-}
-
-struct Shared {
-    progress: Mutex<Progress>,
+    progress: Progress,
     started: Instant,
 }
 
@@ -304,24 +302,16 @@ impl Observer {
             messages_preview: preview,
         };
         Observer {
-            shared: Arc::new(Shared {
-                progress: Mutex::new(Progress {
-                    record,
-                    known,
-                    auto_execute: true,
-                    answered: false,
-                    done: false,
-                    failed: None,
-                }),
-                started,
-            }),
+            progress: Progress {
+                record,
+                known,
+                auto_execute: true,
+                answered: false,
+                done: false,
+                failed: None,
+            },
+            started,
         }
-    }
-}
-
-impl Shared {
-    fn lock(&self) -> MutexGuard<'_, Progress> {
-        self.progress.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
 
@@ -361,11 +351,11 @@ impl Progress {
 impl Hook for Observer {
     fn tools_withdrawn(&mut self, _cx: &mut RequestCtx) {
         // The model takes no tools: the request goes on as it came.
-        self.shared.lock().record.tools_injected.clear();
+        self.progress.record.tools_injected.clear();
     }
 
     fn holds_round(&mut self, _cx: &mut RequestCtx, round: &RoundStart) -> bool {
-        let mut progress = self.shared.lock();
+        let progress = &mut self.progress;
         progress.auto_execute = round.auto_execute;
         // A request started again without oapd's tools counts its
         // rounds from 1 again.
@@ -384,7 +374,7 @@ impl Hook for Observer {
         _cx: &'a mut RequestCtx,
         round: &'a mut RoundOutcome,
     ) -> BoxFuture<'a, ()> {
-        let mut progress = self.shared.lock();
+        let progress = &mut self.progress;
         let mut handed: Vec<String> = round.theirs.iter().map(|c| c.name.clone()).collect();
         if !progress.auto_execute {
             handed.extend(round.ours.iter().map(|c| c.name.clone()));
@@ -395,13 +385,12 @@ impl Hook for Observer {
             }
         }
         progress.handed_back(round.number, handed);
-        drop(progress);
         Box::pin(async {})
     }
 
     fn call_finished(&mut self, _cx: &mut RequestCtx, report: &CallReport<'_>) {
         let outcome = report.result.outcome();
-        let mut progress = self.shared.lock();
+        let progress = &mut self.progress;
         crate::metrics::get().tool_call(progress.label(report.name), outcome, Some(report.elapsed));
         if let Some(round) = progress.round(report.round) {
             round.calls.push(CallRecord {
@@ -418,7 +407,7 @@ impl Hook for Observer {
     /// Sees what the client gets: the final chunk, or the error that
     /// ended the request (its status when nothing went out before it).
     fn output(&mut self, _cx: &RequestCtx, event: Event) -> Vec<Event> {
-        let mut progress = self.shared.lock();
+        let progress = &mut self.progress;
         match &event {
             Event::Chunk(chunk) => {
                 progress.answered = true;
@@ -433,17 +422,13 @@ impl Hook for Observer {
                 progress.record.error = Some(message.clone());
             }
         }
-        drop(progress);
         vec![event]
     }
 }
 
-impl Drop for Shared {
+impl Drop for Observer {
     fn drop(&mut self) {
-        let progress = match self.progress.get_mut() {
-            Ok(progress) => progress,
-            Err(poisoned) => poisoned.into_inner(),
-        };
+        let progress = &self.progress;
         let mut record = progress.record.clone();
         record.duration_ms = millis(self.started.elapsed());
         record.status = match progress.failed {

@@ -3,7 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
-use oapd::config::{
+use oapd::harness::{
     Config, ConfigError, DiscoveryMode, EmbeddingWeights, Loaded, LogFormat, UrlPolicy,
     VectorDtype, MAX_CONFIG_FILE_BYTES,
 };
@@ -1088,7 +1088,7 @@ fn single_problem(text: &str) -> (String, String) {
 #[test]
 fn tool_sandbox_settings() {
     let c = ok(yaml(""));
-    assert_eq!(c.tools.sandbox, oapd::config::SandboxMode::Auto);
+    assert_eq!(c.tools.sandbox, oapd::harness::SandboxMode::Auto);
     assert_eq!(c.tools.sandbox_spawn, vec!["man".to_string()]);
     let c = ok(yaml_env(
         "",
@@ -1098,7 +1098,7 @@ fn tool_sandbox_settings() {
             ("OAP_TOOLS_SANDBOX_SPAWN", "man,groff"),
         ],
     ));
-    assert_eq!(c.tools.sandbox, oapd::config::SandboxMode::Require);
+    assert_eq!(c.tools.sandbox, oapd::harness::SandboxMode::Require);
     assert_eq!(
         c.tools.sandbox_read_paths,
         vec![PathBuf::from("/opt/data"), PathBuf::from("/srv/x")]

@@ -15,14 +15,12 @@ use hyper::{Method, Request, Response, StatusCode};
 use oap_discovery::DiscoverError;
 use serde::Deserialize;
 
-use super::auth::{self, Client, Scope};
-use super::http::{self, percent_decode, Body, Handler};
+use crate::server::transport::auth::{self, Client, Scope};
+use crate::server::transport::http::{self, percent_decode, Body, Handler};
 
 /// The API's state, defined below the handlers that read it (crawl
 /// registration, status) so that they need not depend on the router.
 pub use super::state::{Api, ApiSettings};
-/// Whether the embedding model loaded (it is set up with the engine).
-pub use crate::app::ModelState;
 
 /// The endpoint a path names: one table for routing and for which
 /// deadline bounds a request. oapd answers its own API and the chat routes
@@ -203,12 +201,12 @@ impl Handler for Api {
         let request = self.take_client_prefix(request);
         // Host (DNS rebinding) and Origin (cross-site) first: a refused
         // request reaches no route, not even a preflight or /health.
-        let inbound = super::guard::Inbound {
+        let inbound = crate::server::transport::guard::Inbound {
             version: request.version(),
             uri: request.uri(),
             headers: request.headers(),
         };
-        if let Err(refusal) = super::guard::check(
+        if let Err(refusal) = crate::server::transport::guard::check(
             inbound,
             &self.settings.allowed_hosts,
             &self.settings.cors_origins,
@@ -274,7 +272,7 @@ impl Api {
         };
         if let Caller::Client(client) = &caller {
             crate::metrics::get().client_request(&client.name);
-            super::observe::set_client(&client.name);
+            crate::server::observe::set_client(&client.name);
             let scope = Route::of(&path).client_scope(&path);
             if !scope.is_some_and(|scope| client.allows(scope)) {
                 return out_of_scope(client, &path, scope);
@@ -324,7 +322,7 @@ impl Api {
             (Route::OpenAiChat, &Method::POST) => self.chat.openai_chat(request).await,
             (Route::OpenAiChat, _) => method_not_allowed("POST"),
             (Route::Responses, &Method::POST) => {
-                crate::server::responses::handle(&self.chat, request).await
+                crate::server::bridge::responses::handle(&self.chat, request).await
             }
             (Route::Responses, _) => method_not_allowed("POST"),
             (Route::Tools, &Method::POST) => {
@@ -352,7 +350,7 @@ impl Api {
                 let peer = request.extensions().get::<http::PeerAddr>().map(|p| p.0);
                 match &self.chat.experience {
                     Some(_) if m == Method::DELETE
-                        && !crate::server::experience::operator_allowed(operator, peer) =>
+                        && !crate::server::bridge::experience::operator_allowed(operator, peer) =>
                     {
                         http::error(
                             StatusCode::FORBIDDEN,
@@ -360,13 +358,13 @@ impl Api {
                         )
                     }
                     Some(experience) => {
-                        crate::server::experience::route(
+                        crate::server::bridge::experience::route(
                             experience,
                             m,
                             path.strip_prefix("/v1/experience").unwrap_or_default(),
                         )
                     }
-                    None => crate::server::experience::disabled(),
+                    None => crate::server::bridge::experience::disabled(),
                 }
             }
             (Route::McpStatus, &Method::GET) => {
@@ -527,10 +525,14 @@ impl Api {
     }
 
     /// Whether the operator's token is configured and the request carries it, as a
-    /// bearer token or as a browser's Basic password ([`super::auth`]).
+    /// bearer token or as a browser's Basic password ([`crate::server::transport::auth`]).
     fn carries_token(&self, request: &Request<Incoming>) -> bool {
         self.settings.auth_token.as_deref().is_some_and(|token| {
-            super::auth::carries_token(request.headers(), request.method(), token)
+            crate::server::transport::auth::carries_token(
+                request.headers(),
+                request.method(),
+                token,
+            )
         })
     }
 
@@ -747,7 +749,7 @@ fn validation_record(gate: &oap_bridge::validation::ValidationGate, model: &str)
 
 /// `GET /v1/requests`: the recent bridged requests, newest first.
 fn recent_requests() -> Response<Body> {
-    let recent = super::observe::recent();
+    let recent = crate::server::observe::recent();
     if !recent.enabled() {
         return http::error(
             StatusCode::NOT_FOUND,

@@ -34,8 +34,8 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{watch, Semaphore};
 
 use super::head::{self, Head};
-use super::observe::RequestInfo;
 use super::pending::{Occupancy, Pending, Watched};
+use crate::server::observe::RequestInfo;
 use oap_bridge::upstream::X_REQUEST_ID;
 use tracing::Instrument;
 
@@ -84,11 +84,6 @@ impl<T: Unpin> hyper::body::Body for Holding<T> {
 #[derive(Debug, Clone, Copy)]
 pub struct PeerAddr(pub SocketAddr);
 
-/// The local address the connection was accepted on, in every request's
-/// extensions (the Host check applies to loopback ones).
-#[derive(Debug, Clone, Copy)]
-pub struct LocalAddr(pub SocketAddr);
-
 /// Limits that apply to every connection and request.
 #[derive(Debug, Clone)]
 pub struct Limits {
@@ -100,8 +95,6 @@ pub struct Limits {
     pub max_pending_connections: usize,
     /// Connections at once from one client IP address.
     pub max_connections_per_client: usize,
-    /// `server.max_body_bytes`: largest request body, bytes.
-    pub max_body_bytes: usize,
     /// `server.header_read_timeout`: how long a request head, or a pause in
     /// a body, may take.
     pub header_read_timeout: Duration,
@@ -233,16 +226,6 @@ impl BodyError {
         }
     }
 
-    /// The HTTP status the client gets.
-    pub fn status(&self) -> StatusCode {
-        self.parts().0
-    }
-
-    /// The text of the JSON `error` field.
-    pub fn message(&self) -> String {
-        self.parts().1
-    }
-
     /// The error as a JSON `{"error": ...}` response.
     pub fn into_response(self) -> Response<Body> {
         self.into_response_with(|status, message| error(status, message))
@@ -331,6 +314,7 @@ impl BodyBudget {
     }
 
     /// How often freed memory was handed back.
+    #[cfg(test)]
     pub fn trims(&self) -> usize {
         self.trims.load(Ordering::Relaxed)
     }
@@ -856,7 +840,6 @@ impl Connection {
 
     async fn serve<H: Handler>(mut self, handler: Arc<H>) {
         let peer = self.peer;
-        let local = self.stream.local_addr().ok();
         let prefix = match head::read_first(
             &mut self.stream,
             self.deadline,
@@ -877,9 +860,6 @@ impl Connection {
         let occupancy = self.occupancy.clone();
         let service = service_fn(move |mut request: Request<Incoming>| {
             request.extensions_mut().insert(PeerAddr(peer));
-            if let Some(local) = local {
-                request.extensions_mut().insert(LocalAddr(local));
-            }
             let handler = handler.clone();
             // Every request has an id: in a span around all it logs, sent
             // to Ollama with it, and in the answer, errors included.

@@ -23,7 +23,7 @@ use hyper::{Response, StatusCode};
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
 
-use crate::http::{Body, BoxError};
+use crate::server::transport::http::{Body, BoxError};
 use oap_bridge::Event;
 
 /// One wire format's encoding of the loop's events.

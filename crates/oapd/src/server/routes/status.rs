@@ -21,8 +21,8 @@ use hyper::{HeaderMap, Method, Response, StatusCode};
 use oap_bridge::upstream::{self, Upstream};
 use serde_json::{json, Value};
 
-use super::http::{self, Body};
 use super::state::Api;
+use crate::server::transport::http::{self, Body};
 
 /// How long `/v1/status` waits for Ollama's model list.
 pub const OLLAMA_PROBE_TIMEOUT: Duration = Duration::from_secs(3);

@@ -49,8 +49,8 @@ use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, Stream
 use rmcp::{ErrorData, RoleServer, ServerHandler};
 use serde_json::{json, Map, Value};
 
-use super::chat::ChatService;
-use super::http::{self, Body};
+use crate::server::bridge::chat::ChatService;
+use crate::server::transport::http::{self, Body};
 
 /// Name of the discovery meta tool.
 pub const DISCOVER_TOOL: &str = "oap_discover";
@@ -76,7 +76,7 @@ pub struct McpSettings {
 }
 
 /// The `/mcp` endpoint: rmcp's streamable HTTP transport around
-/// [`McpTools`].
+/// `McpTools`.
 pub struct McpServer {
     service: StreamableHttpService<McpTools, NeverSessionManager>,
     max_body_bytes: usize,
@@ -128,7 +128,7 @@ impl McpServer {
     }
 
     /// The answer to a `/mcp` POST whose body has been read: the body
-    /// check, then rmcp's transport and [`McpTools`]. Every answer is a
+    /// check, then rmcp's transport and `McpTools`. Every answer is a
     /// JSON-RPC object, an SSE stream, or an empty 202 for a notification.
     pub async fn answer(&self, parts: Parts, body: Bytes) -> Response<Body> {
         if let Err(problem) = check_body(parts.headers.get(CONTENT_TYPE), &body) {
@@ -672,7 +672,7 @@ fn task_hint(
 
 /// A query-string value: `+` is a space, `%XX` a byte.
 fn query_decode(raw: &str) -> String {
-    super::http::percent_decode(&raw.replace('+', " "))
+    crate::server::transport::http::percent_decode(&raw.replace('+', " "))
 }
 
 fn tool_result(result: ToolResult) -> CallToolResult {

@@ -228,7 +228,7 @@ pub fn error_response(status: StatusCode, message: &str) -> Vec<u8> {
         status.as_u16(),
         status.canonical_reason().unwrap_or(""),
         body.len(),
-        super::observe::new_request_id(),
+        crate::server::observe::new_request_id(),
     )
     .into_bytes()
 }

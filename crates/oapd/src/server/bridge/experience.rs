@@ -6,7 +6,7 @@ use serde_json::json;
 
 pub use oap_bridge::experience::*;
 
-use crate::http::{self, Body};
+use crate::server::transport::http::{self, Body};
 
 /// `GET/DELETE /v1/experience[/{id}]`; `rest` is the path after `/v1/experience`.
 pub fn route(experience: &Experience, method: &Method, rest: &str) -> Response<Body> {

@@ -11,7 +11,7 @@ use tokio::task::JoinHandle;
 
 use crate::config::Config;
 use crate::rebuild::Rebuilder;
-use crate::server::chat::ChatService;
+use crate::server::bridge::chat::ChatService;
 use crate::watch::{self, DirSignature};
 use oap_bridge::tool_loop::{BridgeSettings, Capabilities, ChatContext};
 use oap_bridge::upstream::Upstream;

@@ -27,14 +27,14 @@ use sd_notify::NotifyState;
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 
-use super::api::{Api, ApiSettings};
-use super::http::{self, Body, Handler, Limits};
 use super::start;
 use crate::app::{self, ModelState};
 use crate::config::Config;
 use crate::mcp::McpServers;
 use crate::rebuild::Rebuilder;
 use crate::request_gen::RequestGenerator;
+use crate::server::routes::api::{Api, ApiSettings};
+use crate::server::transport::http::{self, Body, Handler, Limits};
 use crate::tools::ExecRunner;
 use crate::watch;
 
@@ -223,11 +223,12 @@ fn build_api(
     // One budget for every connection and handler generation; a reload
     // changes its size, bodies in flight keep their shares.
     http::body_budget().set_capacity(config.server.max_inflight_body_bytes);
-    super::observe::recent().configure(config.server.recent_requests, config.server.log_content);
+    crate::server::observe::recent()
+        .configure(config.server.recent_requests, config.server.log_content);
     let mcp = config.mcp_server.enabled.then(|| {
-        Arc::new(super::mcp::McpServer::new(
+        Arc::new(crate::server::routes::mcp::McpServer::new(
             chat.clone(),
-            super::mcp::McpSettings {
+            crate::server::routes::mcp::McpSettings {
                 max_body_bytes: config.server.max_body_bytes,
                 max_task_bytes: config.server.max_task_bytes,
                 default_top_k: config.discovery.default_top_k,
@@ -263,9 +264,9 @@ fn build_api(
                     let scopes = client
                         .scopes
                         .iter()
-                        .filter_map(|name| super::auth::Scope::from_name(name))
+                        .filter_map(|name| crate::server::transport::auth::Scope::from_name(name))
                         .collect();
-                    Arc::new(super::auth::Client::new(
+                    Arc::new(crate::server::transport::auth::Client::new(
                         &client.name,
                         &client.token,
                         scopes,
@@ -608,7 +609,6 @@ pub async fn serve(config: Config, config_path: Option<PathBuf>) -> anyhow::Resu
         max_connections: config.server.max_connections,
         max_pending_connections: config.server.max_pending_connections,
         max_connections_per_client: config.server.max_connections_per_client,
-        max_body_bytes: config.server.max_body_bytes,
         header_read_timeout: Duration::from_secs(config.server.header_read_timeout),
         request_timeout: Duration::from_secs(config.server.request_timeout),
     };

@@ -82,16 +82,19 @@ impl Pending {
     }
 
     /// Connections pending now.
+    #[cfg(test)]
     pub fn len(&self) -> usize {
         self.queue().waiting.len()
     }
 
     /// Whether no connection is pending.
+    #[cfg(test)]
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
 
     /// Connections closed so far to admit newer ones.
+    #[cfg(test)]
     pub fn shed(&self) -> u64 {
         self.queue().shed
     }

@@ -8,8 +8,8 @@ use hyper::StatusCode;
 use oap_crawl::{AddedBy, Crawler};
 use serde::Deserialize;
 
-use super::http::{self, Body};
 use super::state::Api;
+use crate::server::transport::http::{self, Body};
 
 /// `POST /v1/manifests/register` body.
 #[derive(Debug, Deserialize)]

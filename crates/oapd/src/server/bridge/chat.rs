@@ -22,7 +22,7 @@ use oap_discovery::Engine;
 use serde_json::{json, Map, Value};
 use tokio::sync::mpsc;
 
-use crate::http::{self, Body, BoxError};
+use crate::server::transport::http::{self, Body, BoxError};
 
 /// Tokens of the context window kept free for the model's answer when
 /// oapd's tools are fitted into it.
@@ -52,7 +52,7 @@ pub struct ChatService {
     /// `tool_bridge.only_validated_models` is on.
     pub validation: Arc<oap_bridge::validation::ValidationGate>,
     /// The experience cache, when enabled.
-    pub experience: Option<Arc<crate::server::experience::Experience>>,
+    pub experience: Option<Arc<crate::server::bridge::experience::Experience>>,
     /// What the stdio tool sandbox enforces here.
     pub sandbox: crate::tools::SandboxReport,
     /// Silence after which a streamed answer gets a keep-alive frame
@@ -98,8 +98,8 @@ impl ChatService {
             .to_string();
         let rx = self.start_loop(chat, tools, options.clone(), prepared, held);
         let mut response = if options.stream {
-            let wire = crate::server::streaming::Ndjson::new(&model);
-            crate::server::streaming::stream_events(rx, wire, self.keepalive)
+            let wire = crate::server::bridge::streaming::Ndjson::new(&model);
+            crate::server::bridge::streaming::stream_events(rx, wire, self.keepalive)
                 .await
                 .unwrap_or_else(|(status, message)| http::error(status, message))
         } else {
@@ -181,7 +181,9 @@ impl ChatService {
             };
         }
         let mut response =
-            match crate::server::streaming::stream_events(rx, translator, self.keepalive).await {
+            match crate::server::bridge::streaming::stream_events(rx, translator, self.keepalive)
+                .await
+            {
                 Ok(response) => response,
                 Err((status, message)) => return openai_error(status, &message),
             };

@@ -7,9 +7,9 @@ use std::sync::Arc;
 
 use oap_discovery::Engine;
 
-use super::auth::Client;
-use super::chat::ChatService;
 use crate::app::ModelState;
+use crate::server::bridge::chat::ChatService;
+use crate::server::transport::auth::Client;
 
 /// Settings the handlers need, taken from the config at start.
 #[derive(Debug, Clone)]
@@ -36,7 +36,7 @@ pub struct ApiSettings {
 }
 
 /// The HTTP API of one handler generation: a reload builds a new one and
-/// swaps it in ([`LiveApi`](crate::server::lifecycle::LiveApi)).
+/// swaps it in ([`LiveApi`](crate::server::run::lifecycle::LiveApi)).
 pub struct Api {
     /// The index discovery answers from.
     pub engine: Arc<Engine>,

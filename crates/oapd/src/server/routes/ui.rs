@@ -10,7 +10,7 @@
 use hyper::header::{HeaderValue, CACHE_CONTROL, CONTENT_TYPE};
 use hyper::{Response, StatusCode};
 
-use super::http::{self, Body};
+use crate::server::transport::http::{self, Body};
 
 /// What the page may load: this origin only, nothing inline, no framing.
 pub const CONTENT_SECURITY_POLICY: &str = "default-src 'self'; script-src 'self'; \

@@ -13,8 +13,8 @@ use oap_bridge::assembly::Prepared;
 use oap_bridge::payload::{Held, Hold};
 use oap_bridge::tool_loop as bridge;
 
-use crate::http::{self, Body};
-use crate::server::chat::ChatService;
+use crate::server::bridge::chat::ChatService;
+use crate::server::transport::http::{self, Body};
 
 fn error(status: StatusCode, message: &str) -> Response<Body> {
     http::json(
@@ -83,7 +83,7 @@ pub async fn handle(chat: &Arc<ChatService>, request: Request<Incoming>) -> Resp
     };
     let tool_tokens = prepared.tool_tokens;
     let mut response = respond(chat, original, ollama, tools, options, prepared, held).await;
-    crate::server::chat::set_tokens_header(&mut response, tool_tokens);
+    crate::server::bridge::chat::set_tokens_header(&mut response, tool_tokens);
     response
 }
 
@@ -110,7 +110,7 @@ async fn respond(
         };
     }
     let stream = ResponseStream::new(head);
-    crate::server::streaming::stream_events(rx, stream, chat.keepalive)
+    crate::server::bridge::streaming::stream_events(rx, stream, chat.keepalive)
         .await
         .unwrap_or_else(|(status, message)| error(status, &message))
 }
