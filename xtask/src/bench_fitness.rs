@@ -16,7 +16,8 @@ use anyhow::{Context, Result};
 use oap_bench::report::FitnessReport;
 
 use crate::bench_proxy::{
-    build_fake_ollama, fake_script, loadavg, machine_description, now_utc, start_fake_with, start_oapd_with,
+    build_fake_ollama, fake_script, loadavg, machine_description, now_utc, start_fake_with,
+    start_oapd_with,
 };
 use crate::bench_run::{self, TempDir};
 use crate::repo_root;

@@ -19,7 +19,8 @@ use anyhow::{bail, Context, Result};
 use oap_bench::report::MemoryBurstReport;
 
 use crate::bench_proxy::{
-    build_fake_ollama, fake_script, loadavg, machine_description, now_utc, start_fake_with, start_oapd_with,
+    build_fake_ollama, fake_script, loadavg, machine_description, now_utc, start_fake_with,
+    start_oapd_with,
 };
 use crate::bench_run::{self, TempDir};
 use crate::repo_root;
