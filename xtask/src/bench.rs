@@ -25,7 +25,7 @@ use oap_bench::report::{DiscoverLoadReport, EmbedReport, SearchReport};
 use oap_testkit::{Daemon, DaemonBuilder};
 use serde_json::Value;
 
-use crate::bench_run;
+use crate::bench_run::{self, TempDir};
 use crate::net::free_port;
 use crate::repo_root;
 
@@ -115,24 +115,6 @@ impl Summary {
                 None => "-",
             },
         });
-    }
-}
-
-/// A temporary directory removed on drop.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new() -> Result<TempDir> {
-        let path = std::env::temp_dir().join(format!("oapd-bench-speed-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&path);
-        std::fs::create_dir_all(&path).with_context(|| format!("create {}", path.display()))?;
-        Ok(TempDir(path))
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
     }
 }
 
@@ -351,7 +333,7 @@ pub fn run(args: &[String]) -> Result<()> {
          == load average (1/5/15 min) before: {load_before}"
     );
     let mut summary = Summary::default();
-    let tmp = TempDir::new()?;
+    let tmp = TempDir::new("speed")?;
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
 
     // 1. Query embedding. Three rounds, each the default and then the same

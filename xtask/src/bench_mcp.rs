@@ -47,9 +47,10 @@ use serde_json::{json, Value};
 
 use crate::bench_proxy::{
     loadavg, machine_description, now_utc, prologue, rss_of, start_fake_with, start_oapd_with,
-    start_peer_with, Proc, TempDir,
+    start_peer_with, Proc,
 };
-use crate::{bench_run, repo_root};
+use crate::bench_run::{self, TempDir};
+use crate::repo_root;
 
 const USAGE: &str = "usage: cargo xtask bench-mcp [--quick] [--no-peer]\n  \
     --quick    300 requests (at most 15 s) per run instead of 2000 (60 s)\n  \
@@ -422,9 +423,9 @@ fn peer_version() -> Result<String> {
     };
     if version(&python).is_none() {
         if !python.is_file() {
-            crate::bench_proxy::run_shown(Command::new("python3").args(["-m", "venv"]).arg(&venv))?;
+            crate::tasks::run_in_root(Command::new("python3").args(["-m", "venv"]).arg(&venv))?;
         }
-        crate::bench_proxy::run_shown(Command::new(&python).args([
+        crate::tasks::run_in_root(Command::new(&python).args([
             "-m",
             "pip",
             "install",
@@ -493,9 +494,7 @@ pub fn run(args: &[String]) -> Result<()> {
         }
     }
 
-    let tmp = TempDir(std::env::temp_dir().join(format!("oapd-bench-mcp-{}", std::process::id())));
-    let _ = std::fs::remove_dir_all(&tmp.0);
-    std::fs::create_dir_all(&tmp.0)?;
+    let tmp = TempDir::new("mcp")?;
     let fake = start_fake_with(&bin.join("fake-ollama"), &tmp.0, &text_script().to_string())?;
     println!("fake Ollama on {}", fake.addr);
     let (requests, duration) = if options.quick {

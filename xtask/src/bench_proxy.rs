@@ -29,7 +29,8 @@ use crate::repo_root;
 use oap_bench::report::ProxyLoadReport;
 use oap_testkit::{Daemon, DaemonBuilder};
 
-use crate::bench_run;
+use crate::bench_run::{self, shown, TempDir};
+use crate::tasks::{cargo, run_in_root};
 
 const USAGE: &str = "usage: cargo xtask bench-proxy [--quick] [--no-peer] [--leak N]\n  \
     --quick    fewer requests per run (300 instead of 2000) and a 20k leak run\n  \
@@ -116,15 +117,6 @@ impl Proc {
     }
 }
 
-/// A temporary directory removed on drop.
-pub(crate) struct TempDir(pub(crate) PathBuf);
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
 fn http(addr: SocketAddr, method: &str, path: &str) -> std::io::Result<(u16, String)> {
     crate::net::http(addr, method, path, Duration::from_secs(30))
 }
@@ -134,26 +126,10 @@ pub(crate) fn rss_of(pid: u32) -> Result<(f64, f64)> {
     oap_testkit::rss::rss_hwm_mb(pid).with_context(|| format!("read /proc/{pid}/status"))
 }
 
-pub(crate) fn cargo() -> Command {
-    Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()))
-}
-
-/// A command as it would be typed (paths under the repository shortened).
-pub(crate) fn shown(command: &Command) -> String {
-    let root = format!("{}/", repo_root().display());
-    let mut parts = vec![command.get_program().to_string_lossy().into_owned()];
-    parts.extend(command.get_args().map(|a| a.to_string_lossy().into_owned()));
-    parts
-        .iter()
-        .map(|p| p.replace(&root, ""))
-        .collect::<Vec<_>>()
-        .join(" ")
-}
-
 /// Builds the scripted fake Ollama (release) for the benches and the
 /// image boot test; it lands in `target/release/fake-ollama`.
 pub(crate) fn build_fake_ollama() -> Result<()> {
-    run_shown(cargo().args([
+    run_in_root(cargo().args([
         "build",
         "--release",
         "-p",
@@ -161,19 +137,6 @@ pub(crate) fn build_fake_ollama() -> Result<()> {
         "--bin",
         "fake-ollama",
     ]))
-}
-
-pub(crate) fn run_shown(command: &mut Command) -> Result<()> {
-    let shown = shown(command);
-    println!("$ {shown}");
-    let status = command
-        .current_dir(repo_root())
-        .status()
-        .with_context(|| format!("cannot start {shown}"))?;
-    if !status.success() {
-        bail!("{shown} failed: {status}");
-    }
-    Ok(())
 }
 
 pub(crate) fn machine_description() -> String {
@@ -215,7 +178,7 @@ pub(crate) fn now_utc() -> String {
 
 /// The fake's script: one tools-capable model, every chat answered with 20
 /// content chunks and the final chunk, no tool calls.
-fn fake_script() -> String {
+pub(crate) fn fake_script() -> String {
     let chunks: Vec<String> = (0..20)
         .map(|i| format!("{{\"content\": \"word{i} \"}}"))
         .collect();
@@ -432,14 +395,7 @@ pub(crate) fn prologue() -> Result<(PathBuf, PathBuf, PathBuf)> {
     let bench = bench_run::build(&[("oapd", "oapd")])?;
     build_fake_ollama()?;
     let bin = repo_root().join("target/release");
-    let model_dir = repo_root().join("models/all-MiniLM-L6-v2");
-    if !model_dir.is_dir() {
-        bail!(
-            "{} missing: run `cargo xtask fetch-model` first",
-            model_dir.display()
-        );
-    }
-    Ok((bench, bin, model_dir))
+    Ok((bench, bin, bench_run::model_dir()?))
 }
 
 struct Target {
@@ -453,10 +409,7 @@ pub fn run(args: &[String]) -> Result<()> {
     let started = Instant::now();
     let (bench, bin, model_dir) = prologue()?;
 
-    let tmp =
-        TempDir(std::env::temp_dir().join(format!("oapd-bench-proxy-{}", std::process::id())));
-    let _ = std::fs::remove_dir_all(&tmp.0);
-    std::fs::create_dir_all(&tmp.0)?;
+    let tmp = TempDir::new("proxy")?;
 
     let fake = start_fake(&bin.join("fake-ollama"), &tmp.0)?;
     println!("fake Ollama on {}", fake.addr);

@@ -108,7 +108,7 @@ pub(crate) fn report<T: DeserializeOwned>(command: &mut Command) -> Result<T> {
 
 /// A command as it would be typed: the variables it sets (but `RUST_LOG`),
 /// then the program and arguments, paths under the repository shortened.
-fn shown(command: &Command) -> String {
+pub(crate) fn shown(command: &Command) -> String {
     let root = format!("{}/", repo_root().display());
     let mut parts: Vec<String> = command
         .get_envs()
@@ -122,4 +122,47 @@ fn shown(command: &Command) -> String {
         .map(|p| p.replace(&root, ""))
         .collect::<Vec<_>>()
         .join(" ")
+}
+
+/// Whether a task's arguments ask for help: the options are the
+/// `oap-bench` subcommand's, and so is the help.
+pub(crate) fn wants_help(args: &[String]) -> bool {
+    args.iter().any(|a| a == "-h" || a == "--help")
+}
+
+/// Builds `oap-bench` alone and prints `oap-bench SUBCOMMAND --help`.
+pub(crate) fn show_help(subcommand: &str) -> Result<()> {
+    let bench = build(&[])?;
+    run_in_root(command(&bench, subcommand).arg("--help"))
+}
+
+/// The embedding model directory the benchmarks load, which must exist.
+pub(crate) fn model_dir() -> Result<PathBuf> {
+    let dir = repo_root().join("models/all-MiniLM-L6-v2");
+    if !dir.is_dir() {
+        anyhow::bail!(
+            "{} missing: run `cargo xtask fetch-model` first",
+            dir.display()
+        );
+    }
+    Ok(dir)
+}
+
+/// A fresh directory for one task's run, `oapd-bench-TASK-PID` under the
+/// system's temporary directory, removed on drop.
+pub(crate) struct TempDir(pub(crate) PathBuf);
+
+impl TempDir {
+    pub(crate) fn new(task: &str) -> Result<TempDir> {
+        let path = std::env::temp_dir().join(format!("oapd-bench-{task}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&path);
+        std::fs::create_dir_all(&path).with_context(|| format!("create {}", path.display()))?;
+        Ok(TempDir(path))
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
 }

@@ -12,8 +12,12 @@
 //!
 //! Every benchmark program, as one binary with a clap subcommand each
 //! (`embed`, `search`, `discover-load`, `proxy-load`, `crawl-load`,
-//! `tool-tokens`, `request-tokens`, `experience-replay`, `retrieval`, `catalog-size`, `relevance`, `soak`, and `make-corpus`, which
-//! writes a corpus and measures nothing). `soak` runs the whole appliance
+//! `tool-tokens`, `request-tokens`, `experience-replay`, `retrieval`, `catalog-size`, `relevance`,
+//! `fitness`, `memory-burst`, `soak`, and `make-corpus`, which writes a corpus and measures
+//! nothing). The two largest are split by concern: `soak/` (load, faults,
+//! the processes it runs, sampling, the leak verdict, the crawled side's
+//! server) and `retrieval/` (options, task set, encoder and its cache,
+//! metrics). `soak` runs the whole appliance
 //! (the daemon, the crawler against loopback HTTPS domains, the fake Ollama
 //! as a child process) under LAN load with faults on a schedule, writes a
 //! JSON line per minute and judges the pass criteria itself; leaks are

@@ -20,7 +20,9 @@ mod discover_load;
 mod embed;
 mod embed_batches;
 mod experience_replay;
+mod fitness;
 mod make_corpus;
+mod memory_burst;
 mod proxy_load;
 mod relevance;
 mod request_tokens;
@@ -70,6 +72,13 @@ enum Bench {
     /// The whole appliance under load with faults for N minutes: per-minute
     /// records, pass criteria (non-zero exit naming what failed).
     Soak(soak::Args),
+    /// What the small-model features cost a request (URL sanitisation,
+    /// the chat endpoints, forced tools, `oapd validate-model`), against
+    /// daemons and a fake Ollama started by the caller.
+    Fitness(fitness::Args),
+    /// A running daemon's resident memory around a burst of large chat
+    /// bodies, and whether it gives it back.
+    MemoryBurst(memory_burst::Args),
     /// Write a deterministic corpus of valid manifests (no JSON report).
     MakeCorpus(make_corpus::Args),
     /// Dense and BM25 search over synthetic indexes.
@@ -156,6 +165,8 @@ fn run(cli: Cli) -> anyhow::Result<bool> {
             }
             return Ok(report.passed);
         }
+        Bench::Fitness(args) => emit(&fitness::run(args)?, json)?,
+        Bench::MemoryBurst(args) => emit(&memory_burst::run(args)?, json)?,
         Bench::MakeCorpus(args) => make_corpus::run(args)?,
         Bench::Search(args) => emit(&search::run(args)?, json)?,
         Bench::Embed(args) => emit(&embed::run(args)?, json)?,
@@ -195,5 +206,71 @@ fn main() -> ExitCode {
             eprintln!("oap-bench: {err:#}");
             ExitCode::FAILURE
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::{CommandFactory, Parser};
+
+    use super::Cli;
+
+    #[test]
+    fn the_one_parser_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    /// `oap-bench SUBCOMMAND --help` explains every option: the runners in
+    /// xtask pass their users' options through, so this help is theirs.
+    #[test]
+    fn every_subcommand_and_option_is_documented_in_help() {
+        let cli = Cli::command();
+        let mut undocumented = Vec::new();
+        for sub in cli.get_subcommands() {
+            if sub.get_about().is_none() {
+                undocumented.push(sub.get_name().to_string());
+            }
+            for arg in sub.get_arguments() {
+                let builtin = matches!(arg.get_id().as_str(), "help" | "version");
+                if !builtin && !arg.is_global_set() && arg.get_help().is_none() {
+                    undocumented.push(format!("{} --{}", sub.get_name(), arg.get_id()));
+                }
+            }
+        }
+        assert!(undocumented.is_empty(), "no help text: {undocumented:?}");
+    }
+
+    #[test]
+    fn fitness_and_memory_burst_take_what_their_runners_pass() {
+        let fitness = Cli::try_parse_from([
+            "oap-bench",
+            "fitness",
+            "--fake",
+            "127.0.0.1:1",
+            "--off",
+            "127.0.0.1:2",
+            "--flag",
+            "127.0.0.1:3",
+            "--remove",
+            "127.0.0.1:4",
+            "--oapd",
+            "target/release/oapd",
+            "--quick",
+        ]);
+        assert!(fitness.is_ok(), "{fitness:?}");
+        let burst = Cli::try_parse_from([
+            "oap-bench",
+            "memory-burst",
+            "--addr",
+            "127.0.0.1:1",
+            "--pid",
+            "1",
+            "--fake",
+            "127.0.0.1:2",
+            "--clients",
+            "0",
+        ]);
+        let err = burst.map(|_| ()).expect_err("--clients 0 is refused");
+        assert!(err.to_string().contains("--clients"), "{err}");
     }
 }

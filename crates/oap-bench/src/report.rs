@@ -1028,6 +1028,55 @@ mod tests {
         assert!(back.p50_ms.is_nan());
         assert_eq!(back.p99_ms, 1.5);
     }
+
+    fn variant(label: &str, first: f64, total: f64) -> FitnessVariant {
+        FitnessVariant {
+            label: label.into(),
+            note: String::new(),
+            n: 40,
+            first_p50_ms: first,
+            first_p95_ms: first * 2.0,
+            total_p50_ms: total,
+            total_p95_ms: total * 2.0,
+        }
+    }
+
+    #[test]
+    fn a_fitness_table_gives_each_variant_its_ratio_to_the_first() {
+        let group = FitnessGroup {
+            title: "(b) endpoints".into(),
+            with_first: false,
+            load_average: "1.00 0.50 0.25".into(),
+            variants: vec![
+                variant("/api/chat", 1.0, 10.0),
+                variant("/v1/responses", 1.0, 15.0),
+            ],
+        };
+        let table = group.table();
+        assert!(
+            table.starts_with("\n== (b) endpoints (ms; ratio = p50 / baseline p50; load average 1.00 0.50 0.25)\n"),
+            "{table}"
+        );
+        assert!(
+            table.contains("| /api/chat | 40 | 10.0 | 20.0 | 1.00x |  |\n"),
+            "{table}"
+        );
+        assert!(
+            table.contains("| /v1/responses | 40 | 15.0 | 30.0 | 1.50x |  |\n"),
+            "{table}"
+        );
+        let streamed = FitnessGroup {
+            with_first: true,
+            ..group
+        };
+        assert!(
+            streamed.table().contains(
+                "| /v1/responses | 40 | 1.00 | 2.00 | 15.00 | 30.00 | 1.00x | 1.50x |  |\n"
+            ),
+            "{}",
+            streamed.table()
+        );
+    }
 }
 
 /// `oap-bench embed-batches`: CPU and wall time per text of realistic
@@ -1068,4 +1117,141 @@ pub struct EmbedBatchRow {
     pub tokens: usize,
     /// Token rows a padded pass computes (each call's texts times its longest).
     pub padded_tokens: usize,
+}
+
+/// `oap-bench fitness`: what the small-model features cost a request, each
+/// group's first variant its baseline.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct FitnessReport {
+    /// (a) URL sanitisation per `url_policy`, streamed.
+    pub url: FitnessGroup,
+    /// Answers in (a) where the policy marked or removed a link.
+    pub url_policy_acted: usize,
+    /// Answers in (a) through the two acting policies.
+    pub url_answers: usize,
+    /// (b) the chat endpoints, `stream:false`.
+    pub endpoints_plain: FitnessGroup,
+    /// (b) the chat endpoints, `stream:true`.
+    pub endpoints_stream: FitnessGroup,
+    /// (c) forced tools.
+    pub forced: FitnessGroup,
+    /// (d) `oapd validate-model`, process wall time.
+    pub validate: FitnessGroup,
+}
+
+/// One figure's variants, measured interleaved.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct FitnessGroup {
+    /// What the group measures.
+    pub title: String,
+    /// Whether the time to the first body byte is a figure too.
+    pub with_first: bool,
+    /// The 1/5/15 minute load averages as the group ended.
+    pub load_average: String,
+    /// The baseline first.
+    pub variants: Vec<FitnessVariant>,
+}
+
+/// One variant's request times.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct FitnessVariant {
+    /// What differs.
+    pub label: String,
+    /// Rounds to Ollama, what the policy did, … (may be empty).
+    pub note: String,
+    /// Requests timed.
+    pub n: usize,
+    /// Time to the first body byte, median.
+    #[serde(deserialize_with = "nan_if_null")]
+    pub first_p50_ms: f64,
+    /// Time to the first body byte, 95th percentile.
+    #[serde(deserialize_with = "nan_if_null")]
+    pub first_p95_ms: f64,
+    /// Time to the end of the answer, median.
+    #[serde(deserialize_with = "nan_if_null")]
+    pub total_p50_ms: f64,
+    /// Time to the end of the answer, 95th percentile.
+    #[serde(deserialize_with = "nan_if_null")]
+    pub total_p95_ms: f64,
+}
+
+impl FitnessGroup {
+    /// The group as a Markdown table under a `==` title line, ratios to
+    /// the first variant's p50.
+    pub fn table(&self) -> String {
+        let mut out = format!(
+            "\n== {} (ms; ratio = p50 / baseline p50; load average {})\n",
+            self.title, self.load_average
+        );
+        if self.with_first {
+            out.push_str("| variant | n | first byte p50 | first byte p95 | total p50 | total p95 | first ratio | total ratio | note |\n");
+            out.push_str("|---|---|---|---|---|---|---|---|---|\n");
+        } else {
+            out.push_str("| variant | n | p50 | p95 | ratio | note |\n");
+            out.push_str("|---|---|---|---|---|---|\n");
+        }
+        let Some(base) = self.variants.first() else {
+            return out;
+        };
+        for v in &self.variants {
+            let row = if self.with_first {
+                format!(
+                    "| {} | {} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2}x | {:.2}x | {} |\n",
+                    v.label,
+                    v.n,
+                    v.first_p50_ms,
+                    v.first_p95_ms,
+                    v.total_p50_ms,
+                    v.total_p95_ms,
+                    v.first_p50_ms / base.first_p50_ms,
+                    v.total_p50_ms / base.total_p50_ms,
+                    v.note
+                )
+            } else {
+                format!(
+                    "| {} | {} | {:.1} | {:.1} | {:.2}x | {} |\n",
+                    v.label,
+                    v.n,
+                    v.total_p50_ms,
+                    v.total_p95_ms,
+                    v.total_p50_ms / base.total_p50_ms,
+                    v.note
+                )
+            };
+            out.push_str(&row);
+        }
+        out
+    }
+}
+
+/// `oap-bench memory-burst`: one daemon's resident memory around a burst
+/// of large chat bodies (VmRSS, MB = 10^6 bytes).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct MemoryBurstReport {
+    /// After one small chat.
+    pub idle_mb: f64,
+    /// The largest VmRSS sampled every 10 ms during the burst.
+    pub peak_mb: f64,
+    /// VmHWM right after the burst.
+    pub hwm_mb: f64,
+    /// Right after the last answer.
+    pub after_burst_mb: f64,
+    /// `settle_s` after the last answer.
+    pub settled_mb: f64,
+    /// How long after the burst `settled_mb` was read.
+    pub settle_s: u64,
+    /// Answers 200.
+    pub ok: usize,
+    /// Answers 503 with `Retry-After` (over the in-flight body cap).
+    pub busy: usize,
+    /// Any other answer.
+    pub other: usize,
+    /// Connections broken before an answer.
+    pub broken: usize,
+    /// The other and broken outcomes, as seen.
+    pub unexpected: Vec<String>,
+    /// Wall time of the burst.
+    pub burst_s: f64,
+    /// Whether the daemon was still running after settling.
+    pub alive: bool,
 }
