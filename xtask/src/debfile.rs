@@ -59,6 +59,14 @@ const MAINTAINER_SCRIPTS: &[&str] = &["postinst", "prerm", "postrm"];
 /// Where the binary goes; the source is the release build for the target.
 const BINARY_DESTINATION: &str = "usr/bin/oapd";
 
+/// The most the stripped daemon may weigh, on either architecture: it is
+/// most of what a board downloads and keeps, and the size is a budget that
+/// only grows by decision (the workspace Cargo.toml's size section says
+/// what keeps it there). Checked where the package strips the binary, so
+/// `cargo xtask deb` (amd64 and arm64) fails the day a change crosses it.
+/// The x86_64 binary, the larger, is 27.4 MB; the budget only shrinks.
+const MAX_STRIPPED_BINARY_BYTES: u64 = 28_000_000;
+
 /// `(source relative to the repository, destination in the package, mode)`;
 /// a source ending in `/*.json` is every JSON file of that directory.
 const ASSETS: &[(&str, &str, u32)] = &[
@@ -155,6 +163,7 @@ pub(crate) fn write(
             .arg(installed(BINARY_DESTINATION)),
     )
     .with_context(|| format!("cannot strip the binary with {strip}"))?;
+    check_stripped_size(&installed(BINARY_DESTINATION), MAX_STRIPPED_BINARY_BYTES)?;
     for (source, destination, mode) in ASSETS {
         match source.strip_suffix("/*.json") {
             Some(dir) => {
@@ -233,6 +242,20 @@ pub(crate) fn write(
     Ok(deb)
 }
 
+/// Fails when the stripped `binary` is over `limit` bytes, naming both.
+fn check_stripped_size(binary: &Path, limit: u64) -> Result<()> {
+    let bytes = fs::metadata(binary)
+        .with_context(|| format!("cannot read the size of {}", binary.display()))?
+        .len();
+    ensure!(
+        bytes <= limit,
+        "the stripped daemon {} is {bytes} bytes, over its budget of {limit} bytes: \
+         find what grew (`nm --size-sort`, `cargo bloat --crates`) before packaging it",
+        binary.display()
+    );
+    Ok(())
+}
+
 /// The control file; the long description folded into lines of at most 79
 /// columns, each starting with a space, as Debian's policy wants.
 fn control(arch: &str, version: &str, installed_kib: u64) -> String {
@@ -300,6 +323,19 @@ fn collect_files(stage: &Path, dir: &Path, out: &mut Vec<PathBuf>) -> Result<()>
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_binary_over_the_size_budget_is_refused_and_one_at_it_passes() {
+        let dir = tempfile::tempdir().unwrap();
+        let binary = dir.path().join("oapd");
+        fs::write(&binary, vec![0u8; 1000]).unwrap();
+        check_stripped_size(&binary, 1000).unwrap();
+        let err = check_stripped_size(&binary, 999).unwrap_err().to_string();
+        assert!(
+            err.contains("1000 bytes, over its budget of 999 bytes"),
+            "{err}"
+        );
+    }
 
     #[test]
     fn the_control_file_folds_the_description_and_names_every_field() {

@@ -233,6 +233,56 @@ mod tests {
         );
     }
 
+    /// One feature set per build: every package `cargo build -p oapd`
+    /// compiles is resolved with the same features by the workspace build
+    /// (the benches, the soak, clippy) and by oapd's test build. Otherwise
+    /// switching between them recompiles the daemon and everything under
+    /// the package whose features differ, both ways, on every edit.
+    #[test]
+    fn the_daemon_workspace_and_test_builds_resolve_the_same_features() {
+        let resolve = |args: &[&str]| -> std::collections::BTreeSet<String> {
+            let out = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()))
+                .current_dir(root())
+                .args(["tree", "--locked", "--prefix", "none", "-f", "{p} [{f}]"])
+                .args(args)
+                .output()
+                .expect("cargo tree");
+            assert!(
+                out.status.success(),
+                "cargo tree {args:?}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            String::from_utf8_lossy(&out.stdout)
+                .lines()
+                .map(|l| l.trim_end_matches(" (*)").to_string())
+                .filter(|l| !l.is_empty())
+                .collect()
+        };
+        let daemon = resolve(&["-p", "oapd", "-e", "normal,build"]);
+        assert!(
+            daemon.iter().any(|l| l.starts_with("oap-index ")),
+            "{daemon:?}"
+        );
+        for (build, args) in [
+            (
+                "cargo build --workspace",
+                &["--workspace", "-e", "normal,build"][..],
+            ),
+            (
+                "cargo test -p oapd",
+                &["-p", "oapd", "-e", "normal,build,dev"][..],
+            ),
+        ] {
+            let other = resolve(args);
+            let differing: Vec<&String> = daemon.difference(&other).collect();
+            assert!(
+                differing.is_empty(),
+                "`{build}` compiles these packages of `cargo build -p oapd` with other \
+                 features (declare the features once, where every build sees them):\n{differing:#?}"
+            );
+        }
+    }
+
     #[test]
     fn the_reference_finder_finds_what_it_should() {
         assert_eq!(

@@ -15,7 +15,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use oap_bench::report::{SearchReport, SearchRow};
-use oap_index::{DocInput, Index, IndexWriter, RowInput, SearchConfig, VectorDtype};
+use oap_index::{DocInput, Index, RowInput, SearchConfig, StreamWriter, VectorDtype};
 
 struct Rng(u64);
 
@@ -118,9 +118,11 @@ pub fn run(args: Args) -> anyhow::Result<SearchReport> {
             let path = dir.join(format!("bench-{n}-{dtype:?}.oapi"));
             let mut rng = Rng(n as u64 * 31 + dtype as u64);
             let t0 = Instant::now();
-            let mut w =
-                IndexWriter::new(dim, dtype, br#"{"model":"bench"}"#.to_vec()).expect("writer");
-            w.reserve(n, n);
+            // The daemon's own writer: the benchmark needs no test-only code
+            // of oap-index, so the workspace build resolves oap-index as
+            // `cargo build -p oapd` does.
+            let mut w = StreamWriter::create(&path, dim, dtype, br#"{"model":"bench"}"#.to_vec())
+                .expect("writer");
             for i in 0..n {
                 let lexical = (0..8)
                     .map(|j| {
@@ -143,8 +145,7 @@ pub fn run(args: Args) -> anyhow::Result<SearchReport> {
                 .expect("add");
             }
             let build = t0.elapsed();
-            let stats = w.write_atomic(&path).expect("write");
-            drop(w);
+            let stats = w.finish().expect("write");
             let t1 = Instant::now();
             let mut idx = Index::open(&path).expect("open");
             let open = t1.elapsed();
