@@ -372,9 +372,6 @@ mod module_graph {
         // Environment overrides implement their trait for the MCP server
         // list, whose parser takes environment values.
         ("oapd", "config::env", "config::bridge"),
-        // The image build starts the Ollama guest, which uses the image's
-        // HTTP and console helpers.
-        ("xtask", "image_ollama", "image"),
     ];
 
     /// Files of crates/oap-bridge without a `//!` line: that crate is being
