@@ -6,7 +6,7 @@
 //! 1. A base root filesystem, cached in `target/image-cache/` under a key
 //!    hashed from everything that goes into it (suite, mirror, package lists,
 //!    `image/base/`, this recipe's version). `debootstrap --foreign` unpacks
-//!    Debian bookworm (minbase + `image/packages-*.txt`); the files in
+//!    Debian trixie (minbase + `image/packages-*.txt`); the files in
 //!    `image/base/` (initramfs settings) go in before the second stage so the
 //!    kernel's initramfs is built once, small (`MODULES=list`). The second
 //!    stage runs in a chroot for amd64, and inside `qemu-system-aarch64` for
