@@ -6,7 +6,7 @@
 //! 1. A base root filesystem, cached in `target/image-cache/` under a key
 //!    hashed from everything that goes into it (suite, mirror, package lists,
 //!    `image/base/`, this recipe's version). `debootstrap --foreign` unpacks
-//!    Debian bookworm (minbase + `image/packages-*.txt`); the files in
+//!    Debian trixie (minbase + `image/packages-*.txt`); the files in
 //!    `image/base/` (initramfs settings) go in before the second stage so the
 //!    kernel's initramfs is built once, small (`MODULES=list`). The second
 //!    stage runs in a chroot for amd64, and inside `qemu-system-aarch64` for
@@ -34,7 +34,7 @@
 use std::collections::BTreeMap;
 use std::fs;
 use std::io::{Read, Seek, SeekFrom, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::net::SocketAddr;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -43,6 +43,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, ensure, Context, Result};
 use sha2::{Digest, Sha256};
 
+use crate::image_guest::{http, tail};
 use crate::repo_root;
 use crate::tasks::run_in_root;
 
@@ -1361,11 +1362,6 @@ fn only_match(dir: &Path, prefix: &str) -> Result<PathBuf> {
     }
 }
 
-pub(crate) fn tail(text: &str, lines: usize) -> String {
-    let all: Vec<&str> = text.lines().collect();
-    all[all.len().saturating_sub(lines)..].join("\n")
-}
-
 // ---------------------------------------------------------------------------
 // Boot test
 // ---------------------------------------------------------------------------
@@ -1481,25 +1477,6 @@ impl Drop for Guest {
         let _ = self.0.wait();
     }
 }
-
-/// A relay between stdin/stdout (the guest's connection, as qemu hands it
-/// over) and a loopback TCP port.
-pub(crate) const RELAY_PY: &str = r#"import os, socket, sys, threading
-upstream = socket.create_connection(("127.0.0.1", int(sys.argv[1])))
-def to_upstream():
-    while True:
-        data = os.read(0, 65536)
-        if not data:
-            upstream.shutdown(socket.SHUT_WR)
-            return
-        upstream.sendall(data)
-threading.Thread(target=to_upstream, daemon=True).start()
-while True:
-    data = upstream.recv(65536)
-    if not data:
-        break
-    os.write(1, data)
-"#;
 
 fn boot_once(
     layout: &Layout,
@@ -1846,70 +1823,6 @@ fn random_token() -> Result<String> {
     let mut bytes = [0u8; 24];
     fs::File::open("/dev/urandom")?.read_exact(&mut bytes)?;
     Ok(hex::encode(bytes))
-}
-
-/// One HTTP/1.1 request over a fresh loopback connection: status and body.
-pub(crate) fn http(
-    addr: SocketAddr,
-    method: &str,
-    path: &str,
-    authorization: Option<&str>,
-    body: Option<&str>,
-) -> Result<(u16, String)> {
-    let mut stream = TcpStream::connect_timeout(&addr, Duration::from_secs(5))?;
-    stream.set_read_timeout(Some(Duration::from_secs(60)))?;
-    let body = body.unwrap_or("");
-    let mut head = format!(
-        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Length: {}\r\n",
-        body.len()
-    );
-    if !body.is_empty() {
-        head.push_str("Content-Type: application/json\r\n");
-    }
-    if let Some(value) = authorization {
-        head.push_str(&format!("Authorization: {value}\r\n"));
-    }
-    head.push_str("\r\n");
-    stream.write_all(head.as_bytes())?;
-    stream.write_all(body.as_bytes())?;
-    let mut raw = Vec::new();
-    stream.read_to_end(&mut raw)?;
-    let text = String::from_utf8_lossy(&raw);
-    let (head, payload) = text
-        .split_once("\r\n\r\n")
-        .context("no end of HTTP headers")?;
-    let status = head
-        .split_whitespace()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .context("no HTTP status line")?;
-    let chunked = head
-        .lines()
-        .any(|l| l.to_ascii_lowercase().starts_with("transfer-encoding:") && l.contains("chunked"));
-    let payload = if chunked {
-        dechunk(payload)
-    } else {
-        payload.to_owned()
-    };
-    Ok((status, payload))
-}
-
-fn dechunk(mut rest: &str) -> String {
-    let mut out = String::new();
-    while let Some((size, after)) = rest.split_once("\r\n") {
-        let Ok(n) = usize::from_str_radix(size.trim(), 16) else {
-            break;
-        };
-        if n == 0 || after.len() < n {
-            break;
-        }
-        let (Some(chunk), Some(next)) = (after.get(..n), after.get(n..)) else {
-            break;
-        };
-        out.push_str(chunk);
-        rest = next.trim_start_matches("\r\n");
-    }
-    out
 }
 
 #[cfg(test)]

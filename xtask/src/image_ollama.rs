@@ -28,6 +28,25 @@ use crate::repo_root;
 /// The release asset name `oapd-setup` downloads on an amd64 machine.
 pub(crate) const AMD64_ASSET: &str = "ollama-linux-amd64.tar.zst";
 
+/// A relay between stdin/stdout (the guest's connection, as qemu hands it
+/// over) and a loopback TCP port.
+pub(crate) const RELAY_PY: &str = r#"import os, socket, sys, threading
+upstream = socket.create_connection(("127.0.0.1", int(sys.argv[1])))
+def to_upstream():
+    while True:
+        data = os.read(0, 65536)
+        if not data:
+            upstream.shutdown(socket.SHUT_WR)
+            return
+        upstream.sendall(data)
+threading.Thread(target=to_upstream, daemon=True).start()
+while True:
+    data = upstream.recv(65536)
+    if not data:
+        break
+    os.write(1, data)
+"#;
+
 /// The stand-in `bin/ollama`.
 const STANDIN_OLLAMA: &str = r#"#!/bin/sh
 # Test stand-in for Ollama's `ollama` command (oapd's xtask tests and image
@@ -305,7 +324,7 @@ impl ReleaseForward {
         let standin = standin_archive(&dir, asset, fake, MODEL_SCRIPT)?;
         let server = FileServer::start(&dir)?;
         let relay = work.join("release-relay.py");
-        fs::write(&relay, crate::image::RELAY_PY)?;
+        fs::write(&relay, RELAY_PY)?;
         Ok(ReleaseForward {
             server,
             relay,
@@ -349,7 +368,9 @@ pub(crate) fn wait_for_ollama(
     let started = Instant::now();
     let mut last = String::new();
     loop {
-        if let Ok((200, body)) = crate::image::http(addr, "GET", "/v1/status", Some(auth), None) {
+        if let Ok((200, body)) =
+            crate::image_guest::http(addr, "GET", "/v1/status", Some(auth), None)
+        {
             let status: serde_json::Value = serde_json::from_str(&body).unwrap_or_default();
             let ollama = &status["ollama"];
             let has_model = ollama["models"]
@@ -365,7 +386,7 @@ pub(crate) fn wait_for_ollama(
                 "oapd never saw the Ollama installed on first boot (last /v1/status ollama: {last}; \
                  release server saw {:?}); console:\n{}",
                 forward.server.requests(),
-                crate::image::tail(&console(), 60)
+                crate::image_guest::tail(&console(), 60)
             );
         }
         std::thread::sleep(Duration::from_millis(500));

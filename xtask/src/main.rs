@@ -91,6 +91,7 @@ mod image;
 mod image_firmware;
 #[cfg(test)]
 mod image_firstboot;
+mod image_guest;
 mod image_ollama;
 mod image_ssh;
 mod install_check;

@@ -419,9 +419,6 @@ mod module_graph {
         // context; the stderr noise filter reads the hub's settings.
         ("oap-mcp", "http", "hub"),
         ("oap-mcp", "noise", "hub"),
-        // The image build starts the Ollama guest, which uses the image's
-        // HTTP and console helpers.
-        ("xtask", "image_ollama", "image"),
     ];
 
     /// Files of crates/oap-bridge without a `//!` line: that crate is being
