@@ -22,6 +22,7 @@ pub mod mcp;
 pub mod observe;
 pub mod pending;
 pub mod render;
+pub mod response_store;
 pub mod responses;
 pub mod start;
 pub mod state;
