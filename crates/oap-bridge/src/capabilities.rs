@@ -92,7 +92,8 @@ impl Capabilities {
             }
             if let (Ok(mut sizes), Some(size)) = (
                 self.sizes.lock(),
-                body.pointer("/details/parameter_size").and_then(Value::as_str),
+                body.pointer("/details/parameter_size")
+                    .and_then(Value::as_str),
             ) {
                 sizes.insert(model.to_string(), size.to_string());
             }

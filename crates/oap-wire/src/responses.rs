@@ -922,7 +922,10 @@ mod tests {
             "thinking": "Count them."}, "done": true});
         let response = chat_to_response(&head(), &answer);
         assert_eq!(response["output"][0]["type"], "reasoning");
-        assert_eq!(response["output"][0]["content"][0]["type"], "reasoning_text");
+        assert_eq!(
+            response["output"][0]["content"][0]["type"],
+            "reasoning_text"
+        );
         assert_eq!(response["output"][0]["content"][0]["text"], "Count them.");
         assert_eq!(response["output"][0]["summary"], json!([]));
         assert_eq!(response["output"][1]["content"][0]["text"], "Four.");

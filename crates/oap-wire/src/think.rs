@@ -284,7 +284,13 @@ mod tests {
         let second = splitter.push("ings>");
         assert_eq!(second.content, "<things>", "not a tag after all");
         let mut splitter = ThinkSplitter::new();
-        assert_eq!(splitter.push("<think>a</"), Split { thinking: "a".into(), ..Split::default() });
+        assert_eq!(
+            splitter.push("<think>a</"),
+            Split {
+                thinking: "a".into(),
+                ..Split::default()
+            }
+        );
         assert!(splitter.is_inside());
     }
 
@@ -313,7 +319,10 @@ mod tests {
     fn a_lone_closing_tag_makes_what_came_before_thinking() {
         let mut splitter = ThinkSplitter::new();
         let early = splitter.push("Let me think. ");
-        assert_eq!(early.content, "Let me think. ", "passed on: undecidable yet");
+        assert_eq!(
+            early.content, "Let me think. ",
+            "passed on: undecidable yet"
+        );
         let later = splitter.push("Ok.</think>Four.");
         assert!(later.closed_unopened);
         assert_eq!(later.thinking, "Ok.");
@@ -336,6 +345,9 @@ mod tests {
     #[test]
     fn a_partial_tag_at_the_end_of_an_answer_is_text() {
         assert_eq!(split(&["1 <"]), (String::new(), "1 <".into(), false));
-        assert_eq!(split(&["a <thin"]), (String::new(), "a <thin".into(), false));
+        assert_eq!(
+            split(&["a <thin"]),
+            (String::new(), "a <thin".into(), false)
+        );
     }
 }

@@ -91,12 +91,8 @@ impl ClientKey {
 fn credential_digest(credential: &[u8]) -> u128 {
     use std::hash::BuildHasher;
     static KEYS: OnceLock<(std::hash::RandomState, std::hash::RandomState)> = OnceLock::new();
-    let (first, second) = KEYS.get_or_init(|| {
-        (
-            std::hash::RandomState::new(),
-            std::hash::RandomState::new(),
-        )
-    });
+    let (first, second) =
+        KEYS.get_or_init(|| (std::hash::RandomState::new(), std::hash::RandomState::new()));
     (u128::from(first.hash_one(credential)) << 64) | u128::from(second.hash_one(credential))
 }
 
@@ -186,8 +182,7 @@ impl ResponseStore {
             at: now,
         });
         let mut client_bytes: usize = kept.iter().map(|s| s.bytes).sum();
-        while kept.len() > self.limits.per_client || client_bytes > self.limits.per_client_bytes
-        {
+        while kept.len() > self.limits.per_client || client_bytes > self.limits.per_client_bytes {
             let Some(oldest) = kept.pop_front() else {
                 break;
             };
@@ -319,7 +314,12 @@ impl Record {
             return;
         }
         self.conversation.push(answer);
-        ResponseStore::shared().put(self.client, id.to_string(), self.conversation, Instant::now());
+        ResponseStore::shared().put(
+            self.client,
+            id.to_string(),
+            self.conversation,
+            Instant::now(),
+        );
     }
 }
 
@@ -375,9 +375,10 @@ impl Recording {
             .push(serde_json::json!({"message": message, "done": done}));
         if done {
             let chunks = std::mem::take(&mut self.chunks);
-            if let (Some(record), Ok(answer)) =
-                (self.record.take(), oap_bridge::tool_loop::aggregate(&chunks))
-            {
+            if let (Some(record), Ok(answer)) = (
+                self.record.take(),
+                oap_bridge::tool_loop::aggregate(&chunks),
+            ) {
                 keep_answer(record, &self.id, &answer);
             }
         }
@@ -425,7 +426,11 @@ mod tests {
         let start = Instant::now();
         store.put(client(1), "resp_a".into(), turn("hi"), start);
         assert_eq!(store.get(&client(1), "resp_a", start), Some(turn("hi")));
-        assert_eq!(store.get(&client(2), "resp_a", start), None, "another client's");
+        assert_eq!(
+            store.get(&client(2), "resp_a", start),
+            None,
+            "another client's"
+        );
         assert_eq!(store.get(&client(1), "resp_b", start), None);
         let later = start + Duration::from_secs(3599);
         assert!(store.get(&client(1), "resp_a", later).is_some());
@@ -477,8 +482,18 @@ mod tests {
         // Over the total: the oldest response of any client goes.
         assert!(store.get(&client(1), "a", now).is_none());
         assert!(store.get(&client(2), "b", now).is_some());
-        store.put(client(3), "c".into(), turn("z"), now + Duration::from_secs(2));
-        store.put(client(4), "d".into(), turn("w"), now + Duration::from_secs(3));
+        store.put(
+            client(3),
+            "c".into(),
+            turn("z"),
+            now + Duration::from_secs(2),
+        );
+        store.put(
+            client(4),
+            "d".into(),
+            turn("w"),
+            now + Duration::from_secs(3),
+        );
         let inner = store.inner.lock().unwrap();
         assert!(inner.by_client.len() <= 2);
         assert!(inner.bytes <= 150);

@@ -30,7 +30,10 @@ fn error(status: StatusCode, message: &str) -> Response<Body> {
 pub async fn handle(chat: &Arc<ChatService>, request: Request<Incoming>) -> Response<Body> {
     // `previous_response_id` continues a response this client got before
     // (`response_store.rs`).
-    let peer = request.extensions().get::<http::PeerAddr>().map(|p| p.0.ip());
+    let peer = request
+        .extensions()
+        .get::<http::PeerAddr>()
+        .map(|p| p.0.ip());
     let client = ClientKey::of(request.headers(), peer);
     let (original, permit) =
         match http::read_json_object(request.into_body(), chat.max_request_bytes, error).await {
@@ -83,7 +86,10 @@ pub async fn handle(chat: &Arc<ChatService>, request: Request<Incoming>) -> Resp
     response
 }
 
-#[allow(clippy::too_many_arguments, reason = "the request's parts, handed on once")]
+#[allow(
+    clippy::too_many_arguments,
+    reason = "the request's parts, handed on once"
+)]
 async fn respond(
     chat: &Arc<ChatService>,
     original: Value,

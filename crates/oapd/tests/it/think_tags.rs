@@ -70,7 +70,10 @@ fn think_tags_split_across_chunks_become_ollamas_thinking_field() {
     let streamed = daemon.post_json("/api/chat", &chat(true));
     assert_eq!(streamed.status, 200);
     let chunks = lines(&streamed.body);
-    assert_eq!(joined(&chunks, "thinking"), "The user wants a count. Four words.");
+    assert_eq!(
+        joined(&chunks, "thinking"),
+        "The user wants a count. Four words."
+    );
     assert_eq!(joined(&chunks, "content"), "There are four words.");
     assert_eq!(
         chunks.iter().filter(|c| c["done"] == true).count(),
@@ -100,9 +103,14 @@ fn openai_clients_read_the_tagged_thinking_as_reasoning_content() {
         .to_string()
     };
 
-    let whole = daemon.post_json("/v1/chat/completions", &body(false)).json();
+    let whole = daemon
+        .post_json("/v1/chat/completions", &body(false))
+        .json();
     let message = &whole["choices"][0]["message"];
-    assert_eq!(message["reasoning_content"], "The user wants a count. Four words.");
+    assert_eq!(
+        message["reasoning_content"],
+        "The user wants a count. Four words."
+    );
     assert_eq!(message["reasoning"], "The user wants a count. Four words.");
     assert_eq!(message["content"], "There are four words.");
 
@@ -121,7 +129,10 @@ fn openai_clients_read_the_tagged_thinking_as_reasoning_content() {
             .filter_map(|d| d[name].as_str())
             .collect::<String>()
     };
-    assert_eq!(field("reasoning_content"), "The user wants a count. Four words.");
+    assert_eq!(
+        field("reasoning_content"),
+        "The user wants a count. Four words."
+    );
     assert_eq!(field("content"), "There are four words.");
 }
 
@@ -140,7 +151,10 @@ fn responses_clients_get_the_tagged_thinking_as_a_reasoning_item() {
         whole["output"][0]["content"][0]["text"],
         "The user wants a count. Four words."
     );
-    assert_eq!(whole["output"][1]["content"][0]["text"], "There are four words.");
+    assert_eq!(
+        whole["output"][1]["content"][0]["text"],
+        "There are four words."
+    );
 
     let streamed = daemon.post_json("/v1/responses", &body(true));
     let events: Vec<Value> = String::from_utf8_lossy(&streamed.body)
@@ -159,7 +173,10 @@ fn responses_clients_get_the_tagged_thinking_as_a_reasoning_item() {
         deltas("response.reasoning_text.delta"),
         "The user wants a count. Four words."
     );
-    assert_eq!(deltas("response.output_text.delta"), "There are four words.");
+    assert_eq!(
+        deltas("response.output_text.delta"),
+        "There are four words."
+    );
     let done = events.last().unwrap();
     assert_eq!(done["type"], "response.completed");
     assert_eq!(done["response"]["output"][0]["type"], "reasoning");
@@ -189,7 +206,12 @@ fn a_call_printed_inside_think_tags_is_run() {
                 "messages": [{"role": "user", "content": "count the words in this text: one two three four"}]})
         .to_string(),
     );
-    assert_eq!(response.status, 200, "{}", String::from_utf8_lossy(&response.body));
+    assert_eq!(
+        response.status,
+        200,
+        "{}",
+        String::from_utf8_lossy(&response.body)
+    );
     let answer = response.json();
     assert_eq!(answer["message"]["content"].as_str().unwrap().trim(), "4");
     assert!(answer["message"]["thinking"]
@@ -197,7 +219,11 @@ fn a_call_printed_inside_think_tags_is_run() {
         .unwrap()
         .starts_with("I should count"));
     let sent = upstream.fake.chat_requests();
-    assert_eq!(sent.len(), 2, "the printed call ran and the model was asked again");
+    assert_eq!(
+        sent.len(),
+        2,
+        "the printed call ran and the model was asked again"
+    );
     let messages = sent[1]["messages"].as_array().unwrap();
     let turn = &messages[messages.len() - 2];
     assert_eq!(turn["tool_calls"][0]["function"]["name"], "oap_wc");
@@ -214,7 +240,10 @@ fn an_unclosed_think_tag_keeps_what_was_inside_as_thinking() {
     ])]));
     let daemon = daemon_for(&upstream);
     let answer = daemon.post_json("/api/chat", &chat(false)).json();
-    assert_eq!(answer["message"]["thinking"], "Still weighing the options</th");
+    assert_eq!(
+        answer["message"]["thinking"],
+        "Still weighing the options</th"
+    );
     assert_eq!(answer["message"]["content"], "");
 }
 
