@@ -232,12 +232,12 @@ pub struct Record {
     conversation: Vec<Value>,
 }
 
-fn refused(status: StatusCode, field: &str, code: &str, message: &str) -> Response<Body> {
+fn refused(status: StatusCode, field: &str, code: &str, message: &str) -> Box<Response<Body>> {
     let mut body = oap_wire::openai::openai_error(status.as_u16(), message);
     body["error"]["type"] = Value::from("invalid_request_error");
     body["error"]["param"] = Value::from(field);
     body["error"]["code"] = Value::from(code);
-    http::json(status, &body)
+    Box::new(http::json(status, &body))
 }
 
 impl Record {
@@ -245,7 +245,7 @@ impl Record {
     /// conversation it continues (404 in OpenAI's shape when the id is not
     /// kept for this client: unknown, expired or pushed out), or 400 for a
     /// field of the wrong type.
-    pub fn read(original: &Value, client: ClientKey) -> Result<Record, Response<Body>> {
+    pub fn read(original: &Value, client: ClientKey) -> Result<Record, Box<Response<Body>>> {
         let store = match original.get("store") {
             None | Some(Value::Null) => true,
             Some(Value::Bool(store)) => *store,

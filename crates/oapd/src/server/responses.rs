@@ -42,7 +42,7 @@ pub async fn handle(chat: &Arc<ChatService>, request: Request<Incoming>) -> Resp
         };
     let mut record = match Record::read(&original, client) {
         Ok(record) => record,
-        Err(refused) => return refused,
+        Err(refused) => return *refused,
     };
     let translated = responses::request_to_chat(&original).and_then(|chat_request| {
         oap_wire::openai::chat_request_to_ollama(&chat_request).map(|o| (chat_request, o))
