@@ -3,7 +3,8 @@
 //! features that take part in the request built in the order every phase
 //! calls them (`hooks.rs`). The daemon calls [`prepare`] once per chat
 //! request, appends its own observer hook, and hands tools and hooks to
-//! the loop (`tool_loop::run_loop`).
+//! the loop (`tool_loop::run_loop`). The tool-listing instruction
+//! (`guide.rs`) is added here too, inside the tool-token budget.
 
 use std::sync::Arc;
 
@@ -67,7 +68,19 @@ pub fn prepare(
         );
         (tools, tokens, Some(meta))
     } else {
-        let (tools, fitting) = fit_budget(tools, settings.tool_token_budget);
+        // The instruction is counted in the budget: the tools get what it
+        // leaves (it shrinks with them, so this is an upper bound).
+        let guided = options.tool_instruction == Some(true) && !tools.is_empty();
+        let reserved = if guided {
+            crate::guide::tokens(&crate::guide::instruction(&tools))
+        } else {
+            0
+        };
+        let budget = match settings.tool_token_budget {
+            0 => 0,
+            budget => budget.saturating_sub(reserved).max(1),
+        };
+        let (tools, fitting) = fit_budget(tools, budget);
         if fitting.tokens_after != fitting.tokens_before {
             tracing::info!(
                 budget = settings.tool_token_budget,
@@ -78,7 +91,13 @@ pub fn prepare(
                 "tools fitted to the token budget"
             );
         }
-        (tools, fitting.tokens_after, None)
+        let mut offered_tokens = fitting.tokens_after;
+        if guided && !tools.is_empty() {
+            let instruction = crate::guide::instruction(&tools);
+            crate::guide::insert(chat, &instruction);
+            offered_tokens += crate::guide::tokens(&instruction);
+        }
+        (tools, offered_tokens, None)
     };
     if let Some(lost) = forced
         .as_ref()

@@ -2,8 +2,13 @@
 //! Ollama's `/api/show`, cached across requests. The loop asks before the
 //! first round; a model that answers "does not support tools" anyway
 //! corrects the cache (the capability retry, `tool_loop.rs`).
+//!
+//! It also remembers the models whose answers start inside thinking: a
+//! template that opens `<think>` in the prompt leaves only `</think>` in
+//! the answer, and the first such answer teaches the bridge to split the
+//! next ones from their start (`oap_wire::think`, `round.rs`).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -21,7 +26,17 @@ pub struct Capabilities {
     cache: Mutex<HashMap<String, (bool, Instant)>>,
     /// The context window `/api/show` implies per model ([`context_window`]).
     windows: Mutex<HashMap<String, u64>>,
+    /// `details.parameter_size` from `/api/show` per model (`"3.2B"`).
+    sizes: Mutex<HashMap<String, String>>,
+    /// Models whose answers start inside thinking (they close `</think>`
+    /// without opening it), at most [`MAX_REMEMBERED_THINKERS`].
+    thinks_unopened: Mutex<HashSet<String>>,
 }
+
+/// Most models remembered as starting their answers inside thinking: only
+/// models Ollama answered for get in, so a few suffice; the cap keeps a
+/// stream of odd model names from growing the set.
+const MAX_REMEMBERED_THINKERS: usize = 256;
 
 /// Ollama's context window when neither the request nor the model's
 /// Modelfile sets `num_ctx`.
@@ -75,6 +90,13 @@ impl Capabilities {
             if let Ok(mut windows) = self.windows.lock() {
                 windows.insert(model.to_string(), context_window(&body));
             }
+            if let (Ok(mut sizes), Some(size)) = (
+                self.sizes.lock(),
+                body.pointer("/details/parameter_size")
+                    .and_then(Value::as_str),
+            ) {
+                sizes.insert(model.to_string(), size.to_string());
+            }
             match body.get("capabilities").and_then(Value::as_array) {
                 Some(caps) => caps.iter().any(|c| c == "tools"),
                 None => true,
@@ -93,12 +115,33 @@ impl Capabilities {
         self.windows.lock().ok()?.get(model).copied()
     }
 
+    /// The model's size as `/api/show` wrote it (`"3.2B"`), if known.
+    pub fn parameter_size(&self, model: &str) -> Option<String> {
+        self.sizes.lock().ok()?.get(model).cloned()
+    }
+
     fn cached(&self, model: &str) -> Option<bool> {
         let cache = self.cache.lock().ok()?;
         cache
             .get(model)
             .filter(|(_, at)| at.elapsed() < CAPABILITY_TTL)
             .map(|(supports, _)| *supports)
+    }
+
+    /// Whether `model`'s answers were seen to start inside thinking.
+    pub fn thinks_unopened(&self, model: &str) -> bool {
+        self.thinks_unopened
+            .lock()
+            .is_ok_and(|models| models.contains(model))
+    }
+
+    /// Records that `model` closed `</think>` without opening it.
+    pub fn remember_thinks_unopened(&self, model: &str) {
+        if let Ok(mut models) = self.thinks_unopened.lock() {
+            if models.len() < MAX_REMEMBERED_THINKERS {
+                models.insert(model.to_string());
+            }
+        }
     }
 
     /// Records whether `model` accepts tools, trusted for `CAPABILITY_TTL`;

@@ -49,6 +49,9 @@ pub struct ChatOptions {
     /// a turn that calls oapd's and the client's tools is remembered so
     /// the client's follow-up carries oapd's result (`mixed.rs`).
     pub conversation: Option<crate::mixed::Conversation>,
+    /// `oap_tool_instruction`: whether the tool-listing instruction is
+    /// added (`guide.rs`); `None` leaves it to the model's default.
+    pub tool_instruction: Option<bool>,
 }
 
 /// The outcome of running one of oapd's tools.

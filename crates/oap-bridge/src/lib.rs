@@ -68,6 +68,7 @@ pub mod context;
 pub mod experience;
 pub mod exposure;
 pub mod forcing;
+pub mod guide;
 pub mod hooks;
 pub mod meta;
 pub mod mixed;

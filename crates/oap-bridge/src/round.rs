@@ -5,9 +5,16 @@
 //! the round back), keeps the tool calls and the `done` chunk, and keeps
 //! back text that may be a printed call (`printed.rs`) until the round is
 //! over.
+//!
+//! Thinking a model wrote into its content between `<think>` tags is moved
+//! to the chunk's `thinking` here, as the chunks arrive
+//! (`oap_wire::think`), so everything after this point — the client's
+//! stream on every surface, the printed calls read from thinking, the
+//! conversation of the next round — sees it as if Ollama had parsed it.
 
 use http_body_util::BodyExt;
 use hyper::StatusCode;
+use oap_wire::think::ThinkSplitter;
 use oap_wire::{LineDecoder, ToolCall, ToolCallAccumulator};
 use serde_json::{Map, Value};
 use tokio::sync::mpsc;
@@ -119,6 +126,10 @@ pub(crate) struct Round {
     pub(crate) done: Option<Value>,
     /// Chunks held back as a possible printed call (`printed.rs`), not sent.
     pub(crate) held: Vec<Value>,
+    /// The answer closed `</think>` without opening it: the content before
+    /// was thinking (moved there in `content`/`thinking`; already streamed
+    /// chunks went out as content).
+    pub(crate) thinks_unopened: bool,
 }
 
 /// One upstream call: forwards content as it arrives, holds back tool calls
@@ -128,6 +139,7 @@ pub(crate) async fn stream_round(
     body: Vec<bytes::Bytes>,
     sink: &mut Sink<'_>,
     hold_printed: bool,
+    mut splitter: ThinkSplitter,
 ) -> Result<Round, RoundError> {
     let response = match upstream.post_parts("/api/chat", body, None).await {
         Ok(response) => response,
@@ -158,6 +170,7 @@ pub(crate) async fn stream_round(
     let mut thinking = String::new();
     let mut holdback = crate::printed::Holdback::new(hold_printed);
     let mut done = None;
+    let mut thinks_unopened = false;
     while done.is_none() {
         let frame = tokio::select! {
             frame = upstream_body.frame() => frame,
@@ -198,6 +211,11 @@ pub(crate) async fn stream_round(
             let is_done = chunk.get("done").and_then(Value::as_bool) == Some(true);
             if let Some(message) = chunk.get_mut("message").and_then(Value::as_object_mut) {
                 message.remove("tool_calls");
+                if separate_thinking(message, &mut splitter, is_done) {
+                    thinks_unopened = true;
+                    // What went before was thinking, too.
+                    thinking.push_str(&std::mem::take(&mut content));
+                }
                 if let Some(text) = message.get("content").and_then(Value::as_str) {
                     content.push_str(text);
                 }
@@ -241,7 +259,40 @@ pub(crate) async fn stream_round(
         calls: calls.finish(),
         done,
         held: holdback.into_held(),
+        thinks_unopened,
     })
+}
+
+/// Moves tagged thinking in `message.content` to `message.thinking`
+/// (after any thinking Ollama parsed itself); at the final chunk the
+/// splitter gives up what it held. True when `</think>` came unopened.
+fn separate_thinking(
+    message: &mut Map<String, Value>,
+    splitter: &mut ThinkSplitter,
+    is_done: bool,
+) -> bool {
+    let text = message
+        .get("content")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    let mut split = splitter.push(text);
+    if is_done {
+        split.extend(splitter.finish());
+    }
+    if split.thinking.is_empty() && split.content == text {
+        return false;
+    }
+    if !split.thinking.is_empty() {
+        let mut thinking = message
+            .get("thinking")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_string();
+        thinking.push_str(&split.thinking);
+        message.insert("thinking".into(), Value::from(thinking));
+    }
+    message.insert("content".into(), Value::from(split.content));
+    split.closed_unopened
 }
 
 fn has_visible_text(chunk: &Value) -> bool {

@@ -89,6 +89,16 @@ pub fn take_options(
             ))),
         };
     let discover = flag(request, "oap_discover", true)?;
+    let tool_instruction = match request.remove(crate::guide::FIELD) {
+        None | Some(Value::Null) => None,
+        Some(Value::Bool(on)) => Some(on),
+        Some(other) => {
+            return Err(RequestError(format!(
+                "{}: expected true or false, got {other}",
+                crate::guide::FIELD
+            )))
+        }
+    };
     let auto_execute = flag(request, "oap_auto_execute", true)?;
     let top_k = match request.remove("oap_top_k") {
         None | Some(Value::Null) => settings.default_top_k,
@@ -142,6 +152,7 @@ pub fn take_options(
         max_rounds,
         stream,
         conversation: None,
+        tool_instruction,
     })
 }
 
@@ -329,9 +340,17 @@ async fn send_round(
     body: Vec<bytes::Bytes>,
 ) -> (Result<Round, RoundError>, Vec<Event>) {
     let upstream = &cx.shared.upstream;
-    if plan.holding {
+    let capabilities = &cx.shared.capabilities;
+    // A model seen to start its answers inside thinking is split so from
+    // the start; any other learns it from its first lone `</think>`.
+    let splitter = if capabilities.thinks_unopened(&cx.model) {
+        oap_wire::think::ThinkSplitter::starting_inside()
+    } else {
+        oap_wire::think::ThinkSplitter::new()
+    };
+    let (result, held) = if plan.holding {
         let mut sink = Sink::Held(Vec::new());
-        let result = stream_round(upstream, body, &mut sink, plan.hold_printed).await;
+        let result = stream_round(upstream, body, &mut sink, plan.hold_printed, splitter).await;
         let held = match sink {
             Sink::Held(events) => events,
             Sink::Live { .. } => Vec::new(),
@@ -339,9 +358,13 @@ async fn send_round(
         (result, held)
     } else {
         let mut sink = Sink::Live { cx, hooks, out };
-        let result = stream_round(upstream, body, &mut sink, plan.hold_printed).await;
+        let result = stream_round(upstream, body, &mut sink, plan.hold_printed, splitter).await;
         (result, Vec::new())
+    };
+    if result.as_ref().is_ok_and(|round| round.thinks_unopened) {
+        capabilities.remember_thinks_unopened(&cx.model);
     }
+    (result, held)
 }
 
 /// Phase 3, the round failed: a first round refused because the model
@@ -397,6 +420,7 @@ async fn after_round(
         mut calls,
         done,
         held,
+        ..
     } = round;
     // A block, so the borrow of the hooks ends before they are awaited.
     let (printed, ours, theirs) = {
@@ -705,7 +729,9 @@ async fn finish(
         })
     });
     if let Some(message) = done.get_mut("message").and_then(Value::as_object_mut) {
+        // Its text and thinking went out on their own chunk (`round.rs`).
         message.remove("tool_calls");
+        message.remove("thinking");
         message.insert("content".into(), Value::from(""));
     }
     done["done"] = Value::Bool(true);
@@ -824,7 +850,8 @@ mod tests {
     fn extension_fields_are_removed_validated_and_clamped() {
         let mut r = request(
             json!({"model": "m", "messages": [], "oap_top_k": 5, "oap_max_rounds": 9,
-            "oap_discover": false, "oap_auto_execute": false, "options": {"num_ctx": 8192}}),
+            "oap_discover": false, "oap_auto_execute": false, "oap_tool_instruction": false,
+            "options": {"num_ctx": 8192}}),
         );
         let options = take_options(&mut r, &settings()).unwrap();
         assert_eq!(
@@ -836,6 +863,7 @@ mod tests {
                 max_rounds: 3,
                 stream: true,
                 conversation: None,
+                tool_instruction: Some(false),
             }
         );
         assert!(r.keys().all(|k| !k.starts_with("oap_")));
@@ -852,6 +880,10 @@ mod tests {
                 "oap_max_rounds",
             ),
             (json!({"model": "m", "oap_discover": "yes"}), "oap_discover"),
+            (
+                json!({"model": "m", "oap_tool_instruction": 1}),
+                "oap_tool_instruction",
+            ),
             (json!({"model": "m", "stream": "no"}), "stream"),
             (json!({"messages": []}), "model"),
             (json!({"model": "m", "messages": {}}), "messages"),

@@ -258,7 +258,9 @@ pub struct Invoke {
     /// Static, non-secret extra headers.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub headers: Option<BTreeMap<String, String>>,
-    /// Whether streaming responses are supported.
+    /// Whether the endpoint streams its response. Accepted (and checked to
+    /// be a boolean) but not used: oapd reads a tool's whole response, up
+    /// to `tools.max_response_bytes`, before the model sees it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub streaming: Option<bool>,
     /// Non-spec static query parameters merged into every call (used by the

@@ -29,6 +29,7 @@ pub mod ollama;
 pub mod openai;
 pub mod responses;
 pub mod sse;
+pub mod think;
 
 pub use merge::{MAX_ARGUMENT_BYTES, MAX_TOOL_CALLS};
 pub use ndjson::{LineDecoder, LineError};

@@ -8,7 +8,11 @@
 //! `response.output_text.done`, `response.content_part.done`,
 //! `response.output_item.done`, function-call items with
 //! `response.function_call_arguments.delta/done`, and `response.completed`
-//! (or `response.failed`). Pure: no I/O.
+//! (or `response.failed`). The model's thinking (`message.thinking`, also
+//! what it wrote between `<think>` tags: `think.rs`) becomes a `reasoning`
+//! item with one `reasoning_text` part, streamed as
+//! `response.reasoning_text.delta`…, before the text that follows it.
+//! Pure: no I/O.
 
 use serde_json::{json, Map, Value};
 
@@ -297,6 +301,11 @@ pub struct ResponseHead {
     pub tools: Value,
     /// The request's `tool_choice`, or `"auto"`.
     pub tool_choice: Value,
+    /// The request's `previous_response_id`, or `null`.
+    pub previous_response_id: Value,
+    /// Whether the response is kept for a later `previous_response_id`
+    /// (the request's `store`, true when absent, as at OpenAI).
+    pub store: bool,
 }
 
 impl ResponseHead {
@@ -316,6 +325,11 @@ impl ResponseHead {
                 .get("tool_choice")
                 .cloned()
                 .unwrap_or_else(|| json!("auto")),
+            previous_response_id: req
+                .get("previous_response_id")
+                .cloned()
+                .unwrap_or(Value::Null),
+            store: req.get("store").and_then(Value::as_bool).unwrap_or(true),
         }
     }
 
@@ -332,9 +346,9 @@ impl ResponseHead {
             "model": self.model,
             "output": output,
             "parallel_tool_calls": true,
-            "previous_response_id": null,
+            "previous_response_id": self.previous_response_id,
             "reasoning": {"effort": null, "summary": null},
-            "store": false,
+            "store": self.store,
             "temperature": null,
             "text": {"format": {"type": "text"}},
             "tool_choice": self.tool_choice,
@@ -365,6 +379,11 @@ fn usage(done: &Value) -> Value {
 fn message_item(id: &str, text: &str, status: &str) -> Value {
     json!({"type": "message", "id": id, "status": status, "role": "assistant",
            "content": [{"type": "output_text", "text": text, "annotations": []}]})
+}
+
+fn reasoning_item(id: &str, text: &str, status: &str) -> Value {
+    json!({"type": "reasoning", "id": id, "status": status, "summary": [],
+           "content": [{"type": "reasoning_text", "text": text}]})
 }
 
 fn function_call_item(call: &Value, status: &str) -> Value {
@@ -403,6 +422,13 @@ fn incomplete(done: &Value) -> bool {
 /// A whole `response` object from the loop's aggregated Ollama answer.
 pub fn chat_to_response(head: &ResponseHead, answer: &Value) -> Value {
     let mut output = Vec::new();
+    let thinking = answer
+        .pointer("/message/thinking")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    if !thinking.is_empty() {
+        output.push(reasoning_item(&new_id("rs"), thinking, "completed"));
+    }
     let text = answer
         .pointer("/message/content")
         .and_then(Value::as_str)
@@ -439,6 +465,9 @@ pub struct ResponseStream {
     finished: bool,
     message_id: Option<String>,
     text: String,
+    /// The open reasoning item's id and its text so far.
+    reasoning_id: Option<String>,
+    reasoning: String,
     output: Vec<Value>,
 }
 
@@ -453,6 +482,8 @@ impl ResponseStream {
             finished: false,
             message_id: None,
             text: String::new(),
+            reasoning_id: None,
+            reasoning: String::new(),
             output: Vec::new(),
         }
     }
@@ -511,6 +542,66 @@ impl ResponseStream {
         self.output.push(item);
     }
 
+    fn close_reasoning(&mut self, out: &mut Vec<u8>) {
+        let Some(id) = self.reasoning_id.take() else {
+            return;
+        };
+        let index = self.output.len();
+        let text = std::mem::take(&mut self.reasoning);
+        self.event(
+            out,
+            "response.reasoning_text.done",
+            json!({"item_id": id, "output_index": index, "content_index": 0, "text": text}),
+        );
+        self.event(
+            out,
+            "response.content_part.done",
+            json!({"item_id": id, "output_index": index,
+            "content_index": 0, "part": {"type": "reasoning_text", "text": text}}),
+        );
+        let item = reasoning_item(&id, &text, "completed");
+        self.event(
+            out,
+            "response.output_item.done",
+            json!({"output_index": index, "item": item.clone()}),
+        );
+        self.output.push(item);
+    }
+
+    /// Thinking streamed: a reasoning item opened (after the text before
+    /// it, which is closed) and its delta.
+    fn push_reasoning(&mut self, out: &mut Vec<u8>, text: &str) {
+        self.close_message(out);
+        let index = self.output.len();
+        let id = match &self.reasoning_id {
+            Some(id) => id.clone(),
+            None => {
+                let id = new_id("rs");
+                self.reasoning_id = Some(id.clone());
+                let item = json!({"type": "reasoning", "id": id, "status": "in_progress",
+                    "summary": [], "content": []});
+                self.event(
+                    out,
+                    "response.output_item.added",
+                    json!({"output_index": index, "item": item}),
+                );
+                self.event(
+                    out,
+                    "response.content_part.added",
+                    json!({"item_id": id, "output_index": index, "content_index": 0,
+                    "part": {"type": "reasoning_text", "text": ""}}),
+                );
+                id
+            }
+        };
+        self.reasoning.push_str(text);
+        self.event(
+            out,
+            "response.reasoning_text.delta",
+            json!({"item_id": id, "output_index": index, "content_index": 0, "delta": text}),
+        );
+    }
+
     /// Events for one chunk of the loop.
     pub fn push(&mut self, chunk: &Value) -> Vec<u8> {
         let mut out = Vec::new();
@@ -518,11 +609,19 @@ impl ResponseStream {
             return out;
         }
         self.start(&mut out);
+        let thinking = chunk
+            .pointer("/message/thinking")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        if !thinking.is_empty() {
+            self.push_reasoning(&mut out, thinking);
+        }
         let text = chunk
             .pointer("/message/content")
             .and_then(Value::as_str)
             .unwrap_or_default();
         if !text.is_empty() {
+            self.close_reasoning(&mut out);
             let index = self.output.len();
             let id = match &self.message_id {
                 Some(id) => id.clone(),
@@ -558,6 +657,7 @@ impl ResponseStream {
             .pointer("/message/tool_calls")
             .and_then(Value::as_array)
         {
+            self.close_reasoning(&mut out);
             self.close_message(&mut out);
             for call in calls {
                 let index = self.output.len();
@@ -593,6 +693,7 @@ impl ResponseStream {
             }
         }
         if chunk.get("done").and_then(Value::as_bool) == Some(true) {
+            self.close_reasoning(&mut out);
             self.close_message(&mut out);
             let status = if incomplete(chunk) {
                 "incomplete"
@@ -813,5 +914,58 @@ mod tests {
         assert_eq!(last["type"], "response.failed");
         assert_eq!(last["response"]["error"]["message"], "Ollama broke");
         assert!(stream.is_finished());
+    }
+
+    #[test]
+    fn thinking_becomes_a_reasoning_item_before_the_text() {
+        let answer = json!({"message": {"role": "assistant", "content": "Four.",
+            "thinking": "Count them."}, "done": true});
+        let response = chat_to_response(&head(), &answer);
+        assert_eq!(response["output"][0]["type"], "reasoning");
+        assert_eq!(
+            response["output"][0]["content"][0]["type"],
+            "reasoning_text"
+        );
+        assert_eq!(response["output"][0]["content"][0]["text"], "Count them.");
+        assert_eq!(response["output"][0]["summary"], json!([]));
+        assert_eq!(response["output"][1]["content"][0]["text"], "Four.");
+
+        let mut stream = ResponseStream::new(head());
+        let mut bytes = Vec::new();
+        for chunk in [
+            json!({"message": {"content": "", "thinking": "Count"}, "done": false}),
+            json!({"message": {"content": "", "thinking": " them."}, "done": false}),
+            json!({"message": {"content": "Four."}, "done": false}),
+            json!({"message": {"content": ""}, "done": true}),
+        ] {
+            bytes.extend(stream.push(&chunk));
+        }
+        let events = events(&bytes);
+        let kinds: Vec<&str> = events.iter().map(|e| e["type"].as_str().unwrap()).collect();
+        assert_eq!(
+            kinds[2..],
+            [
+                "response.output_item.added",
+                "response.content_part.added",
+                "response.reasoning_text.delta",
+                "response.reasoning_text.delta",
+                "response.reasoning_text.done",
+                "response.content_part.done",
+                "response.output_item.done",
+                "response.output_item.added",
+                "response.content_part.added",
+                "response.output_text.delta",
+                "response.output_text.done",
+                "response.content_part.done",
+                "response.output_item.done",
+                "response.completed"
+            ]
+        );
+        assert_eq!(events[6]["text"], "Count them.");
+        assert_eq!(events[9]["output_index"], 1, "the text is the second item");
+        let done = &events.last().unwrap()["response"];
+        assert_eq!(done["output"][0]["type"], "reasoning");
+        assert_eq!(done["output"][0]["content"][0]["text"], "Count them.");
+        assert_eq!(done["output"][1]["content"][0]["text"], "Four.");
     }
 }

@@ -116,6 +116,7 @@ pub fn options(max_rounds: u32) -> ChatOptions {
         max_rounds,
         stream: true,
         conversation: None,
+        tool_instruction: None,
     }
 }
 

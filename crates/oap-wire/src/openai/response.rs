@@ -136,7 +136,10 @@ pub fn ollama_to_chat_completion(resp: &Value, id: &str, created: u64) -> Value 
     out_message.insert("content".into(), Value::from(str_field(message, "content")));
     let thinking = str_field(message, "thinking");
     if !thinking.is_empty() {
+        // Ollama's own OpenAI endpoint names it `reasoning`; DeepSeek, vLLM
+        // and the clients written for them read `reasoning_content`.
         out_message.insert("reasoning".into(), Value::from(thinking));
+        out_message.insert("reasoning_content".into(), Value::from(thinking));
     }
     let reason = finish_reason(
         resp.get("done_reason").and_then(Value::as_str),
@@ -186,7 +189,8 @@ mod tests {
             json!({
                 "id": "chatcmpl-1", "object": "chat.completion", "created": 1_700_000_000u64,
                 "model": "qwen3:4b", "system_fingerprint": "fp_ollama",
-                "choices": [{"index": 0, "message": {"role": "assistant", "content": "Hello", "reasoning": "hmm"},
+                "choices": [{"index": 0, "message": {"role": "assistant", "content": "Hello", "reasoning": "hmm",
+                             "reasoning_content": "hmm"},
                              "finish_reason": "stop"}],
                 "usage": {"prompt_tokens": 26, "completion_tokens": 5, "total_tokens": 31}
             })

@@ -167,7 +167,9 @@ impl ChunkTranslator {
         }
         let thinking = str_field(message, "thinking");
         if !thinking.is_empty() {
+            // Both names, as for a whole answer (`response.rs`).
             delta.insert("reasoning".into(), Value::from(thinking));
+            delta.insert("reasoning_content".into(), Value::from(thinking));
         }
         if self.legacy_functions {
             // One call per answer in this dialect; the first is the call.
@@ -410,7 +412,8 @@ mod tests {
         assert_eq!(
             deltas(&events)[..2],
             [
-                json!({"role": "assistant", "content": "", "reasoning": "Hmm"}),
+                json!({"role": "assistant", "content": "", "reasoning": "Hmm",
+                    "reasoning_content": "Hmm"}),
                 json!({"content": "Yes"})
             ]
         );

@@ -173,46 +173,6 @@ fn streaming_runs_oapds_own_tool_and_the_client_sees_only_the_answer() {
 }
 
 #[test]
-fn previous_response_id_is_refused_because_oapd_keeps_no_state() {
-    let upstream = fake(
-        Script::new()
-            .model(ModelSpec::new("m"))
-            .default_turn(Turn::reply("hi")),
-    );
-    let daemon = daemon_for(&upstream);
-    for stream in [false, true] {
-        let response = daemon.post_json(
-            "/v1/responses",
-            &json!({"model": "m", "input": "and then?", "stream": stream,
-                    "previous_response_id": "resp_0123456789abcdef"})
-            .to_string(),
-        );
-        assert_eq!(response.status, 400);
-        let error = &response.json()["error"];
-        assert_eq!(error["type"], "invalid_request_error", "{error}");
-        assert_eq!(error["param"], "previous_response_id", "{error}");
-        let message = error["message"].as_str().unwrap();
-        assert!(
-            message.contains("previous_response_id") && message.contains("stateless"),
-            "{message}"
-        );
-    }
-    assert!(
-        upstream.fake.chat_requests().is_empty(),
-        "nothing reached Ollama"
-    );
-    // An explicit null is no continuation: served as usual.
-    let response = daemon.post_json(
-        "/v1/responses",
-        &json!({"model": "m", "input": "hello", "stream": false, "oap_discover": false,
-                "previous_response_id": null})
-        .to_string(),
-    );
-    assert_eq!(response.status, 200);
-    assert_eq!(response.json()["output"][0]["content"][0]["text"], "hi");
-}
-
-#[test]
 fn streaming_hands_back_the_clients_function_call_and_continues_with_its_output() {
     let upstream = fake(
         Script::new()

@@ -206,6 +206,14 @@ impl ChatService {
             other => other,
         };
         let source: Arc<dyn ToolSource> = self.clone();
+        // The tool-listing instruction, unless the request says, is the
+        // model's: its validation record and its size (`guide.rs`).
+        let model = chat.get("model").and_then(Value::as_str).unwrap_or("");
+        let options = &oap_bridge::guide::with_default(
+            options,
+            self.validation.store.get(model).as_ref(),
+            self.ctx.capabilities.parameter_size(model).as_deref(),
+        );
         oap_bridge::assembly::prepare(&self.exposure, &self.engine, source, tools, chat, options)
     }
 

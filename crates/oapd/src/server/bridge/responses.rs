@@ -1,6 +1,8 @@
 //! `POST /v1/responses`: OpenAI's Responses API over the same discovery and
 //! tool loop as `/api/chat`. The wire translation is `oap_wire::responses`;
-//! this is the glue: body limits, errors in OpenAI's shape, and the stream.
+//! this is the glue: body limits, errors in OpenAI's shape, the kept
+//! conversations behind `previous_response_id` (`response_store.rs`), and
+//! the stream.
 
 use std::sync::Arc;
 
@@ -14,6 +16,7 @@ use oap_bridge::payload::{Held, Hold};
 use oap_bridge::tool_loop as bridge;
 
 use crate::server::bridge::chat::ChatService;
+use crate::server::bridge::response_store::{self, ClientKey, Record, Recording};
 use crate::server::transport::http::{self, Body};
 
 fn error(status: StatusCode, message: &str) -> Response<Body> {
@@ -23,32 +26,24 @@ fn error(status: StatusCode, message: &str) -> Response<Body> {
     )
 }
 
-/// oapd is stateless: it stores no responses, so a request that continues
-/// one by id cannot be served. Ignoring the field would answer as if the
-/// conversation had just begun, so it is refused, naming the field.
-fn refuse_stored_state(request: &Value) -> Option<Response<Body>> {
-    let field = "previous_response_id";
-    if request.get(field).is_none_or(Value::is_null) {
-        return None;
-    }
-    let message = format!(
-        "{field}: oapd is stateless and keeps no responses; send the whole conversation in input instead"
-    );
-    let mut body = oap_wire::openai::openai_error(400, &message);
-    body["error"]["param"] = Value::from(field);
-    Some(http::json(StatusCode::BAD_REQUEST, &body))
-}
-
 /// Handles one `/v1/responses` request.
 pub async fn handle(chat: &Arc<ChatService>, request: Request<Incoming>) -> Response<Body> {
+    // `previous_response_id` continues a response this client got before
+    // (`response_store.rs`).
+    let peer = request
+        .extensions()
+        .get::<http::PeerAddr>()
+        .map(|p| p.0.ip());
+    let client = ClientKey::of(request.headers(), peer);
     let (original, permit) =
         match http::read_json_object(request.into_body(), chat.max_request_bytes, error).await {
             Ok(read) => read,
             Err(answer) => return answer,
         };
-    if let Some(refused) = refuse_stored_state(&original) {
-        return refused;
-    }
+    let mut record = match Record::read(&original, client) {
+        Ok(record) => record,
+        Err(refused) => return *refused,
+    };
     let translated = responses::request_to_chat(&original).and_then(|chat_request| {
         oap_wire::openai::chat_request_to_ollama(&chat_request).map(|o| (chat_request, o))
     });
@@ -65,6 +60,7 @@ pub async fn handle(chat: &Arc<ChatService>, request: Request<Incoming>) -> Resp
         }
     }
     drop(chat_request);
+    record.continue_in(&original, &mut ollama);
     let mut options = match bridge::take_options(&mut ollama, &chat.settings) {
         Ok(options) => options,
         Err(err) => return error(StatusCode::BAD_REQUEST, &err.0),
@@ -82,11 +78,18 @@ pub async fn handle(chat: &Arc<ChatService>, request: Request<Incoming>) -> Resp
         permit: Some(Hold::new(permit)),
     };
     let tool_tokens = prepared.tool_tokens;
-    let mut response = respond(chat, original, ollama, tools, options, prepared, held).await;
+    let mut response = respond(
+        chat, original, ollama, tools, options, prepared, held, record,
+    )
+    .await;
     crate::server::bridge::chat::set_tokens_header(&mut response, tool_tokens);
     response
 }
 
+#[allow(
+    clippy::too_many_arguments,
+    reason = "the request's parts, handed on once"
+)]
 async fn respond(
     chat: &Arc<ChatService>,
     original: Value,
@@ -95,6 +98,7 @@ async fn respond(
     options: bridge::ChatOptions,
     prepared: Prepared,
     held: Held,
+    record: Record,
 ) -> Response<Body> {
     let created = oap_bridge::state::unix_now();
     let head = ResponseHead::for_request(&original, responses::new_id("resp"), created);
@@ -105,11 +109,15 @@ async fn respond(
             .await
             .and_then(|chunks| bridge::aggregate(&chunks).map_err(|e| (StatusCode::BAD_GATEWAY, e)))
         {
-            Ok(answer) => http::json(StatusCode::OK, &responses::chat_to_response(&head, &answer)),
+            Ok(answer) => {
+                response_store::keep_answer(record, &head.id, &answer);
+                http::json(StatusCode::OK, &responses::chat_to_response(&head, &answer))
+            }
             Err((status, message)) => error(status, &message),
         };
     }
-    let stream = ResponseStream::new(head);
+    let id = head.id.clone();
+    let stream = Recording::new(ResponseStream::new(head), id, record);
     crate::server::bridge::streaming::stream_events(rx, stream, chat.keepalive)
         .await
         .unwrap_or_else(|(status, message)| error(status, &message))
