@@ -24,9 +24,6 @@ use serde_json::{json, Map, Value};
 use crate::context::InjectedTool;
 use crate::validation::ValidationRecord;
 
-/// The request field that turns the instruction on or off.
-pub const FIELD: &str = "oap_tool_instruction";
-
 /// Models with fewer parameters than this (in billions, as `/api/show`'s
 /// `details.parameter_size` says) get the instruction by default: the
 /// models that print their calls as text (`tool_bridge.text_tool_calls`,

@@ -89,13 +89,12 @@ pub fn take_options(
             ))),
         };
     let discover = flag(request, "oap_discover", true)?;
-    let tool_instruction = match request.remove(crate::guide::FIELD) {
+    let tool_instruction = match request.remove("oap_tool_instruction") {
         None | Some(Value::Null) => None,
         Some(Value::Bool(on)) => Some(on),
         Some(other) => {
             return Err(RequestError(format!(
-                "{}: expected true or false, got {other}",
-                crate::guide::FIELD
+                "oap_tool_instruction: expected true or false, got {other}"
             )))
         }
     };
