@@ -169,6 +169,20 @@ fn full_file_sets_every_key() {
         vec!["https://app.example", "http://localhost:3000"]
     );
     assert_eq!(c.index.data_dir, PathBuf::from("/var/lib/oapd"));
+    let c = ok(yaml_env(
+        "",
+        &[(
+            "OAP_INDEX_VECTOR_DONORS",
+            "/srv/a/index.oapx,/srv/b/index.oapx",
+        )],
+    ));
+    assert_eq!(
+        c.index.vector_donors,
+        [
+            PathBuf::from("/srv/a/index.oapx"),
+            PathBuf::from("/srv/b/index.oapx")
+        ]
+    );
     assert_eq!(c.index.vector_dtype, VectorDtype::I8);
     assert_eq!(c.index.search_threads, Some(2));
     assert!(!c.embedding.enabled);
@@ -639,7 +653,7 @@ fn every_key_is_reachable_from_the_env() {
     // experience, mcp, mcp_server
     assert_eq!(
         vars.len(),
-        17 + 4 + 8 + 2 + 9 + 13 + 6 + 11 + 2 + 17 + 4 + 4 + 1
+        17 + 5 + 8 + 2 + 9 + 13 + 6 + 11 + 2 + 17 + 4 + 4 + 1
     );
     assert!(vars.contains(&(
         "OAP_TOOL_BRIDGE_DEFAULT_TOP_K".to_owned(),
