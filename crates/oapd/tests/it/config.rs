@@ -169,20 +169,6 @@ fn full_file_sets_every_key() {
         vec!["https://app.example", "http://localhost:3000"]
     );
     assert_eq!(c.index.data_dir, PathBuf::from("/var/lib/oapd"));
-    let c = ok(yaml_env(
-        "",
-        &[(
-            "OAP_INDEX_VECTOR_DONORS",
-            "/srv/a/index.oapx,/srv/b/index.oapx",
-        )],
-    ));
-    assert_eq!(
-        c.index.vector_donors,
-        [
-            PathBuf::from("/srv/a/index.oapx"),
-            PathBuf::from("/srv/b/index.oapx")
-        ]
-    );
     assert_eq!(c.index.vector_dtype, VectorDtype::I8);
     assert_eq!(c.index.search_threads, Some(2));
     assert!(!c.embedding.enabled);
@@ -644,6 +630,20 @@ fn env_strings_and_paths() {
     assert_eq!(c.index.data_dir, PathBuf::from("/var/lib/oapd"));
     assert_eq!(c.ollama.base_url, "http://10.0.0.2:11434");
     assert_eq!(c.log.level, "debug");
+    let c = ok(yaml_env(
+        "",
+        &[(
+            "OAP_INDEX_VECTOR_DONORS",
+            "/srv/a/index.oapx,/srv/b/index.oapx",
+        )],
+    ));
+    assert_eq!(
+        c.index.vector_donors,
+        [
+            PathBuf::from("/srv/a/index.oapx"),
+            PathBuf::from("/srv/b/index.oapx")
+        ]
+    );
 }
 
 #[test]
