@@ -1907,10 +1907,11 @@ mod tests {
         }
     }
 
-    /// systemd gives up on a device after 90 s unless the fstab line says
-    /// otherwise; an emulated board under load (and a slow card) needs longer
-    /// to show the boot partition's label, and without that mount the
-    /// first-boot settings are never read.
+    /// systemd gives up on a device after 90 s, and on a mount after its
+    /// default, unless the fstab line says otherwise; an emulated board under
+    /// load (and a slow card) needs longer to show the boot partition's label
+    /// and to mount it, and without that mount the first-boot settings are
+    /// never read.
     #[test]
     fn the_boot_partition_is_waited_for_longer_than_systemds_default() {
         let fstab = fs::read_to_string(repo_root().join("image/overlay/etc/fstab")).unwrap();
@@ -1919,18 +1920,20 @@ mod tests {
             .find(|l| l.starts_with("LABEL=RASPIFIRM"))
             .expect("fstab mounts the boot partition");
         let options = line.split_whitespace().nth(3).unwrap();
-        let timeout = options
-            .split(',')
-            .find_map(|o| o.strip_prefix("x-systemd.device-timeout="))
-            .expect("the boot partition's line sets x-systemd.device-timeout");
-        let seconds: u64 = match timeout.strip_suffix("min") {
-            Some(minutes) => minutes.parse::<u64>().unwrap() * 60,
-            None => timeout.trim_end_matches('s').parse().unwrap(),
-        };
-        assert!(
-            seconds >= 300,
-            "{timeout} is too short for an emulated boot"
-        );
+        for option in ["x-systemd.device-timeout=", "x-systemd.mount-timeout="] {
+            let timeout = options
+                .split(',')
+                .find_map(|o| o.strip_prefix(option))
+                .unwrap_or_else(|| panic!("the boot partition's line sets {option}"));
+            let seconds: u64 = match timeout.strip_suffix("min") {
+                Some(minutes) => minutes.parse::<u64>().unwrap() * 60,
+                None => timeout.trim_end_matches('s').parse().unwrap(),
+            };
+            assert!(
+                seconds >= 300,
+                "{option}{timeout} is too short for an emulated boot"
+            );
+        }
         assert!(
             options.split(',').any(|o| o == "nofail"),
             "a missing card must not stop the boot"
