@@ -700,6 +700,7 @@ fn base_rootfs(layout: &Layout) -> Result<PathBuf> {
         Arch::Amd64 => in_chroot(&tree, "/debootstrap/debootstrap --second-stage")?,
         Arch::Arm64 => {
             let kernel = kernel_from_cached_deb(layout, &tree)?;
+            trim_package_lists(&tree)?;
             emulate(layout, &tree, &kernel, "stage2")?;
         }
     }
@@ -808,6 +809,58 @@ fn drop_excluded(excluded: &[&str], tree: &Path) -> Result<()> {
     }
     fs::write(&debpaths_file, lines.join("\n") + "\n")?;
     Ok(())
+}
+
+/// Cuts the mirror's package lists in the tree down to the packages the
+/// second stage installs (`debootstrap/debpaths`). Between its dpkg runs the
+/// second stage resolves each pre-dependency by parsing every `Packages`
+/// file with perl (`resolve_deps`); the full lists (main, non-free-firmware,
+/// backports: ~70 MB) make each such pass minutes long under emulation,
+/// ~20 minutes of the stage in all. A package outside `debpaths` is never
+/// installed anyway, so its stanza changes nothing. The lists do not reach
+/// the image: `image/guest/configure.sh` deletes them.
+fn trim_package_lists(tree: &Path) -> Result<()> {
+    let debpaths_file = tree.join("debootstrap/debpaths");
+    let debpaths = fs::read_to_string(&debpaths_file)
+        .with_context(|| format!("cannot read {}", debpaths_file.display()))?;
+    let wanted: std::collections::BTreeSet<&str> = debpaths
+        .lines()
+        .filter_map(|line| line.split_whitespace().next())
+        .collect();
+    let lists = tree.join("var/lib/apt/lists");
+    for entry in fs::read_dir(&lists).with_context(|| format!("cannot read {}", lists.display()))? {
+        let path = entry?.path();
+        if !path.to_string_lossy().ends_with("_Packages") {
+            continue;
+        }
+        let full =
+            fs::read_to_string(&path).with_context(|| format!("cannot read {}", path.display()))?;
+        let kept = stanzas_of(&full, &wanted);
+        println!(
+            "image: {} cut from {} to {} bytes for the second stage",
+            path.display(),
+            full.len(),
+            kept.len()
+        );
+        fs::write(&path, kept)?;
+    }
+    Ok(())
+}
+
+/// The stanzas of a `Packages` file whose `Package:` is in `wanted`.
+fn stanzas_of(packages: &str, wanted: &std::collections::BTreeSet<&str>) -> String {
+    let mut kept = String::new();
+    for stanza in packages.split("\n\n") {
+        let name = stanza
+            .lines()
+            .find_map(|line| line.strip_prefix("Package:"))
+            .map(str::trim);
+        if name.is_some_and(|name| wanted.contains(name)) {
+            kept.push_str(stanza.trim_end_matches('\n'));
+            kept.push_str("\n\n");
+        }
+    }
+    kept
 }
 
 /// The packages of `debootstrap/debpaths` whose .deb is a backports
@@ -1852,6 +1905,74 @@ mod tests {
             pool_path: Box::leak(file.into_boxed_str()),
             sha256: Box::leak(hex::encode(Sha256::digest(bytes)).into_boxed_str()),
         }
+    }
+
+    /// systemd gives up on a device after 90 s, and on a mount after its
+    /// default, unless the fstab line says otherwise; an emulated board under
+    /// load (and a slow card) needs longer to show the boot partition's label
+    /// and to mount it, and without that mount the first-boot settings are
+    /// never read.
+    #[test]
+    fn the_boot_partition_is_waited_for_longer_than_systemds_default() {
+        let fstab = fs::read_to_string(repo_root().join("image/overlay/etc/fstab")).unwrap();
+        let line = fstab
+            .lines()
+            .find(|l| l.starts_with("LABEL=RASPIFIRM"))
+            .expect("fstab mounts the boot partition");
+        let options = line.split_whitespace().nth(3).unwrap();
+        for option in ["x-systemd.device-timeout=", "x-systemd.mount-timeout="] {
+            let timeout = options
+                .split(',')
+                .find_map(|o| o.strip_prefix(option))
+                .unwrap_or_else(|| panic!("the boot partition's line sets {option}"));
+            let seconds: u64 = match timeout.strip_suffix("min") {
+                Some(minutes) => minutes.parse::<u64>().unwrap() * 60,
+                None => timeout.trim_end_matches('s').parse().unwrap(),
+            };
+            assert!(
+                seconds >= 300,
+                "{option}{timeout} is too short for an emulated boot"
+            );
+        }
+        assert!(
+            options.split(',').any(|o| o == "nofail"),
+            "a missing card must not stop the boot"
+        );
+    }
+
+    #[test]
+    fn the_second_stage_sees_only_the_stanzas_of_packages_it_installs() {
+        let root = tempfile::tempdir().unwrap();
+        let tree = root.path();
+        fs::create_dir_all(tree.join("debootstrap")).unwrap();
+        fs::write(
+            tree.join("debootstrap/debpaths"),
+            "zstd /var/cache/apt/archives/zstd_1.5_arm64.deb\n\
+             libc6 /var/cache/apt/archives/libc6_2.41_arm64.deb\n",
+        )
+        .unwrap();
+        let lists = tree.join("var/lib/apt/lists");
+        fs::create_dir_all(&lists).unwrap();
+        let main = lists.join("deb.debian.org_debian_dists_trixie_main_binary-arm64_Packages");
+        fs::write(
+            &main,
+            "Package: libc6\nVersion: 2.41\nDepends: libgcc-s1\n\n\
+             Package: emacs\nVersion: 30\n\n\
+             Package: zstd\nPre-Depends: libc6 (>= 2.34)\n",
+        )
+        .unwrap();
+        let release = lists.join("deb.debian.org_debian_dists_trixie_Release");
+        fs::write(&release, "Package: emacs\n").unwrap();
+
+        trim_package_lists(tree).unwrap();
+
+        assert_eq!(
+            fs::read_to_string(&main).unwrap(),
+            "Package: libc6\nVersion: 2.41\nDepends: libgcc-s1\n\n\
+             Package: zstd\nPre-Depends: libc6 (>= 2.34)\n\n"
+        );
+        // only the Packages lists are cut
+        assert_eq!(fs::read_to_string(&release).unwrap(), "Package: emacs\n");
     }
 
     #[test]
