@@ -206,6 +206,16 @@ impl Source {
                         return self.whole(file, target, started_with).await;
                     }
                 }
+                // Asked past the end: the server has less than listed.
+                Ok(response) if response.status == 416 => {
+                    return Err(PullError::Refused(
+                        oap_snapshot::SnapshotError::SizeMismatch {
+                            path: file.path.clone(),
+                            listed: file.bytes,
+                            found: have,
+                        },
+                    ));
+                }
                 Ok(response) => {
                     ok_status(&file.path, &response, 206)?;
                     Vec::new()

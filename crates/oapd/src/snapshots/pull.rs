@@ -139,9 +139,11 @@ impl Puller {
                 metrics.snapshot_pull(word);
                 status::update(&self.url, |s| {
                     s.last_check = Some(now);
-                    s.last_error = None;
-                    s.last_outcome = Some((*word).to_owned());
+                    // A 304 says the listing judged last is still the
+                    // published one: its outcome stands.
                     if *word == "installed" {
+                        s.last_error = None;
+                        s.last_outcome = Some((*word).to_owned());
                         s.pulls_ok += 1;
                     }
                 });
@@ -198,6 +200,8 @@ impl Puller {
                 if err.is_final() {
                     state.validators = validators;
                     self.save_state(&state);
+                    // Nothing of a refused snapshot is resumed from.
+                    let _ = std::fs::remove_dir_all(self.root.join(STAGING));
                 }
                 Err(err)
             }
