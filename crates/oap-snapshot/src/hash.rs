@@ -73,7 +73,7 @@ mod tests {
             hex::encode(Sha256::digest(&content)),
             "the SHA-256 of the bytes"
         );
-        assert_eq!(std::fs::read(&target).unwrap(), content);
+        assert_eq!(oap_store::read_capped(&target, 1 << 20).unwrap(), content);
     }
 
     #[test]
