@@ -3,12 +3,10 @@
 //! signature last, so a half-written snapshot never verifies.
 
 use std::fs::File;
-use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 
-use sha2::{Digest, Sha256};
-
 use crate::error::SnapshotError;
+use crate::hash::read_hashing;
 use crate::keys::SigningKey;
 use crate::listing::{check_path, FileEntry, Listing, FORMAT, LISTING_FILE, SIGNATURE_FILE};
 
@@ -95,30 +93,14 @@ pub fn build(
 
 /// Copies `source` to a new file `target`, returning its size and SHA-256.
 fn copy_hashing(source: &Path, target: &Path) -> Result<(u64, String), SnapshotError> {
-    let mut input = File::open(source).map_err(|e| SnapshotError::io(source, e))?;
     let mut output = File::options()
         .write(true)
         .create_new(true)
         .open(target)
         .map_err(|e| SnapshotError::io(target, e))?;
-    let mut hasher = Sha256::new();
-    let mut buffer = vec![0u8; 1 << 16];
-    let mut total = 0u64;
-    loop {
-        let read = input
-            .read(&mut buffer)
-            .map_err(|e| SnapshotError::io(source, e))?;
-        if read == 0 {
-            break;
-        }
-        hasher.update(&buffer[..read]);
-        output
-            .write_all(&buffer[..read])
-            .map_err(|e| SnapshotError::io(target, e))?;
-        total += read as u64;
-    }
+    let copied = read_hashing(source, Some((&mut output, target)))?;
     output
         .sync_all()
         .map_err(|e| SnapshotError::io(target, e))?;
-    Ok((total, hex::encode(hasher.finalize())))
+    Ok(copied)
 }

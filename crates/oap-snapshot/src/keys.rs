@@ -70,6 +70,32 @@ impl TrustedKeys {
         Ok(TrustedKeys { keys })
     }
 
+    /// Like [`TrustedKeys::parse`], for command-line arguments that may be
+    /// keys or files, with one rule: an argument that is a minisign public
+    /// key (the `RW...` line or a `.pub` file's text) is taken as one;
+    /// anything else names a `.pub` file, which is read (capped). So a key
+    /// never opens a file, and a file name never has to look unlike a key.
+    pub fn from_keys_or_files<S: AsRef<str>>(
+        arguments: &[S],
+    ) -> Result<TrustedKeys, SnapshotError> {
+        let mut entries = Vec::with_capacity(arguments.len());
+        for argument in arguments {
+            let argument = argument.as_ref();
+            if TrustedKeys::parse(&[argument]).is_ok() {
+                entries.push(argument.to_owned());
+                continue;
+            }
+            let path = Path::new(argument);
+            let text = oap_store::read_capped(path, MAX_KEY_FILE_BYTES).map_err(|err| {
+                SnapshotError::Key(format!(
+                    "{argument:?} is neither a minisign public key nor a readable .pub file: {err}"
+                ))
+            })?;
+            entries.push(String::from_utf8_lossy(&text).into_owned());
+        }
+        TrustedKeys::parse(&entries)
+    }
+
     /// How many keys are trusted.
     pub fn len(&self) -> usize {
         self.keys.len()
@@ -234,6 +260,34 @@ mod tests {
         let signature = loaded.sign(b"data", "c").unwrap();
         let keys = TrustedKeys::parse(&[signer.public_file_text().unwrap()]).unwrap();
         assert!(keys.verify(b"data", &signature).is_ok());
+    }
+
+    #[test]
+    fn an_argument_is_a_key_when_it_parses_as_one_and_a_file_otherwise() {
+        let signer = SigningKey::generate().unwrap();
+        let signature = signer.sign(b"data", "c").unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let pub_file = dir.path().join("snapshot.pub");
+        std::fs::write(&pub_file, signer.public_file_text().unwrap()).unwrap();
+        // A file whose name starts like a key is still read as a file.
+        let rw_named = dir.path().join("RWkeys.pub");
+        std::fs::write(&rw_named, signer.public_file_text().unwrap()).unwrap();
+        for argument in [
+            signer.public_key(),
+            pub_file.display().to_string(),
+            rw_named.display().to_string(),
+        ] {
+            let keys = TrustedKeys::from_keys_or_files(&[&argument]).unwrap();
+            assert_eq!(keys.verify(b"data", &signature).unwrap(), signer.key_id());
+        }
+        let missing = dir.path().join("absent.pub").display().to_string();
+        let err = TrustedKeys::from_keys_or_files(&[&missing])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("neither a minisign public key nor a readable .pub file"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -27,6 +27,8 @@
 //!   anything: signature first (nothing unsigned is even parsed), then the
 //!   listing, the encoder and the version, then every file.
 //! - `build.rs`: writing a snapshot directory from files and signing it.
+//! - `hash.rs`: the one read-and-hash loop both building (copy and hash)
+//!   and verifying (hash only) use.
 //!
 //! **Architecture Invariant:** nothing here fetches or installs; the crate
 //! answers "is this directory the snapshot its signer published, and may
@@ -35,15 +37,17 @@
 
 mod build;
 mod error;
+mod hash;
 mod keys;
 mod listing;
 mod verify;
 
 pub use build::{build, BuildInput, BuildMeta};
 pub use error::SnapshotError;
+pub use hash::file_sha256;
 pub use keys::{key_id, SigningKey, TrustedKeys};
 pub use listing::{
     check_path, FileEntry, Listing, FORMAT, LISTING_FILE, MAX_FILES, MAX_LISTING_BYTES,
     SIGNATURE_FILE,
 };
-pub use verify::{file_sha256, verify_dir, verify_files, verify_listing, Expect, Verified};
+pub use verify::{verify_dir, verify_files, verify_listing, Expect, Verified};

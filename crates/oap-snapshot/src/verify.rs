@@ -12,14 +12,10 @@
 //! Each refusal is a [`SnapshotError`] naming what was wrong; the caller
 //! keeps serving what it had.
 
-use std::fs::File;
-use std::io::Read;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 
-use sha2::{Digest, Sha256};
-
 use crate::error::SnapshotError;
+use crate::hash::file_sha256;
 use crate::keys::TrustedKeys;
 use crate::listing::{Listing, LISTING_FILE, MAX_LISTING_BYTES, SIGNATURE_FILE};
 
@@ -137,28 +133,4 @@ pub fn verify_dir(
     let verified = verify_listing(&listing_bytes, &signature, keys, expect)?;
     verify_files(dir, &verified.listing)?;
     Ok(verified)
-}
-
-/// Size and SHA-256 (lower-case hex) of a file, read without following a
-/// symlink at its last component.
-pub fn file_sha256(path: &Path) -> Result<(u64, String), SnapshotError> {
-    let mut file = File::options()
-        .read(true)
-        .custom_flags(libc::O_NOFOLLOW)
-        .open(path)
-        .map_err(|e| SnapshotError::io(path, e))?;
-    let mut hasher = Sha256::new();
-    let mut buffer = vec![0u8; 1 << 16];
-    let mut total = 0u64;
-    loop {
-        let read = file
-            .read(&mut buffer)
-            .map_err(|e| SnapshotError::io(path, e))?;
-        if read == 0 {
-            break;
-        }
-        total += read as u64;
-        hasher.update(&buffer[..read]);
-    }
-    Ok((total, hex::encode(hasher.finalize())))
 }

@@ -126,6 +126,10 @@ pub fn sources(config: &Config, mcp: Option<Arc<dyn McpTools>>) -> Vec<Source> {
     // Crawled manifests (internet or LAN trust), ids `<host>/<slug>`, so
     // they never collide with local ones.
     sources.push(Source::Remote(crate::crawl::remote_dir(config)));
+    // The subscribed snapshot's tools (internet trust, like crawled ones).
+    if let Some(dir) = crate::snapshots::tools_dir(config) {
+        sources.push(Source::Remote(dir));
+    }
     // MCP servers' tools, ids `mcp/<server>/<tool>`.
     if let Some(mcp) = mcp {
         sources.push(Source::Mcp(mcp));
@@ -141,6 +145,9 @@ pub fn sources(config: &Config, mcp: Option<Arc<dyn McpTools>>) -> Vec<Source> {
 pub fn engine_config(config: &Config, calibration: Calibration) -> EngineConfig {
     let mut engine = EngineConfig::new(&config.index.data_dir);
     engine.vector_donors = config.index.vector_donors.clone();
+    // The subscribed snapshot's index: what its builder embedded is not
+    // embedded again here.
+    engine.vector_donors.extend(crate::snapshots::donor(config));
     engine.dtype = match config.index.vector_dtype {
         VectorDtypeConfig::F32 => oap_index::VectorDtype::F32,
         VectorDtypeConfig::I8 => oap_index::VectorDtype::I8,
@@ -163,18 +170,23 @@ pub fn engine_config(config: &Config, calibration: Calibration) -> EngineConfig 
     engine.scoring = scoring;
     engine.search_threads = config.index.search_threads;
     engine.query_cache = config.discovery.query_cache;
-    engine.request_rows = request_rows();
+    engine.request_rows = request_rows(config);
     engine
 }
 
-/// Request rows for the engine: the bundled tools' shipped requests. They
-/// are compiled in and checked by a test, so a failure here is a broken
-/// build; discovery then goes on with the manifests' own texts.
-fn request_rows() -> Option<Arc<dyn oap_discovery::RequestRows>> {
+/// Request rows for the engine: the bundled tools' shipped requests, then
+/// the subscribed snapshot's. The bundled ones are compiled in and checked
+/// by a test, so a failure here is a broken build; discovery then goes on
+/// with the manifests' own texts.
+fn request_rows(config: &Config) -> Option<Arc<dyn oap_discovery::RequestRows>> {
     match crate::bundled::request_rows() {
-        Ok(table) => Some(Arc::new(
-            oap_discovery::RequestChain::new().then(Arc::new(table)),
-        )),
+        Ok(table) => {
+            let chain = oap_discovery::RequestChain::new().then(Arc::new(table));
+            Some(Arc::new(match config.snapshots.url {
+                Some(_) => chain.then(crate::snapshots::rows()),
+                None => chain,
+            }))
+        }
         Err(err) => {
             tracing::error!(error = %err, "bundled request rows unusable, left out");
             None
@@ -202,6 +214,7 @@ pub fn open_serving_engine(
     mcp: Option<Arc<dyn McpTools>>,
     generated: &Arc<RequestGenerator>,
 ) -> anyhow::Result<(Engine, BuildReport)> {
+    crate::snapshots::prepare(config);
     let mut engine_config = engine_config(config, calibration_of(embedder.as_ref()));
     engine_config.start_embed_limit = Some(config.index.start_embed_limit);
     with_generated_rows(&mut engine_config, generated);

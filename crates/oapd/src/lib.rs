@@ -201,6 +201,7 @@ pub(crate) mod metrics;
 pub(crate) mod rebuild;
 pub(crate) mod request_gen;
 pub(crate) mod server;
+pub(crate) mod snapshots;
 pub(crate) mod tools;
 pub(crate) mod watch;
 

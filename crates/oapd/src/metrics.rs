@@ -160,6 +160,8 @@ pub struct Metrics {
     generation_tools: Family<GenerationState, Gauge>,
     generation_calls: Family<FetchOutcome, Counter>,
     client_requests: Family<ClientLabel, Counter>,
+    snapshot_version: Gauge,
+    snapshot_pulls: Family<FetchOutcome, Counter>,
     /// The same counts with the last use, for the status page.
     client_use: Mutex<BTreeMap<String, ClientUse>>,
 }
@@ -324,8 +326,22 @@ impl Metrics {
             "Requests made with a server.clients token, by client name",
             client_requests.clone(),
         );
+        let snapshot_version = Gauge::default();
+        registry.register(
+            "oapd_snapshot_version",
+            "Version of the installed signed index snapshot (0: none installed)",
+            snapshot_version.clone(),
+        );
+        let snapshot_pulls = Family::<FetchOutcome, Counter>::default();
+        registry.register(
+            "oapd_snapshot_pulls",
+            "Checks of the subscribed snapshot, by outcome: installed, not_modified, or the reason it was refused or failed (signature, listing, path, too_large, model, replayed, size, hash, fetch, install, rebuild)",
+            snapshot_pulls.clone(),
+        );
         Metrics {
             registry,
+            snapshot_version,
+            snapshot_pulls,
             client_requests,
             client_use: Mutex::new(BTreeMap::new()),
             generation_tools,
@@ -460,6 +476,18 @@ impl Metrics {
     /// A crawl fetch ended.
     pub fn crawl_fetch(&self, outcome: &'static str) {
         self.crawl_fetches
+            .get_or_create(&FetchOutcome { outcome })
+            .inc();
+    }
+
+    /// The installed snapshot's version.
+    pub fn snapshot_version(&self, version: u64) {
+        self.snapshot_version.set(gauge_value(version));
+    }
+
+    /// A snapshot check ended with `outcome` (a short fixed word).
+    pub fn snapshot_pull(&self, outcome: &'static str) {
+        self.snapshot_pulls
             .get_or_create(&FetchOutcome { outcome })
             .inc();
     }

@@ -33,8 +33,6 @@ pub const PUBLIC_KEY_FILE: &str = "snapshot.pub";
 pub const CATALOG_FILE: &str = "catalog.jsonl";
 /// Default cap of `verify --max-bytes`: 4 GiB.
 const DEFAULT_MAX_BYTES: u64 = 4 << 30;
-/// Largest request-rows file read to name its generator.
-const MAX_ROWS_FILE_BYTES: u64 = 64 << 20;
 
 /// `oapd snapshot ...`.
 #[derive(Debug, Subcommand)]
@@ -235,20 +233,14 @@ fn write_catalog(engine: &oap_discovery::Engine, path: &Path) -> anyhow::Result<
         .with_context(|| path.display().to_string())
 }
 
-/// The models that wrote the cached request rows (`None`: no rows).
+/// The models that wrote the cached request rows (`None`: no rows), read
+/// by the daemon's own cache reader so the two never disagree on the file.
 fn generator_of(rows: &Path) -> anyhow::Result<Option<String>> {
     if !rows.exists() {
         return Ok(None);
     }
-    let bytes = oap_store::read_capped(rows, MAX_ROWS_FILE_BYTES)?;
-    let value: serde_json::Value =
-        serde_json::from_slice(&bytes).with_context(|| rows.display().to_string())?;
-    let mut models: Vec<&str> = value["entries"]
-        .as_array()
-        .map(|entries| entries.iter().filter_map(|e| e["model"].as_str()).collect())
-        .unwrap_or_default();
-    models.sort_unstable();
-    models.dedup();
+    let cache = cache::Cache::load(rows)?;
+    let models = cache.model_names();
     Ok((!models.is_empty()).then(|| models.join(", ")))
 }
 
@@ -260,17 +252,7 @@ fn verify(
     installed_version: Option<u64>,
     max_bytes: u64,
 ) -> anyhow::Result<()> {
-    let mut entries = Vec::with_capacity(public_keys.len());
-    for key in public_keys {
-        let path = Path::new(key);
-        if !key.starts_with("RW") && path.is_file() {
-            let text = oap_store::read_capped(path, 16 << 10)?;
-            entries.push(String::from_utf8_lossy(&text).into_owned());
-        } else {
-            entries.push(key.clone());
-        }
-    }
-    let keys = TrustedKeys::parse(&entries)?;
+    let keys = TrustedKeys::from_keys_or_files(public_keys)?;
     let model_id = match model_id {
         Some(id) => id,
         None => {

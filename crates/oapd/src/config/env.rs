@@ -84,6 +84,7 @@ config_keys! {
     experience { enabled, min_similarity, ttl, max_entries }
     mcp { servers_file, servers, init_timeout, call_timeout }
     mcp_server { enabled }
+    snapshots { url, public_keys, interval, max_bytes, fetch_timeout, allow_private, ca_file }
 }
 
 /// Environment variable name for a key: `("tool_bridge", "max_rounds")` →

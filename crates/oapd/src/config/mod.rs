@@ -19,7 +19,8 @@
 //! possible; the rest of the loading lives in submodules: `file` reads and
 //! parses the YAML, `env` applies the environment (and holds the key table),
 //! `validate` checks the result and `error` says what is wrong. The tool
-//! bridge's sections are in `bridge`, the crawler's in `crawler`.
+//! bridge's sections are in `bridge`, the crawler's in `crawler`, the snapshot
+//! subscription's in `snapshots`.
 
 use std::fmt;
 use std::marker::PhantomData;
@@ -35,6 +36,7 @@ mod crawler;
 mod env;
 mod error;
 mod file;
+mod snapshots;
 mod text;
 mod validate;
 
@@ -43,6 +45,7 @@ pub(crate) use crawler::parse_host_entry;
 pub use crawler::CrawlerConfig;
 pub use env::process_env;
 pub use error::{ConfigError, Position, Problem};
+pub use snapshots::SnapshotsConfig;
 pub(crate) use validate::parse_log_filter;
 
 use text::quote;
@@ -116,6 +119,9 @@ pub struct Config {
     /// oapd as an MCP server at `/mcp` (streamable HTTP).
     #[serde(deserialize_with = "null_as_default")]
     pub mcp_server: McpServerConfig,
+    /// The signed index snapshot this board pulls (off without `url`).
+    #[serde(deserialize_with = "null_as_default")]
+    pub snapshots: SnapshotsConfig,
 }
 
 /// `mcp:` section: the MCP servers the operator already runs.

@@ -33,6 +33,9 @@ impl Config {
         for (key, message) in self.crawler.problems() {
             c.fail(key, message);
         }
+        for (key, message) in self.snapshots.problems() {
+            c.fail(key, message);
+        }
 
         if c.problems.is_empty() {
             Ok(c.warnings)

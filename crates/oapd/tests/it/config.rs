@@ -650,10 +650,10 @@ fn env_strings_and_paths() {
 fn every_key_is_reachable_from_the_env() {
     let vars = Config::env_vars();
     // server, index, embedding, manifests, discovery, tool_bridge, ollama, tools, log, crawler,
-    // experience, mcp, mcp_server
+    // experience, mcp, mcp_server, snapshots
     assert_eq!(
         vars.len(),
-        17 + 5 + 8 + 2 + 9 + 13 + 6 + 11 + 2 + 17 + 4 + 4 + 1
+        17 + 5 + 8 + 2 + 9 + 13 + 6 + 11 + 2 + 17 + 4 + 4 + 1 + 7
     );
     assert!(vars.contains(&(
         "OAP_TOOL_BRIDGE_DEFAULT_TOP_K".to_owned(),

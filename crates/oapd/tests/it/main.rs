@@ -48,6 +48,7 @@ mod secrets;
 mod slow_clients;
 mod slow_upstream;
 mod snapshot;
+mod snapshot_pull;
 mod status_page;
 mod think_tags;
 mod tool_instruction;

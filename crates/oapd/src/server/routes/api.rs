@@ -596,6 +596,8 @@ impl Api {
                 // Counts only: the requests themselves are at
                 // /v1/generated-requests.
                 "request_generation": self.generator.status(),
+                // `null` on a board without `snapshots.url`.
+                "snapshot": crate::snapshots::status(),
         });
         if !reasons.is_empty() {
             body["reason"] = serde_json::Value::String(reasons.join("; "));

@@ -176,6 +176,21 @@ pub fn health_counts(full: &Value) -> Value {
         &["mode", "landlock_abi", "seccomp", "active", "missing"],
     );
     out["mcp"] = mcp_counts(&full["mcp"]);
+    // Version and outcome words only; the URL and error texts stay the
+    // operator's.
+    if !full["snapshot"].is_null() {
+        out["snapshot"] = pick(
+            &full["snapshot"],
+            &[
+                "version",
+                "model",
+                "key_id",
+                "installed_at",
+                "last_check",
+                "last_outcome",
+            ],
+        );
+    }
     out["request_generation"] = pick(
         &full["request_generation"],
         &[

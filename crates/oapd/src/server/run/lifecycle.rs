@@ -306,6 +306,13 @@ fn start_generation(
     let Lasting { mcp, generator } = lasting;
     let rebuilder = Arc::new(Rebuilder::new(Arc::new(engine), &report));
     let (crawler, mut tasks) = start::start_crawler(config, &rebuilder, watch_baseline)?;
+    match crate::snapshots::start(config, &rebuilder) {
+        Ok(puller) => tasks.extend(puller),
+        Err(err) => {
+            tasks.iter().for_each(JoinHandle::abort);
+            return Err(err.context("snapshots"));
+        }
+    }
     if rebuilder.engine().pending_texts() > 0 {
         // The index was opened without the vectors it lacked (too many to
         // embed before ready): embed them now, in the background, and swap

@@ -164,6 +164,13 @@
           (gen.model ? ", by " + gen.model : "") +
           (gen.last_error ? "; last error: " + gen.last_error : "")]);
     }
+    const snap = h.snapshot;
+    if (snap) {
+      items.push(["Snapshot", (snap.version ? "version " + snap.version + " (" + snap.model + ", key " + snap.key_id +
+          ", installed " + snap.installed_at + ")" : "none installed yet") +
+        (snap.last_check ? "; checked " + snap.last_check : "") +
+        (snap.last_error ? "; last error: " + snap.last_error : "")]);
+    }
     if (index.rebuild_failure) {
       items.push(["Rebuild failing", index.rebuild_failure.error + " (" + index.rebuild_failure.consecutive + " in a row)"]);
     }
