@@ -29,14 +29,14 @@ pub fn run(args: &[String]) -> anyhow::Result<()> {
         "pipeline-check takes no arguments (OAPD_PIPELINE_DOMAINS=N serves N domains)"
     );
     venv()?;
-    run_in_root(test_command(&["-p", "oapd"]))
+    run_in_root(&mut test_command(&["-p", "oapd"]))
 }
 
 /// After `cargo xtask test`'s workspace run: the same build (`--workspace`
 /// resolves features as that run did, so nothing is compiled again).
 pub fn after_suite() -> anyhow::Result<()> {
     venv()?;
-    run_in_root(test_command(&["--workspace"]))
+    run_in_root(&mut test_command(&["--workspace"]))
 }
 
 fn test_command(packages: &[&str]) -> Command {
