@@ -14,7 +14,8 @@ board computes for the same texts; Ray only distributes the work:
    `oapd snapshot verify`.
 
 Steps 2-4 are one Ray task per shard (`num_cpus=1`); a task returns its
-shard's files through Ray's object store, so workers need no shared disk.
+shard's files through Ray's object store, so workers need no shared disk,
+and the driver unpacks each as it arrives.
 Every node needs the same `oapd` binary, encoder model and whatever files
 the configuration names, at the same paths.
 
@@ -233,9 +234,46 @@ def merge_rows(files: list[Path], out: Path) -> int:
     return len(merged)
 
 
+class Assembly:
+    """The driver's side of step 5: a data dir the shards' results are
+    unpacked into one by one as they arrive (so the driver never holds
+    more than one shard's files in memory), then indexed with the shard
+    indexes as vector donors, signed and verified."""
+
+    def __init__(self, work: Path):
+        self.shards_dir = work / "shards"
+        self.data_dir = work / "assembled"
+        for stale in (self.shards_dir, self.data_dir):
+            if stale.exists():
+                shutil.rmtree(stale)
+        (self.data_dir / CRAWLED_DIR).mkdir(parents=True)
+        self.donors: list[str] = []
+        self.row_files: list[Path] = []
+
+    def add(self, number: int, archive: bytes) -> None:
+        """Unpacks one shard: its crawled manifests join the data dir, its
+        index becomes a donor, its rows wait for the merge."""
+        shard_dir = self.shards_dir / f"shard-{number}"
+        shard_dir.mkdir(parents=True)
+        with tarfile.open(fileobj=io.BytesIO(archive), mode="r") as tar:
+            tar.extractall(shard_dir, filter="data")
+        crawled = shard_dir / CRAWLED_DIR
+        if crawled.is_dir():
+            for item in crawled.iterdir():
+                target = self.data_dir / CRAWLED_DIR / item.name
+                if target.exists():
+                    raise PipelineError(
+                        f"shard {number}: {item.name} was crawled by another shard too"
+                    )
+                shutil.move(str(item), target)
+        if (shard_dir / INDEX_FILE).is_file():
+            self.donors.append(str(shard_dir / INDEX_FILE))
+        if (shard_dir / ROWS_FILE).is_file():
+            self.row_files.append(shard_dir / ROWS_FILE)
+
+
 def assemble(
-    results: list[dict],
-    work: Path,
+    assembly: Assembly,
     oapd: str,
     config: Path | None,
     key: Path,
@@ -244,35 +282,9 @@ def assemble(
     version: int | None,
     threads: int,
 ) -> dict:
-    """Step 5: one data dir from the shards, indexed with their vectors as
-    donors, signed, verified."""
-    shards_dir = work / "shards"
-    data_dir = work / "assembled"
-    for stale in (shards_dir, data_dir):
-        if stale.exists():
-            shutil.rmtree(stale)
-    (data_dir / CRAWLED_DIR).mkdir(parents=True)
-    donors: list[str] = []
-    row_files: list[Path] = []
-    for result in results:
-        number = result["report"]["shard"]
-        shard_dir = shards_dir / f"shard-{number}"
-        shard_dir.mkdir(parents=True)
-        with tarfile.open(fileobj=io.BytesIO(result["archive"]), mode="r") as tar:
-            tar.extractall(shard_dir, filter="data")
-        crawled = shard_dir / CRAWLED_DIR
-        if crawled.is_dir():
-            for item in crawled.iterdir():
-                target = data_dir / CRAWLED_DIR / item.name
-                if target.exists():
-                    raise PipelineError(
-                        f"shard {number}: {item.name} was crawled by another shard too"
-                    )
-                shutil.move(str(item), target)
-        if (shard_dir / INDEX_FILE).is_file():
-            donors.append(str(shard_dir / INDEX_FILE))
-        if (shard_dir / ROWS_FILE).is_file():
-            row_files.append(shard_dir / ROWS_FILE)
+    """Step 5 once every shard is in: index with the shards' vectors as
+    donors, sign, verify."""
+    data_dir, donors, row_files = assembly.data_dir, assembly.donors, assembly.row_files
     report: dict = {"seconds": {}}
     if row_files:
         report["request_entries"] = merge_rows(row_files, data_dir / ROWS_FILE)
@@ -340,18 +352,26 @@ def run(args: argparse.Namespace) -> dict:
         )
         for number, part in enumerate(planned)
     ]
-    results = ray.get(pending)
-    shard_seconds = time.monotonic() - started
     args.work.mkdir(parents=True, exist_ok=True)
+    assembly = Assembly(args.work)
+    reports = []
+    while pending:
+        done, pending = ray.wait(pending, num_returns=1)
+        result = ray.get(done[0])
+        assembly.add(result["report"]["shard"], result["archive"])
+        reports.append(result["report"])
+        del result, done
+    shard_seconds = time.monotonic() - started
     assembled = assemble(
-        results, args.work, oapd, config, args.key, public_key, args.out,
+        assembly, oapd, config, args.key, public_key, args.out,
         args.version, args.cpus_per_task,
     )
+    reports.sort(key=lambda r: r["shard"])
     return {
         "domains": len(domains),
-        "shards": [r["report"] for r in results],
+        "shards": reports,
         "shard_wall_seconds": shard_seconds,
-        "nodes": sorted({r["report"]["node_id"] for r in results}),
+        "nodes": sorted({r["node_id"] for r in reports}),
         "assembly": assembled,
         "snapshot": str(args.out),
     }
