@@ -101,9 +101,12 @@ fn run(command: &mut Command) -> Output {
     output
 }
 
-/// Every document's rows of an index file, by document id: each row's
-/// key and vector bits, in the index's order.
-fn vectors(path: &Path) -> BTreeMap<String, Vec<([u8; 16], Vec<u32>)>> {
+/// One embedded row: its key and its vector's bits.
+type Row = ([u8; 16], Vec<u32>);
+
+/// Every document's rows of an index file, by document id, in the index's
+/// order.
+fn vectors(path: &Path) -> BTreeMap<String, Vec<Row>> {
     let index = oap_index::Index::open(path).unwrap();
     (0..u32::try_from(index.len()).unwrap())
         .map(|doc| {
