@@ -98,6 +98,7 @@ mod install_check;
 mod model;
 mod net;
 mod package;
+mod pipeline;
 mod soak;
 mod soak_plot;
 mod tasks;
@@ -272,6 +273,14 @@ const COMMANDS: &[Command] = &[
                 only the named ones (e.g. oapd/it), with TEST ARGS instead of theirs;\n      \
                 --jetpack5 builds with cargo-zigbuild against glibc 2.31 (target/zig)",
         run: cross::run,
+    },
+    Command {
+        name: "pipeline-check",
+        usage: "pipeline-check\n      \
+                the snapshot pipeline (pipeline/) on a two-node local Ray cluster:\n      \
+                crawl, request rows, index per shard, signed snapshot checked (venv\n      \
+                in target/pipeline-venv)",
+        run: pipeline::run,
     },
     Command {
         name: "fetch-model",

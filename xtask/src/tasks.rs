@@ -83,7 +83,8 @@ pub fn test(args: &[String]) -> anyhow::Result<()> {
     built?;
     let ha = prepared?;
     run_in_root(&mut workspace_tests())?;
-    python_clients(&ha)
+    python_clients(&ha)?;
+    crate::pipeline::after_suite()
 }
 
 /// The real MCP servers oap-mcp's tests drive: the pinned npm packages of

@@ -240,7 +240,7 @@ pub fn open_engine_with(
     let mut engine_config = engine_config(config, calibration_of(embedder.as_ref()));
     // The rows the daemon generated and cached, so this index has the rows
     // the daemon's has (nothing is generated here).
-    with_generated_rows(&mut engine_config, &RequestGenerator::open(config));
+    with_generated_rows(&mut engine_config, &RequestGenerator::open_all(config));
     open_with(config, engine_config, embedder, mcp)
 }
 

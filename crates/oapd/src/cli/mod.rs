@@ -13,6 +13,7 @@ pub(crate) mod crawl;
 pub(crate) mod index;
 pub(crate) mod lint;
 mod render;
+pub(crate) mod requests;
 pub(crate) mod serve;
 pub(crate) mod snapshot;
 pub(crate) mod validate_model;
@@ -76,6 +77,12 @@ pub enum Command {
         /// keygen, build or verify.
         #[command(subcommand)]
         command: snapshot::SnapshotCommand,
+    },
+    /// Request rows for a whole catalog at once, off the boards.
+    Requests {
+        /// generate.
+        #[command(subcommand)]
+        command: requests::RequestsCommand,
     },
     /// Work with manifest files.
     Manifest {
@@ -239,6 +246,7 @@ fn run_with_config(
         }
         Command::Crawl { once, domains } => return crawl::run(&config, once, &domains),
         Command::Snapshot { command } => snapshot::run(&config, command)?,
+        Command::Requests { command } => requests::run(command)?,
         Command::Manifest { .. } | Command::ValidateModel { .. } => {}
     }
     Ok(())

@@ -21,6 +21,10 @@ pub const MAX_ENTRIES: usize = 4096;
 /// Largest file read: [`MAX_ENTRIES`] entries with room to spare.
 const MAX_FILE_BYTES: u64 = 16 * 1024 * 1024;
 
+/// Largest file a builder reads whole ([`Cache::load_all`]): a catalog of
+/// a million tools at about 700 bytes an entry, with room to spare.
+pub const MAX_BUILD_FILE_BYTES: u64 = 4 << 30;
+
 /// An entry whose tool no catalog load has seen for this long is dropped:
 /// the tool left the index (a crawled domain gone, an MCP server removed).
 pub const RETAIN_UNSEEN_SECS: u64 = 14 * 24 * 3600;
@@ -83,7 +87,20 @@ impl Cache {
     /// Reads `path`; a missing file is an empty cache. Every request is
     /// checked again: the file is data like the answers it came from.
     pub fn load(path: &Path) -> Result<Cache, CacheError> {
-        let bytes = match oap_store::read_capped(path, MAX_FILE_BYTES) {
+        let mut cache = Cache::read(path, MAX_FILE_BYTES)?;
+        cache.cap();
+        Ok(cache)
+    }
+
+    /// Reads `path` as [`Cache::load`] does, checks included, but keeps
+    /// every entry: a builder's file (`oapd requests generate`) covers a
+    /// whole crawled catalog, far past the daemon's [`MAX_ENTRIES`].
+    pub fn load_all(path: &Path) -> Result<Cache, CacheError> {
+        Cache::read(path, MAX_BUILD_FILE_BYTES)
+    }
+
+    fn read(path: &Path, max_bytes: u64) -> Result<Cache, CacheError> {
+        let bytes = match oap_store::read_capped(path, max_bytes) {
             Ok(bytes) => bytes,
             Err(err) if err.is_not_found() => return Ok(Cache::default()),
             Err(err) => return Err(err.into()),
@@ -102,7 +119,6 @@ impl Cache {
                 cache.insert(entry);
             }
         }
-        cache.cap();
         Ok(cache)
     }
 
@@ -111,6 +127,17 @@ impl Cache {
     pub fn save(&mut self, path: &Path, now_unix: u64) -> Result<(), CacheError> {
         self.drop_unseen(now_unix);
         self.cap();
+        self.write(path)
+    }
+
+    /// Writes every entry to `path` atomically, neither dropping nor
+    /// capping: the builder's file, which boards receive inside a signed
+    /// snapshot rather than grow themselves.
+    pub fn save_all(&self, path: &Path) -> Result<(), CacheError> {
+        self.write(path)
+    }
+
+    fn write(&self, path: &Path) -> Result<(), CacheError> {
         let mut entries: Vec<Entry> = self
             .entries
             .values()
@@ -274,6 +301,23 @@ mod tests {
         let loaded = Cache::load(&path).unwrap();
         assert_eq!(loaded.len(), MAX_ENTRIES);
         assert!(!loaded.has("h0", "m") && loaded.has(&format!("h{}", MAX_ENTRIES + 9), "m"));
+    }
+
+    /// A builder's file over a big catalog keeps every entry, written and
+    /// read back; the daemon's own load of it still caps.
+    #[test]
+    fn a_builders_file_keeps_every_entry_past_the_daemons_cap() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = Cache::path(dir.path());
+        let mut big = Cache::default();
+        for i in 0..MAX_ENTRIES + 10 {
+            big.insert(entry(&format!("h{i}"), "m", 1, 1));
+        }
+        big.save_all(&path).unwrap();
+        let all = Cache::load_all(&path).unwrap();
+        assert_eq!(all.len(), MAX_ENTRIES + 10);
+        assert!(all.has("h0", "m"));
+        assert_eq!(Cache::load(&path).unwrap().len(), MAX_ENTRIES);
     }
 
     #[test]

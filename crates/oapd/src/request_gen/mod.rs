@@ -200,7 +200,7 @@ fn unix_now() -> u64 {
 
 /// Whether the manifest of `entry` has requests of its own: example
 /// descriptions, which are rows already.
-fn has_own_requests(entry: &CatalogEntry) -> Option<bool> {
+pub(crate) fn has_own_requests(entry: &CatalogEntry) -> Option<bool> {
     let manifest = entry.manifest().ok()?;
     Some(manifest.examples.iter().any(|example| {
         example
@@ -215,8 +215,24 @@ impl RequestGenerator {
     /// directory (an unreadable cache is logged and started afresh: it is
     /// only ever a saving).
     pub fn open(config: &Config) -> Arc<RequestGenerator> {
+        RequestGenerator::open_with(config, Cache::load)
+    }
+
+    /// [`RequestGenerator::open`] keeping every cached entry, for the
+    /// one-shot commands that only read the file (`oapd index`, `oapd
+    /// snapshot build`): a builder's rows over a whole crawled catalog
+    /// reach the index past the daemon's cap. Only the daemon writes the
+    /// cache back, and it opens with the cap.
+    pub fn open_all(config: &Config) -> Arc<RequestGenerator> {
+        RequestGenerator::open_with(config, Cache::load_all)
+    }
+
+    fn open_with(
+        config: &Config,
+        load: fn(&std::path::Path) -> Result<Cache, cache::CacheError>,
+    ) -> Arc<RequestGenerator> {
         let path = Cache::path(&config.index.data_dir);
-        let cache = match Cache::load(&path) {
+        let cache = match load(&path) {
             Ok(cache) => cache,
             Err(err) => {
                 tracing::warn!(error = %err, "generated requests: cache unreadable, starting afresh");

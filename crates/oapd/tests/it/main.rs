@@ -38,6 +38,8 @@ mod memory;
 mod observability;
 mod parallel_tools;
 mod passthrough;
+mod ray_pipeline;
+mod ray_requests_cli;
 mod rebinding;
 mod request_generation;
 mod request_rows;
