@@ -234,12 +234,13 @@ fn write_catalog(engine: &oap_discovery::Engine, path: &Path) -> anyhow::Result<
 }
 
 /// The models that wrote the cached request rows (`None`: no rows), read
-/// by the daemon's own cache reader so the two never disagree on the file.
+/// whole (a builder's file covers a catalog past the daemon's cap) by the
+/// daemon's own cache reader, so the two never disagree on the file.
 fn generator_of(rows: &Path) -> anyhow::Result<Option<String>> {
     if !rows.exists() {
         return Ok(None);
     }
-    let cache = cache::Cache::load(rows)?;
+    let cache = cache::Cache::load_all(rows)?;
     let models = cache.model_names();
     Ok((!models.is_empty()).then(|| models.join(", ")))
 }
