@@ -67,7 +67,10 @@ pub(super) fn convert_catalog(dir: &Path, base_url: &str) -> Result<Converted, S
         *per_host.entry(prefix(&record.id).to_owned()).or_default() += 1;
     }
     let rows_path = dir.join(cache::FILE_NAME);
-    let mut rows = match cache::Cache::load(&rows_path) {
+    // Whole, not capped at the daemon's own cache size: the builder's file
+    // covers its whole catalog, and its size was verified against the
+    // signed listing (under `snapshots.max_bytes`) before this runs.
+    let mut rows = match cache::Cache::load_all(&rows_path) {
         Ok(rows) => rows,
         Err(err) => {
             tracing::warn!(error = %err, "snapshot request rows unreadable, left out");
