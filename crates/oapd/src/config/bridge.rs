@@ -26,7 +26,6 @@ impl EnvValue for ResponseStoreConfig {
     }
 }
 
-
 impl EnvValue for ForceRules {
     fn parse_env(raw: &str) -> Result<Self, String> {
         if raw.trim().is_empty() {

@@ -233,8 +233,18 @@ fn discovery(c: &mut Checker, d: &DiscoveryConfig, em: &EmbeddingConfig) {
 fn response_store(c: &mut Checker, store: &oap_bridge::ResponseStoreConfig) {
     const KEY: &str = "tool_bridge.response_store";
     c.range(&format!("{KEY}.per_client"), store.per_client, 1, 10_000);
-    c.range(&format!("{KEY}.per_client_bytes"), store.per_client_bytes, 1024, 1 << 30);
-    c.range(&format!("{KEY}.total_bytes"), store.total_bytes, 1024, 1 << 30);
+    c.range(
+        &format!("{KEY}.per_client_bytes"),
+        store.per_client_bytes,
+        1024,
+        1 << 30,
+    );
+    c.range(
+        &format!("{KEY}.total_bytes"),
+        store.total_bytes,
+        1024,
+        1 << 30,
+    );
     c.range(&format!("{KEY}.clients"), store.clients, 1, 100_000);
     c.range(&format!("{KEY}.max_age"), store.max_age, 1, 7 * 24 * 3600);
     if store.per_client_bytes > store.total_bytes {

@@ -124,7 +124,10 @@ fn the_model_gets_the_parameters_of_the_openapi_operation_the_manifest_names() {
         std::thread::sleep(Duration::from_millis(200));
     };
     let forecast_entry = listed.iter().find(|m| m["name"] == "Forecast").unwrap();
-    assert!(forecast_entry.get("schema_errors").is_none(), "{forecast_entry}");
+    assert!(
+        forecast_entry.get("schema_errors").is_none(),
+        "{forecast_entry}"
+    );
     let climate_entry = listed.iter().find(|m| m["name"] == "Climate").unwrap();
     assert_eq!(
         climate_entry["schema_errors"],
@@ -138,7 +141,12 @@ fn the_model_gets_the_parameters_of_the_openapi_operation_the_manifest_names() {
     let body = json!({"model": "m", "stream": false,
         "messages": [{"role": "user", "content": "What is the weather forecast high and low for the next 3 days?"}]});
     let response = daemon.post_json("/api/chat", &body.to_string());
-    assert_eq!(response.status, 200, "{}", String::from_utf8_lossy(&response.body));
+    assert_eq!(
+        response.status,
+        200,
+        "{}",
+        String::from_utf8_lossy(&response.body)
+    );
     let sent = upstream.fake.chat_requests();
     let tools = sent[0]["tools"].as_array().expect("tools offered");
     let tool = tools
@@ -160,7 +168,10 @@ fn the_model_gets_the_parameters_of_the_openapi_operation_the_manifest_names() {
         "{tool}"
     );
     // The climate tool, if offered, has the fallback parameter.
-    if let Some(climate_tool) = tools.iter().find(|t| t["function"]["name"] == "oap_climate") {
+    if let Some(climate_tool) = tools
+        .iter()
+        .find(|t| t["function"]["name"] == "oap_climate")
+    {
         assert_eq!(
             climate_tool["function"]["parameters"]["required"],
             json!(["data"])
