@@ -90,6 +90,7 @@ pub use context::{
 };
 pub use hooks::{CallReport, Hook, Hooks, RoundOutcome, RoundStart, ToolsByName};
 pub use settings::{
-    ExperienceConfig, ForceRule, ForceRules, ToolBridgeConfig, ToolExposure, UrlPolicy,
+    ExperienceConfig, ForceRule, ForceRules, ResponseStoreConfig, ToolBridgeConfig, ToolExposure,
+    UrlPolicy,
 };
 pub use tool_loop::{aggregate, collect, run_loop};

@@ -133,6 +133,40 @@ pub struct ToolBridgeConfig {
     /// answer a `{"name", "arguments"}` object or `<tool_call>` block naming
     /// an offered tool of oapd's (see `printed.rs`); `[]` turns it off.
     pub text_tool_calls: Vec<String>,
+    /// Bounds of the `/v1/responses` store (`previous_response_id`).
+    pub response_store: ResponseStoreConfig,
+}
+
+/// `tool_bridge.response_store`: how much of their past responses the
+/// Responses API clients may keep in the daemon's memory.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ResponseStoreConfig {
+    /// Responses kept per client.
+    pub per_client: usize,
+    /// Bytes (of JSON) kept per client.
+    pub per_client_bytes: usize,
+    /// Bytes kept for all clients together.
+    pub total_bytes: usize,
+    /// Clients with responses kept at once.
+    pub clients: usize,
+    /// Seconds after which a response is forgotten.
+    pub max_age: u64,
+}
+
+impl Default for ResponseStoreConfig {
+    /// A chat app continues its last few responses; an hour covers a
+    /// conversation paused for a while, and 16 MiB in all stays small next
+    /// to the model and the index on a board.
+    fn default() -> Self {
+        Self {
+            per_client: 32,
+            per_client_bytes: 4 * 1024 * 1024,
+            total_bytes: 16 * 1024 * 1024,
+            clients: 64,
+            max_age: 3600,
+        }
+    }
 }
 
 /// `tool_bridge.force`: a list of `{pattern, tool, case_insensitive}`; in
@@ -175,6 +209,7 @@ impl Default for ToolBridgeConfig {
             stream_keepalive: 10,
             only_validated_models: false,
             text_tool_calls: vec!["gemma3".into(), "llama3.2".into()],
+            response_store: ResponseStoreConfig::default(),
         }
     }
 }

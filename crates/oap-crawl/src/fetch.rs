@@ -14,6 +14,7 @@ use oap_manifest::{InvokeKind, MAX_MANIFEST_BYTES};
 use oap_store::Trust;
 use serde::{Deserialize, Serialize};
 
+use crate::schema::{attach_schemas, SchemaLimits};
 use crate::WELL_KNOWN_PATH;
 
 /// Limits of one fetch.
@@ -23,6 +24,8 @@ pub struct FetchLimits {
     pub timeout: Duration,
     /// Body cap (default: the manifest cap, 64 KiB).
     pub max_bytes: usize,
+    /// Limits of each fetch of the manifest's `input.schema` / `output.schema`.
+    pub schema: SchemaLimits,
 }
 
 impl Default for FetchLimits {
@@ -30,6 +33,7 @@ impl Default for FetchLimits {
         Self {
             timeout: Duration::from_secs(10),
             max_bytes: MAX_MANIFEST_BYTES,
+            schema: SchemaLimits::default(),
         }
     }
 }
@@ -47,7 +51,7 @@ pub struct Validators {
 }
 
 impl Validators {
-    fn headers(&self) -> Vec<(String, String)> {
+    pub(crate) fn headers(&self) -> Vec<(String, String)> {
         let mut out = Vec::new();
         if let Some(etag) = &self.etag {
             out.push(("if-none-match".to_string(), etag.clone()));
@@ -58,7 +62,7 @@ impl Validators {
         out
     }
 
-    fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.etag.is_none() && self.last_modified.is_none()
     }
 }
@@ -135,7 +139,7 @@ pub fn manifest_url(domain: &str) -> String {
     format!("https://{domain}{WELL_KNOWN_PATH}")
 }
 
-fn exec_trust(trust: Trust) -> oap_exec::Trust {
+pub(crate) fn exec_trust(trust: Trust) -> oap_exec::Trust {
     match trust {
         Trust::Local => oap_exec::Trust::Local,
         Trust::Lan => oap_exec::Trust::Lan,
@@ -158,7 +162,9 @@ pub fn is_json_type(content_type: &str) -> bool {
 }
 
 /// Fetches and vets the manifest at `url`. `validators` make the request
-/// conditional (pass them only while the stored copy exists).
+/// conditional (pass them only while the stored copy exists). A manifest
+/// that names `input.schema` / `output.schema` comes back with them fetched
+/// and recorded ([`crate::schema`]).
 pub async fn fetch_manifest(
     executor: &Executor,
     url: &str,
@@ -166,6 +172,21 @@ pub async fn fetch_manifest(
     https_only: bool,
     validators: &Validators,
     limits: FetchLimits,
+) -> Result<FetchOutcome, ManifestFetchError> {
+    fetch_manifest_replacing(executor, url, trust, https_only, validators, limits, None).await
+}
+
+/// [`fetch_manifest`], given the stored copy the fetch would replace: its
+/// schema records make the schema fetches conditional, so an unchanged
+/// schema document costs a 304.
+pub async fn fetch_manifest_replacing(
+    executor: &Executor,
+    url: &str,
+    trust: Trust,
+    https_only: bool,
+    validators: &Validators,
+    limits: FetchLimits,
+    stored_body: Option<&str>,
 ) -> Result<FetchOutcome, ManifestFetchError> {
     let mut headers = validators.headers();
     headers.push((
@@ -230,13 +251,16 @@ pub async fn fetch_manifest(
             .filter(|v| v.len() <= 512)
             .map(str::to_string)
     };
+    let validators = Validators {
+        etag: header("etag"),
+        last_modified: header("last-modified"),
+    };
+    // Only once every check passed: a refused manifest costs no schema fetch.
+    let body = attach_schemas(executor, body, trust, stored_body, limits.schema).await;
     Ok(FetchOutcome::Fetched {
         body,
         url,
-        validators: Validators {
-            etag: header("etag"),
-            last_modified: header("last-modified"),
-        },
+        validators,
     })
 }
 

@@ -8,6 +8,9 @@
 //!   address), a whole-fetch deadline that defeats slowloris, a 64 KiB body
 //!   cap, content type, UTF-8, depth-capped parsing, no `stdio` from a
 //!   network source, conditional requests.
+//! - [`schema`]: the documents behind a fetched manifest's `input.schema`
+//!   and `output.schema`, fetched with it under its trust and recorded in
+//!   it, so they are stored, cached and refreshed together.
 //! - [`schedule`]: per-domain state (last fetch, result, validators, next
 //!   due with jitter, consecutive failures with exponential backoff, removal
 //!   after N failures), persisted atomically.
@@ -33,7 +36,10 @@
 //! - `fetch.rs`: one manifest fetch through `Executor::fetch` with internet
 //!   trust, then the document checks: status 200 (304 when validators were
 //!   sent), content type `application/json` or `application/*+json`, UTF-8,
-//!   `oap_manifest::parse`, and no `stdio`.
+//!   `oap_manifest::parse`, and no `stdio`; then `schema.rs` fetches the
+//!   manifest's schema URLs under the same trust (each hop checked, 1 MiB,
+//!   own deadline, conditional on the copy it replaces) and records the
+//!   converted parameters, or why not, in the manifest.
 //! - `schedule.rs`: per-domain state (last fetch, result, validators, next
 //!   due, consecutive failures, health, TXT hint) in one JSON file; jittered
 //!   interval after success, `retry_base * 2^(n-1)` after failure, manifest
@@ -69,13 +75,18 @@ pub mod domain;
 pub mod fetch;
 pub mod mdns;
 pub mod schedule;
+pub mod schema;
 pub mod sink;
 pub mod txt;
 
 pub use crawler::{CrawlReport, Crawler, CrawlerSettings};
 pub use domain::{normalize_domain, DomainError};
-pub use fetch::{FetchLimits, FetchOutcome, ManifestFetchError, Validators};
+pub use fetch::{
+    fetch_manifest, fetch_manifest_replacing, FetchLimits, FetchOutcome, ManifestFetchError,
+    Validators,
+};
 pub use schedule::{AddedBy, DomainState, Schedule, ScheduleSettings};
+pub use schema::SchemaLimits;
 pub use sink::CatalogSink;
 pub use txt::{TxtHint, TxtResolver};
 

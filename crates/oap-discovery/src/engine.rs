@@ -341,6 +341,10 @@ pub struct ManifestSummary {
     pub trust: Trust,
     /// Where it came from: `bundled`, `dir`, `crawl`, `lan` or `mcp`.
     pub source: String,
+    /// Why its `input.schema` / `output.schema` could not be used (its tool
+    /// then has the fallback parameters); absent when there is no reason.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub schema_errors: Vec<String>,
 }
 
 /// The last rebuild failed: the index serves what it had before, behind
@@ -1168,6 +1172,9 @@ fn summary(record: &StoredRecord) -> ManifestSummary {
         description: string_field(&record.manifest, "description"),
         trust: record.trust,
         source: record.origin.kind.clone(),
+        schema_errors: serde_json::from_value::<oap_manifest::Manifest>(record.manifest.clone())
+            .map(|m| oap_manifest::tool::schema_errors(&m))
+            .unwrap_or_default(),
     }
 }
 

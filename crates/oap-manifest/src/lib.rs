@@ -45,7 +45,11 @@
 //! `described.rs` and `text.rs` (parameters read out of a prose description
 //! when there is no schema, without inventing required fields), `arguments.rs`
 //! (`check_arguments`: a model's arguments validated and leniently coerced
-//! before anything runs) and `registry.rs`.
+//! before anything runs), `registry.rs`, and `schema_doc.rs`: the JSON Schema
+//! or OpenAPI document behind `input.schema` (fetched by whoever indexes the
+//! manifest; this crate does no I/O) turned into the tool's parameters with
+//! the same converter, and the record of that fetch kept in the manifest
+//! under `input`/`output` `x-oapd-schema`, which rule c of `convert.rs` reads.
 //!
 //! **Architecture Invariant.** Everything that loads a manifest (the directory
 //! and bundled sources, crawled and LAN envelopes, the crawler's fetch, `oapd

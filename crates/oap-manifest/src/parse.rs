@@ -163,7 +163,7 @@ fn json_error(e: serde_json::Error) -> ManifestError {
 /// opens nesting level `max + 1`, ignoring brackets inside strings. Input that
 /// is not valid JSON is scanned on a best-effort basis; serde_json reports
 /// the syntax error afterwards.
-fn find_too_deep(bytes: &[u8], max: usize) -> Option<(usize, usize)> {
+pub(crate) fn find_too_deep(bytes: &[u8], max: usize) -> Option<(usize, usize)> {
     let mut depth = 0usize;
     let mut in_string = false;
     let mut escaped = false;

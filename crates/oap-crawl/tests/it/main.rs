@@ -16,3 +16,4 @@ mod common;
 mod crawl;
 mod lan;
 mod schedule_props;
+mod schema;

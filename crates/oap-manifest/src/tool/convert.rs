@@ -7,6 +7,7 @@ use std::collections::HashSet;
 use serde_json::{json, Map, Value};
 
 use super::described::{described_fields, MAX_SCANNED_DESCRIPTION_BYTES};
+use super::schema_doc::{recorded_output_fields, recorded_parameters};
 use super::text::{group_depth, sentences};
 use super::{
     compact_json, truncate_chars, MAX_PARAMETER_DESCRIPTION_CHARS, MAX_SCHEMA_DEPTH,
@@ -65,6 +66,9 @@ pub enum ParameterSource {
     Stdio,
     /// Non-spec `input.parameters` -> a real JSON Schema.
     Parameters,
+    /// The document behind `input.schema`, fetched when the manifest was
+    /// indexed (see [`tool_parameters`] rule c).
+    FetchedSchema,
     /// An inline JSON Schema object (see [`tool_parameters`] rule c).
     InlineSchema,
     /// Keys of object `examples[*].input`, types inferred from the values.
@@ -105,13 +109,34 @@ fn tool_description(manifest: &Manifest) -> String {
         .filter(|u| !u.is_empty())
         .map(|u| format!("\nUsage: {}", truncate_chars(u, MAX_USAGE_CHARS)))
         .unwrap_or_default();
-    let budget = MAX_TOOL_DESCRIPTION_CHARS.saturating_sub(usage.chars().count());
+    let returns = returns_line(manifest);
+    let budget = MAX_TOOL_DESCRIPTION_CHARS
+        .saturating_sub(usage.chars().count())
+        .saturating_sub(returns.chars().count());
     let mut desc = truncate_chars(manifest.description.trim(), budget);
     if desc.is_empty() {
         desc = truncate_chars(&format!("OAP capability {}", manifest.name.trim()), budget);
     }
     desc.push_str(&usage);
+    desc.push_str(&returns);
     desc
+}
+
+/// `"\nReturns: {a, b}"` from the fields `output.schema` declares, when it
+/// was fetched: the model then knows what it will get back (and so which
+/// tool answers the question) without a round trip. Field names only: a
+/// whole output schema would cost more context than it saves.
+fn returns_line(manifest: &Manifest) -> String {
+    let fields = manifest
+        .output
+        .as_ref()
+        .map(recorded_output_fields)
+        .unwrap_or_default();
+    if fields.is_empty() {
+        return String::new();
+    }
+    let list = truncate_chars(&fields.join(", "), MAX_USAGE_CHARS);
+    format!("\nReturns: {{{list}}}")
 }
 
 /// Which rule [`tool_parameters`] applies to `manifest`.
@@ -138,8 +163,10 @@ pub fn parameter_source(manifest: &Manifest) -> ParameterSource {
 ///    Required = entries whose `required` is true or absent (the reference's
 ///    convention). Keys seen in object `examples[*].input` but not declared
 ///    are added as optional strings (reference behaviour).
-/// c. **inline schema**: the spec's `input.schema` is a URL and is not
-///    fetched at conversion time. An inline schema object cannot reach a
+/// c. **`input.schema`**: the spec's schema is a URL; the crawler fetches
+///    it when it indexes the manifest and records the converted parameters
+///    in `input` ([`super::schema_doc`]), which this rule reads. Failing that,
+///    an **inline schema**: an inline schema object cannot reach a
 ///    parsed [`Manifest`] through `schema` (validation requires a URL there),
 ///    so this rule reads either a `schema` string holding a JSON object, or
 ///    an object under the non-spec keys `inputSchema` / `input_schema` /
@@ -210,7 +237,13 @@ fn plan(m: &Manifest) -> (ParameterSource, Props, Vec<String>) {
         }
         return (ParameterSource::Parameters, props, required);
     }
-    // c. inline schema
+    // c. the fetched `input.schema`, then an inline schema
+    if let Some((props, required)) = input
+        .and_then(recorded_parameters)
+        .and_then(|schema| object_schema(&schema))
+    {
+        return (ParameterSource::FetchedSchema, props, required);
+    }
     if let Some((props, required)) = input.and_then(inline_schema) {
         return (ParameterSource::InlineSchema, props, required);
     }
@@ -434,7 +467,7 @@ fn sanitize_schema(v: &Value, depth: usize) -> Value {
     Value::Object(out)
 }
 
-fn sanitize_properties(
+pub(super) fn sanitize_properties(
     props: &Map<String, Value>,
     required: Option<&Value>,
     depth: usize,
@@ -485,29 +518,34 @@ fn inline_schema(input: &IoSpec) -> Option<(Props, Vec<String>)> {
     let candidates = from_string
         .into_iter()
         .chain(KEYS.iter().filter_map(|k| input.extra.get(*k).cloned()));
-    for schema in candidates {
-        let Value::Object(obj) = &schema else {
-            continue;
-        };
-        let is_object_type = match obj.get("type") {
-            None => true,
-            Some(Value::String(t)) => t == "object",
-            Some(_) => false,
-        };
-        let Some(Value::Object(props)) = obj.get("properties") else {
-            continue;
-        };
-        if !is_object_type {
-            continue;
-        }
-        let (props, req) = sanitize_properties(props, obj.get("required"), 1);
-        let req = req
-            .into_iter()
-            .filter_map(|r| r.as_str().map(str::to_string))
-            .collect();
-        return Some((props.into_iter().collect(), req));
+    candidates
+        .into_iter()
+        .find_map(|schema| object_schema(&schema))
+}
+
+/// Properties and required names of an object schema with `properties`,
+/// through the same sanitising as every other schema taken from a manifest.
+fn object_schema(schema: &Value) -> Option<(Props, Vec<String>)> {
+    let Value::Object(obj) = schema else {
+        return None;
+    };
+    let is_object_type = match obj.get("type") {
+        None => true,
+        Some(Value::String(t)) => t == "object",
+        Some(_) => false,
+    };
+    let Some(Value::Object(props)) = obj.get("properties") else {
+        return None;
+    };
+    if !is_object_type {
+        return None;
     }
-    None
+    let (props, req) = sanitize_properties(props, obj.get("required"), 1);
+    let req = req
+        .into_iter()
+        .filter_map(|r| r.as_str().map(str::to_string))
+        .collect();
+    Some((props.into_iter().collect(), req))
 }
 
 /// Keys of object example inputs, first-seen order.

@@ -29,12 +29,16 @@ mod convert;
 mod described;
 mod naming;
 mod registry;
+pub mod schema_doc;
 mod text;
 
 pub use arguments::{check_arguments, inspect_arguments, ArgumentCheck};
 pub use convert::{parameter_source, to_tool, tool_parameters, ParameterSource};
 pub use naming::{assign_tool_names, tool_name};
 pub use registry::{registry_entry, tools_and_registry};
+pub use schema_doc::{
+    resolve_input_schema, resolve_output_fields, schema_errors, SchemaDocError, RESOLVED_SCHEMA_KEY,
+};
 
 /// Longest tool name: OpenAI's function-name pattern is `^[a-zA-Z0-9_-]{1,64}$`
 /// and some Ollama front-ends forward tools to OpenAI-compatible backends.

@@ -15,4 +15,5 @@ mod common;
 mod parse;
 mod reference;
 mod rules;
+mod schema_doc;
 mod tool;

@@ -16,7 +16,19 @@ pub fn lint(paths: &[impl AsRef<Path>], out: &mut impl std::io::Write) -> std::i
         // A FIFO or device named on the command line is refused, not waited on.
         let report = match crate::files::read_regular(path, max as u64) {
             Ok(bytes) => match oap_manifest::parse(&bytes) {
-                Ok(parsed) => parsed.warnings,
+                Ok(parsed) => {
+                    let mut warnings = parsed.warnings;
+                    // A stored copy (a crawl envelope's body) says why its
+                    // schema was not used: the tool falls back.
+                    for line in oap_manifest::tool::schema_errors(&parsed.manifest) {
+                        let (field, reason) = line.split_once(": ").unwrap_or(("", &line));
+                        warnings.push(oap_manifest::Diagnostic::warning(
+                            field,
+                            format!("not used ({reason}); the tool has the fallback parameters"),
+                        ));
+                    }
+                    warnings
+                }
                 Err(err) => err.report(),
             },
             Err(crate::files::ReadError::TooLarge {

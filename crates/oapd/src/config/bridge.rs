@@ -6,7 +6,25 @@
 use super::env::EnvValue;
 use super::Named;
 
-pub use oap_bridge::{ExperienceConfig, ForceRules, ToolBridgeConfig, ToolExposure, UrlPolicy};
+pub use oap_bridge::{
+    ExperienceConfig, ForceRules, ResponseStoreConfig, ToolBridgeConfig, ToolExposure, UrlPolicy,
+};
+
+impl EnvValue for ResponseStoreConfig {
+    /// A JSON object of the keys to change, e.g. `{"per_client": 8}`; the
+    /// others keep their defaults.
+    fn parse_env(raw: &str) -> Result<Self, String> {
+        if raw.trim().is_empty() {
+            return Ok(ResponseStoreConfig::default());
+        }
+        serde_json::from_str(raw).map_err(|e| {
+            format!(
+                "expected a JSON object with per_client, per_client_bytes, total_bytes, \
+                 clients and max_age: {e}"
+            )
+        })
+    }
+}
 
 impl EnvValue for ForceRules {
     fn parse_env(raw: &str) -> Result<Self, String> {

@@ -68,7 +68,7 @@ config_keys! {
     tool_bridge {
         enabled, default_top_k, max_rounds, http_timeout, stdio_timeout, only_validated_models,
         tool_token_budget, exposure, url_policy, url_policy_tools, force, stream_keepalive,
-        text_tool_calls,
+        text_tool_calls, response_store,
     }
     ollama { base_url, timeout, chat_deadline, max_request_bytes, ca_file, api_key }
     tools {

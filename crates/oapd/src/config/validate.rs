@@ -231,6 +231,36 @@ fn discovery(c: &mut Checker, d: &DiscoveryConfig, em: &EmbeddingConfig) {
     }
 }
 
+/// `tool_bridge.response_store`: each bound at least 1 and at most what a
+/// board could hold; one client's share no larger than the whole.
+fn response_store(c: &mut Checker, store: &oap_bridge::ResponseStoreConfig) {
+    const KEY: &str = "tool_bridge.response_store";
+    c.range(&format!("{KEY}.per_client"), store.per_client, 1, 10_000);
+    c.range(
+        &format!("{KEY}.per_client_bytes"),
+        store.per_client_bytes,
+        1024,
+        1 << 30,
+    );
+    c.range(
+        &format!("{KEY}.total_bytes"),
+        store.total_bytes,
+        1024,
+        1 << 30,
+    );
+    c.range(&format!("{KEY}.clients"), store.clients, 1, 100_000);
+    c.range(&format!("{KEY}.max_age"), store.max_age, 1, 7 * 24 * 3600);
+    if store.per_client_bytes > store.total_bytes {
+        c.fail(
+            format!("{KEY}.per_client_bytes"),
+            format!(
+                "is {} bytes, more than total_bytes ({}): one client could never use it",
+                store.per_client_bytes, store.total_bytes
+            ),
+        );
+    }
+}
+
 /// `tool_bridge:`; its `default_top_k` is bounded by `discovery.max_top_k`.
 fn tool_bridge(c: &mut Checker, tb: &ToolBridgeConfig, d: &DiscoveryConfig) {
     c.range("tool_bridge.default_top_k", tb.default_top_k, 1, 20);
@@ -247,6 +277,7 @@ fn tool_bridge(c: &mut Checker, tb: &ToolBridgeConfig, d: &DiscoveryConfig) {
     c.range("tool_bridge.http_timeout", tb.http_timeout, 1, 3600);
     c.range("tool_bridge.stdio_timeout", tb.stdio_timeout, 1, 3600);
     c.range("tool_bridge.stream_keepalive", tb.stream_keepalive, 1, 300);
+    response_store(c, &tb.response_store);
     for (i, rule) in tb.force.0.iter().enumerate() {
         if let Err(message) = oap_bridge::forcing::compile(rule) {
             c.fail(format!("tool_bridge.force[{i}].pattern"), message);

@@ -653,7 +653,7 @@ fn every_key_is_reachable_from_the_env() {
     // experience, mcp, mcp_server, snapshots
     assert_eq!(
         vars.len(),
-        17 + 5 + 8 + 2 + 9 + 13 + 6 + 11 + 2 + 17 + 4 + 4 + 1 + 7
+        17 + 5 + 8 + 2 + 9 + 14 + 6 + 11 + 2 + 17 + 4 + 4 + 1 + 7
     );
     assert!(vars.contains(&(
         "OAP_TOOL_BRIDGE_DEFAULT_TOP_K".to_owned(),
@@ -1652,4 +1652,23 @@ fn request_generation_is_on_by_default_and_its_settings_are_checked() {
     ));
     assert!(!c.discovery.generate_requests);
     assert_eq!(c.discovery.generate_model.as_deref(), Some("llama3.2:1b"));
+}
+
+#[test]
+fn the_response_store_bounds_come_from_the_file_or_the_env() {
+    let c = ok(yaml_env(
+        "",
+        &[("OAP_TOOL_BRIDGE_RESPONSE_STORE", r#"{"per_client": 8}"#)],
+    ));
+    assert_eq!(c.tool_bridge.response_store.per_client, 8);
+    assert_eq!(c.tool_bridge.response_store.clients, 64);
+    let e = err(yaml_env(
+        "",
+        &[("OAP_TOOL_BRIDGE_RESPONSE_STORE", r#"{"perclient": 8}"#)],
+    ));
+    assert!(
+        e.to_string()
+            .starts_with("OAP_TOOL_BRIDGE_RESPONSE_STORE: expected a JSON object"),
+        "{e}"
+    );
 }

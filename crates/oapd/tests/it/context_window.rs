@@ -76,3 +76,51 @@ fn tools_that_would_crowd_out_the_conversation_are_left_out() {
         .log_text()
         .contains("shrunk to fit the context window"));
 }
+
+/// The tool-listing instruction takes room in the window like the tools
+/// do: in the smallest window that holds the conversation and the tools
+/// whole, a model that also gets the instruction is offered less, so tools
+/// and instruction together stay within the room the tools alone filled.
+#[test]
+fn the_tool_instruction_is_counted_against_the_context_window() {
+    let upstream = support::fake(
+        Script::new()
+            .model(ModelSpec {
+                // Small: the instruction is on by default.
+                parameter_size: Some("1.2B".into()),
+                ..ModelSpec::new("tiny:1b").capabilities(&["completion", "tools"])
+            })
+            .default_turn(Turn::reply("ok")),
+    );
+    let daemon = support::daemon()
+        .yaml(&format!("ollama:\n  base_url: {:?}\n", upstream.fake.url()))
+        .start();
+    let tool_tokens = |num_ctx: u64, instruction: bool| -> u64 {
+        let response = daemon.post_json(
+            "/api/chat",
+            &json!({"model": "tiny:1b", "stream": false, "messages": long_conversation(),
+                    "options": {"num_ctx": num_ctx}, "oap_tool_instruction": instruction})
+            .to_string(),
+        );
+        assert_eq!(response.status, 200, "{}", response.error());
+        response.json()["oap_tool_tokens"].as_u64().unwrap_or(0)
+    };
+    let whole = tool_tokens(32768, false);
+    assert!(whole > 0, "no tools offered for the task");
+    // The smallest window in which the tools alone are offered whole.
+    let (mut lo, mut hi) = (1024u64, 32768u64);
+    while lo < hi {
+        let mid = (lo + hi) / 2;
+        if tool_tokens(mid, false) >= whole {
+            hi = mid;
+        } else {
+            lo = mid + 1;
+        }
+    }
+    let with_instruction = tool_tokens(lo, true);
+    assert!(
+        with_instruction <= whole,
+        "in a {lo}-token window the tools alone take {whole} tokens; with the instruction \
+         oapd offered {with_instruction}"
+    );
+}

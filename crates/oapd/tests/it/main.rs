@@ -46,6 +46,7 @@ mod request_rows;
 mod responses;
 mod responses_store;
 mod sandbox;
+mod schema_url;
 mod secrets;
 mod slow_clients;
 mod slow_upstream;

@@ -216,3 +216,56 @@ fn bad_store_fields_are_named() {
     assert_eq!(response.status, 200);
     assert_eq!(upstream.fake.chat_requests().len(), 1);
 }
+
+/// `tool_bridge.response_store` bounds the store: with one response kept
+/// per client, the second pushes the first out (the default keeps 32), and
+/// a bound of 0 is refused at start, naming the key.
+#[test]
+fn the_store_keeps_what_tool_bridge_response_store_allows() {
+    let upstream = fake(echoing());
+    let daemon = support::daemon()
+        .yaml(&format!(
+            "ollama:\n  base_url: {:?}\ntool_bridge:\n  response_store:\n    per_client: 1\n",
+            upstream.fake.url()
+        ))
+        .start();
+    let respond = |input: &str, previous: Option<&str>| {
+        let mut body =
+            json!({"model": "m", "input": input, "stream": false, "oap_discover": false});
+        if let Some(previous) = previous {
+            body["previous_response_id"] = json!(previous);
+        }
+        daemon.post_json("/v1/responses", &body.to_string())
+    };
+    let first = respond("one", None).json()["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let second = respond("two", None).json()["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert_eq!(respond("three", Some(&second)).status, 200);
+    let pushed_out = respond("again", Some(&first));
+    assert_eq!(
+        pushed_out.status,
+        404,
+        "{}",
+        String::from_utf8_lossy(&pushed_out.body)
+    );
+
+    let refused = support::daemon()
+        .yaml("tool_bridge:\n  response_store:\n    per_client: 0\n    per_client_bytes: 99999999\n    total_bytes: 4096\n")
+        .try_start()
+        .err()
+        .expect("a zero bound is refused");
+    assert!(
+        refused
+            .contains("tool_bridge.response_store.per_client: must be between 1 and 10000, got 0"),
+        "{refused}"
+    );
+    assert!(
+        refused.contains("tool_bridge.response_store.per_client_bytes: is 99999999 bytes, more than total_bytes (4096)"),
+        "{refused}"
+    );
+}

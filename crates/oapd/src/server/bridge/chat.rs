@@ -199,21 +199,23 @@ impl ChatService {
         chat: &mut Map<String, Value>,
         options: &ChatOptions,
     ) -> (Vec<InjectedTool>, Prepared) {
-        let tools = match tools {
-            Some(tools) if self.exposure.exposure != oap_bridge::ToolExposure::Meta => {
-                Some(self.fit_context(tools, chat))
-            }
-            other => other,
-        };
-        let source: Arc<dyn ToolSource> = self.clone();
         // The tool-listing instruction, unless the request says, is the
-        // model's: its validation record and its size (`guide.rs`).
+        // model's: its validation record and its size (`guide.rs`). Decided
+        // first, since it takes room in the context window too.
         let model = chat.get("model").and_then(Value::as_str).unwrap_or("");
         let options = &oap_bridge::guide::with_default(
             options,
             self.validation.store.get(model).as_ref(),
             self.ctx.capabilities.parameter_size(model).as_deref(),
         );
+        let instruction = options.tool_instruction == Some(true);
+        let tools = match tools {
+            Some(tools) if self.exposure.exposure != oap_bridge::ToolExposure::Meta => {
+                Some(self.fit_context(tools, chat, instruction))
+            }
+            other => other,
+        };
+        let source: Arc<dyn ToolSource> = self.clone();
         oap_bridge::assembly::prepare(&self.exposure, &self.engine, source, tools, chat, options)
     }
 
@@ -222,10 +224,15 @@ impl ChatService {
     /// context window: the request's `options.num_ctx`, else what
     /// `/api/show` implies for the model, else Ollama's default. Ollama
     /// would otherwise cut the start of the conversation to make room.
+    ///
+    /// With `instruction`, the tool-listing instruction is counted as part
+    /// of the conversation, as written for all of `tools` (fewer tools make
+    /// it shorter, so the estimate errs on the side of room).
     fn fit_context(
         &self,
         tools: Vec<InjectedTool>,
         chat: &Map<String, Value>,
+        instruction: bool,
     ) -> Vec<InjectedTool> {
         if tools.is_empty() {
             return tools;
@@ -238,8 +245,14 @@ impl ChatService {
             .filter(|n| *n > 0)
             .or_else(|| self.ctx.capabilities.window(model))
             .unwrap_or(bridge::OLLAMA_DEFAULT_NUM_CTX);
-        let conversation =
-            conversation_tokens(chat) + oap_bridge::exposure::client_tool_tokens(chat);
+        let instruction_tokens = if instruction {
+            oap_bridge::guide::tokens(&oap_bridge::guide::instruction(&tools))
+        } else {
+            0
+        };
+        let conversation = conversation_tokens(chat)
+            + oap_bridge::exposure::client_tool_tokens(chat)
+            + instruction_tokens;
         let window = usize::try_from(window).unwrap_or(usize::MAX);
         let room = window.saturating_sub(conversation.saturating_add(ANSWER_RESERVE_TOKENS));
         let offered = tools.len();

@@ -9,7 +9,7 @@
 //! request naming the id gets that conversation prepended to its input.
 //!
 //! Memory on a small board is the constraint, so everything is bounded and
-//! in memory only (a restart forgets): per client at most
+//! in memory only (a restart forgets), by `tool_bridge.response_store`: per client at most
 //! [`Limits::per_client`] responses and [`Limits::per_client_bytes`], in
 //! all [`Limits::total_bytes`] over at most [`Limits::clients`] clients,
 //! and nothing older than [`Limits::max_age`]. The oldest go first. A
@@ -46,18 +46,22 @@ pub struct Limits {
     pub max_age: Duration,
 }
 
-impl Default for Limits {
-    /// A chat app continues its last few responses; an hour covers a
-    /// conversation paused for a while, and 16 MiB in all stays small next
-    /// to the model and the index on a board.
-    fn default() -> Limits {
+impl From<&oap_bridge::ResponseStoreConfig> for Limits {
+    fn from(config: &oap_bridge::ResponseStoreConfig) -> Limits {
         Limits {
-            per_client: 32,
-            per_client_bytes: 4 * 1024 * 1024,
-            total_bytes: 16 * 1024 * 1024,
-            clients: 64,
-            max_age: Duration::from_secs(3600),
+            per_client: config.per_client,
+            per_client_bytes: config.per_client_bytes,
+            total_bytes: config.total_bytes,
+            clients: config.clients,
+            max_age: Duration::from_secs(config.max_age),
         }
+    }
+}
+
+impl Default for Limits {
+    /// `tool_bridge.response_store`'s defaults.
+    fn default() -> Limits {
+        Limits::from(&oap_bridge::ResponseStoreConfig::default())
     }
 }
 
@@ -107,11 +111,12 @@ struct Stored {
 struct Inner {
     by_client: HashMap<ClientKey, VecDeque<Stored>>,
     bytes: usize,
+    /// Here rather than beside the lock: a reload changes them.
+    limits: Limits,
 }
 
 /// The store (one per process: [`ResponseStore::shared`]).
 pub struct ResponseStore {
-    limits: Limits,
     inner: Mutex<Inner>,
 }
 
@@ -119,8 +124,19 @@ impl ResponseStore {
     /// An empty store with `limits`.
     pub fn new(limits: Limits) -> ResponseStore {
         ResponseStore {
-            limits,
-            inner: Mutex::new(Inner::default()),
+            inner: Mutex::new(Inner {
+                limits,
+                ..Inner::default()
+            }),
+        }
+    }
+
+    /// Sets the limits (`tool_bridge.response_store`, at start and on each
+    /// reload). What is kept stays; the next response stored or looked up
+    /// is held to the new ones.
+    pub fn set_limits(&self, limits: Limits) {
+        if let Ok(mut inner) = self.inner.lock() {
+            inner.limits = limits;
         }
     }
 
@@ -149,18 +165,19 @@ impl ResponseStore {
     /// conversation larger than a client's share is not kept.
     pub fn put(&self, client: ClientKey, id: String, conversation: Vec<Value>, now: Instant) {
         let bytes = serde_json::to_vec(&conversation).map_or(usize::MAX, |json| json.len());
-        if bytes > self.limits.per_client_bytes.min(self.limits.total_bytes) {
+        let Ok(mut inner) = self.inner.lock() else {
+            return;
+        };
+        let limits = inner.limits;
+        if bytes > limits.per_client_bytes.min(limits.total_bytes) {
             tracing::debug!(
                 bytes,
                 "a response's conversation is larger than the store keeps per client"
             );
             return;
         }
-        let Ok(mut inner) = self.inner.lock() else {
-            return;
-        };
         self.expire(&mut inner, now);
-        if !inner.by_client.contains_key(&client) && inner.by_client.len() >= self.limits.clients {
+        if !inner.by_client.contains_key(&client) && inner.by_client.len() >= limits.clients {
             // Make room: the client whose newest response is oldest goes.
             let stalest = inner
                 .by_client
@@ -182,7 +199,7 @@ impl ResponseStore {
             at: now,
         });
         let mut client_bytes: usize = kept.iter().map(|s| s.bytes).sum();
-        while kept.len() > self.limits.per_client || client_bytes > self.limits.per_client_bytes {
+        while kept.len() > limits.per_client || client_bytes > limits.per_client_bytes {
             let Some(oldest) = kept.pop_front() else {
                 break;
             };
@@ -190,7 +207,7 @@ impl ResponseStore {
             freed += oldest.bytes;
         }
         inner.bytes = inner.bytes + bytes - freed;
-        while inner.bytes > self.limits.total_bytes {
+        while inner.bytes > limits.total_bytes {
             let oldest = inner
                 .by_client
                 .iter()
@@ -211,10 +228,11 @@ impl ResponseStore {
     /// Forgets what is older than the age limit.
     fn expire(&self, inner: &mut Inner, now: Instant) {
         let mut freed = 0;
+        let max_age = inner.limits.max_age;
         for kept in inner.by_client.values_mut() {
             while kept
                 .front()
-                .is_some_and(|s| now.saturating_duration_since(s.at) > self.limits.max_age)
+                .is_some_and(|s| now.saturating_duration_since(s.at) > max_age)
             {
                 freed += kept.pop_front().map_or(0, |s| s.bytes);
             }

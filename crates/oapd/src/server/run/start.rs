@@ -143,6 +143,11 @@ pub fn chat_service(
         mixed_turns: Default::default(),
         text_tool_calls: config.tool_bridge.text_tool_calls.clone(),
     };
+    // The store is the process's (conversations survive a reload); its
+    // limits are this configuration's. Set last, once nothing can fail.
+    crate::server::bridge::response_store::ResponseStore::shared().set_limits(
+        crate::server::bridge::response_store::Limits::from(&config.tool_bridge.response_store),
+    );
     Ok(ChatService {
         engine: engine.clone(),
         ctx: Arc::new(ctx),

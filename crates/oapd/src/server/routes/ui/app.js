@@ -256,7 +256,12 @@
     }
     capabilities = answer.body.map((m) => {
       const mine = Object.prototype.hasOwnProperty.call(generated, m.id) ? generated[m.id] : null;
-      const tr = row(el("td", "mono id", m.id), m.name, clamped(m.description), m.source, m.trust,
+      const desc = clamped(m.description);
+      // Why the tool could not use its schema (it has the fallback parameters).
+      for (const reason of m.schema_errors || []) {
+        desc.append(el("div", "problem", reason));
+      }
+      const tr = row(el("td", "mono id", m.id), m.name, desc, m.source, m.trust,
         generatedCell(mine));
       const extra = mine && mine.requests ? mine.requests.join(" ") : "";
       const haystack = [m.id, m.name, m.description, m.source, m.trust, extra].join(" ").toLowerCase();
