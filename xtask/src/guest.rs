@@ -33,9 +33,16 @@ const SYSROOT_LIB: &str = "/usr/aarch64-linux-gnu/lib";
 /// programs load, and which of their files the guest gets (all when
 /// empty): perl (sockets, fork and setsid in the sandbox's tests), jq
 /// (reading a file given on its command line), GNU `sort` (`--parallel`
-/// starting threads). Of coreutils only `sort`: the other suites were
-/// tuned to busybox's tools. About 8 MB.
+/// starting threads), Python with its standard library (the stdlib-only
+/// MCP test servers of `tests/mcp/`: hostile, noisy). Of coreutils only
+/// `sort`: the other suites were tuned to busybox's tools. About 30 MB.
 const GUEST_DEBS: &[(&str, &[&str])] = &[
+    ("python3.11-minimal", &["usr/bin/python3.11"]),
+    ("libpython3.11-minimal", &[]),
+    ("libpython3.11-stdlib", &[]),
+    ("libexpat1", &[]),
+    ("zlib1g", &[]),
+    ("libffi8", &[]),
     ("perl-base", &[]),
     ("libcrypt1", &[]),
     ("jq", &[]),
@@ -48,6 +55,9 @@ const GUEST_DEBS: &[(&str, &[&str])] = &[
     ("libgmp10", &[]),
     ("libpcre2-8-0", &[]),
 ];
+/// Names Debian gives by a link from another package (python3-minimal's
+/// `python3`), as copies of the file they name: (name, file).
+const GUEST_ALIASES: &[(&str, &str)] = &[("usr/bin/python3", "usr/bin/python3.11")];
 /// Marks the init prints on the console, one line each.
 const START: &str = "OAPD-GUEST-START";
 const RESULT: &str = "OAPD-GUEST-RESULT";
@@ -64,6 +74,9 @@ pub(crate) struct Suite {
     pub(crate) cwd: PathBuf,
     /// Arguments of the test binary (filters, `--skip`).
     pub(crate) args: Vec<String>,
+    /// The tests `args` skip, each with its reason, printed in the console
+    /// before the suite runs.
+    pub(crate) skips: Vec<(String, String)>,
 }
 
 /// How long one suite took, and its test harness's summary line.
@@ -139,6 +152,15 @@ pub(crate) fn suites_script(suites: &[Suite]) -> String {
     let mut out = String::new();
     for suite in suites {
         let args: Vec<String> = suite.args.iter().map(|a| quote(a)).collect();
+        for (test, reason) in &suite.skips {
+            out.push_str(&format!(
+                "echo {}\n",
+                quote(&format!(
+                    "skipped in the arm64 guest: {} {test}: {reason}",
+                    suite.name
+                ))
+            ));
+        }
         out.push_str(&format!(
             "echo {START} {name}\n\
              (cd {cwd} && CARGO_MANIFEST_DIR={cwd} exec {exe} {args} </dev/null 2>&1)\n\
@@ -171,6 +193,12 @@ mkdir -p /dev/shm && mount -t tmpfs tmpfs /dev/shm
 hostname oapd-arm64-guest
 ip link set lo up
 export PATH=/usr/local/bin:/usr/bin:/usr/sbin HOME=/tmp TMPDIR=/tmp LANG=C.UTF-8
+# A test whose MCP server is missing fails rather than skipping itself
+# quietly; what the guest cannot run is skipped by name (cross.rs).
+export OAPD_REQUIRE_MCP_SERVERS=1
+# Likewise a sandbox test on a kernel without seccomp or Landlock fails:
+# here every attack must be shown denied.
+export OAPD_REQUIRE_SANDBOX=1
 echo "OAPD-GUEST-BOOTED $(nproc) cpus, $(awk '/MemTotal/ {print $2}' /proc/meminfo) kB"
 . /oapd-suites.sh
 echo OAPD-GUEST-DONE
@@ -257,6 +285,13 @@ fn write_initramfs(
             let mode = fs::metadata(&host)?.permissions().mode() & 0o777;
             files.insert(rel, (Source::Host(host), mode));
         }
+    }
+    for (alias, name) in GUEST_ALIASES {
+        let host = match files.get(*name) {
+            Some((Source::Host(host), mode)) => (host.clone(), *mode),
+            _ => bail!("{alias} names {name}, which no package of GUEST_DEBS holds"),
+        };
+        files.insert((*alias).to_owned(), (Source::Host(host.0), host.1));
     }
     // The repository's tracked files (fixtures, bundled manifests, scripts).
     let listed = Command::new("git")
@@ -728,7 +763,15 @@ mod tests {
             exe: "/w/target/it-1".into(),
             cwd: "/w/crates/oapd".into(),
             args: vec!["daemon::".into(), "it's".into()],
+            skips: vec![("stdio::npm".into(), "the guest has no Node".into())],
         }]);
+        assert!(
+            script.starts_with(
+                "echo 'skipped in the arm64 guest: oapd/it stdio::npm: the guest has no Node'\n\
+                 echo OAPD-GUEST-START 'oapd/it'\n"
+            ),
+            "{script}"
+        );
         assert!(
             script.contains("echo OAPD-GUEST-START 'oapd/it'\n"),
             "{script}"

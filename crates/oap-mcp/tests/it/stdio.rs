@@ -482,6 +482,11 @@ async fn removal_is_not_held_up_by_a_server_that_never_lists_its_tools() {
 async fn a_sandboxed_server_reads_only_its_paths_and_reaches_the_network_only_when_allowed() {
     let support = oap_sandbox::Support::probe();
     if !(support.filesystem() && support.seccomp && support.landlock_network()) {
+        assert!(
+            std::env::var("OAPD_REQUIRE_SANDBOX").as_deref() != Ok("1"),
+            "the kernel lacks Landlock (with network rules) or seccomp and \
+             OAPD_REQUIRE_SANDBOX=1: {support:?}"
+        );
         eprintln!(
             "skipped: the kernel lacks Landlock (with network rules) or seccomp: {support:?}"
         );
