@@ -1,70 +1,36 @@
-//! `cargo xtask bench-crawl [--quick] [--count N]`: crawler throughput,
-//! footprint and its effect on discovery latency. Generates the corpus
-//! (`oap-bench make-corpus`), runs `oap-bench crawl-load` (loopback HTTPS,
-//! one generated domain per manifest, the real `oapd serve`; see its doc),
-//! reads its JSON report and renders the figures as a dated Markdown
-//! subsection under target/bench, to add under "Crawler" in docs/BENCHMARKS.md
-//! beside the earlier runs (a run never overwrites the recorded history).
+//! `cargo xtask bench-crawl [crawl-load options]`: crawler throughput,
+//! footprint and its effect on discovery latency. The runner builds
+//! `oap-bench` and oapd, runs `oap-bench crawl-load` on that oapd with
+//! every option as given (`--quick`, `--count`, `--rate`: see its help;
+//! it generates its corpus; loopback HTTPS, one generated domain per
+//! manifest, the real `oapd serve`; see its doc), reads its JSON report and
+//! renders the figures as a dated Markdown subsection under target/bench,
+//! to add under "Crawler" in docs/BENCHMARKS.md beside the earlier runs (a
+//! run never overwrites the recorded history).
 
 use crate::bench_proxy::{loadavg, machine_description, now_utc};
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 use oap_bench::report::{CrawlLoadReport, Phase};
 
 use crate::bench_run;
 use crate::repo_root;
-use crate::tasks::run_in_root;
 
 /// Discovery p99 while crawling may be at most this multiple of idle.
 const TARGET_RATIO: f64 = 1.5;
 
 pub fn run(args: &[String]) -> Result<()> {
-    let mut count = 10_000usize;
-    let mut rate = String::from("0");
-    let mut iter = args.iter();
-    while let Some(arg) = iter.next() {
-        match arg.as_str() {
-            "--quick" => count = 1_000,
-            "--rate" => {
-                rate = iter.next().context("--rate needs a value")?.clone();
-                let parsed: f64 = rate.parse().context("--rate")?;
-                if !(parsed >= 0.0 && parsed.is_finite()) {
-                    bail!("--rate: expected requests per second ≥ 0, got {rate}");
-                }
-            }
-            "--count" => {
-                count = iter
-                    .next()
-                    .context("--count needs a value")?
-                    .parse()
-                    .context("--count")?
-            }
-            other => bail!("unknown argument {other}"),
-        }
+    if bench_run::wants_help(args) {
+        return bench_run::show_help("crawl-load");
     }
     let root = repo_root();
     let load_before = loadavg();
     let bench = bench_run::build(&[("oapd", "oapd")])?;
-    let bin = root.join("target/release");
-    let corpus = root.join("target/bench/crawl-corpus");
-    // About 40 % of the generated corpus declares stdio, which the crawler
-    // refuses from the network; twice the count leaves enough of the rest.
-    run_in_root(
-        bench_run::command(&bench, "make-corpus")
-            .arg("--out")
-            .arg(&corpus)
-            .args(["--count", &(count * 2).to_string()]),
-    )?;
     let result: CrawlLoadReport = bench_run::report(
         bench_run::command(&bench, "crawl-load")
             .arg("--oapd")
-            .arg(bin.join("oapd"))
-            .arg("--corpus")
-            .arg(&corpus)
-            .arg("--model")
-            .arg(root.join("models/all-MiniLM-L6-v2"))
-            .args(["--count", &count.to_string()])
-            .args(["--rate", &rate]),
+            .arg(root.join("target/release/oapd"))
+            .args(args),
     )?;
     let load_after = loadavg();
     let command = if args.is_empty() {

@@ -166,3 +166,89 @@ impl Drop for TempDir {
         let _ = std::fs::remove_dir_all(&self.0);
     }
 }
+
+/// A task's arguments split in two: the runner's own options (what to
+/// build, what to draw afterwards), which only the runner understands, and
+/// the rest, which are the `oap-bench` subcommand's and passed on as given
+/// (its parser checks them and names what is wrong).
+#[derive(Debug, Default)]
+pub(crate) struct RunnerArgs {
+    values: std::collections::BTreeMap<&'static str, String>,
+    flags: std::collections::BTreeSet<&'static str>,
+    /// The subcommand's arguments, in their order.
+    pub(crate) rest: Vec<String>,
+}
+
+impl RunnerArgs {
+    /// Takes the options named in `with_value` (each followed by its value)
+    /// and the flags in `flags` out of `args`.
+    pub(crate) fn split(
+        args: &[String],
+        with_value: &[&'static str],
+        flags: &[&'static str],
+    ) -> Result<RunnerArgs> {
+        let mut split = RunnerArgs::default();
+        let mut iter = args.iter();
+        while let Some(arg) = iter.next() {
+            if let Some(name) = with_value.iter().find(|name| **name == arg.as_str()) {
+                let value = iter
+                    .next()
+                    .with_context(|| format!("{name} needs a value"))?;
+                split.values.insert(name, value.clone());
+            } else if let Some(name) = flags.iter().find(|name| **name == arg.as_str()) {
+                split.flags.insert(name);
+            } else {
+                split.rest.push(arg.clone());
+            }
+        }
+        Ok(split)
+    }
+
+    /// The value given to runner option `name`, if it was given.
+    pub(crate) fn value(&self, name: &str) -> Option<&str> {
+        self.values.get(name).map(String::as_str)
+    }
+
+    /// Whether runner flag `name` was given.
+    pub(crate) fn flag(&self, name: &str) -> bool {
+        self.flags.contains(name)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::RunnerArgs;
+
+    fn args(list: &[&str]) -> Vec<String> {
+        list.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn the_runners_options_are_taken_out_and_the_rest_passed_on_in_order() {
+        let split = RunnerArgs::split(
+            &args(&[
+                "--minutes",
+                "0.5",
+                "--bin-dir",
+                "/b",
+                "--no-plot",
+                "--crawl",
+                "9",
+            ]),
+            &["--bin-dir", "--replot"],
+            &["--no-plot"],
+        )
+        .expect("split");
+        assert_eq!(split.value("--bin-dir"), Some("/b"));
+        assert_eq!(split.value("--replot"), None);
+        assert!(split.flag("--no-plot"));
+        assert_eq!(split.rest, args(&["--minutes", "0.5", "--crawl", "9"]));
+    }
+
+    #[test]
+    fn a_runner_option_without_its_value_is_refused_by_name() {
+        let err =
+            RunnerArgs::split(&args(&["--bin-dir"]), &["--bin-dir"], &[]).expect_err("refused");
+        assert!(err.to_string().contains("--bin-dir needs a value"), "{err}");
+    }
+}

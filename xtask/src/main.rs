@@ -348,3 +348,24 @@ pub(crate) fn repo_root() -> PathBuf {
         .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")));
     manifest.parent().map(PathBuf::from).unwrap_or(manifest)
 }
+
+#[cfg(test)]
+mod usage_tests {
+    use super::COMMANDS;
+
+    /// `cargo xtask help` prints each command's usage line: it must start
+    /// with the name that runs it, and no name may be listed twice.
+    #[test]
+    fn help_lists_each_command_once_under_the_name_that_runs_it() {
+        let mut names = std::collections::BTreeSet::new();
+        for command in COMMANDS {
+            assert!(
+                command.usage.starts_with(command.name),
+                "usage of {} starts with something else: {}",
+                command.name,
+                command.usage
+            );
+            assert!(names.insert(command.name), "{} listed twice", command.name);
+        }
+    }
+}

@@ -1,94 +1,63 @@
-//! `cargo xtask soak [--minutes N] [--out DIR] [--no-plot] [--bin-dir DIR]`
-//! (`--replot DIR` draws a finished run's plot again):
-//! the whole appliance under LAN load with faults. Builds `oapd`,
-//! `fake-ollama` and `oap-bench` (or takes them from `--bin-dir`, so a long
-//! run is not disturbed by rebuilds), generates the corpus (`oap-bench
-//! make-corpus`), runs `oap-bench soak` (the load, the faults, the
-//! recording and the pass criteria: see its module doc), writes its
-//! summary to `OUT/summary.json` and plots `OUT/soak.jsonl` into
-//! `OUT/soak.png`. Fails naming every criterion missed.
+//! `cargo xtask soak [--bin-dir DIR] [--no-plot] [soak options]`
+//! (`--replot DIR` draws a finished run's plot again): the whole appliance
+//! under LAN load with faults. The runner builds `oapd`, `fake-ollama` and
+//! `oap-bench` (or takes them from `--bin-dir`, so a long run is not
+//! disturbed by rebuilds), runs `oap-bench soak` with every other option as
+//! given (`--minutes`, `--catalog`, `--crawl`, `--out`, ...: see its help;
+//! it generates its corpus, runs the load and the faults, records, and
+//! judges the pass criteria: see its module doc), writes its summary beside
+//! its records as `summary.json` and plots them into `soak.png`. Fails
+//! naming every criterion missed.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
 use oap_bench::report::SoakReport;
 
 use crate::bench_proxy::build_fake_ollama;
-use crate::bench_run;
+use crate::bench_run::{self, RunnerArgs};
 use crate::repo_root;
-use crate::tasks::run_in_root;
 
 pub fn run(args: &[String]) -> Result<()> {
-    let mut minutes = String::from("3");
-    let mut catalog = 2000usize;
-    let mut crawl = 200usize;
-    let mut plot = true;
-    let mut out = None;
-    let mut bin_dir = None;
-    let mut iter = args.iter();
-    while let Some(arg) = iter.next() {
-        let mut value = |name: &str| iter.next().with_context(|| format!("{name} needs a value"));
-        match arg.as_str() {
-            "--minutes" => {
-                minutes = value("--minutes")?.clone();
-                let parsed: f64 = minutes.parse().context("--minutes")?;
-                if !(parsed > 0.0 && parsed.is_finite()) {
-                    bail!("--minutes: expected a positive number, got {minutes}");
-                }
-            }
-            "--catalog" => catalog = value("--catalog")?.parse().context("--catalog")?,
-            "--crawl" => crawl = value("--crawl")?.parse().context("--crawl")?,
-            "--out" => out = Some(PathBuf::from(value("--out")?)),
-            "--bin-dir" => bin_dir = Some(PathBuf::from(value("--bin-dir")?)),
-            "--no-plot" => plot = false,
-            "--replot" => {
-                // A finished run's directory: plot its records again.
-                let dir = PathBuf::from(value("--replot")?);
-                let png = dir.join("soak.png");
-                crate::soak_plot::plot(&dir.join("soak.jsonl"), &png)?;
-                println!("plot: {}", png.display());
-                return Ok(());
-            }
-            other => bail!("unknown argument {other}"),
-        }
+    if bench_run::wants_help(args) {
+        println!(
+            "cargo xtask soak [--bin-dir DIR] [--no-plot] [--replot DIR] [soak options]\n  \
+             --bin-dir DIR  oapd, fake-ollama and oap-bench already built (nothing is built)\n  \
+             --no-plot      no soak.png\n  \
+             --replot DIR   draw a finished run's plot again, and nothing else\n"
+        );
+        return bench_run::show_help("soak");
     }
-    let root = repo_root();
-    let out = out.unwrap_or_else(|| root.join("target/soak"));
-    let bin = match bin_dir {
-        Some(dir) => dir,
+    let runner = RunnerArgs::split(args, &["--bin-dir", "--replot"], &["--no-plot"])?;
+    if let Some(dir) = runner.value("--replot") {
+        let dir = Path::new(dir);
+        let png = dir.join("soak.png");
+        crate::soak_plot::plot(&dir.join("soak.jsonl"), &png)?;
+        println!("plot: {}", png.display());
+        return Ok(());
+    }
+    let bin = match runner.value("--bin-dir") {
+        Some(dir) => PathBuf::from(dir),
         None => {
             build_fake_ollama()?;
             bench_run::build(&[("oapd", "oapd")])?;
-            root.join("target/release")
+            repo_root().join("target/release")
         }
     };
-    let bench = bin.join("oap-bench");
-    let corpus = root.join("target/soak-corpus");
-    // About 40 % of the generated corpus declares stdio, which is not
-    // crawlable: three times the crawl past the catalog leaves enough.
-    run_in_root(
-        bench_run::command(&bench, "make-corpus")
-            .arg("--out")
-            .arg(&corpus)
-            .args(["--count", &(catalog + 3 * crawl).to_string()]),
-    )?;
     let (report, ok): (SoakReport, bool) = bench_run::report_and_status(
-        bench_run::command(&bench, "soak")
+        bench_run::command(&bin.join("oap-bench"), "soak")
             .arg("--oapd")
             .arg(bin.join("oapd"))
             .arg("--fake-ollama")
             .arg(bin.join("fake-ollama"))
-            .arg("--corpus")
-            .arg(&corpus)
-            .arg("--model")
-            .arg(root.join("models/all-MiniLM-L6-v2"))
-            .arg("--out")
-            .arg(&out)
-            .args(["--minutes", &minutes])
-            .args(["--catalog", &catalog.to_string()])
-            .args(["--crawl", &crawl.to_string()]),
+            .args(&runner.rest),
         || {},
     )?;
+    // The records' directory is the run's (`--out`, by default target/soak).
+    let jsonl = repo_root().join(&report.jsonl);
+    let out = jsonl
+        .parent()
+        .with_context(|| format!("{}: no directory", jsonl.display()))?;
     let summary = out.join("summary.json");
     std::fs::write(&summary, serde_json::to_string_pretty(&report)? + "\n")
         .with_context(|| format!("cannot write {}", summary.display()))?;
@@ -98,9 +67,9 @@ pub fn run(args: &[String]) -> Result<()> {
         summary.display(),
         report.jsonl
     );
-    if plot {
+    if !runner.flag("--no-plot") {
         let png = out.join("soak.png");
-        crate::soak_plot::plot(&out.join("soak.jsonl"), &png)?;
+        crate::soak_plot::plot(&jsonl, &png)?;
         println!("plot: {}", png.display());
     }
     if !ok || !report.passed {

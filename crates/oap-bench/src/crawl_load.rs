@@ -16,7 +16,7 @@
 //!   during the crawl, and after it (same daemon, full index): p50/p99.
 //!
 //! ```text
-//! oap-bench crawl-load --oapd BIN --corpus DIR --model DIR [--count N] [--rate R]
+//! oap-bench crawl-load --oapd BIN [--corpus DIR] [--model DIR] [--quick] [--count N] [--rate R]
 //! ```
 //!
 //! The first N manifests of DIR that do not declare `stdio` are served.
@@ -60,19 +60,41 @@ pub struct Args {
     /// The `oapd` binary.
     #[arg(long)]
     oapd: PathBuf,
-    /// Directory of manifests (`oap-bench make-corpus`).
+    /// Directory of manifests (`oap-bench make-corpus`); without it twice
+    /// the count is generated into target/bench/crawl-corpus (about 40 % of
+    /// a generated corpus declares stdio, which the crawler refuses from
+    /// the network).
     #[arg(long)]
-    corpus: PathBuf,
+    corpus: Option<PathBuf>,
     /// The embedding model directory.
-    #[arg(long)]
+    #[arg(long, default_value = "models/all-MiniLM-L6-v2")]
     model: PathBuf,
-    /// Manifests to serve (the first that do not declare `stdio`).
-    #[arg(long, default_value_t = 10_000)]
-    count: usize,
+    /// Manifests to serve (the first that do not declare `stdio`);
+    /// 10,000, or 1,000 with `--quick`.
+    #[arg(long)]
+    count: Option<usize>,
+    /// The short run: 1,000 manifests unless `--count` says otherwise.
+    #[arg(long)]
+    quick: bool,
     /// Discover requests per second during every phase; 0 sends them back
     /// to back (closed loop, saturating).
-    #[arg(long, default_value_t = 0.0)]
+    #[arg(long, default_value_t = 0.0, value_parser = requests_per_second)]
     rate: f64,
+}
+
+impl Args {
+    fn count(&self) -> usize {
+        self.count
+            .unwrap_or(if self.quick { 1_000 } else { 10_000 })
+    }
+}
+
+/// `--rate`: a finite number of requests per second, 0 or more.
+fn requests_per_second(text: &str) -> std::result::Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(rate) if rate >= 0.0 && rate.is_finite() => Ok(rate),
+        _ => Err(format!("expected requests per second ≥ 0, got {text}")),
+    }
 }
 
 fn domain(i: usize) -> String {
@@ -232,9 +254,18 @@ pub fn run(options: Args) -> anyhow::Result<CrawlLoadReport> {
 }
 
 fn measure(options: Args) -> Result<CrawlLoadReport> {
-    let count = options.count;
+    let count = options.count();
     let rate = options.rate;
-    let bodies = Arc::new(corpus_bodies(&options.corpus, count)?);
+    let corpus = match &options.corpus {
+        Some(corpus) => corpus.clone(),
+        None => {
+            let out = PathBuf::from("target/bench/crawl-corpus");
+            crate::make_corpus::run(crate::make_corpus::Args::generated(out.clone(), count * 2))
+                .map_err(|err| err.to_string())?;
+            out
+        }
+    };
+    let bodies = Arc::new(corpus_bodies(&corpus, count)?);
     let tmp = tempfile::tempdir()?;
     let pki = Pki::try_new(&[format!("*.{ZONE}")])?;
     let (ca_pem, server_config) = (pki.ca_pem, pki.server);

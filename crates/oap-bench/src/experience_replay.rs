@@ -31,16 +31,16 @@ struct Task {
 #[derive(clap::Args, Debug)]
 pub struct Args {
     /// The labelled task set (JSONL: `query`, `expected`).
-    #[arg(long)]
+    #[arg(long, default_value = "bench/discovery-tasks.jsonl")]
     tasks: PathBuf,
     /// The manifest directory.
-    #[arg(long)]
+    #[arg(long, default_value = "tests/fixtures/reference-manifests/oap-dev")]
     manifests: PathBuf,
     /// The embedding model directory.
-    #[arg(long)]
+    #[arg(long, default_value = "models/all-MiniLM-L6-v2")]
     model: PathBuf,
-    /// Where the index and the cache are kept.
-    #[arg(long)]
+    /// Where the index and the cache are kept (created).
+    #[arg(long, default_value = "target/bench/experience")]
     work: PathBuf,
     /// `experience.min_similarity` values to compare.
     #[arg(long, value_delimiter = ',', default_value = "0.80,0.85,0.90,0.95")]
@@ -86,6 +86,17 @@ pub fn run(args: Args) -> anyhow::Result<ExperienceReport> {
         work,
         thresholds,
     } = args;
+    for (what, path) in [
+        ("task set", &tasks_path),
+        ("manifests", &manifests),
+        ("model", &model),
+    ] {
+        if !path.exists() {
+            anyhow::bail!("{what} missing: {}", path.display());
+        }
+    }
+    std::fs::create_dir_all(&work)
+        .map_err(|e| anyhow::anyhow!("cannot create {}: {e}", work.display()))?;
     let mut tasks = Vec::new();
     for line in std::fs::read_to_string(&tasks_path)?.lines() {
         let value: Value = serde_json::from_str(line)?;

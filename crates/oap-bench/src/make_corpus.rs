@@ -108,6 +108,18 @@ pub struct Args {
     from: Vec<PathBuf>,
 }
 
+impl Args {
+    /// `count` manifests into `out` from the default bases: what a
+    /// benchmark that needs a corpus generates when given none.
+    pub(crate) fn generated(out: PathBuf, count: usize) -> Args {
+        Args {
+            out,
+            count,
+            from: Vec::new(),
+        }
+    }
+}
+
 /// Valid manifests of `dirs`, as JSON objects without unknown top-level
 /// fields, sorted by name (then file) for a stable order.
 fn load_bases(dirs: &[PathBuf]) -> Result<Vec<Map<String, Value>>, String> {

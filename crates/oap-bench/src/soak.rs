@@ -150,17 +150,19 @@ pub struct Args {
     #[arg(long)]
     fake_ollama: PathBuf,
     /// Directory of manifests (`oap-bench make-corpus`): the catalog, then
-    /// the crawled ones.
+    /// the crawled ones. Without it, `catalog + 3 × crawl` are generated
+    /// into target/soak-corpus (about 40 % of a generated corpus declares
+    /// stdio, which is not crawlable: three times the crawl leaves enough).
     #[arg(long)]
-    corpus: PathBuf,
+    corpus: Option<PathBuf>,
     /// The embedding model directory.
-    #[arg(long)]
+    #[arg(long, default_value = "models/all-MiniLM-L6-v2")]
     model: PathBuf,
     /// Output directory: `soak.jsonl`, the daemon's and the fake's logs.
-    #[arg(long)]
+    #[arg(long, default_value = "target/soak")]
     out: PathBuf,
-    /// Minutes of load.
-    #[arg(long, default_value_t = 3.0)]
+    /// Minutes of load (a positive number; fractions allowed).
+    #[arg(long, default_value_t = 3.0, value_parser = positive_minutes)]
     minutes: f64,
     /// Generated manifests in the watched catalog directory.
     #[arg(long, default_value_t = 2000)]
@@ -353,17 +355,35 @@ pub fn run(options: Args) -> anyhow::Result<SoakReport> {
     soak(options).map_err(|err| anyhow::anyhow!("{err}"))
 }
 
+/// `--minutes`: a positive, finite number.
+fn positive_minutes(text: &str) -> std::result::Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(minutes) if minutes > 0.0 && minutes.is_finite() => Ok(minutes),
+        _ => Err(format!("expected a positive number, got {text}")),
+    }
+}
+
 fn soak(o: Args) -> Result<SoakReport> {
+    let corpus = match &o.corpus {
+        Some(corpus) => corpus.clone(),
+        None => {
+            let out = PathBuf::from("target/soak-corpus");
+            let count = o.catalog + 3 * o.crawl;
+            crate::make_corpus::run(crate::make_corpus::Args::generated(out.clone(), count))
+                .map_err(|err| err.to_string())?;
+            out
+        }
+    };
     std::fs::create_dir_all(&o.out)?;
     let work = tempfile::Builder::new().prefix("run-").tempdir_in(&o.out)?;
     let root = work.path().to_path_buf();
     // The catalog: the first `catalog` corpus files; the crawl: the next
     // network manifests.
-    let files = corpus_files(&o.corpus)?;
+    let files = corpus_files(&corpus)?;
     if files.len() < o.catalog {
         return Err(format!(
             "{} holds {} manifests, {} wanted",
-            o.corpus.display(),
+            corpus.display(),
             files.len(),
             o.catalog
         )
@@ -383,7 +403,7 @@ fn soak(o: Args) -> Result<SoakReport> {
     if crawled.len() < o.crawl {
         return Err(format!(
             "{} holds {} network manifests past the catalog, {} wanted",
-            o.corpus.display(),
+            corpus.display(),
             crawled.len(),
             o.crawl
         )

@@ -27,11 +27,19 @@ struct Task {
 /// Tool tokens per request: direct vs budget vs meta exposure.
 #[derive(clap::Args, Debug)]
 pub struct Args {
-    /// The labelled task set (JSONL: `query`, `expected`).
-    #[arg(long)]
+    /// The labelled task set (JSONL: `query`, `expected`); by default the
+    /// shared one of docs/BENCHMARKS.md.
+    #[arg(long, default_value = "bench/discovery-tasks.jsonl")]
     tasks: PathBuf,
-    /// Manifest directories (at least one).
-    #[arg(long = "dir", required = true)]
+    /// Manifest directories; by default the reference manifests the shared
+    /// task set is labelled against.
+    #[arg(
+        long = "dir",
+        default_values = [
+            "tests/fixtures/reference-manifests/oap-dev",
+            "tests/fixtures/reference-manifests/manifest-repo",
+        ]
+    )]
     dirs: Vec<PathBuf>,
     /// Token budgets to compare (default 300 and 150).
     #[arg(long = "budget")]

@@ -14,6 +14,7 @@ use serde::Serialize;
 
 use crate::domain::{normalize_domain, DomainError};
 use crate::fetch::{fetch_manifest, manifest_url, FetchLimits, FetchOutcome, Validators};
+use crate::lan_refusals::LanRefusals;
 use crate::now_ms;
 use crate::schedule::{backoff, jittered, AddedBy, DomainState, Schedule, ScheduleSettings};
 use crate::sink::CatalogSink;
@@ -149,7 +150,7 @@ pub struct Crawler {
     txt: Option<Arc<dyn TxtResolver>>,
     schedule: Mutex<Schedule>,
     /// Recent LAN advertisements refused, with why (bounded).
-    pub(crate) lan_refusals: Mutex<std::collections::VecDeque<crate::mdns::LanRefusalRecord>>,
+    pub(crate) lan_refusals: LanRefusals,
     /// One pass at a time (the schedule loop, `register`, the CLI).
     pass: tokio::sync::Mutex<()>,
     /// Told the outcome of every fetch (metrics).
@@ -177,7 +178,7 @@ impl Crawler {
             executor,
             txt,
             schedule: Mutex::new(schedule),
-            lan_refusals: Mutex::new(std::collections::VecDeque::new()),
+            lan_refusals: LanRefusals::default(),
             pass: tokio::sync::Mutex::new(()),
             on_fetch: None,
         }

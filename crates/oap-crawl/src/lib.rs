@@ -73,6 +73,7 @@
 pub mod crawler;
 pub mod domain;
 pub mod fetch;
+mod lan_refusals;
 pub mod mdns;
 pub mod schedule;
 pub mod schema;

@@ -25,16 +25,15 @@
 //!   is refused past the cap (and only the last [`MAX_LAN_REFUSALS`]
 //!   refusals are remembered).
 
-use std::collections::VecDeque;
 use std::net::IpAddr;
 
 use oap_exec::AddressClass;
 use oap_store::envelope;
 use oap_store::Trust;
-use serde::Serialize;
 
 use crate::crawler::{AddError, Crawler};
 use crate::fetch::Validators;
+use crate::lan_refusals::cut;
 use crate::schedule::{AddedBy, DomainState, Schedule};
 use crate::{now_ms, WELL_KNOWN_PATH};
 
@@ -48,8 +47,7 @@ pub const MAX_INSTANCE_BYTES: usize = 63;
 pub const MAX_PATH_BYTES: usize = 200;
 /// Largest TXT record (all keys and values).
 pub const MAX_TXT_BYTES: usize = 1024;
-/// Refusals remembered for `/v1/crawl/status`.
-pub const MAX_LAN_REFUSALS: usize = 32;
+pub use crate::lan_refusals::{LanRefusalRecord, MAX_LAN_REFUSALS};
 
 /// A resolved DNS-SD service, as the browser saw it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -118,22 +116,6 @@ pub enum LanRefusal {
     /// with its class (at most 8), or says none was advertised.
     #[error("no usable address: {0}")]
     NoUsableAddress(String),
-}
-
-/// One refused advertisement, for `/v1/crawl/status`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct LanRefusalRecord {
-    /// The advertised name (cut to 128 characters).
-    pub name: String,
-    /// Why, as text (a [`LanRefusal`], a full target list, or the failures that
-    /// dropped the target), cut to 512 characters.
-    pub reason: String,
-    /// When, in milliseconds since the Unix epoch.
-    pub at_ms: u64,
-}
-
-fn cut(text: &str, max_chars: usize) -> String {
-    text.chars().take(max_chars).collect()
 }
 
 /// The instance part of `fullname` (`My Hub._oap._tcp.local.` → `My Hub`).
@@ -465,24 +447,12 @@ impl Crawler {
 
     /// Remembers a refused advertisement (the newest [`MAX_LAN_REFUSALS`]).
     pub fn note_lan_refusal(&self, name: &str, reason: &str) {
-        let name = cut(name, 128);
-        let mut refusals = self.lan_refusals.lock().unwrap_or_else(|e| e.into_inner());
-        refusals.retain(|r| r.name != name);
-        if refusals.len() >= MAX_LAN_REFUSALS {
-            refusals.pop_front();
-        }
-        refusals.push_back(LanRefusalRecord {
-            name,
-            reason: cut(reason, 512),
-            at_ms: now_ms(),
-        });
+        self.lan_refusals.note(name, reason);
     }
 
     /// Refused advertisements, oldest first.
     pub fn lan_refusals(&self) -> Vec<LanRefusalRecord> {
-        let refusals: std::sync::MutexGuard<'_, VecDeque<LanRefusalRecord>> =
-            self.lan_refusals.lock().unwrap_or_else(|e| e.into_inner());
-        refusals.iter().cloned().collect()
+        self.lan_refusals.list()
     }
 }
 

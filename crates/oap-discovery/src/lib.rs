@@ -147,6 +147,7 @@ pub mod adapter;
 pub mod catalog;
 pub mod document;
 pub mod engine;
+mod entry;
 pub mod intents;
 pub mod query;
 pub mod query_cache;

@@ -5,27 +5,54 @@
 
 use std::path::Path;
 
-use oap_store::{envelope_paths, read_envelope_at, StoreError};
+use oap_store::{envelope_paths, read_envelope_at, StoreError, Trust};
 
-use crate::catalog::{read_problem, Catalog, Origin, Trust};
+use crate::entry::{read_problem, LoadProblem, Origin, MAX_FILES_PER_DIR};
 
 // oap-store cannot see oap-manifest's cap; this keeps the two in step: an
 // envelope must be able to hold any manifest under the cap.
 const _: () = assert!(oap_store::MAX_ENVELOPE_BYTES >= 8 * oap_manifest::MAX_MANIFEST_BYTES);
 
-/// Adds every envelope in `dir` to `catalog` (files in byte order).
-pub(crate) fn load_into(catalog: &mut Catalog, dir: &Path) {
-    let files = match envelope_paths(dir, crate::catalog::MAX_FILES_PER_DIR) {
+/// One thing found in the crawl store, in the order the catalog must add
+/// it (files in byte order, so that precedence is stable).
+pub(crate) enum RemoteItem {
+    /// A directory or envelope that could not be used, and why.
+    Problem(LoadProblem),
+    /// A stored manifest, ready to validate and add.
+    Manifest(StoredManifest),
+}
+
+/// A manifest as the crawler stored it, with what the catalog needs to
+/// place it.
+pub(crate) struct StoredManifest {
+    /// The manifest document as fetched.
+    pub(crate) body: String,
+    /// `lan` or `crawl`, and the URL it came from.
+    pub(crate) origin: Origin,
+    /// Never local (such an envelope is a problem instead).
+    pub(crate) trust: Trust,
+    /// The host whose name prefixes the manifest's id.
+    pub(crate) host: String,
+    /// The crawler's health verdict, when the manifest is down.
+    pub(crate) unhealthy: Option<String>,
+}
+
+/// Hands every envelope in `dir` to `each`, one at a time (files in byte
+/// order): a crawl of 10,000 manifests is never held in memory twice.
+pub(crate) fn read_each(dir: &Path, mut each: impl FnMut(RemoteItem)) {
+    let problem =
+        |location: String, message: String| RemoteItem::Problem(LoadProblem { location, message });
+    let files = match envelope_paths(dir, MAX_FILES_PER_DIR) {
         Ok(files) => files,
         Err(err) => {
             let message = match err {
                 StoreError::Io { source, .. } => source.to_string(),
                 other => other.to_string(),
             };
-            catalog.problem(
+            each(problem(
                 dir.display().to_string(),
                 format!("cannot read directory: {message}"),
-            );
+            ));
             return;
         }
     };
@@ -38,15 +65,18 @@ pub(crate) fn load_into(catalog: &mut Catalog, dir: &Path) {
                     StoreError::Invalid { message, .. } => message,
                     other => read_problem(other, oap_store::MAX_ENVELOPE_BYTES),
                 };
-                catalog.problem(location, format!("unreadable crawl envelope: {message}"));
+                each(problem(
+                    location,
+                    format!("unreadable crawl envelope: {message}"),
+                ));
                 continue;
             }
         };
         if doc.trust == Trust::Local {
-            catalog.problem(
+            each(problem(
                 location,
                 "crawl envelope claims local trust; remote manifests are lan or internet".into(),
-            );
+            ));
             continue;
         }
         let origin = Origin {
@@ -54,14 +84,14 @@ pub(crate) fn load_into(catalog: &mut Catalog, dir: &Path) {
                 Trust::Lan => "lan".into(),
                 _ => "crawl".into(),
             },
-            location: doc.url.clone(),
+            location: doc.url,
         };
-        let count = catalog.entries.len();
-        catalog.add_document_with(doc.body.as_bytes(), origin, doc.trust, Some(&doc.host));
-        if catalog.entries.len() > count {
-            if let Some(entry) = catalog.entries.last_mut() {
-                entry.unhealthy = doc.unhealthy.clone();
-            }
-        }
+        each(RemoteItem::Manifest(StoredManifest {
+            body: doc.body,
+            origin,
+            trust: doc.trust,
+            host: doc.host,
+            unhealthy: doc.unhealthy,
+        }));
     }
 }

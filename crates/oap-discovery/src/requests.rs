@@ -24,7 +24,7 @@ use std::sync::Arc;
 
 use serde::de::{Deserializer, MapAccess, Visitor};
 
-use crate::catalog::CatalogEntry;
+use crate::entry::CatalogEntry;
 
 /// At most this many request rows per capability.
 pub const MAX_REQUEST_ROWS: usize = 8;

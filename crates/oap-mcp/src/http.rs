@@ -26,7 +26,7 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
 use tracing::warn;
 
-use crate::hub::HubContext;
+use crate::context::HubContext;
 
 const SESSION_HEADER: &str = "Mcp-Session-Id";
 const LAST_EVENT_ID: &str = "Last-Event-Id";

@@ -93,6 +93,7 @@
 //! and `TMPDIR`; sockets and TCP only with `"network": true`.
 
 mod content;
+mod context;
 mod http;
 mod hub;
 mod line_watch;
@@ -102,8 +103,9 @@ pub mod redact;
 pub mod servers_file;
 
 pub use content::{canonical, content_hash, result_text};
+pub use context::{HubContext, HubSettings};
 pub use http::HttpError;
-pub use hub::{CallOutcome, Hub, HubContext, HubSettings, McpTool, ServerStatus, State};
+pub use hub::{CallOutcome, Hub, McpTool, ServerStatus, State};
 pub use noise::Traffic;
 pub use redact::{Redaction, REDACTED};
 pub use servers_file::{ServerSpec, ServersFile, SpecProblem, Start, Transport};

@@ -20,7 +20,7 @@ use serde::Serialize;
 use tokio::sync::watch as signal;
 use tracing::{debug, info};
 
-use crate::hub::HubSettings;
+use crate::context::HubSettings;
 
 /// Counts of what a server sent (and of the re-lists it caused).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]

@@ -48,51 +48,29 @@ pub(super) struct Metric {
     slack: f64,
 }
 
+impl Metric {
+    const fn new(name: &'static str, get: fn(&SoakLevels) -> f64, slack: f64) -> Metric {
+        Metric { name, get, slack }
+    }
+}
+
+// Each metric once, with its slack, whichever lists judge it: open files
+// are judged both per process and across processes, with the same slack.
+const RSS_MB: Metric = Metric::new("RSS (MB)", |l| l.rss_mb, 0.0);
+const OPEN_FILES: Metric = Metric::new("open files", |l| l.fds, 2.0);
+const THREADS: Metric = Metric::new("threads", |l| l.threads, 2.0);
+const TOOL_PROCESSES: Metric = Metric::new("tool processes", |l| l.children, 1.0);
+const DATA_FILES: Metric = Metric::new("files in the data directory", |l| l.data_files, 1.0);
+const INDEX_MB: Metric = Metric::new("index size (MB)", |l| l.index_mb, 0.0);
+
 /// Judged per process, from its settle point to its end.
-pub(super) const SELF_METRICS: &[Metric] = &[
-    Metric {
-        name: "RSS (MB)",
-        get: |l| l.rss_mb,
-        slack: 0.0,
-    },
-    Metric {
-        name: "open files",
-        get: |l| l.fds,
-        slack: 2.0,
-    },
-    Metric {
-        name: "threads",
-        get: |l| l.threads,
-        slack: 2.0,
-    },
-];
+pub(super) const SELF_METRICS: &[Metric] = &[RSS_MB, OPEN_FILES, THREADS];
 
 /// Judged across processes at the same age (the minute after each
 /// settled): what a restart could leave behind for the next process.
 /// Threads and RSS are not: each process's Tokio blocking pool keeps the
 /// peak its own start-up reached, which differs from start to start.
-pub(super) const ACROSS_METRICS: &[Metric] = &[
-    Metric {
-        name: "open files",
-        get: |l| l.fds,
-        slack: 2.0,
-    },
-    Metric {
-        name: "tool processes",
-        get: |l| l.children,
-        slack: 1.0,
-    },
-    Metric {
-        name: "files in the data directory",
-        get: |l| l.data_files,
-        slack: 1.0,
-    },
-    Metric {
-        name: "index size (MB)",
-        get: |l| l.index_mb,
-        slack: 0.0,
-    },
-];
+pub(super) const ACROSS_METRICS: &[Metric] = &[OPEN_FILES, TOOL_PROCESSES, DATA_FILES, INDEX_MB];
 
 /// Whether `to` is more than the allowed growth over `from`.
 pub(super) fn grew(from: f64, to: f64, slack: f64) -> bool {

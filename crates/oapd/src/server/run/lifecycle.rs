@@ -377,69 +377,84 @@ struct Running {
 }
 
 /// Keys a reload cannot change: the sockets, the server shell's limits,
-/// the loaded model and logging are set up once at start.
-fn needs_restart(old: &Config, new: &Config) -> Vec<&'static str> {
-    let mut keys = Vec::new();
-    let s = (&old.server, &new.server);
-    if s.0.listen != s.1.listen {
-        keys.push("server.listen");
-    }
-    if s.0.max_connections != s.1.max_connections {
-        keys.push("server.max_connections");
-    }
-    if s.0.max_pending_connections != s.1.max_pending_connections {
-        keys.push("server.max_pending_connections");
-    }
-    if s.0.max_connections_per_client != s.1.max_connections_per_client {
-        keys.push("server.max_connections_per_client");
-    }
-    if s.0.header_read_timeout != s.1.header_read_timeout {
-        keys.push("server.header_read_timeout");
-    }
-    if s.0.request_timeout != s.1.request_timeout {
-        keys.push("server.request_timeout");
-    }
-    if s.0.shutdown_grace != s.1.shutdown_grace {
-        keys.push("server.shutdown_grace");
-    }
-    if old.embedding != new.embedding {
-        keys.push("embedding");
-    }
-    if old.index.data_dir != new.index.data_dir {
-        keys.push("index.data_dir");
-    }
-    if old.log != new.log {
-        keys.push("log");
-    }
-    let d = (&old.discovery, &new.discovery);
-    if d.0.generate_requests != d.1.generate_requests {
-        keys.push("discovery.generate_requests");
-    }
-    if d.0.generate_model != d.1.generate_model {
-        keys.push("discovery.generate_model");
-    }
-    if d.0.generate_per_hour != d.1.generate_per_hour {
-        keys.push("discovery.generate_per_hour");
-    }
-    keys
+/// the loaded model and logging are set up once at start. Keeps their
+/// values from `old` in `new`, so the running daemon stays consistent with
+/// what it actually uses, and returns the keys whose value the new file
+/// changed (to warn that they wait for a restart). One list for both, so
+/// a key can never be reported without being kept, or the reverse.
+fn keep_restart_only(old: &Config, new: &mut Config) -> Vec<&'static str> {
+    let mut changed = Vec::new();
+    let mut keep = RestartOnly(&mut changed);
+    let (o, n) = (&old.server, &mut new.server);
+    keep.value("server.listen", &o.listen, &mut n.listen);
+    keep.value(
+        "server.max_connections",
+        &o.max_connections,
+        &mut n.max_connections,
+    );
+    keep.value(
+        "server.max_pending_connections",
+        &o.max_pending_connections,
+        &mut n.max_pending_connections,
+    );
+    keep.value(
+        "server.max_connections_per_client",
+        &o.max_connections_per_client,
+        &mut n.max_connections_per_client,
+    );
+    keep.value(
+        "server.header_read_timeout",
+        &o.header_read_timeout,
+        &mut n.header_read_timeout,
+    );
+    keep.value(
+        "server.request_timeout",
+        &o.request_timeout,
+        &mut n.request_timeout,
+    );
+    keep.value(
+        "server.shutdown_grace",
+        &o.shutdown_grace,
+        &mut n.shutdown_grace,
+    );
+    keep.value("embedding", &old.embedding, &mut new.embedding);
+    keep.value(
+        "index.data_dir",
+        &old.index.data_dir,
+        &mut new.index.data_dir,
+    );
+    keep.value("log", &old.log, &mut new.log);
+    let (o, n) = (&old.discovery, &mut new.discovery);
+    keep.value(
+        "discovery.generate_requests",
+        &o.generate_requests,
+        &mut n.generate_requests,
+    );
+    keep.value(
+        "discovery.generate_model",
+        &o.generate_model,
+        &mut n.generate_model,
+    );
+    keep.value(
+        "discovery.generate_per_hour",
+        &o.generate_per_hour,
+        &mut n.generate_per_hour,
+    );
+    changed
 }
 
-/// Keeps the restart-only values of `old` in `new`, so the running daemon
-/// stays consistent with what it actually uses.
-fn keep_restart_only(old: &Config, new: &mut Config) {
-    new.server.listen = old.server.listen.clone();
-    new.server.max_connections = old.server.max_connections;
-    new.server.max_pending_connections = old.server.max_pending_connections;
-    new.server.max_connections_per_client = old.server.max_connections_per_client;
-    new.server.header_read_timeout = old.server.header_read_timeout;
-    new.server.request_timeout = old.server.request_timeout;
-    new.server.shutdown_grace = old.server.shutdown_grace;
-    new.embedding = old.embedding.clone();
-    new.index.data_dir = old.index.data_dir.clone();
-    new.log = old.log.clone();
-    new.discovery.generate_requests = old.discovery.generate_requests;
-    new.discovery.generate_model = old.discovery.generate_model.clone();
-    new.discovery.generate_per_hour = old.discovery.generate_per_hour;
+/// Collects the restart-only keys a reload changed ([`keep_restart_only`]).
+struct RestartOnly<'a>(&'a mut Vec<&'static str>);
+
+impl RestartOnly<'_> {
+    /// Puts the running value back into the new configuration, noting
+    /// `key` when the new file had changed it.
+    fn value<T: PartialEq + Clone>(&mut self, key: &'static str, running: &T, new: &mut T) {
+        if running != new {
+            self.0.push(key);
+            *new = running.clone();
+        }
+    }
 }
 
 impl Running {
@@ -478,10 +493,9 @@ impl Running {
             .lock()
             .map_err(|_| anyhow::anyhow!("config lock poisoned"))?
             .clone();
-        for key in needs_restart(&old, &config) {
+        for key in keep_restart_only(&old, &mut config) {
             tracing::warn!(key, "changed, but takes effect only after a restart");
         }
-        keep_restart_only(&old, &mut config);
         let embedder = self.embedder.clone();
         let blocking_config = config.clone();
         let watch_baseline = watch::dir_signature(&watch::watched_dirs(&config));
@@ -789,6 +803,45 @@ async fn shutdown_signal(terminate: Option<tokio::signal::unix::Signal>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every restart-only key a reload changes is both reported and put
+    /// back, and nothing else is touched.
+    #[test]
+    fn a_reload_reports_and_keeps_every_restart_only_key() {
+        let old = Config::default();
+        let mut new = old.clone();
+        new.server.listen = vec!["127.0.0.1:1".into()];
+        new.server.max_connections += 1;
+        new.server.max_pending_connections += 1;
+        new.server.max_connections_per_client += 1;
+        new.server.header_read_timeout += 1;
+        new.server.request_timeout += 1;
+        new.server.shutdown_grace += 1;
+        new.index.data_dir = "/nonexistent/other".into();
+        new.discovery.generate_requests = !new.discovery.generate_requests;
+        new.discovery.generate_per_hour += 1;
+        new.discovery.default_top_k = old.discovery.default_top_k + 1;
+        let changed = keep_restart_only(&old, &mut new);
+        assert_eq!(
+            changed,
+            [
+                "server.listen",
+                "server.max_connections",
+                "server.max_pending_connections",
+                "server.max_connections_per_client",
+                "server.header_read_timeout",
+                "server.request_timeout",
+                "server.shutdown_grace",
+                "index.data_dir",
+                "discovery.generate_requests",
+                "discovery.generate_per_hour",
+            ]
+        );
+        let mut expected = old.clone();
+        expected.discovery.default_top_k = old.discovery.default_top_k + 1;
+        assert_eq!(new, expected);
+        assert!(keep_restart_only(&old, &mut new).is_empty());
+    }
 
     #[test]
     fn host_and_port_of_urls() {
