@@ -13,7 +13,7 @@ use oap_store::{StoreError, Trust};
 use serde::Serialize;
 
 use crate::domain::{normalize_domain, DomainError};
-use crate::fetch::{fetch_manifest, manifest_url, FetchLimits, FetchOutcome, Validators};
+use crate::fetch::{fetch_manifest_replacing, manifest_url, FetchLimits, FetchOutcome, Validators};
 use crate::lan_refusals::LanRefusals;
 use crate::now_ms;
 use crate::schedule::{backoff, jittered, AddedBy, DomainState, Schedule, ScheduleSettings};
@@ -416,13 +416,16 @@ impl Crawler {
         // checked when the advertisement was accepted and is checked again by
         // the executor's lan trust rules).
         let https_only = state.trust != Trust::Lan;
-        let result = fetch_manifest(
+        // The stored copy's schema records make a changed manifest's schema
+        // fetches conditional: an unchanged schema costs a 304.
+        let result = fetch_manifest_replacing(
             &self.executor,
             &state.url,
             state.trust,
             https_only,
             &validators,
             self.settings.fetch,
+            stored.as_ref().map(|doc| doc.body.as_str()),
         )
         .await;
         let outcome = match (result, stored) {
