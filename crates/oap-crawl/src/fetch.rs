@@ -9,7 +9,7 @@
 
 use std::time::Duration;
 
-use oap_exec::{Executor, FetchError, FetchRequest};
+use oap_exec::{Executor, FetchError, FetchRequest, FetchResponse};
 use oap_manifest::{InvokeKind, MAX_MANIFEST_BYTES};
 use oap_store::Trust;
 use serde::{Deserialize, Serialize};
@@ -50,8 +50,31 @@ pub struct Validators {
     pub last_modified: Option<String>,
 }
 
+/// The longest validator kept: a longer one is not a cache key but a way
+/// to make every later request carry a large header.
+const MAX_VALIDATOR_BYTES: usize = 512;
+
 impl Validators {
-    pub(crate) fn headers(&self) -> Vec<(String, String)> {
+    /// The validators `response` carries (each at most 512 bytes; a longer
+    /// or non-text one is dropped, which only costs a full fetch later).
+    pub fn of(response: &FetchResponse) -> Validators {
+        let header = |name: &str| {
+            response
+                .headers
+                .get(name)
+                .and_then(|v| v.to_str().ok())
+                .filter(|v| v.len() <= MAX_VALIDATOR_BYTES)
+                .map(str::to_string)
+        };
+        Validators {
+            etag: header("etag"),
+            last_modified: header("last-modified"),
+        }
+    }
+
+    /// The conditional request headers (`If-None-Match`,
+    /// `If-Modified-Since`) these validators make.
+    pub fn headers(&self) -> Vec<(String, String)> {
         let mut out = Vec::new();
         if let Some(etag) = &self.etag {
             out.push(("if-none-match".to_string(), etag.clone()));
@@ -62,7 +85,8 @@ impl Validators {
         out
     }
 
-    pub(crate) fn is_empty(&self) -> bool {
+    /// Whether there is nothing to send back (a 304 then means nothing).
+    pub fn is_empty(&self) -> bool {
         self.etag.is_none() && self.last_modified.is_none()
     }
 }
@@ -205,6 +229,7 @@ pub async fn fetch_manifest_replacing(
         same_host_only: true,
     };
     let response = executor.fetch(&request).await?;
+    let served_validators = Validators::of(&response);
     let url = response.final_url;
     if response.status == 304 && !validators.is_empty() {
         return Ok(FetchOutcome::NotModified);
@@ -243,24 +268,12 @@ pub async fn fetch_manifest_replacing(
     if parsed.manifest.invoke_kind() == Some(InvokeKind::Stdio) && trust != Trust::Local {
         return Err(ManifestFetchError::Stdio { url });
     }
-    let header = |name: &str| {
-        response
-            .headers
-            .get(name)
-            .and_then(|v| v.to_str().ok())
-            .filter(|v| v.len() <= 512)
-            .map(str::to_string)
-    };
-    let validators = Validators {
-        etag: header("etag"),
-        last_modified: header("last-modified"),
-    };
     // Only once every check passed: a refused manifest costs no schema fetch.
     let body = attach_schemas(executor, body, trust, stored_body, limits.schema).await;
     Ok(FetchOutcome::Fetched {
         body,
         url,
-        validators,
+        validators: served_validators,
     })
 }
 

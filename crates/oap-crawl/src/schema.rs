@@ -260,19 +260,8 @@ async fn fetch_document(
             response.status, response.final_url
         ));
     }
-    let header = |name: &str| {
-        response
-            .headers
-            .get(name)
-            .and_then(|v| v.to_str().ok())
-            .filter(|v| v.len() <= 512)
-            .map(str::to_string)
-    };
     Ok(Fetched::Document {
-        validators: Validators {
-            etag: header("etag"),
-            last_modified: header("last-modified"),
-        },
+        validators: Validators::of(&response),
         bytes: response.body,
     })
 }

@@ -18,6 +18,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
+use oap_crawl::Validators;
 use oap_exec::{ExecPolicy, Executor, FetchError, FetchRequest, FetchResponse, Trust};
 use oap_snapshot::FileEntry;
 
@@ -35,13 +36,6 @@ pub(super) struct Source {
     /// The base URL, ending in `/`.
     base: String,
     timeout: Duration,
-}
-
-/// `ETag` and `Last-Modified` of the last listing seen.
-#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub(super) struct Validators {
-    pub etag: Option<String>,
-    pub last_modified: Option<String>,
 }
 
 /// What asking for the listing gave.
@@ -111,36 +105,17 @@ impl Source {
 
     /// `snapshot.json` (conditional on `validators`) and its signature.
     pub async fn listing(&self, validators: &Validators) -> Result<Listing, PullError> {
-        let mut headers = Vec::new();
-        if let Some(etag) = &validators.etag {
-            headers.push(("if-none-match".to_owned(), etag.clone()));
-        }
-        if let Some(date) = &validators.last_modified {
-            headers.push(("if-modified-since".to_owned(), date.clone()));
-        }
+        let headers = validators.headers();
         let max = usize::try_from(oap_snapshot::MAX_LISTING_BYTES).unwrap_or(usize::MAX);
         let response = self
             .get(oap_snapshot::LISTING_FILE, headers, max)
             .await
             .map_err(|err| PullError::fetch(oap_snapshot::LISTING_FILE, err))?;
-        if response.status == 304
-            && (validators.etag.is_some() || validators.last_modified.is_some())
-        {
+        if response.status == 304 && !validators.is_empty() {
             return Ok(Listing::NotModified);
         }
         ok_status(oap_snapshot::LISTING_FILE, &response, 200)?;
-        let header = |name: &str| {
-            response
-                .headers
-                .get(name)
-                .and_then(|v| v.to_str().ok())
-                .filter(|v| v.len() <= 512)
-                .map(str::to_owned)
-        };
-        let validators = Validators {
-            etag: header("etag"),
-            last_modified: header("last-modified"),
-        };
+        let validators = Validators::of(&response);
         let signature = self
             .get(
                 oap_snapshot::SIGNATURE_FILE,

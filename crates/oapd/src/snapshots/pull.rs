@@ -15,10 +15,11 @@ use std::time::Duration;
 use oap_snapshot::{Expect, SnapshotError, TrustedKeys};
 use serde::{Deserialize, Serialize};
 
-use super::fetch::{self, Source, Validators};
+use super::fetch::{self, Source};
 use super::{install, rows, status, CURRENT, STAGING};
 use crate::config::Config;
 use crate::rebuild::Rebuilder;
+use oap_crawl::Validators;
 
 /// The persisted state's file name inside `DATA/snapshots`.
 const STATE_FILE: &str = "state.json";
