@@ -9,11 +9,12 @@
 
 use std::time::Duration;
 
-use oap_exec::{Executor, FetchError, FetchRequest, FetchResponse};
+use oap_exec::{Executor, FetchError, FetchRequest};
 use oap_manifest::{InvokeKind, MAX_MANIFEST_BYTES};
 use oap_store::Trust;
-use serde::{Deserialize, Serialize};
 
+use crate::request::exec_trust;
+pub use crate::request::Validators;
 use crate::schema::{attach_schemas, SchemaLimits};
 use crate::WELL_KNOWN_PATH;
 
@@ -35,59 +36,6 @@ impl Default for FetchLimits {
             max_bytes: MAX_MANIFEST_BYTES,
             schema: SchemaLimits::default(),
         }
-    }
-}
-
-/// Cache validators from the last successful fetch.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Validators {
-    /// The `ETag` header as served (at most 512 bytes), sent back as `If-None-Match`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub etag: Option<String>,
-    /// The `Last-Modified` header as served (at most 512 bytes), sent back as
-    /// `If-Modified-Since`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub last_modified: Option<String>,
-}
-
-/// The longest validator kept: a longer one is not a cache key but a way
-/// to make every later request carry a large header.
-const MAX_VALIDATOR_BYTES: usize = 512;
-
-impl Validators {
-    /// The validators `response` carries (each at most 512 bytes; a longer
-    /// or non-text one is dropped, which only costs a full fetch later).
-    pub fn of(response: &FetchResponse) -> Validators {
-        let header = |name: &str| {
-            response
-                .headers
-                .get(name)
-                .and_then(|v| v.to_str().ok())
-                .filter(|v| v.len() <= MAX_VALIDATOR_BYTES)
-                .map(str::to_string)
-        };
-        Validators {
-            etag: header("etag"),
-            last_modified: header("last-modified"),
-        }
-    }
-
-    /// The conditional request headers (`If-None-Match`,
-    /// `If-Modified-Since`) these validators make.
-    pub fn headers(&self) -> Vec<(String, String)> {
-        let mut out = Vec::new();
-        if let Some(etag) = &self.etag {
-            out.push(("if-none-match".to_string(), etag.clone()));
-        }
-        if let Some(date) = &self.last_modified {
-            out.push(("if-modified-since".to_string(), date.clone()));
-        }
-        out
-    }
-
-    /// Whether there is nothing to send back (a 304 then means nothing).
-    pub fn is_empty(&self) -> bool {
-        self.etag.is_none() && self.last_modified.is_none()
     }
 }
 
@@ -161,14 +109,6 @@ pub enum ManifestFetchError {
 /// The manifest URL of a normalised domain.
 pub fn manifest_url(domain: &str) -> String {
     format!("https://{domain}{WELL_KNOWN_PATH}")
-}
-
-pub(crate) fn exec_trust(trust: Trust) -> oap_exec::Trust {
-    match trust {
-        Trust::Local => oap_exec::Trust::Local,
-        Trust::Lan => oap_exec::Trust::Lan,
-        Trust::Internet => oap_exec::Trust::Internet,
-    }
 }
 
 /// Whether `content_type` says JSON (see the module docs).

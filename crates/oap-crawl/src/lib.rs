@@ -75,6 +75,7 @@ pub mod domain;
 pub mod fetch;
 mod lan_refusals;
 pub mod mdns;
+mod request;
 pub mod schedule;
 pub mod schema;
 pub mod sink;

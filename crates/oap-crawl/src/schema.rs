@@ -29,7 +29,7 @@ use oap_manifest::{Manifest, MAX_MANIFEST_BYTES};
 use oap_store::Trust;
 use serde_json::{json, Value};
 
-use crate::fetch::{exec_trust, Validators};
+use crate::request::{exec_trust, Validators};
 
 /// Limits of one schema fetch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

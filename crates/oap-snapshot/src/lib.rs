@@ -47,7 +47,7 @@ pub use error::SnapshotError;
 pub use hash::file_sha256;
 pub use keys::{key_id, SigningKey, TrustedKeys};
 pub use listing::{
-    check_path, FileEntry, Listing, FORMAT, LISTING_FILE, MAX_FILES, MAX_LISTING_BYTES,
-    SIGNATURE_FILE,
+    check_path, FileEntry, Listing, CATALOG_FILE, FORMAT, LISTING_FILE, MAX_FILES,
+    MAX_LISTING_BYTES, SIGNATURE_FILE,
 };
 pub use verify::{verify_dir, verify_files, verify_listing, Expect, Verified};

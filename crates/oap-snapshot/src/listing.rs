@@ -19,6 +19,9 @@ use crate::error::SnapshotError;
 pub const LISTING_FILE: &str = "snapshot.json";
 /// The minisign signature of [`LISTING_FILE`].
 pub const SIGNATURE_FILE: &str = "snapshot.json.minisig";
+/// The catalog's file name inside a snapshot (one JSON record per
+/// capability, as `oapd snapshot build` writes it).
+pub const CATALOG_FILE: &str = "catalog.jsonl";
 /// The listing format this build reads and writes.
 pub const FORMAT: u32 = 1;
 /// Largest listing read (a million-tool catalog is split into a few

@@ -7,7 +7,7 @@ use std::collections::HashSet;
 use serde_json::{json, Map, Value};
 
 use super::described::{described_fields, MAX_SCANNED_DESCRIPTION_BYTES};
-use super::schema_doc::{recorded_output_fields, recorded_parameters};
+use super::recorded::{recorded_output_fields, recorded_parameters};
 use super::text::{group_depth, sentences};
 use super::{
     compact_json, truncate_chars, MAX_PARAMETER_DESCRIPTION_CHARS, MAX_SCHEMA_DEPTH,

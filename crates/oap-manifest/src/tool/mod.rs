@@ -28,6 +28,7 @@ mod arguments;
 mod convert;
 mod described;
 mod naming;
+mod recorded;
 mod registry;
 pub mod schema_doc;
 mod text;

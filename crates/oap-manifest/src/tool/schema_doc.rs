@@ -31,7 +31,9 @@ use std::collections::HashSet;
 use serde_json::{json, Map, Value};
 
 use super::convert::sanitize_properties;
-use crate::model::{IoSpec, Manifest};
+use super::recorded::MAX_OUTPUT_FIELDS;
+pub use super::recorded::{schema_errors, RESOLVED_SCHEMA_KEY};
+use crate::model::Manifest;
 
 /// Largest schema document read (OpenAPI documents of whole services are
 /// often a few hundred KiB; the converted operation is far smaller).
@@ -45,12 +47,6 @@ pub const MAX_REF_DEPTH: usize = 8;
 
 /// How many schema nodes one resolution may produce.
 pub const MAX_EXPANDED_NODES: usize = 5_000;
-
-/// Key under `input` / `output` where the fetched schema's result is kept.
-pub const RESOLVED_SCHEMA_KEY: &str = "x-oapd-schema";
-
-/// Most output field names listed in the tool description.
-const MAX_OUTPUT_FIELDS: usize = 12;
 
 /// Why a schema document gave no parameters.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -178,51 +174,6 @@ pub fn resolved_record(url: &str, result: Result<Value, String>, notes: &[String
         record.insert("notes".into(), json!(notes));
     }
     Value::Object(record)
-}
-
-/// The parameters recorded in `input` by a schema fetch, if it succeeded.
-pub(crate) fn recorded_parameters(input: &IoSpec) -> Option<Value> {
-    let text = input
-        .extra
-        .get(RESOLVED_SCHEMA_KEY)?
-        .get("parameters")?
-        .as_str()?;
-    serde_json::from_str(text).ok()
-}
-
-/// The output field names recorded by a schema fetch, if it succeeded.
-pub(crate) fn recorded_output_fields(output: &IoSpec) -> Vec<String> {
-    output
-        .extra
-        .get(RESOLVED_SCHEMA_KEY)
-        .and_then(|r| r.get("fields"))
-        .and_then(Value::as_array)
-        .map(|fields| {
-            fields
-                .iter()
-                .filter_map(Value::as_str)
-                .take(MAX_OUTPUT_FIELDS)
-                .map(str::to_string)
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
-/// Why a manifest's `input.schema` / `output.schema` could not be used, as
-/// `"input.schema: <reason>"` lines (empty when both worked or none was fetched).
-pub fn schema_errors(manifest: &Manifest) -> Vec<String> {
-    [("input", &manifest.input), ("output", &manifest.output)]
-        .into_iter()
-        .filter_map(|(key, io)| {
-            let error = io
-                .as_ref()?
-                .extra
-                .get(RESOLVED_SCHEMA_KEY)?
-                .get("error")?
-                .as_str()?;
-            Some(format!("{key}.schema: {error}"))
-        })
-        .collect()
 }
 
 fn read_document(bytes: &[u8]) -> Result<Value, SchemaDocError> {

@@ -29,8 +29,6 @@ use crate::request_gen::cache;
 pub const SECRET_KEY_FILE: &str = "snapshot.key";
 /// The public key file `keygen` writes.
 pub const PUBLIC_KEY_FILE: &str = "snapshot.pub";
-/// The catalog's file name inside a snapshot.
-pub const CATALOG_FILE: &str = "catalog.jsonl";
 /// Default cap of `verify --max-bytes`: 4 GiB.
 const DEFAULT_MAX_BYTES: u64 = 4 << 30;
 
@@ -148,7 +146,7 @@ fn build(config: &Config, key_path: &Path, out: &Path, version: Option<u64>) -> 
         bail!("nothing is indexed: a snapshot of an empty catalog would replace the boards' with nothing");
     }
     let staging = tempfile_dir(out)?;
-    let catalog = staging.join(CATALOG_FILE);
+    let catalog = staging.join(oap_snapshot::CATALOG_FILE);
     write_catalog(&engine, &catalog)?;
     let mut inputs = vec![
         BuildInput {
@@ -159,7 +157,7 @@ fn build(config: &Config, key_path: &Path, out: &Path, version: Option<u64>) -> 
                 .join(oap_discovery::engine::INDEX_FILE),
         },
         BuildInput {
-            path: CATALOG_FILE.into(),
+            path: oap_snapshot::CATALOG_FILE.into(),
             source: catalog,
         },
     ];

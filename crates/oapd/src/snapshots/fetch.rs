@@ -22,7 +22,7 @@ use oap_crawl::Validators;
 use oap_exec::{ExecPolicy, Executor, FetchError, FetchRequest, FetchResponse, Trust};
 use oap_snapshot::FileEntry;
 
-use super::pull::PullError;
+use super::error::PullError;
 use crate::config::Config;
 
 /// Largest piece of a file asked for in one request.

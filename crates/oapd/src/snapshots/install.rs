@@ -26,7 +26,7 @@ use super::{rows::ROWS_BY_ID_FILE, CURRENT, PREVIOUS, TOOLS};
 use crate::request_gen::cache;
 
 /// The catalog's file name inside a snapshot.
-pub const CATALOG_FILE: &str = crate::cli::snapshot::CATALOG_FILE;
+pub const CATALOG_FILE: &str = oap_snapshot::CATALOG_FILE;
 
 /// Longest catalog line read (a manifest is at most 64 KiB; its JSON
 /// record a little more).

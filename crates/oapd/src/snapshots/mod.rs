@@ -32,6 +32,7 @@
 //! the status page's snapshot line, `/metrics` `oapd_snapshot_version` and
 //! `oapd_snapshot_pulls_total{outcome}`.
 
+mod error;
 mod fetch;
 mod install;
 mod pull;

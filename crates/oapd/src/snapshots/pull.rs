@@ -12,9 +12,10 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use oap_snapshot::{Expect, SnapshotError, TrustedKeys};
+use oap_snapshot::{Expect, TrustedKeys};
 use serde::{Deserialize, Serialize};
 
+use super::error::PullError;
 use super::fetch::{self, Source};
 use super::{install, rows, status, CURRENT, STAGING};
 use crate::config::Config;
@@ -25,58 +26,6 @@ use oap_crawl::Validators;
 const STATE_FILE: &str = "state.json";
 /// Largest state file read.
 const MAX_STATE_BYTES: u64 = 64 << 10;
-
-/// Why a check installed nothing.
-#[derive(Debug, thiserror::Error)]
-pub enum PullError {
-    /// The snapshot host could not be reached or answered wrongly.
-    #[error("fetch: {0}")]
-    Fetch(String),
-    /// The snapshot failed a check.
-    #[error("refused: {0}")]
-    Refused(#[from] SnapshotError),
-    /// The board could not stage or swap it in.
-    #[error("install: {0}")]
-    Install(String),
-    /// The index could not be rebuilt with it (the previous one is back).
-    #[error("rebuild with the new snapshot failed; the previous snapshot serves again")]
-    Rebuild,
-}
-
-impl PullError {
-    pub(super) fn fetch(what: &str, err: oap_exec::FetchError) -> PullError {
-        PullError::Fetch(format!("{what}: {err}"))
-    }
-
-    /// The short word `/metrics` counts it under.
-    pub fn reason(&self) -> &'static str {
-        match self {
-            PullError::Fetch(_) => "fetch",
-            PullError::Install(_) => "install",
-            PullError::Rebuild => "rebuild",
-            PullError::Refused(err) => match err {
-                SnapshotError::SignatureFormat(_)
-                | SnapshotError::UnknownKey { .. }
-                | SnapshotError::BadSignature { .. }
-                | SnapshotError::Key(_) => "signature",
-                SnapshotError::Listing(_) => "listing",
-                SnapshotError::PathOutside { .. } => "path",
-                SnapshotError::TooLarge { .. } => "too_large",
-                SnapshotError::ModelMismatch { .. } => "model",
-                SnapshotError::Replayed { .. } => "replayed",
-                SnapshotError::SizeMismatch { .. } | SnapshotError::NotAFile { .. } => "size",
-                SnapshotError::HashMismatch { .. } => "hash",
-                SnapshotError::Io { .. } | SnapshotError::Store(_) => "install",
-            },
-        }
-    }
-
-    /// Whether asking again for the same listing cannot help (its
-    /// validators are kept, so the next check is a cheap 304).
-    fn is_final(&self) -> bool {
-        matches!(self, PullError::Refused(err) if !matches!(err, SnapshotError::Io { .. } | SnapshotError::Store(_)))
-    }
-}
 
 /// What `state.json` keeps across restarts.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
