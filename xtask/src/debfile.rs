@@ -64,8 +64,9 @@ const BINARY_DESTINATION: &str = "usr/bin/oapd";
 /// only grows by decision (the workspace Cargo.toml's size section says
 /// what keeps it there). Checked where the package strips the binary, so
 /// `cargo xtask deb` (amd64 and arm64) fails the day a change crosses it.
-/// The x86_64 binary, the larger, is 27.4 MB; the budget only shrinks.
-const MAX_STRIPPED_BINARY_BYTES: u64 = 28_000_000;
+/// The x86_64 binary, the larger, is 24.8 MB (aarch64 21.6 MB); the budget
+/// only shrinks.
+const MAX_STRIPPED_BINARY_BYTES: u64 = 25_000_000;
 
 /// `(source relative to the repository, destination in the package, mode)`;
 /// a source ending in `/*.json` is every JSON file of that directory.
