@@ -15,7 +15,7 @@
 //! are killed when this task ends, also on error (their handles kill them
 //! on drop). Log lines the task needs are read as JSON (`log.format: json`).
 
-use crate::bench_proxy::{loadavg, now_utc};
+use oap_bench::machine::{loadavg, now_utc};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -222,7 +222,7 @@ fn machine_description() -> String {
     let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
     format!(
         "{}, Linux {}",
-        crate::bench_proxy::machine_description(),
+        oap_bench::machine::machine_description(),
         kernel.trim()
     )
 }

@@ -8,7 +8,7 @@
 //! to add under "Crawler" in docs/BENCHMARKS.md beside the earlier runs (a
 //! run never overwrites the recorded history).
 
-use crate::bench_proxy::{loadavg, machine_description, now_utc};
+use oap_bench::machine::{loadavg, machine_description, now_utc};
 
 use anyhow::{Context, Result};
 use oap_bench::report::{CrawlLoadReport, Phase};

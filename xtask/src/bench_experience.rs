@@ -9,8 +9,8 @@
 use anyhow::Result;
 use oap_bench::report::ExperienceReport;
 
-use crate::bench_proxy::{loadavg, machine_description};
 use crate::bench_run;
+use oap_bench::machine::{loadavg, machine_description};
 
 pub fn run(args: &[String]) -> Result<()> {
     if bench_run::wants_help(args) {

@@ -15,11 +15,10 @@ use std::time::Instant;
 use anyhow::{Context, Result};
 use oap_bench::report::FitnessReport;
 
-use crate::bench_proxy::{
-    build_fake_ollama, fake_script, loadavg, machine_description, now_utc, start_fake_with,
-    start_oapd_with,
-};
-use crate::bench_run::{self, TempDir};
+use oap_bench::machine::{loadavg, machine_description, now_utc};
+
+use crate::bench_procs::{fake_script, start_fake_with, start_oapd_with};
+use crate::bench_run::{self, build_fake_ollama, TempDir};
 use crate::repo_root;
 use crate::tasks::{cargo, run_in_root};
 

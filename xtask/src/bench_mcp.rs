@@ -45,9 +45,10 @@ use anyhow::{bail, Context, Result};
 use oap_bench::report::{DiscoverLoadReport, ProxyLoadReport, RequestTokensReport};
 use serde_json::{json, Value};
 
-use crate::bench_proxy::{
-    loadavg, machine_description, now_utc, prologue, rss_of, start_fake_with, start_oapd_with,
-    start_peer_with, Proc,
+use oap_bench::machine::{loadavg, machine_description, now_utc};
+
+use crate::bench_procs::{
+    prologue, rss_of, start_fake_with, start_oapd_with, start_peer_with, Proc,
 };
 use crate::bench_run::{self, TempDir};
 use crate::repo_root;

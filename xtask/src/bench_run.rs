@@ -35,6 +35,19 @@ pub(crate) fn build(also: &[(&str, &str)]) -> Result<PathBuf> {
     Ok(repo_root().join("target/release/oap-bench"))
 }
 
+/// Builds the scripted fake Ollama (release) for the benches and the
+/// image boot test; it lands in `target/release/fake-ollama`.
+pub(crate) fn build_fake_ollama() -> Result<()> {
+    run_in_root(cargo().args([
+        "build",
+        "--release",
+        "-p",
+        "fake-ollama",
+        "--bin",
+        "fake-ollama",
+    ]))
+}
+
 /// `cargo build --release` of the `oap-bench` binary, to run in a source
 /// tree (this one, or an earlier release's).
 pub(crate) fn build_command() -> Command {

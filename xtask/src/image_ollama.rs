@@ -67,7 +67,7 @@ esac
 pub(crate) fn fake_ollama() -> Result<PathBuf> {
     let bin = repo_root().join("target/release/fake-ollama");
     if !bin.is_file() {
-        crate::bench_proxy::build_fake_ollama()?;
+        crate::bench_run::build_fake_ollama()?;
     }
     ensure!(bin.is_file(), "{} was not built", bin.display());
     Ok(bin)

@@ -8,9 +8,8 @@
 //! # Architecture
 //!
 //! `cargo xtask run|test|fuzz|bench-*|soak|deb|check-units|cross|image|image-boot|fetch-model`.
-//! `soak.rs` drives `oap-bench soak` and `soak_plot.rs` draws its records
-//! into a PNG with no plotting library (lines and a 5×7 pixel font on a
-//! palette canvas, encoded by the `png` crate).
+//! `soak.rs` drives `oap-bench soak` and has `oap-bench soak-plot` draw
+//! its records into a PNG.
 //! `fuzz.rs` builds the fuzz package with the coverage flags and runs
 //! libFuzzer per target (working corpus and crashing inputs under
 //! `target/fuzz/`), failing on a crash with the replay command.
@@ -75,6 +74,7 @@ mod bench_experience;
 mod bench_fitness;
 mod bench_mcp;
 mod bench_memory;
+mod bench_procs;
 mod bench_proxy;
 mod bench_retrieval;
 mod bench_run;
@@ -100,7 +100,6 @@ mod net;
 mod package;
 mod pipeline;
 mod soak;
-mod soak_plot;
 mod tasks;
 mod test_packages;
 mod tidy;

@@ -6,16 +6,15 @@
 //! given (`--minutes`, `--catalog`, `--crawl`, `--out`, ...: see its help;
 //! it generates its corpus, runs the load and the faults, records, and
 //! judges the pass criteria: see its module doc), writes its summary beside
-//! its records as `summary.json` and plots them into `soak.png`. Fails
-//! naming every criterion missed.
+//! its records as `summary.json` and has `oap-bench soak-plot` draw them
+//! into `soak.png`. Fails naming every criterion missed.
 
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
 use oap_bench::report::SoakReport;
 
-use crate::bench_proxy::build_fake_ollama;
-use crate::bench_run::{self, RunnerArgs};
+use crate::bench_run::{self, build_fake_ollama, RunnerArgs};
 use crate::repo_root;
 
 pub fn run(args: &[String]) -> Result<()> {
@@ -30,11 +29,8 @@ pub fn run(args: &[String]) -> Result<()> {
     }
     let runner = RunnerArgs::split(args, &["--bin-dir", "--replot"], &["--no-plot"])?;
     if let Some(dir) = runner.value("--replot") {
-        let dir = Path::new(dir);
-        let png = dir.join("soak.png");
-        crate::soak_plot::plot(&dir.join("soak.jsonl"), &png)?;
-        println!("plot: {}", png.display());
-        return Ok(());
+        let bench = bench_run::build(&[])?;
+        return plot(&bench, &Path::new(dir).join("soak.jsonl"));
     }
     let bin = match runner.value("--bin-dir") {
         Some(dir) => PathBuf::from(dir),
@@ -68,9 +64,7 @@ pub fn run(args: &[String]) -> Result<()> {
         report.jsonl
     );
     if !runner.flag("--no-plot") {
-        let png = out.join("soak.png");
-        crate::soak_plot::plot(&jsonl, &png)?;
-        println!("plot: {}", png.display());
+        plot(&bin.join("oap-bench"), &jsonl)?;
     }
     if !ok || !report.passed {
         bail!(
@@ -82,6 +76,21 @@ pub fn run(args: &[String]) -> Result<()> {
             }
         );
     }
+    Ok(())
+}
+
+/// `oap-bench soak-plot`: the records at `jsonl` drawn into `soak.png`
+/// beside them.
+fn plot(bench: &Path, jsonl: &Path) -> Result<()> {
+    let png = jsonl.with_file_name("soak.png");
+    crate::tasks::run_in_root(
+        bench_run::command(bench, "soak-plot")
+            .arg("--jsonl")
+            .arg(jsonl)
+            .arg("--png")
+            .arg(&png),
+    )?;
+    println!("plot: {}", png.display());
     Ok(())
 }
 

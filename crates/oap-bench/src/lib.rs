@@ -35,4 +35,10 @@
 //! compiles serde and nothing of the daemon's). Daemons a benchmark starts go
 //! through the kit's `DaemonBuilder`.
 
+#[allow(
+    clippy::disallowed_methods,
+    reason = "reads /proc and runs lscpu/date for a report's header, not daemon input"
+)]
+pub mod machine;
+pub mod proxy_report;
 pub mod report;

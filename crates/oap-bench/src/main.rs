@@ -23,12 +23,14 @@ mod experience_replay;
 mod fitness;
 mod make_corpus;
 mod memory_burst;
+mod proxy_bench;
 mod proxy_load;
 mod relevance;
 mod request_tokens;
 mod retrieval;
 mod search;
 mod soak;
+mod soak_plot;
 mod tool_tokens;
 
 use std::path::PathBuf;
@@ -63,6 +65,9 @@ enum Bench {
     DiscoverLoad(discover_load::Args),
     /// Load `POST /api/chat` on a running daemon, fake Ollama or peer proxy.
     ProxyLoad(proxy_load::Args),
+    /// The latency oapd (and the peer) adds in front of a fake Ollama it
+    /// starts, side by side, and oapd's memory over a long run.
+    Proxy(proxy_bench::Args),
     /// The tools one recorded chat request offers and their tokens.
     RequestTokens(request_tokens::Args),
     /// Tool tokens per request: direct vs budget vs meta exposure.
@@ -72,6 +77,8 @@ enum Bench {
     /// The whole appliance under load with faults for N minutes: per-minute
     /// records, pass criteria (non-zero exit naming what failed).
     Soak(soak::Args),
+    /// Draw a soak's records into a PNG (no JSON report).
+    SoakPlot(soak_plot::Args),
     /// What the small-model features cost a request (URL sanitisation,
     /// the chat endpoints, forced tools, `oapd validate-model`), against
     /// daemons and a fake Ollama started by the caller.
@@ -136,6 +143,11 @@ fn run(cli: Cli) -> anyhow::Result<bool> {
             emit(&report, json)?;
             return Ok(load_ok("proxy-load", report.errors, &report.error_samples));
         }
+        Bench::Proxy(args) => {
+            let report = proxy_bench::run(args)?;
+            table(report.render());
+            emit(&report, json)?;
+        }
         Bench::RequestTokens(args) => {
             let report = request_tokens::run(args)?;
             table(format!(
@@ -165,6 +177,7 @@ fn run(cli: Cli) -> anyhow::Result<bool> {
             }
             return Ok(report.passed);
         }
+        Bench::SoakPlot(args) => soak_plot::run(args)?,
         Bench::Fitness(args) => emit(&fitness::run(args)?, json)?,
         Bench::MemoryBurst(args) => emit(&memory_burst::run(args)?, json)?,
         Bench::MakeCorpus(args) => make_corpus::run(args)?,

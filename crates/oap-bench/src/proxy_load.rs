@@ -99,7 +99,52 @@ pub struct Args {
     prompt: Option<String>,
 }
 
+/// One run as another benchmark asks for it (`oap-bench proxy`): the
+/// same options as on the command line, through the same checks.
+pub struct Run {
+    /// The server (loopback only).
+    pub addr: SocketAddr,
+    /// Streams (`--mode stream`) or whole answers.
+    pub stream: bool,
+    /// Workers.
+    pub concurrency: usize,
+    /// Timed requests at most.
+    pub requests: usize,
+    /// Time at most.
+    pub duration: Duration,
+    /// `model` of every request.
+    pub model: String,
+    /// `--no-discover`.
+    pub no_discover: bool,
+    /// `--label`.
+    pub label: String,
+}
+
+/// The warm-up of a run another benchmark asks for.
+const RUN_WARMUP: usize = 30;
+
 impl Args {
+    /// The arguments of `run`, checked as the command line's would be.
+    pub fn for_run(run: Run) -> anyhow::Result<Args> {
+        let addr = crate::client::loopback(&run.addr.to_string()).map_err(anyhow::Error::msg)?;
+        let concurrency = u16::try_from(run.concurrency)
+            .ok()
+            .filter(|c| (1..=1024).contains(c))
+            .ok_or_else(|| anyhow::anyhow!("concurrency {}: 1..=1024", run.concurrency))?;
+        Ok(Args {
+            addr,
+            mode: if run.stream { Mode::Stream } else { Mode::Chat },
+            concurrency,
+            requests: Some(run.requests),
+            duration: Some(run.duration),
+            warmup: RUN_WARMUP,
+            model: run.model,
+            no_discover: run.no_discover,
+            label: run.label,
+            prompt: None,
+        })
+    }
+
     /// The user message of request `i`.
     fn prompt(&self, i: usize) -> &str {
         self.prompt.as_deref().unwrap_or(PROMPTS[i % PROMPTS.len()])
