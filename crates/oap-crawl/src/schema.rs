@@ -14,10 +14,19 @@
 //! redirects across hosts are followed, each hop checked. Only `http(s)`
 //! URLs are fetched, never `file:`.
 //!
+//! A manifest from an operator's directory (`manifests.dirs`) gets the same
+//! treatment through [`attach_local_schemas`], under local trust (the
+//! address rules of the calls it makes), and one more kind of reference: a
+//! relative path names a file beside the manifest in that directory, read
+//! confined to it (no absolute path, no `..`, no symbolic link out of it)
+//! and capped like a fetched document. A crawled manifest's relative path
+//! or `file:` URL is never read.
+//!
 //! A schema that cannot be used leaves the manifest as it was, with the
 //! reason recorded (`x-oapd-schema.error`): the tool keeps today's fallback
 //! parameters and `/v1/manifests`, `/ui` and `oapd lint` say why.
 
+use std::path::{Component, Path};
 use std::time::Duration;
 
 use oap_exec::{Executor, FetchRequest};
@@ -65,6 +74,26 @@ impl Side {
     }
 }
 
+/// Where a manifest came from, which decides what its schema references
+/// may name.
+#[derive(Debug, Clone, Copy)]
+enum Holder<'a> {
+    /// Fetched (crawled, LAN): `http(s)` URLs only, under this trust.
+    Fetched(Trust),
+    /// A file in this operator directory: `http(s)` URLs under local
+    /// trust, and relative paths of files in the directory.
+    OperatorDir(&'a Path),
+}
+
+impl Holder<'_> {
+    fn trust(self) -> Trust {
+        match self {
+            Holder::Fetched(trust) => trust,
+            Holder::OperatorDir(_) => Trust::Local,
+        }
+    }
+}
+
 /// `body` (a manifest that passed every check, fetched with `trust`) with
 /// its schemas fetched and recorded. `previous` is the stored copy it
 /// replaces, whose records make the fetches conditional. Records a
@@ -77,6 +106,32 @@ pub async fn attach_schemas(
     previous: Option<&str>,
     limits: SchemaLimits,
 ) -> String {
+    attach(executor, body, Holder::Fetched(trust), previous, limits).await
+}
+
+/// [`attach_schemas`] for a manifest file of the operator directory `dir`:
+/// URLs are fetched under local trust (the executor's rules for the calls
+/// a local manifest makes), and a relative path names a file in `dir`
+/// ([`read_beside`]). `previous` is the result of the last call for the
+/// same file, whose records make the fetches conditional.
+pub async fn attach_local_schemas(
+    executor: &Executor,
+    body: String,
+    dir: &Path,
+    previous: Option<&str>,
+    limits: SchemaLimits,
+) -> String {
+    attach(executor, body, Holder::OperatorDir(dir), previous, limits).await
+}
+
+async fn attach(
+    executor: &Executor,
+    body: String,
+    holder: Holder<'_>,
+    previous: Option<&str>,
+    limits: SchemaLimits,
+) -> String {
+    let trust = holder.trust();
     let Ok(mut doc) = serde_json::from_str::<Value>(&body) else {
         return body;
     };
@@ -107,7 +162,15 @@ pub async fn attach_schemas(
         let result = match fetched.iter().find(|(u, _)| *u == url) {
             Some((_, result)) => result.clone(),
             None => {
-                let result = fetch_document(executor, &url, trust, old.as_ref(), limits).await;
+                let result = match holder {
+                    Holder::OperatorDir(dir) if is_relative_path(&url) => {
+                        read_beside(dir, &url, limits.max_bytes).map(|bytes| Fetched::Document {
+                            bytes,
+                            validators: Validators::default(),
+                        })
+                    }
+                    _ => fetch_document(executor, &url, trust, old.as_ref(), limits).await,
+                };
                 fetched.push((url.clone(), result.clone()));
                 result
             }
@@ -118,7 +181,14 @@ pub async fn attach_schemas(
                 None => json!({"url": url, "error": "304 Not Modified without a stored copy"}),
             },
             Ok(Fetched::Document { bytes, validators }) => {
-                let mut record = convert(&bytes, &url, &manifest, side);
+                // A file has no URL to resolve an OpenAPI document's
+                // relative `servers` against: the tool's own is the base.
+                let base = if is_relative_path(&url) {
+                    manifest.invoke.url.trim()
+                } else {
+                    url.as_str()
+                };
+                let mut record = convert(&bytes, &url, base, &manifest, side);
                 if let Value::Object(r) = &mut record {
                     if r.get("error").is_none() {
                         if let Some(etag) = validators.etag {
@@ -186,13 +256,56 @@ fn schema_url(manifest: &Manifest, side: Side) -> Option<String> {
     (!url.is_empty() && !url.starts_with('{')).then(|| url.to_string())
 }
 
-fn convert(bytes: &[u8], url: &str, manifest: &Manifest, side: Side) -> Value {
+/// Whether a schema reference is a path rather than a URL: no scheme
+/// (`https:`, `file:`, ...) before its first `/`.
+fn is_relative_path(reference: &str) -> bool {
+    match reference.split_once(':') {
+        Some((before, _)) => before.contains('/'),
+        None => true,
+    }
+}
+
+/// The file `reference` (a relative path) names in the operator directory
+/// `dir`, at most `max_bytes`. Refused: an absolute path, a `..` or `.`
+/// component, a path that resolves (symbolic links followed) outside
+/// `dir`, anything but a regular file. The manifest is the operator's, but
+/// a file copied in from elsewhere should not read the rest of the disk.
+fn read_beside(dir: &Path, reference: &str, max_bytes: usize) -> Result<Vec<u8>, String> {
+    let relative = Path::new(reference);
+    if reference.is_empty()
+        || !relative
+            .components()
+            .all(|part| matches!(part, Component::Normal(_)))
+    {
+        return Err(format!(
+            "the schema path {reference:?} is not inside the manifest's directory \
+             (a relative path without `..` or `.` is)"
+        ));
+    }
+    let directory = dir
+        .canonicalize()
+        .map_err(|err| format!("cannot resolve the manifest's directory: {err}"))?;
+    let file = directory
+        .join(relative)
+        .canonicalize()
+        .map_err(|err| format!("cannot read the schema file {reference:?}: {err}"))?;
+    if !file.starts_with(&directory) {
+        return Err(format!(
+            "the schema file {reference:?} resolves outside the manifest's directory \
+             (a symbolic link out of it is not followed)"
+        ));
+    }
+    oap_store::read_capped(&file, max_bytes as u64)
+        .map_err(|err| format!("cannot read the schema file {reference:?}: {err}"))
+}
+
+fn convert(bytes: &[u8], url: &str, base: &str, manifest: &Manifest, side: Side) -> Value {
     match side {
-        Side::Input => match resolve_input_schema(bytes, url, manifest) {
+        Side::Input => match resolve_input_schema(bytes, base, manifest) {
             Ok(resolved) => resolved_record(url, Ok(resolved.parameters), &resolved.notes),
             Err(err) => resolved_record(url, Err(err.to_string()), &[]),
         },
-        Side::Output => match resolve_output_fields(bytes, url, manifest) {
+        Side::Output => match resolve_output_fields(bytes, base, manifest) {
             Ok(fields) => resolved_record(url, Ok(json!(fields)), &[]),
             Err(err) => resolved_record(url, Err(err.to_string()), &[]),
         },

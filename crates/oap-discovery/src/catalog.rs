@@ -36,12 +36,26 @@ pub enum Source {
     Bundled(Vec<(String, Vec<u8>)>),
     /// A directory of `*.json` manifests owned by the operator.
     Dir(PathBuf),
+    /// [`Source::Dir`], each file's bytes passed through the
+    /// [`DirManifests`] before they are parsed (the daemon's recorded
+    /// schemas of its operator's manifests).
+    DirWith(PathBuf, Arc<dyn DirManifests>),
     /// The crawler's store: envelopes of manifests fetched from the internet
     /// or the LAN (see [`oap_store::envelope`]). A missing directory is empty.
     Remote(PathBuf),
     /// The tools of the MCP servers the operator configured, asked afresh
     /// at every load (the daemon rebuilds when a server's tool list changes).
     Mcp(Arc<dyn McpTools>),
+}
+
+/// What the daemon adds to an operator directory's manifest file before
+/// it is loaded: the documents its `input.schema` / `output.schema` name,
+/// fetched beforehand and recorded in the manifest, so loading itself
+/// reads nothing but the directory and a local cache.
+pub trait DirManifests: Send + Sync + std::fmt::Debug {
+    /// The manifest to load for the file at `path` whose bytes are `bytes`
+    /// (`bytes` itself when there is nothing to add).
+    fn prepare(&self, path: &Path, bytes: Vec<u8>) -> Vec<u8>;
 }
 
 /// Whatever holds the MCP servers' current tool lists (the daemon's MCP
@@ -138,7 +152,8 @@ impl Catalog {
                         catalog.add_document(bytes, origin, Trust::Local);
                     }
                 }
-                Source::Dir(dir) => catalog.load_dir(dir),
+                Source::Dir(dir) => catalog.load_dir(dir, None),
+                Source::DirWith(dir, prepare) => catalog.load_dir(dir, Some(prepare.as_ref())),
                 Source::Remote(dir) => {
                     crate::remote::read_each(dir, |item| catalog.add_remote(item));
                 }
@@ -152,7 +167,7 @@ impl Catalog {
         catalog
     }
 
-    fn load_dir(&mut self, dir: &Path) {
+    fn load_dir(&mut self, dir: &Path, prepare: Option<&dyn DirManifests>) {
         let listing = match fs::read_dir(dir) {
             Ok(listing) => listing,
             Err(err) => {
@@ -182,6 +197,10 @@ impl Catalog {
             let location = path.display().to_string();
             match read_capped(&path) {
                 Ok(bytes) => {
+                    let bytes = match prepare {
+                        Some(prepare) => prepare.prepare(&path, bytes),
+                        None => bytes,
+                    };
                     let origin = Origin {
                         kind: "dir".into(),
                         location,

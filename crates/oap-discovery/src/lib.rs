@@ -158,8 +158,8 @@ pub mod spoken_numbers;
 
 pub use adapter::{AdapterError, QueryAdapter};
 pub use catalog::{
-    mcp_id, Catalog, CatalogEntry, Collision, LoadProblem, McpBinding, McpToolDoc, McpTools,
-    Origin, Source, Trust,
+    mcp_id, Catalog, CatalogEntry, Collision, DirManifests, LoadProblem, McpBinding, McpToolDoc,
+    McpTools, Origin, Source, Trust,
 };
 pub use engine::{
     BuildReport, Candidate, DiscoverError, Discovery, Engine, EngineConfig, EngineError,

@@ -284,6 +284,26 @@ impl Validator {
         }
     }
 
+    /// `input.schema` / `output.schema`: an absolute http(s) URL, as the
+    /// spec has it, or (a warning, not an error) a relative path, which a
+    /// manifest of an operator's directory may use for a file beside it;
+    /// the daemon reads it from there and never for a fetched manifest.
+    fn schema_reference(&mut self, io: &Map<String, Value>, parent: &str) {
+        let Some(s) = self.opt_string(io, "schema", parent) else {
+            return;
+        };
+        let path = child(parent, "schema");
+        if is_relative_path(s) {
+            self.warn(
+                &path,
+                "a relative path, not a URL: read from the manifest's directory for a \
+                 manifest of manifests.dirs, not used for a fetched one",
+            );
+        } else {
+            self.check_http_url(&path, s);
+        }
+    }
+
     fn opt_bool(&mut self, obj: &Map<String, Value>, key: &str, parent: &str) {
         if let Some(v) = present(obj, key) {
             if !v.is_boolean() {
@@ -456,7 +476,7 @@ impl Validator {
             }
             _ => {}
         }
-        self.opt_url(io, "schema", key);
+        self.schema_reference(io, key);
         if let Some(v) = present(io, "parameters") {
             self.parameters(&child(key, "parameters"), v);
         }
@@ -750,6 +770,19 @@ fn has_userinfo(s: &str) -> bool {
 }
 
 /// Why `s` is not an acceptable http(s) URL, or `None` if it is.
+/// A relative reference without a scheme, a leading `/`, whitespace or
+/// control characters (`schemas/forecast.json`).
+fn is_relative_path(s: &str) -> bool {
+    !s.is_empty()
+        && !s.starts_with('/')
+        && control_problem(s, Text::Line).is_none()
+        && !s.chars().any(char::is_whitespace)
+        && matches!(
+            url::Url::parse(s),
+            Err(url::ParseError::RelativeUrlWithoutBase)
+        )
+}
+
 fn http_url_problem(s: &str) -> Option<String> {
     if s.is_empty() {
         return Some("empty".into());

@@ -114,11 +114,16 @@ pub fn load_embedder(config: &Config) -> (Option<Arc<dyn Embedder>>, ModelState)
 /// The manifest sources in precedence order: operator directories first,
 /// so an operator's manifest overrides a bundled one of the same name.
 pub fn sources(config: &Config, mcp: Option<Arc<dyn McpTools>>) -> Vec<Source> {
+    // Each operator manifest with the schemas its references name, as
+    // last resolved (`local_schemas`; the daemon refreshes them).
+    let schemas: Arc<dyn oap_discovery::DirManifests> = Arc::new(
+        crate::local_schemas::LocalSchemas::new(&config.index.data_dir),
+    );
     let mut sources: Vec<Source> = config
         .manifests
         .dirs
         .iter()
-        .map(|dir| Source::Dir(dir.clone()))
+        .map(|dir| Source::DirWith(dir.clone(), schemas.clone()))
         .collect();
     if config.manifests.bundled {
         sources.push(crate::bundled::source());

@@ -3,7 +3,8 @@
 //! opening the engine (`app`), the HTTP server and its lifecycle
 //! (`server`), and the command line (`cli`; the binary only calls
 //! [`main`]). Each uses only layers before it and the small helpers
-//! (`files`, `logging`, `metrics`, `rebuild`, `bundled`, `request_gen`),
+//! (`files`, `logging`, `metrics`, `rebuild`, `bundled`, `request_gen`,
+//! `local_schemas`),
 //! never one that uses it back, at every depth: xtask's tidy test
 //! `every_crates_modules_form_no_cycle_at_any_depth` checks it.
 //!
@@ -195,6 +196,7 @@ pub(crate) mod config;
 pub(crate) mod crawl;
 pub(crate) mod files;
 pub mod harness;
+pub(crate) mod local_schemas;
 pub(crate) mod logging;
 pub(crate) mod mcp;
 pub(crate) mod metrics;

@@ -76,6 +76,9 @@ pub struct Rebuilder {
     /// When the next retry of a failed rebuild is due.
     retry_at: Mutex<Option<Instant>>,
     watch: Mutex<WatchState>,
+    /// Resolves the operator manifests' schema references before each
+    /// rebuild (the daemon's; none for the one-shot commands).
+    local_schemas: Mutex<Option<crate::local_schemas::Refresher>>,
 }
 
 impl Rebuilder {
@@ -87,6 +90,25 @@ impl Rebuilder {
             problems: Mutex::new(ProblemLog::seeded(startup)),
             retry_at: Mutex::new(None),
             watch: Mutex::new(WatchState::Off),
+            local_schemas: Mutex::new(None),
+        }
+    }
+
+    /// Resolve the operator manifests' schema references with `refresher`
+    /// before each rebuild.
+    pub fn set_local_schemas(&self, refresher: crate::local_schemas::Refresher) {
+        if let Ok(mut slot) = self.local_schemas.lock() {
+            *slot = Some(refresher);
+        }
+    }
+
+    /// Resolves the operator manifests' schema references that are due;
+    /// whether a stored copy changed (then the index is behind).
+    pub async fn refresh_local_schemas(&self) -> bool {
+        let refresher = self.local_schemas.lock().ok().and_then(|slot| slot.clone());
+        match refresher {
+            Some(refresher) => refresher.refresh().await,
+            None => false,
         }
     }
 
@@ -136,6 +158,8 @@ impl Rebuilder {
     /// summary line. A failed rebuild leaves the old index serving and
     /// plans a retry. Returns whether the rebuild succeeded.
     pub async fn rebuild(self: &Arc<Self>, why: &str) -> bool {
+        // A changed manifest file loads with its schemas in this rebuild.
+        self.refresh_local_schemas().await;
         let engine = self.engine.clone();
         let outcome = tokio::task::spawn_blocking(move || engine.rebuild(false)).await;
         crate::metrics::get().rebuild(match &outcome {

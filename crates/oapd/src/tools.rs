@@ -157,6 +157,12 @@ impl ExecRunner {
         })
     }
 
+    /// The executor itself: the schema fetches of local manifests go
+    /// through it, under the rules of their calls.
+    pub fn executor(&self) -> &Arc<Executor> {
+        &self.executor
+    }
+
     /// What this executor's connections depend on (see `ConnectionBasis`).
     pub fn connection_basis(&self) -> &ConnectionBasis {
         &self.connection_basis

@@ -1,5 +1,8 @@
 //! `oapd manifest lint`: check manifest files without a config, model or
-//! index.
+//! index. A file's `input.schema` / `output.schema` references are
+//! resolved as the daemon resolves a local manifest's (fetched under
+//! local trust, or read beside the file), so a reference that would not
+//! be used is reported with its reason.
 
 use std::path::Path;
 
@@ -20,7 +23,11 @@ pub fn lint(paths: &[impl AsRef<Path>], out: &mut impl std::io::Write) -> std::i
                     let mut warnings = parsed.warnings;
                     // A stored copy (a crawl envelope's body) says why its
                     // schema was not used: the tool falls back.
-                    for line in oap_manifest::tool::schema_errors(&parsed.manifest) {
+                    // A manifest file's own references are resolved as
+                    // the daemon resolves those of `manifests.dirs`.
+                    let mut errors = oap_manifest::tool::schema_errors(&parsed.manifest);
+                    errors.extend(crate::local_schemas::lint_references(path, &bytes));
+                    for line in errors {
                         let (field, reason) = line.split_once(": ").unwrap_or(("", &line));
                         warnings.push(oap_manifest::Diagnostic::warning(
                             field,

@@ -119,7 +119,8 @@ pub fn run(command: RequestsCommand) -> anyhow::Result<()> {
         .enable_all()
         .build()
         .context("cannot start the async runtime")?;
-    let tally = runtime.block_on(generate(&sources, &out, &upstream, &model, concurrency))?;
+    let Run { tally, stopped } =
+        runtime.block_on(generate(&sources, &out, &upstream, &model, concurrency))?;
     println!(
         "{} tools: {} with requests of their own, {} already written, {} written now, {} given up; {}",
         tally.tools,
@@ -129,7 +130,28 @@ pub fn run(command: RequestsCommand) -> anyhow::Result<()> {
         tally.given_up,
         out.display()
     );
-    Ok(())
+    match stopped {
+        // Non-zero, so a pipeline does not take a partial file for a
+        // whole one; the rows written are in the file, and a rerun asks
+        // only for the others.
+        Some(why) => Err(anyhow::anyhow!(
+            "{why}; stopped with {} of {} tools left unwritten; the rows written so far are \
+             kept in {} and a rerun continues from them",
+            tally
+                .tools
+                .saturating_sub(tally.own + tally.already + tally.written + tally.given_up),
+            tally.tools.saturating_sub(tally.own + tally.already),
+            out.display()
+        )),
+        None => Ok(()),
+    }
+}
+
+/// A run's outcome: what it did, and why it stopped early (the endpoint
+/// failed; a tool given up for bad answers does not stop it).
+struct Run {
+    tally: Tally,
+    stopped: Option<String>,
 }
 
 /// One tool to write for.
@@ -152,7 +174,7 @@ async fn generate(
     upstream: &Upstream,
     model: &str,
     concurrency: usize,
-) -> anyhow::Result<Tally> {
+) -> anyhow::Result<Run> {
     let installed = ask::list_models(upstream)
         .await
         .context("cannot list the endpoint's models")?;
@@ -199,7 +221,7 @@ async fn generate(
     let mut pending = wanted.into_iter();
     let mut calls: JoinSet<(Wanted, Result<Vec<String>, AskError>)> = JoinSet::new();
     let mut unsaved = 0;
-    let mut failure: Option<anyhow::Error> = None;
+    let mut failure: Option<String> = None;
     loop {
         while failure.is_none() && calls.len() < concurrency {
             let Some(tool) = pending.next() else { break };
@@ -212,7 +234,14 @@ async fn generate(
         let Some(joined) = calls.join_next().await else {
             break;
         };
-        let (tool, answer) = joined.context("a generation task failed")?;
+        let (tool, answer) = match joined {
+            Ok(done) => done,
+            Err(err) => {
+                // Whatever was written stays written: save before stopping.
+                failure.get_or_insert_with(|| format!("a generation task failed: {err}"));
+                continue;
+            }
+        };
         match answer {
             Ok(requests) => {
                 let now = unix_now();
@@ -238,17 +267,18 @@ async fn generate(
             }
             Err(err) => {
                 // The endpoint itself fails: stop asking, keep what is written.
+                tracing::error!(id = %tool.id, error = %err, "request rows: the endpoint failed, stopping");
                 failure.get_or_insert_with(|| {
-                    anyhow::anyhow!("{}: {err} (rows written so far are kept)", tool.id)
+                    format!("{}: {err} (after {TRIES_PER_TOOL} tries)", tool.id)
                 });
             }
         }
     }
     output.save_all(out)?;
-    match failure {
-        Some(err) => Err(err),
-        None => Ok(tally),
-    }
+    Ok(Run {
+        tally,
+        stopped: failure,
+    })
 }
 
 /// [`ask::ask`] up to [`TRIES_PER_TOOL`] times, pausing after a failed

@@ -2,7 +2,11 @@
 //! Ollama: rows for the tools without requests of their own, in the
 //! daemon's cache format, attached by `oapd index`; a second run resumes
 //! and asks nothing; a model the endpoint lacks, or no manifests, is
-//! refused with a message naming it.
+//! refused with a message naming it. An endpoint that fails mid-run (an
+//! HTTP 500, a dropped connection) stops the run with a non-zero exit
+//! naming the tool and the reason, keeps every row written before it, and
+//! a rerun asks only for the rest; a tool whose answers are malformed is
+//! given up and counted, and the run goes on.
 
 use std::path::{Path, PathBuf};
 use std::process::Output;
@@ -197,4 +201,134 @@ fn a_model_the_endpoint_lacks_or_no_manifests_is_refused_by_name() {
         text(&not_a_dir)
     );
     assert_eq!(chats(&upstream), 0);
+}
+
+/// Four tools without requests of their own, in the catalog's order.
+const FOUR: [&str; 4] = ["alpha-tool", "bravo-tool", "charlie-tool", "delta-tool"];
+
+fn write_four(dir: &Path) {
+    std::fs::create_dir_all(dir).unwrap();
+    for name in FOUR {
+        std::fs::write(
+            dir.join(format!("{name}.json")),
+            support::stdio_manifest(name, &format!("The {name} does one thing well.")),
+        )
+        .unwrap();
+    }
+}
+
+fn good() -> Turn {
+    Turn::reply(json!({ "requests": WRITTEN }).to_string())
+}
+
+/// A fake whose first `ok` chat turns answer well and the next three
+/// (every try the command gives one tool) are `failing`; no turn after.
+fn failing_after(ok: usize, failing: Turn) -> support::Upstream {
+    let mut script =
+        Script::new().model(ModelSpec::new(MODEL).capabilities(&["completion", "tools"]));
+    for _ in 0..ok {
+        script = script.turn(good());
+    }
+    for _ in 0..3 {
+        script = script.turn(failing.clone());
+    }
+    support::fake(script)
+}
+
+fn generate_one_at_a_time(manifests: &Path, out: &Path, ollama: &str) -> Output {
+    support::oapd()
+        .args(["requests", "generate", "--manifests"])
+        .arg(manifests)
+        .arg("--out")
+        .arg(out)
+        .args(["--ollama", ollama, "--model", MODEL, "--concurrency", "1"])
+        .output()
+        .unwrap()
+}
+
+fn written_ids(out: &Path) -> Vec<String> {
+    let file: Value = serde_json::from_slice(&std::fs::read(out).unwrap()).unwrap();
+    file["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["id"].as_str().unwrap().to_string())
+        .collect()
+}
+
+#[test]
+fn an_endpoint_failing_mid_run_stops_it_naming_the_tool_keeps_the_rows_and_a_rerun_resumes() {
+    for (ok, failing, reason) in [
+        (2, Turn::http_error(500, "model runner crashed"), "500"),
+        (1, good().drop_after(0), "cannot reach Ollama"),
+    ] {
+        let upstream = failing_after(ok, failing);
+        let dir = tempfile::tempdir().unwrap();
+        let manifests = dir.path().join("manifests");
+        write_four(&manifests);
+        let out = dir.path().join("rows.json");
+
+        let ran = generate_one_at_a_time(&manifests, &out, &upstream.fake.url());
+        let said = text(&ran);
+        assert!(!ran.status.success(), "{said}");
+        let failed = format!("local/{}", FOUR[ok]);
+        assert!(said.contains(&failed) && said.contains(reason), "{said}");
+        assert!(said.contains(&format!("{ok} written now")), "{said}");
+        assert!(
+            said.contains(&format!(
+                "stopped with {} of 4 tools left unwritten",
+                4 - ok
+            )),
+            "{said}"
+        );
+        assert!(said.contains("a rerun continues"), "{said}");
+        // What was written before the failure is in the file.
+        let expected: Vec<String> = FOUR[..ok].iter().map(|n| format!("local/{n}")).collect();
+        assert_eq!(written_ids(&out), expected);
+        // Three tries for the failed tool, none for the ones after it.
+        assert_eq!(chats(&upstream), ok + 3);
+
+        // The endpoint is back: the rerun asks only for the rest.
+        let healthy = support::fake(script());
+        let again = generate_one_at_a_time(&manifests, &out, &healthy.fake.url());
+        assert!(again.status.success(), "{}", text(&again));
+        assert!(
+            text(&again).contains(&format!(
+                "{ok} already written, {} written now, 0 given up",
+                4 - ok
+            )),
+            "{}",
+            text(&again)
+        );
+        assert_eq!(chats(&healthy), 4 - ok);
+        assert_eq!(written_ids(&out).len(), 4);
+    }
+}
+
+#[test]
+fn a_tool_with_malformed_answers_is_given_up_and_counted_and_the_run_goes_on() {
+    let script = Script::new()
+        .model(ModelSpec::new(MODEL).capabilities(&["completion", "tools"]))
+        .turn(good())
+        .turn(Turn::reply("<html>not the json asked for</html>"))
+        .turn(Turn::reply("<html>not the json asked for</html>"))
+        .turn(Turn::reply("<html>not the json asked for</html>"))
+        .default_turn(good());
+    let upstream = support::fake(script);
+    let dir = tempfile::tempdir().unwrap();
+    let manifests = dir.path().join("manifests");
+    write_four(&manifests);
+    let out = dir.path().join("rows.json");
+
+    let ran = generate_one_at_a_time(&manifests, &out, &upstream.fake.url());
+    assert!(ran.status.success(), "{}", text(&ran));
+    assert!(
+        text(&ran).contains("3 written now, 1 given up"),
+        "{}",
+        text(&ran)
+    );
+    assert_eq!(
+        written_ids(&out),
+        ["local/alpha-tool", "local/charlie-tool", "local/delta-tool"]
+    );
 }

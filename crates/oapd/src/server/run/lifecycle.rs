@@ -305,6 +305,11 @@ fn start_generation(
 ) -> anyhow::Result<(Api, Vec<JoinHandle<()>>)> {
     let Lasting { mcp, generator } = lasting;
     let rebuilder = Arc::new(Rebuilder::new(Arc::new(engine), &report));
+    rebuilder.set_local_schemas(crate::local_schemas::Refresher::new(
+        config.manifests.dirs.clone(),
+        &config.index.data_dir,
+        runner.executor().clone(),
+    ));
     let (crawler, mut tasks) = start::start_crawler(config, &rebuilder, watch_baseline)?;
     match crate::snapshots::start(config, &rebuilder) {
         Ok(puller) => tasks.extend(puller),
@@ -322,6 +327,16 @@ fn start_generation(
             rebuilder
                 .rebuild("vectors still to embed after start")
                 .await;
+        }));
+    }
+    {
+        // The schemas the stored copies lack (first start, a changed file,
+        // an expired record): fetched after start, never delaying ready.
+        let rebuilder = rebuilder.clone();
+        tasks.push(tokio::spawn(async move {
+            if rebuilder.refresh_local_schemas().await {
+                rebuilder.request("schemas of local manifests resolved");
+            }
         }));
     }
     tasks.push(tokio::spawn(crate::mcp::rebuild_on_change(
