@@ -56,8 +56,9 @@ pub(super) struct Converted {
     pub skipped: usize,
 }
 
-/// Writes `dir/tools` from `dir/catalog.jsonl` (and the rows map from
-/// `dir/generated-requests.json`). `base_url` is where the snapshot came
+/// Writes `dir/tools` from `dir/catalog.jsonl` (and the rows map
+/// `dir/rows-by-id.json` from `dir/generated-requests.json`: beside the
+/// envelopes, not among them, where the engine would read it as one). `base_url` is where the snapshot came
 /// from, shown as each tool's origin.
 pub(super) fn convert_catalog(dir: &Path, base_url: &str) -> Result<Converted, String> {
     let path = dir.join(CATALOG_FILE);
@@ -117,7 +118,7 @@ pub(super) fn convert_catalog(dir: &Path, base_url: &str) -> Result<Converted, S
         }
     }
     let bytes = serde_json::to_vec(&rows_by_id).map_err(|e| e.to_string())?;
-    oap_store::write_atomic(&tools_dir.join(ROWS_BY_ID_FILE), &bytes).map_err(|e| e.to_string())?;
+    oap_store::write_atomic(&dir.join(ROWS_BY_ID_FILE), &bytes).map_err(|e| e.to_string())?;
     Ok(converted)
 }
 

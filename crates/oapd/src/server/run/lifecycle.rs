@@ -216,6 +216,7 @@ fn build_api(
     mcp_servers: Arc<McpServers>,
     runner: ExecRunner,
     generator: Arc<RequestGenerator>,
+    snapshots: Arc<crate::snapshots::Snapshots>,
 ) -> anyhow::Result<Api> {
     let engine = rebuilder.engine().clone();
     let runner = runner.with_mcp(mcp_servers.hub().clone());
@@ -280,6 +281,7 @@ fn build_api(
         crawler_fetch_timeout: Duration::from_secs(config.crawler.fetch_timeout),
         mcp_servers,
         generator,
+        snapshots,
     })
 }
 
@@ -290,6 +292,8 @@ struct Lasting<'a> {
     mcp: &'a Arc<McpServers>,
     /// The generated request rows and their cache.
     generator: &'a Arc<RequestGenerator>,
+    /// The installed snapshot's rows and the subscription's status.
+    snapshots: &'a Arc<crate::snapshots::Snapshots>,
 }
 
 /// An engine with its crawler and directory watch started, and the
@@ -303,10 +307,14 @@ fn start_generation(
     lasting: Lasting<'_>,
     runner: ExecRunner,
 ) -> anyhow::Result<(Api, Vec<JoinHandle<()>>)> {
-    let Lasting { mcp, generator } = lasting;
+    let Lasting {
+        mcp,
+        generator,
+        snapshots,
+    } = lasting;
     let rebuilder = Arc::new(Rebuilder::new(Arc::new(engine), &report));
     let (crawler, mut tasks) = start::start_crawler(config, &rebuilder, watch_baseline)?;
-    match crate::snapshots::start(config, &rebuilder) {
+    match crate::snapshots::start(config, &rebuilder, snapshots) {
         Ok(puller) => tasks.extend(puller),
         Err(err) => {
             tasks.iter().for_each(JoinHandle::abort);
@@ -347,6 +355,7 @@ fn start_generation(
         mcp.clone(),
         runner,
         generator.clone(),
+        snapshots.clone(),
     ) {
         Ok(api) => {
             // New rows ask this generation for their rebuild from now on.
@@ -374,6 +383,8 @@ struct Running {
     mcp: Arc<McpServers>,
     /// The generated request rows: one cache for the daemon's life.
     generator: Arc<RequestGenerator>,
+    /// The snapshot subscription's rows and status, for the daemon's life.
+    snapshots: Arc<crate::snapshots::Snapshots>,
 }
 
 /// Keys a reload cannot change: the sockets, the server shell's limits,
@@ -512,8 +523,15 @@ impl Running {
         self.mcp.apply(&config);
         let tools: Arc<dyn McpTools> = self.mcp.clone();
         let generator = self.generator.clone();
+        let snapshots = self.snapshots.clone();
         let (engine, report) = tokio::task::spawn_blocking(move || {
-            app::open_serving_engine(&blocking_config, embedder, Some(tools), &generator)
+            app::open_serving_engine(
+                &blocking_config,
+                embedder,
+                Some(tools),
+                &generator,
+                &snapshots,
+            )
         })
         .await
         .context("reload task failed")??;
@@ -527,6 +545,7 @@ impl Running {
             Lasting {
                 mcp: &self.mcp,
                 generator: &self.generator,
+                snapshots: &self.snapshots,
             },
             runner,
         )?;
@@ -592,6 +611,8 @@ pub async fn serve(config: Config, config_path: Option<PathBuf>) -> anyhow::Resu
     // first index, so a restart embeds and asks nothing again.
     let generator = RequestGenerator::open(&config);
     let opening_generator = generator.clone();
+    let snapshots = crate::snapshots::Snapshots::new();
+    let opening_snapshots = snapshots.clone();
     let (engine, report, model, embedder) = tokio::task::spawn_blocking(move || {
         let (embedder, model) = app::load_embedder(&blocking_config);
         app::open_serving_engine(
@@ -599,6 +620,7 @@ pub async fn serve(config: Config, config_path: Option<PathBuf>) -> anyhow::Resu
             embedder.clone(),
             Some(tools),
             &opening_generator,
+            &opening_snapshots,
         )
         .map(|(engine, report)| (engine, report, model, embedder))
     })
@@ -622,6 +644,7 @@ pub async fn serve(config: Config, config_path: Option<PathBuf>) -> anyhow::Resu
         Lasting {
             mcp: &mcp,
             generator: &generator,
+            snapshots: &snapshots,
         },
         runner,
     )?;
@@ -650,6 +673,7 @@ pub async fn serve(config: Config, config_path: Option<PathBuf>) -> anyhow::Resu
         crawl_tasks: Mutex::new(crawl_tasks),
         mcp,
         generator,
+        snapshots,
     });
 
     // The signal handlers exist before READY=1: a manager (or a test) may
