@@ -143,3 +143,29 @@ pub fn prepare(config: &Config, snapshots: &Snapshots) {
     install::recover(&root);
     snapshots.rows.load(&root.join(CURRENT));
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Two daemons in one process (a test kit's) each keep their own
+    /// subscription: one's status and rows are not the other's.
+    #[test]
+    fn two_daemons_state_is_their_own() {
+        let one = Snapshots::new();
+        let two = Snapshots::new();
+        one.status
+            .update("https://one.example/", |s| s.version = Some(3));
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join(rows::ROWS_BY_ID_FILE),
+            r#"{"snapshot.tide/tide": ["when is high tide"]}"#,
+        )
+        .unwrap();
+        one.rows.load(dir.path());
+        assert_eq!(one.status().map(|s| s.version), Some(Some(3)));
+        assert!(two.status().is_none());
+        assert!(two.rows.by_id.read().unwrap().is_empty());
+        assert_eq!(one.rows.by_id.read().unwrap().len(), 1);
+    }
+}

@@ -16,7 +16,7 @@ use oap_discovery::{CatalogEntry, RequestRows};
 /// Requests by the board's catalog id of a snapshot tool.
 #[derive(Debug, Default)]
 pub struct SnapshotRows {
-    by_id: RwLock<HashMap<String, Vec<String>>>,
+    pub(super) by_id: RwLock<HashMap<String, Vec<String>>>,
 }
 
 impl RequestRows for SnapshotRows {

@@ -602,7 +602,10 @@ async fn raw_answer(
         return;
     };
     let end = end.min(bytes.len() - 1);
-    let content_range = ("content-range", format!("bytes {start}-{end}/{}", bytes.len()));
+    let content_range = (
+        "content-range",
+        format!("bytes {start}-{end}/{}", bytes.len()),
+    );
     if let Serving::StallAt { file, at } = &serving {
         if head.path.ends_with(&format!("/{file}")) && (start..=end).contains(at) {
             // The whole slice announced, part of it sent, then silence:
@@ -652,8 +655,7 @@ fn snapshot_with_a_large_file(dir: &Path, big_len: usize) -> (Served, String) {
     let big = filler(big_len);
     let entry = json!({"path": "large.bin", "bytes": big.len(), "sha256": hex_sha256(&big)});
     files.insert("large.bin".into(), big);
-    let key =
-        oap_snapshot::SigningKey::from_file(&dir.join("keys/snapshot.key"), None).unwrap();
+    let key = oap_snapshot::SigningKey::from_file(&dir.join("keys/snapshot.key"), None).unwrap();
     let files = resigned(&files, &key, |l| {
         l["version"] = json!(30);
         l["files"].as_array_mut().unwrap().push(entry);
@@ -751,7 +753,9 @@ fn a_server_that_ignores_range_gets_the_file_whole_and_the_snapshot_counts_as_it
     // A piece asked for, the whole file answered (more than the piece:
     // refused unread past the cap), then the file asked for whole.
     assert!(
-        asked.first().is_some_and(|s| s.range.is_some() && s.status == 200),
+        asked
+            .first()
+            .is_some_and(|s| s.range.is_some() && s.status == 200),
         "{asked:?}"
     );
     assert!(
@@ -775,7 +779,10 @@ fn a_server_that_ignores_range_gets_the_file_whole_and_the_snapshot_counts_as_it
     }
     // The install's own files are not taken for tools.
     if health["load_problems"] != 0 {
-        wrong.push(format!("/health load_problems: {}", health["load_problems"]));
+        wrong.push(format!(
+            "/health load_problems: {}",
+            health["load_problems"]
+        ));
     }
     // Before the first install the snapshot's index did not exist yet:
     // expected, so not a warning at every rebuild.
