@@ -213,11 +213,10 @@ fn build_api(
     rebuilder: Arc<Rebuilder>,
     model: ModelState,
     crawler: Option<Arc<oap_crawl::Crawler>>,
-    mcp_servers: Arc<McpServers>,
     runner: ExecRunner,
-    generator: Arc<RequestGenerator>,
-    snapshots: Arc<crate::snapshots::Snapshots>,
+    lasting: Lasting<'_>,
 ) -> anyhow::Result<Api> {
+    let mcp_servers = lasting.mcp.clone();
     let engine = rebuilder.engine().clone();
     let runner = runner.with_mcp(mcp_servers.hub().clone());
     let chat = Arc::new(start::chat_service(config, engine.clone(), runner)?);
@@ -280,8 +279,8 @@ fn build_api(
         crawler,
         crawler_fetch_timeout: Duration::from_secs(config.crawler.fetch_timeout),
         mcp_servers,
-        generator,
-        snapshots,
+        generator: lasting.generator.clone(),
+        snapshots: lasting.snapshots.clone(),
     })
 }
 
@@ -352,10 +351,8 @@ fn start_generation(
         rebuilder,
         model,
         crawler,
-        mcp.clone(),
         runner,
-        generator.clone(),
-        snapshots.clone(),
+        lasting,
     ) {
         Ok(api) => {
             // New rows ask this generation for their rebuild from now on.
