@@ -109,7 +109,10 @@ pub struct SnapshotSwapReport {
     pub discover_before_p99_ms: f64,
     pub discover_after_p50_ms: f64,
     pub discover_after_p99_ms: f64,
-    /// The daemon's log line of the rebuild that took the snapshot in.
+    /// The daemon's log lines of the download's end (files verified and
+    /// converted, swapped in) and of the rebuild that took the snapshot in:
+    /// their timestamps split the pull time.
+    pub swapped_in_line: Option<String>,
     pub rebuild_line: Option<String>,
 }
 
@@ -237,8 +240,12 @@ fn measure(args: Args) -> Result<SnapshotSwapReport> {
     let snapshot_tools = health["snapshot"]["tools"].as_u64().unwrap_or(0);
     let after = discover_loop(daemon.addr, LATENCY_REQUESTS);
     let rss_after = vm_kb(pid, "VmRSS");
-    let rebuild_line = daemon
-        .log_text()
+    let log = daemon.log_text();
+    let swapped_in_line = log
+        .lines()
+        .find(|l| l.contains("snapshot swapped in"))
+        .map(str::to_owned);
+    let rebuild_line = log
         .lines()
         .find(|l| l.contains("index rebuilt") && l.contains("snapshot installed"))
         .map(str::to_owned);
@@ -263,6 +270,7 @@ fn measure(args: Args) -> Result<SnapshotSwapReport> {
         discover_before_p99_ms: percentile(&before, 99.0),
         discover_after_p50_ms: percentile(&after, 50.0),
         discover_after_p99_ms: percentile(&after, 99.0),
+        swapped_in_line,
         rebuild_line,
     };
     eprintln!(

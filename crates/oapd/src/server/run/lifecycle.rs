@@ -346,14 +346,7 @@ fn start_generation(
         tasks.push(tokio::spawn(generator.clone().run(upstream)));
     }
     let serving = rebuilder.clone();
-    match build_api(
-        config,
-        rebuilder,
-        model,
-        crawler,
-        runner,
-        lasting,
-    ) {
+    match build_api(config, rebuilder, model, crawler, runner, lasting) {
         Ok(api) => {
             // New rows ask this generation for their rebuild from now on.
             generator.attach(&serving);
