@@ -29,6 +29,7 @@ mod relevance;
 mod request_tokens;
 mod retrieval;
 mod search;
+mod snapshot_swap;
 mod soak;
 mod soak_plot;
 mod tool_tokens;
@@ -102,6 +103,9 @@ enum Bench {
     CatalogSize(catalog_size::Args),
     /// "Nothing fits" when each task brings its own small catalog.
     Relevance(relevance::Args),
+    /// A board pulling and swapping in a large signed snapshot: pull
+    /// time, memory against a crawl rebuild's, discover latency.
+    SnapshotSwap(snapshot_swap::Args),
 }
 
 /// Writes `report` as pretty JSON to `path` or stdout.
@@ -179,6 +183,7 @@ fn run(cli: Cli) -> anyhow::Result<bool> {
         }
         Bench::SoakPlot(args) => soak_plot::run(args)?,
         Bench::Fitness(args) => emit(&fitness::run(args)?, json)?,
+        Bench::SnapshotSwap(args) => emit(&snapshot_swap::run(args)?, json)?,
         Bench::MemoryBurst(args) => emit(&memory_burst::run(args)?, json)?,
         Bench::MakeCorpus(args) => make_corpus::run(args)?,
         Bench::Search(args) => emit(&search::run(args)?, json)?,

@@ -43,6 +43,11 @@ pub enum Source {
     /// The crawler's store: envelopes of manifests fetched from the internet
     /// or the LAN (see [`oap_store::envelope`]). A missing directory is empty.
     Remote(PathBuf),
+    /// A signed snapshot's tools, as envelopes like the crawler's (the
+    /// daemon's install writes them), counted as their own origin kind,
+    /// `snapshot`: they came from the snapshot's builder, not this board's
+    /// crawler. A missing directory is empty.
+    Snapshot(PathBuf),
     /// The tools of the MCP servers the operator configured, asked afresh
     /// at every load (the daemon rebuilds when a server's tool list changes).
     Mcp(Arc<dyn McpTools>),
@@ -155,7 +160,10 @@ impl Catalog {
                 Source::Dir(dir) => catalog.load_dir(dir, None),
                 Source::DirWith(dir, prepare) => catalog.load_dir(dir, Some(prepare.as_ref())),
                 Source::Remote(dir) => {
-                    crate::remote::read_each(dir, |item| catalog.add_remote(item));
+                    crate::remote::read_each(dir, "crawl", |item| catalog.add_remote(item));
+                }
+                Source::Snapshot(dir) => {
+                    crate::remote::read_each(dir, "snapshot", |item| catalog.add_remote(item));
                 }
                 Source::Mcp(tools) => {
                     for tool in tools.mcp_tools() {

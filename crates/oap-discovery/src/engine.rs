@@ -1783,6 +1783,15 @@ fn unix_now() -> u64 {
 fn open_donors(config: &EngineConfig, dim: usize) -> Vec<Index> {
     let mut donors = Vec::with_capacity(config.vector_donors.len());
     for path in &config.vector_donors {
+        // A donor that does not exist yet is expected (a board subscribed
+        // to a snapshot before its first install): nothing to warn about.
+        // Only one that exists and cannot be read is.
+        if let Err(err) = std::fs::symlink_metadata(path) {
+            if err.kind() == std::io::ErrorKind::NotFound {
+                tracing::debug!(donor = %path.display(), "vector donor absent (yet): skipped");
+                continue;
+            }
+        }
         match Index::open(path) {
             Ok(index) if index.dim() != dim => tracing::warn!(
                 donor = %path.display(),

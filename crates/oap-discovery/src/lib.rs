@@ -14,7 +14,8 @@
 //!
 //! From sources to ranked capabilities.
 //! - `catalog.rs`: loads the bundled set, operator directories and the
-//!   crawler's envelopes (`Source::Remote`, ids `<host>/<slug>`), skips and
+//!   crawler's envelopes (`Source::Remote`, ids `<host>/<slug>`; a signed
+//!   snapshot's, same format, as `Source::Snapshot`, origin `snapshot`), skips and
 //!   reports invalid or oversized files, resolves name collisions; `stdio`
 //!   manifests and envelopes claiming local trust are refused for remote
 //!   sources. `Source::Mcp` asks an `McpTools` (the daemon's MCP hub) for the

@@ -27,7 +27,7 @@ pub(crate) enum RemoteItem {
 pub(crate) struct StoredManifest {
     /// The manifest document as fetched.
     pub(crate) body: String,
-    /// `lan` or `crawl`, and the URL it came from.
+    /// `lan`, `crawl` or `snapshot`, and the URL it came from.
     pub(crate) origin: Origin,
     /// Never local (such an envelope is a problem instead).
     pub(crate) trust: Trust,
@@ -39,7 +39,9 @@ pub(crate) struct StoredManifest {
 
 /// Hands every envelope in `dir` to `each`, one at a time (files in byte
 /// order): a crawl of 10,000 manifests is never held in memory twice.
-pub(crate) fn read_each(dir: &Path, mut each: impl FnMut(RemoteItem)) {
+/// `internet_kind` is the origin kind of an internet-trust envelope
+/// (`crawl`, or `snapshot` for a snapshot's tools); LAN ones are `lan`.
+pub(crate) fn read_each(dir: &Path, internet_kind: &str, mut each: impl FnMut(RemoteItem)) {
     let problem =
         |location: String, message: String| RemoteItem::Problem(LoadProblem { location, message });
     let files = match envelope_paths(dir, MAX_FILES_PER_DIR) {
@@ -82,7 +84,7 @@ pub(crate) fn read_each(dir: &Path, mut each: impl FnMut(RemoteItem)) {
         let origin = Origin {
             kind: match doc.trust {
                 Trust::Lan => "lan".into(),
-                _ => "crawl".into(),
+                _ => internet_kind.into(),
             },
             location: doc.url,
         };

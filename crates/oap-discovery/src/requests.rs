@@ -83,7 +83,7 @@ pub enum AppliesTo {
     /// Every entry whose manifest has a listed name, wherever it came from.
     AnyOrigin,
     /// Only entries whose origin kind is one of these (`bundled`, `dir`,
-    /// `lan`, `crawl`, `mcp`).
+    /// `lan`, `crawl`, `snapshot`, `mcp`).
     OriginKinds(Vec<String>),
 }
 

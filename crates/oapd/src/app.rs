@@ -131,9 +131,10 @@ pub fn sources(config: &Config, mcp: Option<Arc<dyn McpTools>>) -> Vec<Source> {
     // Crawled manifests (internet or LAN trust), ids `<host>/<slug>`, so
     // they never collide with local ones.
     sources.push(Source::Remote(crate::crawl::remote_dir(config)));
-    // The subscribed snapshot's tools (internet trust, like crawled ones).
+    // The subscribed snapshot's tools (internet trust, like crawled ones,
+    // counted as their own source).
     if let Some(dir) = crate::snapshots::tools_dir(config) {
-        sources.push(Source::Remote(dir));
+        sources.push(Source::Snapshot(dir));
     }
     // MCP servers' tools, ids `mcp/<server>/<tool>`.
     if let Some(mcp) = mcp {
@@ -175,20 +176,23 @@ pub fn engine_config(config: &Config, calibration: Calibration) -> EngineConfig 
     engine.scoring = scoring;
     engine.search_threads = config.index.search_threads;
     engine.query_cache = config.discovery.query_cache;
-    engine.request_rows = request_rows(config);
+    engine.request_rows = request_rows(None);
     engine
 }
 
 /// Request rows for the engine: the bundled tools' shipped requests, then
-/// the subscribed snapshot's. The bundled ones are compiled in and checked
-/// by a test, so a failure here is a broken build; discovery then goes on
-/// with the manifests' own texts.
-fn request_rows(config: &Config) -> Option<Arc<dyn oap_discovery::RequestRows>> {
+/// the subscribed snapshot's (`snapshot`: the daemon's, when it has a
+/// subscription). The bundled ones are compiled in and checked by a test,
+/// so a failure here is a broken build; discovery then goes on with the
+/// manifests' own texts.
+fn request_rows(
+    snapshot: Option<Arc<dyn oap_discovery::RequestRows>>,
+) -> Option<Arc<dyn oap_discovery::RequestRows>> {
     match crate::bundled::request_rows() {
         Ok(table) => {
             let chain = oap_discovery::RequestChain::new().then(Arc::new(table));
-            Some(Arc::new(match config.snapshots.url {
-                Some(_) => chain.then(crate::snapshots::rows()),
+            Some(Arc::new(match snapshot {
+                Some(rows) => chain.then(rows),
                 None => chain,
             }))
         }
@@ -212,15 +216,20 @@ pub fn open_engine(
 /// first; the index serves lexically until a background rebuild (started
 /// by the server) has them. `generated` is the daemon's request generator,
 /// whose cached rows this engine attaches and which learns from each of
-/// its catalog loads what is left to generate.
+/// its catalog loads what is left to generate; `snapshots` is the daemon's
+/// snapshot state, whose installed rows it attaches when subscribed.
 pub fn open_serving_engine(
     config: &Config,
     embedder: Option<Arc<dyn Embedder>>,
     mcp: Option<Arc<dyn McpTools>>,
     generated: &Arc<RequestGenerator>,
+    snapshots: &crate::snapshots::Snapshots,
 ) -> anyhow::Result<(Engine, BuildReport)> {
-    crate::snapshots::prepare(config);
+    crate::snapshots::prepare(config, snapshots);
     let mut engine_config = engine_config(config, calibration_of(embedder.as_ref()));
+    if config.snapshots.url.is_some() {
+        engine_config.request_rows = request_rows(Some(snapshots.rows()));
+    }
     engine_config.start_embed_limit = Some(config.index.start_embed_limit);
     with_generated_rows(&mut engine_config, generated);
     open_with(config, engine_config, embedder, mcp)

@@ -56,16 +56,21 @@ pub(super) struct Converted {
     pub skipped: usize,
 }
 
-/// Writes `dir/tools` from `dir/catalog.jsonl` (and the rows map from
-/// `dir/generated-requests.json`). `base_url` is where the snapshot came
+/// Writes `dir/tools` from `dir/catalog.jsonl` (and the rows map
+/// `dir/rows-by-id.json` from `dir/generated-requests.json`: beside the
+/// envelopes, not among them, where the engine would read it as one). `base_url` is where the snapshot came
 /// from, shown as each tool's origin.
 pub(super) fn convert_catalog(dir: &Path, base_url: &str) -> Result<Converted, String> {
     let path = dir.join(CATALOG_FILE);
-    let records = read_records(&path)?;
+    // Two passes over the file, one record at a time: the first counts
+    // the tools per host (only ids are kept), the second writes each
+    // envelope. A 10,000-tool catalog is never held parsed in memory, as
+    // a swap must cost a board no more than a crawl rebuild does.
     let mut per_host: HashMap<String, usize> = HashMap::new();
-    for record in &records {
+    for_each_line::<IdOnly>(&path, false, |record| {
         *per_host.entry(prefix(&record.id).to_owned()).or_default() += 1;
-    }
+        Ok(())
+    })?;
     let rows_path = dir.join(cache::FILE_NAME);
     // Whole, not capped at the daemon's own cache size: the builder's file
     // covers its whole catalog, and its size was verified against the
@@ -84,14 +89,14 @@ pub(super) fn convert_catalog(dir: &Path, base_url: &str) -> Result<Converted, S
         .map_or(0, |d| d.as_secs());
     let mut converted = Converted::default();
     let mut rows_by_id: HashMap<String, Vec<String>> = HashMap::new();
-    for record in records {
+    for_each_line::<Record>(&path, true, |record| {
         if record.origin.kind == "bundled" || record.mcp.is_some() {
             converted.skipped += 1;
-            continue;
+            return Ok(());
         }
         let Some(name) = record.manifest.get("name").and_then(|n| n.as_str()) else {
             converted.skipped += 1;
-            continue;
+            return Ok(());
         };
         let slug = oap_manifest::slug(name);
         let prefix = prefix(&record.id);
@@ -115,20 +120,34 @@ pub(super) fn convert_catalog(dir: &Path, base_url: &str) -> Result<Converted, S
         if let Some(entry) = rows.lookup(&record.content_hash, None, now) {
             rows_by_id.insert(format!("{host}/{slug}"), entry.requests.clone());
         }
-    }
+        Ok(())
+    })?;
     let bytes = serde_json::to_vec(&rows_by_id).map_err(|e| e.to_string())?;
-    oap_store::write_atomic(&tools_dir.join(ROWS_BY_ID_FILE), &bytes).map_err(|e| e.to_string())?;
+    oap_store::write_atomic(&dir.join(ROWS_BY_ID_FILE), &bytes).map_err(|e| e.to_string())?;
     Ok(converted)
+}
+
+/// A catalog line's id alone (the first pass).
+#[derive(Debug, Deserialize)]
+struct IdOnly {
+    id: String,
 }
 
 fn prefix(id: &str) -> &str {
     id.split_once('/').map_or(id, |(host, _)| host)
 }
 
-fn read_records(path: &Path) -> Result<Vec<Record>, String> {
+/// Hands every catalog line of `path` that parses as `T` to `each`, one at
+/// a time; a line that does not parse is skipped (with a warning when
+/// `warn`: once per conversion, not per pass), one longer than
+/// [`MAX_LINE_BYTES`] ends the conversion.
+fn for_each_line<T: serde::de::DeserializeOwned>(
+    path: &Path,
+    warn: bool,
+    mut each: impl FnMut(T) -> Result<(), String>,
+) -> Result<(), String> {
     let file = std::fs::File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
     let mut reader = std::io::BufReader::new(file);
-    let mut records = Vec::new();
     let mut line = Vec::new();
     let mut number = 0usize;
     loop {
@@ -139,7 +158,7 @@ fn read_records(path: &Path) -> Result<Vec<Record>, String> {
             .read_until(b'\n', &mut line)
             .map_err(|e| format!("{}: {e}", path.display()))?;
         if read == 0 {
-            break;
+            return Ok(());
         }
         if line.len() > MAX_LINE_BYTES {
             return Err(format!(
@@ -150,14 +169,14 @@ fn read_records(path: &Path) -> Result<Vec<Record>, String> {
         if line.iter().all(u8::is_ascii_whitespace) {
             continue;
         }
-        match serde_json::from_slice::<Record>(&line) {
-            Ok(record) => records.push(record),
-            Err(err) => {
+        match serde_json::from_slice::<T>(&line) {
+            Ok(record) => each(record)?,
+            Err(err) if warn => {
                 tracing::warn!(line = number, error = %err, "snapshot catalog line skipped");
             }
+            Err(_) => {}
         }
     }
-    Ok(records)
 }
 
 /// `current` → `previous`, `staging` → `current`, then the directory

@@ -47,8 +47,37 @@ use tokio::task::JoinHandle;
 use crate::config::Config;
 use crate::rebuild::Rebuilder;
 
-pub use rows::rows;
-pub use status::status;
+pub use rows::SnapshotRows;
+pub use status::SnapshotStatus;
+
+/// One daemon's snapshot state, made once at start and shared by its
+/// handler generations (as the request generator is): the installed
+/// snapshot's request rows, which its engines ask, and the subscription's
+/// status, which `/health` shows. Nothing of it is process-global, so two
+/// daemons in one process (a test kit's) never share it.
+#[derive(Debug, Default)]
+pub struct Snapshots {
+    rows: Arc<SnapshotRows>,
+    status: status::StatusCell,
+}
+
+impl Snapshots {
+    /// No rows, no status (until `prepare` and `start`).
+    pub fn new() -> Arc<Snapshots> {
+        Arc::default()
+    }
+
+    /// The rows provider the engine asks (empty until a snapshot is
+    /// installed).
+    pub fn rows(&self) -> Arc<dyn oap_discovery::RequestRows> {
+        self.rows.clone()
+    }
+
+    /// The subscription's status, `None` without `snapshots.url`.
+    pub fn status(&self) -> Option<SnapshotStatus> {
+        self.status.get()
+    }
+}
 
 /// The directory of everything snapshot-related inside the data dir.
 pub const DIR: &str = "snapshots";
@@ -87,28 +116,56 @@ pub fn donor(config: &Config) -> Option<PathBuf> {
 
 /// Starts the puller of this handler generation; `None` (and `/health`
 /// `snapshot: null`) without `snapshots.url`. The installed snapshot's
-/// request rows are loaded first, so the engine opened before this has
-/// them at its next rebuild.
+/// request rows are loaded first ([`prepare`]), so the engine opened before
+/// this has them at its next rebuild.
 pub fn start(
     config: &Config,
     rebuilder: &Arc<Rebuilder>,
+    snapshots: &Arc<Snapshots>,
 ) -> anyhow::Result<Option<JoinHandle<()>>> {
-    let Some(puller) = pull::Puller::new(config, rebuilder.clone())? else {
-        status::clear();
+    let Some(puller) = pull::Puller::new(config, rebuilder.clone(), snapshots.clone())? else {
+        snapshots.status.clear();
         return Ok(None);
     };
     Ok(Some(tokio::spawn(puller.run())))
 }
 
-/// Loads the installed snapshot's request rows (before the engine opens,
-/// so its first build has them) and restores `current` from `previous`
-/// when a swap was cut short; nothing without `snapshots.url`.
-pub fn prepare(config: &Config) {
+/// Loads the installed snapshot's request rows into `snapshots` (before
+/// the engine opens, so its first build has them) and restores `current`
+/// from `previous` when a swap was cut short; nothing without
+/// `snapshots.url`.
+pub fn prepare(config: &Config, snapshots: &Snapshots) {
     if config.snapshots.url.is_none() {
-        rows::clear();
+        snapshots.rows.clear();
         return;
     }
     let root = root(&config.index.data_dir);
     install::recover(&root);
-    rows::load(&root.join(CURRENT));
+    snapshots.rows.load(&root.join(CURRENT));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Two daemons in one process (a test kit's) each keep their own
+    /// subscription: one's status and rows are not the other's.
+    #[test]
+    fn two_daemons_state_is_their_own() {
+        let one = Snapshots::new();
+        let two = Snapshots::new();
+        one.status
+            .update("https://one.example/", |s| s.version = Some(3));
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join(rows::ROWS_BY_ID_FILE),
+            r#"{"snapshot.tide/tide": ["when is high tide"]}"#,
+        )
+        .unwrap();
+        one.rows.load(dir.path());
+        assert_eq!(one.status().map(|s| s.version), Some(Some(3)));
+        assert!(two.status().is_none());
+        assert!(two.rows.by_id.read().unwrap().is_empty());
+        assert_eq!(one.rows.by_id.read().unwrap().len(), 1);
+    }
 }

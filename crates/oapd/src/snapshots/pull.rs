@@ -17,7 +17,7 @@ use serde::{Deserialize, Serialize};
 
 use super::error::PullError;
 use super::fetch::{self, Source};
-use super::{install, rows, status, CURRENT, STAGING};
+use super::{install, Snapshots, CURRENT, STAGING};
 use crate::config::Config;
 use crate::rebuild::Rebuilder;
 use oap_crawl::Validators;
@@ -47,11 +47,17 @@ pub(super) struct Puller {
     max_bytes: u64,
     root: PathBuf,
     rebuilder: Arc<Rebuilder>,
+    /// The daemon's rows and status this puller keeps up to date.
+    snapshots: Arc<Snapshots>,
 }
 
 impl Puller {
     /// `None` without `snapshots.url`.
-    pub fn new(config: &Config, rebuilder: Arc<Rebuilder>) -> anyhow::Result<Option<Puller>> {
+    pub fn new(
+        config: &Config,
+        rebuilder: Arc<Rebuilder>,
+        snapshots: Arc<Snapshots>,
+    ) -> anyhow::Result<Option<Puller>> {
         let Some(url) = config.snapshots.url.clone() else {
             return Ok(None);
         };
@@ -66,6 +72,7 @@ impl Puller {
             max_bytes: config.snapshots.max_bytes,
             root,
             rebuilder,
+            snapshots,
         };
         puller.show_installed();
         Ok(Some(puller))
@@ -87,7 +94,7 @@ impl Puller {
         match &outcome {
             Ok(word) => {
                 metrics.snapshot_pull(word);
-                status::update(&self.url, |s| {
+                self.snapshots.status.update(&self.url, |s| {
                     s.last_check = Some(now);
                     // A 304 says the listing judged last is still the
                     // published one: its outcome stands.
@@ -103,7 +110,7 @@ impl Puller {
                 let reason = err.reason();
                 tracing::warn!(url = %self.url, reason, error = %err, "snapshot not installed; the installed one keeps serving");
                 metrics.snapshot_pull(reason);
-                status::update(&self.url, |s| {
+                self.snapshots.status.update(&self.url, |s| {
                     s.last_check = Some(now);
                     s.last_error = Some(err.to_string());
                     s.last_outcome = Some(reason.to_owned());
@@ -205,7 +212,7 @@ impl Puller {
             install::convert_catalog(&staging, &self.url).map_err(PullError::Install)?;
         install::swap_in(&self.root, &staging)
             .map_err(|e| PullError::Install(format!("swap: {e}")))?;
-        rows::load(&self.root.join(CURRENT));
+        self.snapshots.rows.load(&self.root.join(CURRENT));
         tracing::info!(
             version = verified.listing.version,
             key = %verified.key_id,
@@ -221,7 +228,7 @@ impl Puller {
         if let Err(err) = install::roll_back(&self.root) {
             tracing::error!(error = %err, "snapshot rollback failed");
         }
-        rows::load(&self.root.join(CURRENT));
+        self.snapshots.rows.load(&self.root.join(CURRENT));
         self.rebuilder.rebuild("snapshot rolled back").await;
         Err(PullError::Rebuild)
     }
@@ -257,12 +264,19 @@ impl Puller {
         let listing = installed_listing(&self.root.join(CURRENT));
         let state = self.load_state();
         crate::metrics::get().snapshot_version(listing.as_ref().map_or(0, |l| l.version));
-        status::update(&self.url, |s| {
+        let tools_dir = self.root.join(CURRENT).join(super::TOOLS);
+        let tools = listing.as_ref().and_then(|_| {
+            oap_store::envelope_paths(&tools_dir, usize::MAX)
+                .ok()
+                .map(|paths| paths.len())
+        });
+        self.snapshots.status.update(&self.url, |s| {
             s.version = listing.as_ref().map(|l| l.version);
             s.model = listing.as_ref().map(|l| l.model_id.clone());
             s.created = listing.as_ref().map(|l| l.created.clone());
             s.installed_at = listing.as_ref().and(state.installed_at.clone());
             s.key_id = listing.as_ref().and(state.key_id.clone());
+            s.tools = tools;
         });
     }
 

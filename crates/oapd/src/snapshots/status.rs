@@ -1,8 +1,8 @@
 //! What `/health` and the status page say about the subscription: one
-//! record for the daemon (a reload's new puller takes it over), `null`
-//! while no `snapshots.url` is set.
+//! record per daemon (held by [`super::Snapshots`]; a reload's new puller
+//! takes it over), `null` while no `snapshots.url` is set.
 
-use std::sync::{Mutex, MutexGuard, OnceLock};
+use std::sync::{Mutex, MutexGuard};
 
 use serde::Serialize;
 
@@ -33,35 +33,42 @@ pub struct SnapshotStatus {
     pub pulls_ok: u64,
     /// Checks that failed or refused a snapshot since start.
     pub pulls_failed: u64,
+    /// Tools the installed snapshot adds to this board's catalog (its
+    /// network tools; `None`: none installed).
+    pub tools: Option<usize>,
 }
 
-fn cell() -> MutexGuard<'static, Option<SnapshotStatus>> {
-    static STATUS: OnceLock<Mutex<Option<SnapshotStatus>>> = OnceLock::new();
-    let mutex = STATUS.get_or_init(|| Mutex::new(None));
-    mutex
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-}
+/// The subscription's status of one daemon.
+#[derive(Debug, Default)]
+pub struct StatusCell(Mutex<Option<SnapshotStatus>>);
 
-/// The subscription's status, `None` without one.
-pub fn status() -> Option<SnapshotStatus> {
-    cell().clone()
-}
-
-/// No subscription (any more).
-pub(super) fn clear() {
-    *cell() = None;
-}
-
-/// Changes the status (made for `url` when there was none or another).
-pub(super) fn update(url: &str, change: impl FnOnce(&mut SnapshotStatus)) {
-    let mut guard = cell();
-    let status = guard.get_or_insert_with(SnapshotStatus::default);
-    if status.url != url {
-        *status = SnapshotStatus {
-            url: url.to_owned(),
-            ..SnapshotStatus::default()
-        };
+impl StatusCell {
+    fn lock(&self) -> MutexGuard<'_, Option<SnapshotStatus>> {
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
-    change(status);
+
+    /// The subscription's status, `None` without one.
+    pub fn get(&self) -> Option<SnapshotStatus> {
+        self.lock().clone()
+    }
+
+    /// No subscription (any more).
+    pub(super) fn clear(&self) {
+        *self.lock() = None;
+    }
+
+    /// Changes the status (made for `url` when there was none or another).
+    pub(super) fn update(&self, url: &str, change: impl FnOnce(&mut SnapshotStatus)) {
+        let mut guard = self.lock();
+        let status = guard.get_or_insert_with(SnapshotStatus::default);
+        if status.url != url {
+            *status = SnapshotStatus {
+                url: url.to_owned(),
+                ..SnapshotStatus::default()
+            };
+        }
+        change(status);
+    }
 }

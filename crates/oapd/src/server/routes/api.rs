@@ -597,7 +597,7 @@ impl Api {
                 // /v1/generated-requests.
                 "request_generation": self.generator.status(),
                 // `null` on a board without `snapshots.url`.
-                "snapshot": crate::snapshots::status(),
+                "snapshot": self.snapshots.status(),
         });
         if !reasons.is_empty() {
             body["reason"] = serde_json::Value::String(reasons.join("; "));

@@ -59,4 +59,6 @@ pub struct Api {
     pub mcp: Option<Arc<super::mcp::McpServer>>,
     /// The generated request rows (it outlives generations).
     pub generator: Arc<crate::request_gen::RequestGenerator>,
+    /// The daemon's snapshot subscription (`/health` `snapshot`).
+    pub snapshots: Arc<crate::snapshots::Snapshots>,
 }

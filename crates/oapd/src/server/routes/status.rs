@@ -34,7 +34,7 @@ const MAX_TAGS_BYTES: usize = 1024 * 1024;
 const MAX_MODELS: usize = 256;
 
 /// Every source a manifest can come from, counted even when empty.
-const SOURCES: [&str; 5] = ["bundled", "dir", "crawl", "lan", "mcp"];
+const SOURCES: [&str; 6] = ["bundled", "dir", "crawl", "lan", "snapshot", "mcp"];
 
 /// The status document.
 pub async fn handle(api: &Api) -> Response<Body> {

@@ -213,10 +213,10 @@ fn build_api(
     rebuilder: Arc<Rebuilder>,
     model: ModelState,
     crawler: Option<Arc<oap_crawl::Crawler>>,
-    mcp_servers: Arc<McpServers>,
     runner: ExecRunner,
-    generator: Arc<RequestGenerator>,
+    lasting: Lasting<'_>,
 ) -> anyhow::Result<Api> {
+    let mcp_servers = lasting.mcp.clone();
     let engine = rebuilder.engine().clone();
     let runner = runner.with_mcp(mcp_servers.hub().clone());
     let chat = Arc::new(start::chat_service(config, engine.clone(), runner)?);
@@ -279,7 +279,8 @@ fn build_api(
         crawler,
         crawler_fetch_timeout: Duration::from_secs(config.crawler.fetch_timeout),
         mcp_servers,
-        generator,
+        generator: lasting.generator.clone(),
+        snapshots: lasting.snapshots.clone(),
     })
 }
 
@@ -290,6 +291,8 @@ struct Lasting<'a> {
     mcp: &'a Arc<McpServers>,
     /// The generated request rows and their cache.
     generator: &'a Arc<RequestGenerator>,
+    /// The installed snapshot's rows and the subscription's status.
+    snapshots: &'a Arc<crate::snapshots::Snapshots>,
 }
 
 /// An engine with its crawler and directory watch started, and the
@@ -303,7 +306,11 @@ fn start_generation(
     lasting: Lasting<'_>,
     runner: ExecRunner,
 ) -> anyhow::Result<(Api, Vec<JoinHandle<()>>)> {
-    let Lasting { mcp, generator } = lasting;
+    let Lasting {
+        mcp,
+        generator,
+        snapshots,
+    } = lasting;
     let rebuilder = Arc::new(Rebuilder::new(Arc::new(engine), &report));
     rebuilder.set_local_schemas(crate::local_schemas::Refresher::new(
         config.manifests.dirs.clone(),
@@ -311,7 +318,7 @@ fn start_generation(
         runner.executor().clone(),
     ));
     let (crawler, mut tasks) = start::start_crawler(config, &rebuilder, watch_baseline)?;
-    match crate::snapshots::start(config, &rebuilder) {
+    match crate::snapshots::start(config, &rebuilder, snapshots) {
         Ok(puller) => tasks.extend(puller),
         Err(err) => {
             tasks.iter().for_each(JoinHandle::abort);
@@ -354,15 +361,7 @@ fn start_generation(
         tasks.push(tokio::spawn(generator.clone().run(upstream)));
     }
     let serving = rebuilder.clone();
-    match build_api(
-        config,
-        rebuilder,
-        model,
-        crawler,
-        mcp.clone(),
-        runner,
-        generator.clone(),
-    ) {
+    match build_api(config, rebuilder, model, crawler, runner, lasting) {
         Ok(api) => {
             // New rows ask this generation for their rebuild from now on.
             generator.attach(&serving);
@@ -389,6 +388,8 @@ struct Running {
     mcp: Arc<McpServers>,
     /// The generated request rows: one cache for the daemon's life.
     generator: Arc<RequestGenerator>,
+    /// The snapshot subscription's rows and status, for the daemon's life.
+    snapshots: Arc<crate::snapshots::Snapshots>,
 }
 
 /// Keys a reload cannot change: the sockets, the server shell's limits,
@@ -527,8 +528,15 @@ impl Running {
         self.mcp.apply(&config);
         let tools: Arc<dyn McpTools> = self.mcp.clone();
         let generator = self.generator.clone();
+        let snapshots = self.snapshots.clone();
         let (engine, report) = tokio::task::spawn_blocking(move || {
-            app::open_serving_engine(&blocking_config, embedder, Some(tools), &generator)
+            app::open_serving_engine(
+                &blocking_config,
+                embedder,
+                Some(tools),
+                &generator,
+                &snapshots,
+            )
         })
         .await
         .context("reload task failed")??;
@@ -542,6 +550,7 @@ impl Running {
             Lasting {
                 mcp: &self.mcp,
                 generator: &self.generator,
+                snapshots: &self.snapshots,
             },
             runner,
         )?;
@@ -607,6 +616,8 @@ pub async fn serve(config: Config, config_path: Option<PathBuf>) -> anyhow::Resu
     // first index, so a restart embeds and asks nothing again.
     let generator = RequestGenerator::open(&config);
     let opening_generator = generator.clone();
+    let snapshots = crate::snapshots::Snapshots::new();
+    let opening_snapshots = snapshots.clone();
     let (engine, report, model, embedder) = tokio::task::spawn_blocking(move || {
         let (embedder, model) = app::load_embedder(&blocking_config);
         app::open_serving_engine(
@@ -614,6 +625,7 @@ pub async fn serve(config: Config, config_path: Option<PathBuf>) -> anyhow::Resu
             embedder.clone(),
             Some(tools),
             &opening_generator,
+            &opening_snapshots,
         )
         .map(|(engine, report)| (engine, report, model, embedder))
     })
@@ -637,6 +649,7 @@ pub async fn serve(config: Config, config_path: Option<PathBuf>) -> anyhow::Resu
         Lasting {
             mcp: &mcp,
             generator: &generator,
+            snapshots: &snapshots,
         },
         runner,
     )?;
@@ -665,6 +678,7 @@ pub async fn serve(config: Config, config_path: Option<PathBuf>) -> anyhow::Resu
         crawl_tasks: Mutex::new(crawl_tasks),
         mcp,
         generator,
+        snapshots,
     });
 
     // The signal handlers exist before READY=1: a manager (or a test) may
