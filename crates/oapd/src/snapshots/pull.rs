@@ -134,6 +134,13 @@ impl Puller {
                 validators,
             } => (bytes, signature, validators),
         };
+        // A host that sends no validators answers every check with the
+        // whole listing: the one installed (verified when it was) is
+        // nothing new, not a replay to refuse.
+        if installed_listing_bytes(&self.root.join(CURRENT)).is_some_and(|current| current == bytes)
+        {
+            return Ok("not_modified");
+        }
         let model_id = self.rebuilder.engine().model_id().map(str::to_owned);
         let Some(model_id) = model_id else {
             return Err(PullError::Install(
@@ -304,10 +311,14 @@ impl Puller {
 /// The listing of the snapshot installed in `dir` (it was verified when it
 /// was installed), if any.
 fn installed_listing(dir: &Path) -> Option<oap_snapshot::Listing> {
-    let bytes = oap_store::read_capped(
+    oap_snapshot::Listing::parse(&installed_listing_bytes(dir)?).ok()
+}
+
+/// The installed listing's bytes, as they were signed.
+fn installed_listing_bytes(dir: &Path) -> Option<Vec<u8>> {
+    oap_store::read_capped(
         &dir.join(oap_snapshot::LISTING_FILE),
         oap_snapshot::MAX_LISTING_BYTES,
     )
-    .ok()?;
-    oap_snapshot::Listing::parse(&bytes).ok()
+    .ok()
 }

@@ -764,6 +764,20 @@ fn a_server_that_ignores_range_gets_the_file_whole_and_the_snapshot_counts_as_it
     );
     let installed = std::fs::read(data.path().join("snapshots/current/large.bin")).unwrap();
     assert!(installed == expected, "the installed file differs");
+    // This host sends no validators, so every later check fetches the
+    // same listing again: the installed one, not a replay.
+    let listings_then = web
+        .seen()
+        .iter()
+        .filter(|s| s.path.ends_with("/snapshot.json"))
+        .count();
+    wait_for("two more checks of the listing", || {
+        web.seen()
+            .iter()
+            .filter(|s| s.path.ends_with("/snapshot.json"))
+            .count()
+            >= listings_then + 2
+    });
 
     // What the board says of it, each claim checked and all reported.
     let mut wrong = Vec::new();
@@ -789,6 +803,13 @@ fn a_server_that_ignores_range_gets_the_file_whole_and_the_snapshot_counts_as_it
     let log = board.log_text();
     if let Some(line) = log.lines().find(|l| l.contains("vector donor skipped")) {
         wrong.push(format!("log: {line}"));
+    }
+    if !health["snapshot"]["last_error"].is_null() {
+        wrong.push(format!("/health snapshot: {}", health["snapshot"]));
+    }
+    let metrics = String::from_utf8(board.get("/metrics").body).unwrap();
+    if metrics.contains("oapd_snapshot_pulls_total{outcome=\"replayed\"}") {
+        wrong.push("the installed listing, fetched again, was counted as replayed".into());
     }
     assert!(wrong.is_empty(), "{wrong:#?}");
     drop(web.runtime);
