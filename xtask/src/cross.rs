@@ -11,10 +11,13 @@
 //! `guest.rs`): candle inference on NEON, simsimd's NEON kernels and the
 //! daemon end to end, which qemu-user could not run (candle's matmul hangs
 //! there). The bridge, sandbox, MCP, crawler and discovery suites run
-//! whole; what the guest cannot run (the Python MCP SDK, Node, the
-//! multilingual model) or what takes minutes under TCG is skipped by name
-//! in one list, [`GUEST_SKIPS`], each with its reason, printed in the
-//! guest's console. A failing suite, or one still running at the deadline,
+//! whole: the MCP SDK's servers on the guest's Python (aarch64 wheels),
+//! Landlock's network rules on trixie's kernel, and discovery's index
+//! building with document vectors recorded on the host first
+//! ([`record_document_vectors`]; the guest embeds the queries). What the
+//! guest cannot run (Node, the multilingual model) or what takes minutes
+//! under TCG is skipped by name in one list, [`GUEST_SKIPS`], each with its
+//! reason, printed in the guest's console. A failing suite, or one still running at the deadline,
 //! fails the task by name; each suite's time is printed. `--suite NAME` (e.g.
 //! `oap-sandbox/it`) runs only the named suites and builds only their
 //! packages' tests.
@@ -94,16 +97,6 @@ const fn skip(suite: &'static str, test: &'static str, reason: &'static str) -> 
     }
 }
 
-/// Why the MCP SDK servers cannot run in the guest.
-const NO_SDK: &str = "needs the Python MCP SDK (target/pyclients, an x86_64 venv with native \
-                      wheels); the guest has Debian's python3 with the standard library only";
-/// Why the tests over the bundled catalog are left to x86_64.
-const BUNDLED_INDEX: &str = "each test embeds the bundled manifests with the real model: about \
-                             eight minutes a test under TCG; they run in `cargo xtask test`";
-/// Why discovery's index-building tests run on x86_64 only.
-const INDEX_UNDER_TCG: &str = "each test builds an index with the real model: one to two minutes \
-                               a test under TCG (12 of 41 took ten minutes), past CI's budget; \
-                               they run in `cargo xtask test`";
 /// Why a test with the multilingual model cannot run in the guest.
 const NO_E5: &str = "multilingual-e5-small (470 MB, twelve layers) is not copied into the guest";
 
@@ -145,50 +138,11 @@ pub(crate) const GUEST_SKIPS: &[GuestSkip] = &[
     ),
     skip("oap-embed-candle/it", "e5::", NO_E5),
     skip("oap-discovery/it", "multilingual::", NO_E5),
-    skip("oap-discovery/it", "abstention::", BUNDLED_INDEX),
-    skip("oap-discovery/it", "asks::", BUNDLED_INDEX),
-    skip("oap-discovery/it", "spoken_arithmetic::", BUNDLED_INDEX),
-    skip("oap-discovery/it", "engine::", INDEX_UNDER_TCG),
-    skip("oap-discovery/it", "mcp::", INDEX_UNDER_TCG),
-    skip("oap-discovery/it", "query_cache::", INDEX_UNDER_TCG),
-    skip("oap-discovery/it", "requests::", INDEX_UNDER_TCG),
-    skip("oap-discovery/it", "stemming::", INDEX_UNDER_TCG),
-    skip(
-        "oap-mcp/it",
-        "stdio::sdk_server_lists_and_calls_with_results_errors_and_images",
-        NO_SDK,
-    ),
-    skip(
-        "oap-mcp/it",
-        "http::streamable_http_on_loopback_with_local_trust",
-        NO_SDK,
-    ),
-    skip(
-        "oap-mcp/it",
-        "http::streamable_http_over_tls_trusts_the_operators_ca",
-        NO_SDK,
-    ),
-    skip(
-        "oap-mcp/it",
-        "http::a_certificate_from_an_unknown_ca_fails_the_server_with_a_tls_error",
-        NO_SDK,
-    ),
-    skip(
-        "oap-mcp/it",
-        "http::legacy_sse_on_loopback_with_local_trust",
-        NO_SDK,
-    ),
     skip(
         "oap-mcp/it",
         "stdio::npm_server_everything_over_stdio",
         "needs Node and @modelcontextprotocol/server-everything (target/mcp-node); \
          the guest has no Node",
-    ),
-    skip(
-        "oap-mcp/it",
-        "stdio::a_sandboxed_server_reads_only_its_paths_and_reaches_the_network_only_when_allowed",
-        "needs Landlock network rules (ABI 4, Linux 6.7); the guest boots Debian \
-         bookworm's 6.1 kernel",
     ),
     skip(
         "oapd/it",
@@ -401,10 +355,18 @@ fn test_in_guest(only: &[String], test_args: Option<&[String]>) -> Result<()> {
         suites.len(),
         started.elapsed().as_secs_f64()
     );
+    let mut data = Vec::new();
+    if let Some(discovery) = suites.iter_mut().find(|s| s.name == RECORDED_SUITE) {
+        let dir = record_document_vectors(&discovery.args)?;
+        data.push(dir.join(RECORDING_FILE));
+        discovery
+            .env
+            .push((REPLAY_VAR.to_owned(), dir.display().to_string()));
+    }
     let release = repo_root().join(format!("target/{TARGET}/release"));
     let also = [release.join("oapd"), release.join("fake-ollama")];
     let started = Instant::now();
-    let outcomes = crate::guest::run(&suites, &also, GUEST_DEADLINE)?;
+    let outcomes = crate::guest::run(&suites, &also, &data, GUEST_DEADLINE)?;
     println!("cross --test: suites in the arm64 guest (qemu-system-aarch64, TCG):");
     for outcome in &outcomes {
         println!(
@@ -419,6 +381,57 @@ fn test_in_guest(only: &[String], test_args: Option<&[String]>) -> Result<()> {
         started.elapsed().as_secs_f64()
     );
     Ok(())
+}
+
+/// The suite whose document vectors are recorded on the host and replayed
+/// in the guest (crates/oap-discovery/tests/it/recorded_vectors.rs).
+const RECORDED_SUITE: &str = "oap-discovery/it";
+/// The test kit's variables and file: the host records into the directory
+/// of the first, the guest replays from the directory of the second.
+const RECORD_VAR: &str = "OAPD_TEST_RECORD_VECTORS";
+const REPLAY_VAR: &str = "OAPD_TEST_REPLAY_VECTORS";
+const RECORDING_FILE: &str = "document-vectors.bin";
+
+/// Runs [`RECORDED_SUITE`] on this (x86_64) host with the guest's
+/// arguments, recording every document vector its engines embed; returns
+/// the recording's directory. The guest then embeds only its queries and
+/// any document text the host did not see: under TCG one catalog of the
+/// real model takes one to eight minutes, its queries seconds.
+fn record_document_vectors(args: &[String]) -> Result<PathBuf> {
+    let dir = repo_root().join("target/arm64-guest/document-vectors");
+    if dir.exists() {
+        std::fs::remove_dir_all(&dir)?;
+    }
+    std::fs::create_dir_all(&dir)?;
+    let started = Instant::now();
+    let mut command = cargo();
+    command
+        .args([
+            "test",
+            "--release",
+            "-p",
+            "oap-discovery",
+            "--test",
+            "it",
+            "--",
+        ])
+        .args(args)
+        .env(RECORD_VAR, &dir)
+        .env_remove(REPLAY_VAR)
+        .current_dir(repo_root());
+    run_in_root(&mut command).context("recording the discovery suite's document vectors")?;
+    let file = dir.join(RECORDING_FILE);
+    ensure!(
+        file.is_file(),
+        "the discovery suite ran but recorded nothing in {}",
+        file.display()
+    );
+    println!(
+        "cross --test: {RECORDED_SUITE} recorded {} MB of document vectors on the host in {:.0} s",
+        std::fs::metadata(&file)?.len() >> 20,
+        started.elapsed().as_secs_f64()
+    );
+    Ok(dir)
 }
 
 /// The test executables in cargo's JSON messages, as guest suites.
@@ -453,6 +466,7 @@ fn suites_from_messages(messages: &str) -> Result<Vec<Suite>> {
         suites.push(Suite {
             args: guest_args(&name),
             skips: guest_skips(&name),
+            env: Vec::new(),
             name,
             exe: PathBuf::from(exe),
             cwd: package.to_path_buf(),
@@ -625,6 +639,24 @@ mod tests {
             "one --skip per listed test"
         );
         assert!(guest_args("oap-bridge/it").is_empty());
+    }
+
+    #[test]
+    fn discovery_and_mcp_run_whole_but_for_what_the_guest_lacks() {
+        assert_eq!(
+            guest_args(RECORDED_SUITE),
+            ["--skip", "multilingual::"],
+            "discovery's index-building modules run on recorded document vectors"
+        );
+        let mcp: Vec<String> = guest_skips("oap-mcp/it")
+            .into_iter()
+            .map(|(test, _)| test)
+            .collect();
+        assert_eq!(
+            mcp,
+            ["stdio::npm_server_everything_over_stdio"],
+            "the SDK servers and the Landlock network rules run; Node does not"
+        );
     }
 
     #[test]
