@@ -1,6 +1,6 @@
 //! Verified downloads of single Debian packages from the mirror the image
-//! recipe uses ([`crate::image::MIRROR`], the guest's [`SUITE`]), without
-//! root or an apt configuration:
+//! recipe uses ([`crate::image::MIRROR`], the guest's [`SUITE`] and
+//! [`KERNEL_SUITE`]), without root or an apt configuration:
 //!
 //! 1. `dists/<suite>/InRelease`, checked with `gpgv` against
 //!    `/usr/share/keyrings/debian-archive-keyring.gpg`; only the text gpgv
@@ -25,11 +25,14 @@ use sha2::{Digest, Sha256};
 
 use crate::image::MIRROR;
 
-/// The suite the arm64 test guest's kernel and busybox come from: the one
-/// its init and drivers were proven on (the images moved to trixie; the
-/// guest follows once its tests have run on trixie's kernel, whose
-/// busybox-static lives under /usr).
+/// The suite the arm64 test guest's userland comes from (busybox, Python
+/// 3.11 with its standard library, perl, jq): the one its init and tests
+/// were proven on.
 pub(crate) const SUITE: &str = "bookworm";
+/// The suite of the guest's kernel: trixie's 6.12, as on the images, has
+/// Landlock ABI 4 and up (TCP bind and connect rules), which bookworm's 6.1
+/// lacks. The guest loads no modules, so the kernel image is all it takes.
+pub(crate) const KERNEL_SUITE: &str = "trixie";
 use crate::tasks::run_in_root;
 
 /// The keyring every Debian release is signed with (package
@@ -49,18 +52,19 @@ pub(crate) struct Stanza {
 
 /// A package index of one architecture (`main` component), verified.
 pub(crate) struct Index {
+    suite: &'static str,
     cache: PathBuf,
     stanzas: BTreeMap<String, Stanza>,
 }
 
 impl Index {
-    /// Fetches and checks the index of `arch` (e.g. `arm64`), caching in
-    /// `cache`.
-    pub(crate) fn fetch(cache: &Path, arch: &str) -> Result<Self> {
+    /// Fetches and checks the index of `suite` (e.g. `bookworm`) for `arch`
+    /// (e.g. `arm64`), caching in `cache`.
+    pub(crate) fn fetch(cache: &Path, suite: &'static str, arch: &str) -> Result<Self> {
         fs::create_dir_all(cache)?;
-        let inrelease = cache.join("InRelease");
-        download(&format!("{MIRROR}/dists/{SUITE}/InRelease"), &inrelease)?;
-        let release = cache.join("Release.verified");
+        let inrelease = cache.join(format!("InRelease-{suite}"));
+        download(&format!("{MIRROR}/dists/{suite}/InRelease"), &inrelease)?;
+        let release = cache.join(format!("Release-{suite}.verified"));
         let _ = fs::remove_file(&release);
         run_in_root(
             Command::new("gpgv")
@@ -72,16 +76,16 @@ impl Index {
         )
         .with_context(|| {
             format!(
-                "{MIRROR}/dists/{SUITE}/InRelease does not verify against {KEYRING} \
+                "{MIRROR}/dists/{suite}/InRelease does not verify against {KEYRING} \
                  (apt-get install gpgv debian-archive-keyring)"
             )
         })?;
         let release = fs::read_to_string(&release)?;
         let path = format!("main/binary-{arch}/Packages.xz");
         let (hash, size) = release_sha256(&release, &path)
-            .with_context(|| format!("{path} is not listed in {SUITE}'s InRelease"))?;
+            .with_context(|| format!("{path} is not listed in {suite}'s InRelease"))?;
         let xz = cache.join(format!("Packages-{hash}.xz"));
-        fetch_checked(&format!("{MIRROR}/dists/{SUITE}/{path}"), &xz, &hash, size)?;
+        fetch_checked(&format!("{MIRROR}/dists/{suite}/{path}"), &xz, &hash, size)?;
         let output = Command::new("xz")
             .arg("-dc")
             .arg(&xz)
@@ -94,6 +98,7 @@ impl Index {
         );
         let text = String::from_utf8_lossy(&output.stdout);
         Ok(Self {
+            suite,
             cache: cache.to_path_buf(),
             stanzas: parse_packages(&text),
         })
@@ -103,7 +108,7 @@ impl Index {
     pub(crate) fn stanza(&self, package: &str) -> Result<&Stanza> {
         self.stanzas
             .get(package)
-            .with_context(|| format!("package {package} is not in {SUITE}'s index"))
+            .with_context(|| format!("package {package} is not in {}'s index", self.suite))
     }
 
     /// The package a metapackage such as `linux-image-arm64` points at: the

@@ -7,11 +7,19 @@
 //! device: the init brings up `lo` only. It runs each suite and prints one
 //! result line per suite on the serial console, then powers off.
 //!
-//! Kernel and busybox come from the Debian mirror of the image recipe,
-//! verified ([`crate::debian`]), cached under `target/arm64-guest/`, as do
+//! Kernel (trixie's, for Landlock's network rules) and busybox (bookworm's)
+//! come from the Debian mirror of the image recipe, verified
+//! ([`crate::debian`]), cached under `target/arm64-guest/`, as do
 //! the few Debian programs busybox has no equivalent for ([`GUEST_DEBS`]:
 //! perl, jq, GNU sort, which the sandbox's attack tests drive), unpacked
 //! at their Debian paths; busybox's applets fill in the rest.
+//!
+//! The Python MCP SDK servers of `tests/mcp/` run on that Python too: the
+//! SDK and its dependencies, as aarch64 wheels pinned by hash
+//! ([`SDK_WHEELS`], downloaded with pip and unpacked here, never
+//! installed), make a venv at the path of the host's `target/pyclients`
+//! (its `python` a copy of Debian's, a `pyvenv.cfg` pointing at
+//! `/usr/bin`), where the MCP tests look for it.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
@@ -54,7 +62,64 @@ const GUEST_DEBS: &[(&str, &[&str])] = &[
     ("libselinux1", &[]),
     ("libgmp10", &[]),
     ("libpcre2-8-0", &[]),
+    // Python's ssl and hashlib, which the MCP SDK's HTTP stack imports.
+    ("libssl3", &[]),
 ];
+
+/// The Python MCP SDK and its dependencies for the guest's Python 3.11 on
+/// aarch64 (`requirements.txt` lines, hash-pinned; native wheels are the
+/// manylinux aarch64 ones): the versions of the host's `target/pyclients`
+/// (`tests/python/requirements.txt`) without the test clients.
+const SDK_WHEELS: &[&str] = &[
+    "annotated_types==0.8.0 --hash=sha256:f072f4d804ea359e4eaf198b1af7a8b0943881a87f31bb764f8bf219bb9419e0",
+    "anyio==4.16.0 --hash=sha256:c66ae634e0b8228396b801741beb3294326d4b6102f7bba4041c0dfb58c29026",
+    "attrs==26.1.0 --hash=sha256:c647aa4a12dfbad9333ca4e71fe62ddc36f4e63b2d260a37a8b83d2f043ac309",
+    "certifi==2026.10.19.post1 --hash=sha256:1324c476b4811eff41a8bc2122cd0bbd4d9c7234c725446d99ab1612b3a7fdd2",
+    "cffi==2.1.1 --hash=sha256:3311ed60d36f83378794e1009ac6258bafbf81f7888b4caa7b35a521e3f95813",
+    "click==8.5.1 --hash=sha256:8bb5376d2006950386f8c6427613334a2acadc5f559cb80e638d00b4df957e37",
+    "cryptography==51.0.1 --hash=sha256:51cc4746ce08b4c6eb6d923e2951e020f4caf4f42a9859a9e24a6fa9ca448536",
+    "h11==0.16.0 --hash=sha256:63cf8bbe7522de3bf65932fda1d9c2772064ffb3dae62d55932da54b31cb6c86",
+    "httpcore==1.0.9 --hash=sha256:2d400746a40668fc9dec9810239072b40b4484b640a8c38fd654a024c7a1bf55",
+    "httpcore2==2.17.0 --hash=sha256:72e3674317e5d6bdfc4ca5ea52e4b05302b0b185f95eecfb7dd9399230c51a6f",
+    "httpx==0.29.0 --hash=sha256:6734dcf742ced6e8018e45d3f9f7728975b6b3e1085a24f3e2c056069d858bd1",
+    "httpx2==2.17.0 --hash=sha256:4345a932391496a082b65929f72260dbc9ce5cd2d21bcb28d00f0569935a6eb1",
+    "idna==3.21 --hash=sha256:387ab0bbea1ee7a196ea5b24eb007bad0242cc3127fe96713939942bc9e720d7",
+    "jsonschema==4.26.0 --hash=sha256:d489f15263b8d200f8387e64b4c3a75f06629559fb73deb8fdfb525f2dab50ce",
+    "jsonschema_specifications==2025.9.1 --hash=sha256:98802fee3a11ee76ecaca44429fda8a41bff98b00a0f2838151b113f210cc6fe",
+    "mcp==2.3.0 --hash=sha256:dd0c44c089d16453e8ae31a3877a0054d7a2314caaa81f5e0541b9b1734b2377",
+    "mcp_types==2.3.0 --hash=sha256:968efdbdaedfab06adae40d378a34395f1090c5921d4be3c9cde283aaf76d91d",
+    "opentelemetry_api==1.45.3 --hash=sha256:7b9fcabfdfda5167446caa86641f085915fc1eb7ea9cbd23038c861f6a3c02bf",
+    "packaging==26.4 --hash=sha256:81383611a09c1bc0b08b76e0fd5829d7c6824c65b27a6aee339da133f4233ea2",
+    "pycparser==3.12 --hash=sha256:a076f3f489b39b43ed13563a1dafe42447445bec2e294154ec5c57fcdda4c85e",
+    "pydantic==2.14.4 --hash=sha256:653a2ad9f6d8858529c77c72717d0ea991d6c6837fe683246b2f4b2bbfc3fadc",
+    "pydantic_core==2.50.5 --hash=sha256:ba2b34529984a8e3cb1bc62a7687617722695a2cb4e57958de32a0eba128a07a",
+    "pyjwt==2.15.1 --hash=sha256:42d59d631f7768a1028a64c7ff581a9bf7519804daf91fc5b6c56e30eec5e193",
+    "python_multipart==0.0.34 --hash=sha256:ebacd224bd686eee2f9aa1066a657affe07435a185834e05e5235e2e59173e91",
+    "referencing==0.37.0 --hash=sha256:381329a9f99628c9069361716891d34ad94af76e461dcb0335825aecc7692231",
+    "rpds_py==2026.9.1 --hash=sha256:e01b3c878c8641913e688edd1b3f08658c6783d29cf6b826bd3c0d1ae7a1ffaa",
+    "sniffio==1.3.1 --hash=sha256:2f6da418d1f1e0fddd844478f41680e794e6051915791a034ff65e5f100525a2",
+    "sse_starlette==3.7.1 --hash=sha256:c1bb3af0508c6c24cd4ab6257047654bbec01456a424bed36b36e8020cd7a37f",
+    "starlette==1.10.0 --hash=sha256:478c0ab3b4ced6e82719849c118fa406f0278a3499c1a898cd15cd31bdc38ce4",
+    "truststore==0.10.5 --hash=sha256:9aaaedaefaf06d8b206278cf8b5012bc897f485a874503501e12d776df78951c",
+    "typing_extensions==4.16.0 --hash=sha256:481caa481374e813c1b176ada14e97f1f67a4539ce9cfeb3f350d78d6370c2e8",
+    "typing_inspection==0.4.5 --hash=sha256:bc210535442b39e1bf2805e0c7a17dfd6a4ace760c84c7f7d16245d23a6b1c39",
+    "uvicorn==0.55.0 --hash=sha256:bee604c5af6e15fb0584913c632b222c09db1048c26fc05053203207c4b9e37d",
+];
+/// The platforms pip may take a native wheel for (the guest's glibc is
+/// 2.36): the same list picks the same wheel, whose hash is pinned above.
+const SDK_PLATFORMS: &[&str] = &[
+    "manylinux2014_aarch64",
+    "manylinux_2_17_aarch64",
+    "manylinux_2_28_aarch64",
+    "manylinux_2_34_aarch64",
+];
+/// The venv the MCP tests look for, below the repository.
+const SDK_VENV: &str = "target/pyclients";
+/// Its `pyvenv.cfg`: Debian's Python with the standard library, and the
+/// venv's own site-packages only.
+const SDK_PYVENV_CFG: &str =
+    "home = /usr/bin\ninclude-system-site-packages = false\nversion = 3.11\n";
+
 /// Names Debian gives by a link from another package (python3-minimal's
 /// `python3`), as copies of the file they name: (name, file).
 const GUEST_ALIASES: &[(&str, &str)] = &[("usr/bin/python3", "usr/bin/python3.11")];
@@ -77,6 +142,8 @@ pub(crate) struct Suite {
     /// The tests `args` skip, each with its reason, printed in the console
     /// before the suite runs.
     pub(crate) skips: Vec<(String, String)>,
+    /// Environment variables of the test binary (name, value).
+    pub(crate) env: Vec<(String, String)>,
 }
 
 /// How long one suite took, and its test harness's summary line.
@@ -88,15 +155,30 @@ pub(crate) struct Outcome {
 }
 
 /// Runs `suites` in the guest; `also` are further binaries the tests start
-/// (the daemon, fake-ollama). Fails naming the suite that failed, or the
-/// one running when `deadline` passed.
-pub(crate) fn run(suites: &[Suite], also: &[PathBuf], deadline: Duration) -> Result<Vec<Outcome>> {
+/// (the daemon, fake-ollama), `data` further files they read, each at its
+/// host path. Fails naming the suite that failed, or the one running when
+/// `deadline` passed.
+pub(crate) fn run(
+    suites: &[Suite],
+    also: &[PathBuf],
+    data: &[PathBuf],
+    deadline: Duration,
+) -> Result<Vec<Outcome>> {
     let cache = repo_root().join("target/arm64-guest");
     fs::create_dir_all(&cache)?;
     let (kernel, busybox, debs) = kernel_busybox_and_debs(&cache)?;
+    let sdk = sdk_site_packages(&cache)?;
     let started = Instant::now();
     let initramfs = cache.join("initramfs.cpio");
-    let size = write_initramfs(&cache, &initramfs, &busybox, &debs, suites, also)?;
+    let inputs = Inputs {
+        busybox: &busybox,
+        debs: &debs,
+        sdk: &sdk,
+        suites,
+        also,
+        data,
+    };
+    let size = write_initramfs(&cache, &initramfs, &inputs)?;
     println!(
         "guest: initramfs {} MB written in {:.0} s",
         size >> 20,
@@ -110,15 +192,16 @@ pub(crate) fn run(suites: &[Suite], also: &[PathBuf], deadline: Duration) -> Res
 /// The kernel image, the static busybox and the `.deb`s of
 /// [`GUEST_DEBS`], from the verified cache or the mirror.
 fn kernel_busybox_and_debs(cache: &Path) -> Result<(PathBuf, PathBuf, Vec<GuestDeb>)> {
-    let index = Index::fetch(&cache.join("debian"), "arm64")?;
-    let kernel_pkg = index.first_dependency("linux-image-arm64")?;
+    let index = Index::fetch(&cache.join("debian"), crate::debian::SUITE, "arm64")?;
+    let kernels = Index::fetch(&cache.join("debian"), crate::debian::KERNEL_SUITE, "arm64")?;
+    let kernel_pkg = kernels.first_dependency("linux-image-arm64")?;
     let release = kernel_pkg
         .package
         .strip_prefix("linux-image-")
         .with_context(|| format!("unexpected kernel package {}", kernel_pkg.package))?;
     let kernel = cache.join(format!("vmlinuz-{}", kernel_pkg.sha256));
     if !kernel.is_file() {
-        let deb = index.deb(kernel_pkg)?;
+        let deb = kernels.deb(kernel_pkg)?;
         extract_file(&deb, &format!("./boot/vmlinuz-{release}"), &kernel)?;
     }
     let busybox_pkg = index.stanza("busybox-static")?;
@@ -132,13 +215,74 @@ fn kernel_busybox_and_debs(cache: &Path) -> Result<(PathBuf, PathBuf, Vec<GuestD
         .map(|(package, only)| Ok((index.deb(index.stanza(package)?)?, *only)))
         .collect::<Result<Vec<_>>>()?;
     println!(
-        "guest: kernel {} {}, busybox {} (verified against {}'s signed index)",
+        "guest: kernel {} {} (verified against {}'s signed index), busybox {} \
+         (verified against {}'s)",
         kernel_pkg.package,
         kernel_pkg.version,
+        crate::debian::KERNEL_SUITE,
         busybox_pkg.version,
         crate::debian::SUITE
     );
     Ok((kernel, busybox, debs))
+}
+
+/// The unpacked SDK wheels of [`SDK_WHEELS`] (a site-packages directory),
+/// from the cache or downloaded with pip (hash-checked) and unpacked.
+fn sdk_site_packages(cache: &Path) -> Result<PathBuf> {
+    use sha2::Digest;
+    let requirements = SDK_WHEELS.join("\n") + "\n";
+    let key = hex::encode(&sha2::Sha256::digest(requirements.as_bytes())[..8]);
+    let site = cache.join(format!("sdk-{key}/site-packages"));
+    if site.join("mcp").is_dir() {
+        return Ok(site);
+    }
+    let wheels = cache.join(format!("sdk-{key}/wheels"));
+    fs::create_dir_all(&wheels)?;
+    let listed = wheels.join("requirements.txt");
+    fs::write(&listed, requirements)?;
+    let mut pip = Command::new("python3");
+    pip.args([
+        "-m",
+        "pip",
+        "download",
+        "--quiet",
+        "--no-deps",
+        "--require-hashes",
+    ])
+    .args(["--only-binary=:all:", "--python-version", "3.11"])
+    .args(["--implementation", "cp", "--abi", "cp311", "--abi", "abi3"])
+    .args(["--abi", "none"]);
+    for platform in SDK_PLATFORMS {
+        pip.args(["--platform", platform]);
+    }
+    crate::tasks::run_in_root(pip.arg("--dest").arg(&wheels).arg("-r").arg(&listed))
+        .context("cannot download the MCP SDK's aarch64 wheels from PyPI")?;
+    let partial = site.with_extension("partial");
+    if partial.exists() {
+        fs::remove_dir_all(&partial)?;
+    }
+    fs::create_dir_all(&partial)?;
+    let mut unpacked = 0;
+    for entry in fs::read_dir(&wheels)? {
+        let wheel = entry?.path();
+        if wheel.extension().is_some_and(|e| e == "whl") {
+            // A wheel is a zip laid out as site-packages wants it.
+            crate::tasks::run_in_root(
+                Command::new("python3")
+                    .args(["-m", "zipfile", "--extract"])
+                    .arg(&wheel)
+                    .arg(&partial),
+            )?;
+            unpacked += 1;
+        }
+    }
+    ensure!(
+        unpacked == SDK_WHEELS.len(),
+        "pip gave {unpacked} wheels for the {} pinned",
+        SDK_WHEELS.len()
+    );
+    fs::rename(&partial, &site)?;
+    Ok(site)
 }
 
 /// Single-quoted for sh.
@@ -161,9 +305,14 @@ pub(crate) fn suites_script(suites: &[Suite]) -> String {
                 ))
             ));
         }
+        let env: String = suite
+            .env
+            .iter()
+            .map(|(name, value)| format!("{name}={} ", quote(value)))
+            .collect();
         out.push_str(&format!(
             "echo {START} {name}\n\
-             (cd {cwd} && CARGO_MANIFEST_DIR={cwd} exec {exe} {args} </dev/null 2>&1)\n\
+             (cd {cwd} && CARGO_MANIFEST_DIR={cwd} {env}exec {exe} {args} </dev/null 2>&1)\n\
              echo {RESULT} {name} $?\n",
             name = quote(&suite.name),
             cwd = quote(&suite.cwd.to_string_lossy()),
@@ -214,15 +363,27 @@ enum Source {
     Bytes(Vec<u8>),
 }
 
+/// What goes into the initramfs besides the repository and the model.
+struct Inputs<'a> {
+    busybox: &'a Path,
+    debs: &'a [GuestDeb],
+    /// The SDK's unpacked wheels ([`sdk_site_packages`]).
+    sdk: &'a Path,
+    suites: &'a [Suite],
+    also: &'a [PathBuf],
+    data: &'a [PathBuf],
+}
+
 /// Writes the initramfs; returns its size in bytes.
-fn write_initramfs(
-    cache: &Path,
-    out: &Path,
-    busybox: &Path,
-    debs: &[GuestDeb],
-    suites: &[Suite],
-    also: &[PathBuf],
-) -> Result<u64> {
+fn write_initramfs(cache: &Path, out: &Path, inputs: &Inputs<'_>) -> Result<u64> {
+    let Inputs {
+        busybox,
+        debs,
+        sdk,
+        suites,
+        also,
+        data,
+    } = *inputs;
     let root = repo_root();
     let stage = cache.join("stripped");
     if stage.exists() {
@@ -292,6 +453,41 @@ fn write_initramfs(
             _ => bail!("{alias} names {name}, which no package of GUEST_DEBS holds"),
         };
         files.insert((*alias).to_owned(), (Source::Host(host.0), host.1));
+    }
+    // The SDK's venv: Debian's python under the venv's name, so that the
+    // pyvenv.cfg beside it puts the unpacked wheels on its path.
+    let venv = guest_path(&root.join(SDK_VENV))?;
+    let python = match files.get("usr/bin/python3.11") {
+        Some((Source::Host(host), mode)) => (host.clone(), *mode),
+        _ => bail!("no package of GUEST_DEBS holds usr/bin/python3.11"),
+    };
+    files.insert(
+        format!("{venv}/bin/python"),
+        (Source::Host(python.0), python.1),
+    );
+    files.insert(
+        format!("{venv}/pyvenv.cfg"),
+        (Source::Bytes(SDK_PYVENV_CFG.into()), 0o644),
+    );
+    for (path, host) in files_below(sdk)? {
+        let rel = path
+            .strip_prefix(sdk)
+            .context("an unpacked wheel file outside site-packages")?
+            .to_string_lossy()
+            .into_owned();
+        let mode = fs::metadata(&host)?.permissions().mode() & 0o777;
+        files.insert(
+            format!("{venv}/lib/python3.11/site-packages/{rel}"),
+            (Source::Host(host), mode),
+        );
+    }
+    for file in data {
+        let mode = fs::metadata(file)
+            .with_context(|| format!("{}", file.display()))?
+            .permissions()
+            .mode()
+            & 0o777;
+        files.insert(guest_path(file)?, (Source::Host(file.clone()), mode));
     }
     // The repository's tracked files (fixtures, bundled manifests, scripts).
     let listed = Command::new("git")
@@ -686,7 +882,9 @@ fn boot(
                 done = true;
             }
             Event::Line(line) => {
-                writeln!(log, "{line}")?;
+                // Seconds since the boot began: when each test ended, for
+                // the time a module takes.
+                writeln!(log, "{:7.1} {line}", started.elapsed().as_secs_f64())?;
                 println!("  {line}");
                 if last_lines.len() > 200 {
                     last_lines.remove(0);
@@ -764,6 +962,7 @@ mod tests {
             cwd: "/w/crates/oapd".into(),
             args: vec!["daemon::".into(), "it's".into()],
             skips: vec![("stdio::npm".into(), "the guest has no Node".into())],
+            env: vec![("OAPD_X".into(), "/a b".into())],
         }]);
         assert!(
             script.starts_with(
@@ -777,7 +976,7 @@ mod tests {
             "{script}"
         );
         assert!(
-            script.contains("exec '/w/target/it-1' 'daemon::' 'it'\\''s'"),
+            script.contains("OAPD_X='/a b' exec '/w/target/it-1' 'daemon::' 'it'\\''s'"),
             "{script}"
         );
         assert!(

@@ -3,7 +3,9 @@
 //! The embedder is the real all-MiniLM-L6-v2 (`cargo xtask fetch-model`);
 //! a thin wrapper only counts calls, so the tests can assert that unchanged
 //! manifests are not re-embedded. Without the model these tests FAIL with
-//! instructions: a silently skipped model test hides regressions.
+//! instructions: a silently skipped model test hides regressions. Under
+//! the counting sits [`crate::recorded_vectors`], through which the arm64
+//! guest takes document vectors recorded on x86_64.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -14,6 +16,12 @@ use oap_discovery::{Engine, EngineConfig, Mode, Scoring, Source, Trust};
 use oap_embed::{Calibration, EmbedError, Embedder};
 use oap_embed_candle::{BertEmbedder, EmbedOptions};
 
+use crate::recorded_vectors::Recorded;
+
+/// The real model as every test here embeds with it: its document vectors
+/// may be replayed from a recording ([`crate::recorded_vectors`]).
+pub(crate) type Model = Recorded<BertEmbedder>;
+
 pub(crate) fn model_dir() -> PathBuf {
     match std::env::var_os("OAPD_MODEL_DIR") {
         Some(dir) => PathBuf::from(dir),
@@ -21,8 +29,8 @@ pub(crate) fn model_dir() -> PathBuf {
     }
 }
 
-fn real_model() -> Arc<BertEmbedder> {
-    static MODEL: OnceLock<Arc<BertEmbedder>> = OnceLock::new();
+fn real_model() -> Arc<Model> {
+    static MODEL: OnceLock<Arc<Model>> = OnceLock::new();
     MODEL
         .get_or_init(|| {
             let dir = model_dir();
@@ -31,22 +39,24 @@ fn real_model() -> Arc<BertEmbedder> {
                 "real model not found in {}: run `cargo xtask fetch-model` (or set OAPD_MODEL_DIR)",
                 dir.display()
             );
-            Arc::new(BertEmbedder::load(&dir, EmbedOptions::default()).expect("load model"))
+            let model = BertEmbedder::load(&dir, EmbedOptions::default()).expect("load model");
+            Arc::new(Recorded::from_env(model))
         })
         .clone()
 }
 
 /// The real model without the tool tuning (`embedding.tool_tuning:
 /// false`), for what the plain encoder must still do.
-pub(crate) fn plain_model() -> Arc<BertEmbedder> {
-    static MODEL: OnceLock<Arc<BertEmbedder>> = OnceLock::new();
+pub(crate) fn plain_model() -> Arc<Model> {
+    static MODEL: OnceLock<Arc<Model>> = OnceLock::new();
     MODEL
         .get_or_init(|| {
             let options = EmbedOptions {
                 tool_tuning: false,
                 ..EmbedOptions::default()
             };
-            Arc::new(BertEmbedder::load(&model_dir(), options).expect("load the plain model"))
+            let model = BertEmbedder::load(&model_dir(), options).expect("load the plain model");
+            Arc::new(Recorded::from_env(model))
         })
         .clone()
 }
@@ -70,7 +80,7 @@ pub(crate) fn daemon_config(data: &Path) -> EngineConfig {
 /// The real model, counting how many texts it embeds, optionally under
 /// another identity (to simulate a model change).
 pub(crate) struct Counting {
-    inner: Arc<BertEmbedder>,
+    inner: Arc<Model>,
     id: String,
     texts: AtomicUsize,
 }
@@ -109,6 +119,16 @@ impl Embedder for Counting {
     fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, EmbedError> {
         self.texts.fetch_add(texts.len(), Ordering::SeqCst);
         self.inner.embed(texts)
+    }
+    // Queries reach the model as queries, so a recording never answers
+    // them (see `crate::recorded_vectors`); they count like any text.
+    fn embed_queries(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, EmbedError> {
+        self.texts.fetch_add(texts.len(), Ordering::SeqCst);
+        self.inner.embed_queries(texts)
+    }
+    fn embed_query(&self, text: &str) -> Result<Vec<f32>, EmbedError> {
+        self.texts.fetch_add(1, Ordering::SeqCst);
+        self.inner.embed_query(text)
     }
     fn calibration(&self) -> Calibration {
         self.inner.calibration()
@@ -580,7 +600,7 @@ fn listing_and_lookup_use_stable_ids() {
 
 /// Records, in order, when the query embeds and when a rebuild embeds.
 struct Observed {
-    inner: Arc<BertEmbedder>,
+    inner: Arc<Model>,
     events: std::sync::Mutex<Vec<&'static str>>,
 }
 

@@ -18,6 +18,7 @@ mod engine;
 mod mcp;
 mod multilingual;
 mod query_cache;
+mod recorded_vectors;
 mod requests;
 mod spoken_arithmetic;
 mod stemming;
