@@ -189,7 +189,7 @@
     }
     const s = answer.body;
     const bySource = s.manifests.by_source;
-    const labels = { bundled: "bundled", dir: "directories", crawl: "crawled", lan: "LAN (mDNS)", mcp: "MCP servers" };
+    const labels = { bundled: "bundled", dir: "directories", crawl: "crawled", lan: "LAN (mDNS)", mcp: "MCP servers", snapshot: "signed snapshot" };
     const names = Object.keys(labels).concat(Object.keys(bySource).filter((n) => !(n in labels)));
     fill(sources, names.map((name) => {
       const tr = row(labels[name] || name, num(bySource[name] || 0));
