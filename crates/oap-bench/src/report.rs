@@ -333,7 +333,8 @@ pub struct TokensReport {
     pub manifests: usize,
     /// Tools discovered per request.
     pub top_k: usize,
-    /// Direct, each budget, then the two meta-tool figures.
+    /// Direct, direct with the tool instruction, each budget, then the
+    /// two meta-tool figures.
     pub columns: Vec<ExposureColumn>,
     /// The token estimator against other counts, over the direct tool text.
     pub calibration: TokenCalibration,

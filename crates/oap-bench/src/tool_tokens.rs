@@ -15,7 +15,7 @@ use std::sync::Arc;
 
 use anyhow::{bail, Context, Result};
 use oap_bench::report::{ExposureColumn, TokenCalibration, TokensReport};
-use oap_bridge::{exposure, meta, tokens};
+use oap_bridge::{exposure, guide, meta, tokens};
 use oapd::harness::Config;
 use serde_json::Value;
 
@@ -177,6 +177,13 @@ pub fn run(mut options: Args) -> Result<TokensReport> {
         .iter()
         .map(|b| Column::new(format!("budget {b}")))
         .collect();
+    // What the tool-listing instruction adds where it is on (small models,
+    // or models that failed validate-model's tool checks): the same tools
+    // plus the system message listing them.
+    let mut direct_instructed = Column::new(format!(
+        "direct (top_k {}) + tool instruction",
+        options.top_k
+    ));
     let meta_tokens = tokens::tools_tokens(meta::definitions().iter());
     let mut meta_defs = Column::new("meta: the two meta-tools");
     let mut meta_listing = Column::new("meta: oap_discover result (read once)");
@@ -200,6 +207,11 @@ pub fn run(mut options: Args) -> Result<TokensReport> {
             .len();
         let names = names_of(&tools);
         direct.record(estimate, &names, &task.expected);
+        direct_instructed.record(
+            estimate + guide::tokens(&guide::instruction(&tools)),
+            &names,
+            &task.expected,
+        );
         meta_defs.record(meta_tokens, &names, &task.expected);
         meta_listing.record(
             tokens::estimate(&meta::listing(&tools)),
@@ -214,7 +226,7 @@ pub fn run(mut options: Args) -> Result<TokensReport> {
         }
     }
 
-    let mut columns = vec![direct.summary()];
+    let mut columns = vec![direct.summary(), direct_instructed.summary()];
     columns.extend(budgets.iter().map(Column::summary));
     columns.push(meta_defs.summary());
     columns.push(meta_listing.summary());
