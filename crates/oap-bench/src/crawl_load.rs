@@ -42,8 +42,9 @@ type Result<T> = std::result::Result<T, Box<dyn std::error::Error + Send + Sync>
 
 const ZONE: &str = "crawl.bench";
 
-/// Discovery tasks the load client cycles through.
-const TASKS: &[&str] = &[
+/// Discovery tasks the load clients cycle through (the crawl and the
+/// snapshot-swap benchmarks).
+pub(crate) const DISCOVERY_TASKS: &[&str] = &[
     "what is the weather forecast in Paris tomorrow",
     "convert 100 US dollars to euros",
     "translate this sentence into German",
@@ -193,7 +194,9 @@ fn discover_loop(addr: SocketAddr, stop: &AtomicBool, limit: usize, rate: f64) -
     let mut i = 0;
     let begin = Instant::now();
     while !stop.load(Ordering::Relaxed) && out.len() < limit {
-        let body = serde_json::json!({"task": TASKS[i % TASKS.len()], "top_k": 5}).to_string();
+        let body =
+            serde_json::json!({"task": DISCOVERY_TASKS[i % DISCOVERY_TASKS.len()], "top_k": 5})
+                .to_string();
         let started = if rate > 0.0 {
             let due = begin + Duration::from_secs_f64(i as f64 / rate);
             if let Some(wait) = due.checked_duration_since(Instant::now()) {

@@ -34,6 +34,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use crate::crawl_load::DISCOVERY_TASKS;
 use oap_testkit::http::exchange;
 use oap_testkit::pki::{Pki, ServerConfig};
 use oap_testkit::rss::ProcStatus;
@@ -44,16 +45,6 @@ use serde::Serialize;
 use tokio::io::AsyncWriteExt;
 
 type Result<T> = std::result::Result<T, Box<dyn std::error::Error + Send + Sync>>;
-
-/// Discovery tasks the latency client cycles through.
-const TASKS: &[&str] = &[
-    "what is the weather forecast in Paris tomorrow",
-    "convert 100 US dollars to euros",
-    "translate this sentence into German",
-    "find flights from Berlin to Lisbon next week",
-    "count the words in a text",
-    "look up the stock price of a company",
-];
 
 /// The version the built snapshot carries (any is newer than none).
 const VERSION: u64 = 100;
@@ -466,7 +457,9 @@ fn installed_version(addr: SocketAddr) -> Option<u64> {
 fn discover_loop(addr: SocketAddr, count: usize) -> Vec<f64> {
     let mut out = Vec::with_capacity(count);
     for i in 0..count {
-        let body = serde_json::json!({"task": TASKS[i % TASKS.len()], "top_k": 5}).to_string();
+        let body =
+            serde_json::json!({"task": DISCOVERY_TASKS[i % DISCOVERY_TASKS.len()], "top_k": 5})
+                .to_string();
         let started = Instant::now();
         match exchange(addr, "POST", "/v1/discover", &body, Duration::from_secs(60)) {
             Ok((200, _)) => out.push(started.elapsed().as_secs_f64() * 1000.0),
