@@ -34,7 +34,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::crawl_load::DISCOVERY_TASKS;
 use oap_testkit::http::exchange;
 use oap_testkit::pki::{Pki, ServerConfig};
 use oap_testkit::rss::ProcStatus;
@@ -43,6 +42,8 @@ use oap_testkit::stats::{nearest_rank, sorted};
 use oap_testkit::DaemonBuilder;
 use serde::Serialize;
 use tokio::io::AsyncWriteExt;
+
+use crate::crawl_load::DISCOVERY_TASKS;
 
 type Result<T> = std::result::Result<T, Box<dyn std::error::Error + Send + Sync>>;
 
