@@ -123,7 +123,7 @@ def test_the_page_asks_for_the_token_once_and_loads_every_section(page, daemon, 
         "Object.fromEntries([...document.querySelectorAll('#sources tbody tr')]"
         ".map(r => [r.dataset.source, r.cells[1].textContent]))"
     )
-    assert sources == {"bundled": "13", "dir": "1", "crawl": "0", "lan": "0", "mcp": "0"}, sources
+    assert sources == {"bundled": "13", "dir": "1", "crawl": "0", "lan": "0", "snapshot": "0", "mcp": "0"}, sources
     assert "reachable" in page.evaluate("document.getElementById('ollama-state').textContent")
     models = [r[0] for r in visible_rows(page, "models")]
     assert "qwen3:4b" in models, models
