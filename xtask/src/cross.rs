@@ -458,8 +458,8 @@ fn record_document_vectors(args: &[String]) -> Result<PathBuf> {
         file.display()
     );
     println!(
-        "cross --test: {RECORDED_SUITE} recorded {} MB of document vectors on the host in {:.0} s",
-        std::fs::metadata(&file)?.len() >> 20,
+        "cross --test: {RECORDED_SUITE} recorded {} KB of document vectors on the host in {:.0} s",
+        std::fs::metadata(&file)?.len() >> 10,
         started.elapsed().as_secs_f64()
     );
     Ok(dir)
