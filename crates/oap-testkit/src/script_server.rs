@@ -17,23 +17,31 @@ pub struct ScriptServer {
 impl ScriptServer {
     /// Runs `python script args…` and waits for its `PORT <n>` line.
     pub fn start(python: &str, script: &Path, args: &[&str]) -> ScriptServer {
+        // Its stderr goes to a file, read only when the script fails to
+        // start: a server that dies before listening says why (in an
+        // emulated guest there is no other way to see it).
+        let stderr = tempfile::tempfile().unwrap();
         let mut child = Command::new(python)
             .arg(script)
             .args(args)
             .stdout(Stdio::piped())
-            .stderr(Stdio::null())
+            .stderr(stderr.try_clone().unwrap())
             .spawn()
             .unwrap_or_else(|e| panic!("cannot start {}: {e}", script.display()));
         let mut line = String::new();
         BufReader::new(child.stdout.take().unwrap())
             .read_line(&mut line)
             .unwrap();
-        let port = line
-            .trim()
-            .strip_prefix("PORT ")
-            .unwrap_or_else(|| panic!("{} printed {line:?}, not PORT <n>", script.display()))
-            .parse()
-            .unwrap();
+        let Some(port) = line.trim().strip_prefix("PORT ") else {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!(
+                "{} printed {line:?}, not PORT <n>; its stderr ended with:\n{}",
+                script.display(),
+                tail_of(stderr, 4096)
+            );
+        };
+        let port = port.parse().unwrap();
         ScriptServer {
             child,
             port,
@@ -60,9 +68,39 @@ impl ScriptServer {
     }
 }
 
+/// The last `max` bytes of `file` (from its start), as text.
+fn tail_of(mut file: std::fs::File, max: u64) -> String {
+    use std::io::{Read, Seek, SeekFrom};
+    let len = file.seek(SeekFrom::End(0)).unwrap_or(0);
+    let _ = file.seek(SeekFrom::Start(len.saturating_sub(max)));
+    let mut bytes = Vec::new();
+    let _ = file.read_to_end(&mut bytes);
+    String::from_utf8_lossy(&bytes).into_owned()
+}
+
 impl Drop for ScriptServer {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_script_that_dies_before_listening_says_why() {
+        let dir = tempfile::tempdir().unwrap();
+        let script = dir.path().join("dies.py");
+        std::fs::write(
+            &script,
+            "import sys\nsys.stderr.write('ModuleNotFoundError: mcp\\n')\nsys.exit(3)\n",
+        )
+        .unwrap();
+        let failed = std::panic::catch_unwind(|| ScriptServer::start("python3", &script, &[]));
+        let panic = failed.err().expect("a script that exits must not start");
+        let message = panic.downcast_ref::<String>().unwrap();
+        assert!(message.contains("ModuleNotFoundError: mcp"), "{message}");
     }
 }
