@@ -123,7 +123,10 @@ impl Puller {
     /// One check: `Ok("installed")`, `Ok("not_modified")`, or why not.
     async fn check(&self) -> Result<&'static str, PullError> {
         let mut state = self.load_state();
-        let installed = installed_listing(&self.root.join(CURRENT));
+        let installed_bytes = installed_listing_bytes(&self.root.join(CURRENT));
+        let installed = installed_bytes
+            .as_deref()
+            .and_then(|b| oap_snapshot::Listing::parse(b).ok());
         // Validators only while their listing's outcome stands (installed
         // or refused for good); see the module docs.
         let (bytes, signature, validators) = match self.source.listing(&state.validators).await? {
@@ -137,8 +140,7 @@ impl Puller {
         // A host that sends no validators answers every check with the
         // whole listing: the one installed (verified when it was) is
         // nothing new, not a replay to refuse.
-        if installed_listing_bytes(&self.root.join(CURRENT)).is_some_and(|current| current == bytes)
-        {
+        if installed_bytes.is_some_and(|current| current == bytes) {
             return Ok("not_modified");
         }
         let model_id = self.rebuilder.engine().model_id().map(str::to_owned);
