@@ -100,13 +100,19 @@ fn start_deadline(arch: &str) -> Duration {
     }
 }
 
-/// `cargo xtask check-install [--suite S]... [--arch A]...`
+/// `cargo xtask check-install [--base-only] [--suite S]... [--arch A]...`
+///
+/// `--base-only` makes the cached base systems and stops: CI runs it in
+/// the background while the workspace builds, so that the check itself
+/// later starts from the cache (debootstrap is minutes of unpacking).
 pub fn check_install(args: &[String]) -> Result<()> {
     let mut suites: Vec<String> = Vec::new();
     let mut arches: Vec<String> = Vec::new();
+    let mut base_only = false;
     let mut iter = args.iter();
     while let Some(arg) = iter.next() {
         match arg.as_str() {
+            "--base-only" => base_only = true,
             "--suite" => {
                 let suite = iter.next().context("--suite needs bookworm or trixie")?;
                 ensure!(
@@ -124,8 +130,8 @@ pub fn check_install(args: &[String]) -> Result<()> {
                 arches.push(arch.clone());
             }
             other => bail!(
-                "unknown argument {other:?}; usage: check-install [--suite bookworm|trixie]... \
-                 [--arch amd64|arm64]..."
+                "unknown argument {other:?}; usage: check-install [--base-only] \
+                 [--suite bookworm|trixie]... [--arch amd64|arm64]..."
             ),
         }
     }
@@ -155,6 +161,21 @@ pub fn check_install(args: &[String]) -> Result<()> {
             .output()
             .is_ok_and(|o| o.status.success());
         ensure!(found, "{tool} is missing: apt-get install {package}");
+    }
+    if base_only {
+        let cache = repo_root().join("target/debcheck");
+        fs::create_dir_all(&cache)?;
+        for arch in &arches {
+            if arch != host_arch() {
+                foreign_arch_emulation(arch)?;
+            }
+            for suite in &suites {
+                let tar = base_tree(&cache, suite, arch)
+                    .with_context(|| format!("debootstrap of {suite}/{arch}"))?;
+                println!("check-install: {suite}/{arch}: base system at {}", tar.display());
+            }
+        }
+        return Ok(());
     }
     let mut failures = Vec::new();
     for arch in &arches {

@@ -128,6 +128,13 @@ const COMMANDS: &[Command] = &[
         run: tasks::test,
     },
     Command {
+        name: "python-side",
+        usage: "python-side\n      \
+                only the Python side of `test`: the MCP servers' packages, the client\n      \
+                venv, Home Assistant's venv (and a CPython 3.13 for it, built if missing)",
+        run: tasks::python_side,
+    },
+    Command {
         name: "deny",
         usage: "deny\n      \
                 cargo deny check (deny.toml) of both workspaces, offline, against\n      \
@@ -236,10 +243,11 @@ const COMMANDS: &[Command] = &[
     },
     Command {
         name: "check-install",
-        usage: "check-install [--suite bookworm|trixie]... [--arch amd64|arm64]...\n      \
+        usage: "check-install [--base-only] [--suite bookworm|trixie]... [--arch amd64|arm64]...\n      \
                 apt-get install target/debian's .deb in a debootstrap chroot of each\n      \
                 suite (arm64 under qemu-user) and check the daemon answers /health\n      \
-                in a loopback-only network namespace (base systems cached in target/debcheck)",
+                in a loopback-only network namespace (base systems cached in target/debcheck;\n      \
+                --base-only makes them and stops)",
         run: install_check::check_install,
     },
     Command {

@@ -66,16 +66,7 @@ pub fn test(args: &[String]) -> anyhow::Result<()> {
          (apt-get install chromium, or set OAPD_CHROMIUM)",
         Path::new(&chromium).display()
     );
-    let python_side = std::thread::spawn(|| -> anyhow::Result<std::path::PathBuf> {
-        let started = std::time::Instant::now();
-        mcp_servers()?;
-        let ha = crate::home_assistant::venv()?;
-        println!(
-            "the Python side (MCP servers, client venv, Home Assistant venv) ready in {:.0} s",
-            started.elapsed().as_secs_f64()
-        );
-        Ok(ha)
-    });
+    let python_side = std::thread::spawn(prepare_python_side);
     let built = run_in_root(workspace_tests().arg("--no-run"));
     let prepared = python_side
         .join()
@@ -85,6 +76,42 @@ pub fn test(args: &[String]) -> anyhow::Result<()> {
     run_in_root(&mut workspace_tests())?;
     python_clients(&ha)?;
     crate::pipeline::after_suite()
+}
+
+/// `cargo xtask python-side`: only what [`test`] makes on its thread
+/// beside the compile. CI starts it first thing, so that a CPython build
+/// for Home Assistant is long done when the tests are built; `test` then
+/// finds everything in place.
+pub fn python_side(args: &[String]) -> anyhow::Result<()> {
+    anyhow::ensure!(args.is_empty(), "python-side takes no arguments");
+    prepare_python_side().map(|_| ())
+}
+
+/// The MCP servers' packages, the client venv and Home Assistant's venv
+/// (with its CPython, built if the machine has none new enough); returns
+/// that venv. Two processes doing this at once (CI's early start and the
+/// test suite) take turns on a lock in target/, and the second finds the
+/// first's work done.
+fn prepare_python_side() -> anyhow::Result<std::path::PathBuf> {
+    let target = repo_root().join("target");
+    std::fs::create_dir_all(&target)?;
+    let lock = std::fs::File::create(target.join(".python-side.lock"))?;
+    let waited = std::time::Instant::now();
+    lock.lock()?;
+    if waited.elapsed().as_secs() >= 1 {
+        println!(
+            "waited {:.0} s for another process preparing the Python side",
+            waited.elapsed().as_secs_f64()
+        );
+    }
+    let started = std::time::Instant::now();
+    mcp_servers()?;
+    let ha = crate::home_assistant::venv()?;
+    println!(
+        "the Python side (MCP servers, client venv, Home Assistant venv) ready in {:.0} s",
+        started.elapsed().as_secs_f64()
+    );
+    Ok(ha)
 }
 
 /// The real MCP servers oap-mcp's tests drive: the pinned npm packages of

@@ -590,7 +590,10 @@ fn an_upstream_that_drops_mid_answer_ends_the_stream_with_an_error() {
 }
 
 /// A hand-rolled upstream that answers /api/show, starts a streamed chat
-/// answer, then waits to see whether oapd hangs up on it.
+/// answer, then waits to see whether oapd hangs up on it. Only the chat
+/// gets that answer: anything else the daemon asks on its own (the model
+/// list, for request generation and the status page) gets an empty list,
+/// so that no background request holds the upstream open instead.
 #[test]
 fn a_client_that_disconnects_cancels_the_upstream_request() {
     use std::io::{BufRead, BufReader, Read, Write};
@@ -620,9 +623,15 @@ fn a_client_that_disconnects_cancels_the_upstream_request() {
                 }
                 let mut body = vec![0; length];
                 reader.read_exact(&mut body).unwrap();
-                if request_line.contains("/api/show") {
-                    let body = r#"{"capabilities":["completion","tools"]}"#;
-                    write!(stream, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}", body.len()).unwrap();
+                if !request_line.starts_with("POST /api/chat ") {
+                    let body = if request_line.contains("/api/show") {
+                        r#"{"capabilities":["completion","tools"]}"#
+                    } else {
+                        r#"{"models":[]}"#
+                    };
+                    // It closes after answering, and says so: a pooled
+                    // connection must not be picked for the chat.
+                    write!(stream, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nConnection: close\r\nContent-Length: {}\r\n\r\n{body}", body.len()).unwrap();
                     return;
                 }
                 let chunk = "{\"model\":\"m\",\"message\":{\"role\":\"assistant\",\"content\":\"Hel\"},\"done\":false}\n";
@@ -664,7 +673,11 @@ fn a_client_that_disconnects_cancels_the_upstream_request() {
         let mut buf = [0u8; 256];
         while !String::from_utf8_lossy(&seen).contains("Hel") {
             let n = client.read(&mut buf).unwrap();
-            assert!(n > 0, "stream ended early");
+            assert!(
+                n > 0,
+                "stream ended early: {}",
+                String::from_utf8_lossy(&seen)
+            );
             seen.extend_from_slice(&buf[..n]);
         }
     } // the client hangs up after the first chunk
