@@ -172,7 +172,10 @@ pub fn check_install(args: &[String]) -> Result<()> {
             for suite in &suites {
                 let tar = base_tree(&cache, suite, arch)
                     .with_context(|| format!("debootstrap of {suite}/{arch}"))?;
-                println!("check-install: {suite}/{arch}: base system at {}", tar.display());
+                println!(
+                    "check-install: {suite}/{arch}: base system at {}",
+                    tar.display()
+                );
             }
         }
         return Ok(());
