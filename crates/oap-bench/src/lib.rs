@@ -47,12 +47,12 @@
 //! rendering. Daemons a benchmark starts go through the kit's
 //! `DaemonBuilder`.
 
+pub mod compare_report;
+pub mod crawl_report;
 #[allow(
     clippy::disallowed_methods,
     reason = "reads /proc and runs lscpu/date for a report's header, not daemon input"
 )]
-pub mod compare_report;
-pub mod crawl_report;
 pub mod machine;
 pub mod mcp_report;
 pub mod proxy_report;

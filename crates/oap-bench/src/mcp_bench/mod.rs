@@ -231,7 +231,7 @@ pub fn run(args: Args) -> Result<McpBenchReport> {
     Ok(runner.report)
 }
 
-/// 1. Pure proxying.
+/// Configuration 1, pure proxying.
 fn pure_proxy(bench: &Bench, runner: &mut Runner) -> Result<()> {
     let fake = bench.fake.addr;
     set_script(fake, &text_script())?;
@@ -253,7 +253,7 @@ fn pure_proxy(bench: &Bench, runner: &mut Runner) -> Result<()> {
     Ok(())
 }
 
-/// 2. One real server: a tool round per chat.
+/// Configuration 2, one real server: a tool round per chat.
 fn tool_round(bench: &Bench, runner: &mut Runner) -> Result<()> {
     let fake = bench.fake.addr;
     let (oapd, peer) = bench.start_pair(
@@ -316,7 +316,7 @@ fn tool_round(bench: &Bench, runner: &mut Runner) -> Result<()> {
     Ok(())
 }
 
-/// 3. Fifty tools: what each bridge injects for a fitting task.
+/// Configuration 3, fifty tools: what each bridge injects for a fitting task.
 fn fifty_tools(bench: &Bench, runner: &mut Runner) -> Result<()> {
     let fake = bench.fake.addr;
     let (oapd, peer) = bench.start_pair(

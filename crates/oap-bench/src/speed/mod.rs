@@ -139,7 +139,7 @@ pub fn run(args: Args) -> Result<SpeedReport> {
     Ok(summary)
 }
 
-/// 1. Query embedding. Three rounds, each the default and then the same
+/// Section 1, query embedding. Three rounds, each the default and then the same
 /// benchmark with RAYON_NUM_THREADS set: candle re-reads the CPU count
 /// (/proc/cpuinfo) on every matmul unless it is set, and alternating the
 /// two keeps the comparison fair on a machine whose load drifts.
@@ -210,7 +210,7 @@ fn embedding(args: &Args, summary: &mut SpeedReport) -> Result<()> {
     Ok(())
 }
 
-/// 2. Vector and BM25 search.
+/// Section 2, vector and BM25 search.
 fn search(args: &Args, summary: &mut SpeedReport) -> Result<()> {
     eprintln!("\n== 2/4 search (oap-bench search)");
     section(summary, "2/4 search");
@@ -240,7 +240,7 @@ fn search(args: &Args, summary: &mut SpeedReport) -> Result<()> {
     Ok(())
 }
 
-/// 3. The daemon on the bundled manifests: start-up, memory, discovery
+/// Section 3, the daemon on the bundled manifests: start-up, memory, discovery
 /// under load; then with the query cache on, then with RAYON_NUM_THREADS.
 fn bundled(args: &Args, tmp: &std::path::Path, summary: &mut SpeedReport) -> Result<()> {
     let (oapd, model_dir) = (&args.oapd, &args.model_dir);
