@@ -94,6 +94,10 @@ pub(crate) fn report_and_status<T: DeserializeOwned>(
         .join()
         .map_err(|_| anyhow::anyhow!("{shown}: stdout reader failed"))?
         .with_context(|| format!("{shown}: stdout"))?;
+    if !status.success() && text.trim().is_empty() {
+        // Refused its arguments or failed before measuring: it said why on stderr.
+        anyhow::bail!("{shown} failed ({status})");
+    }
     let report = serde_json::from_str(&text)
         .with_context(|| format!("{shown} ({status}) wrote no JSON report"))?;
     Ok((report, status.success()))
