@@ -1,23 +1,18 @@
-//! `cargo xtask bench-crawl [crawl-load options]`: crawler throughput,
-//! footprint and its effect on discovery latency. The runner builds
-//! `oap-bench` and oapd, runs `oap-bench crawl-load` on that oapd with
-//! every option as given (`--quick`, `--count`, `--rate`: see its help;
-//! it generates its corpus; loopback HTTPS, one generated domain per
-//! manifest, the real `oapd serve`; see its doc), reads its JSON report and
-//! renders the figures as a dated Markdown subsection under target/bench,
-//! to add under "Crawler" in docs/BENCHMARKS.md beside the earlier runs (a
-//! run never overwrites the recorded history).
-
-use oap_bench::machine::{loadavg, machine_description, now_utc};
+//! `cargo xtask bench-crawl [crawl-load options]`: the runner of
+//! `oap-bench crawl-load` (crawler throughput, footprint and its effect on
+//! discovery latency; its doc says how). Builds `oap-bench` and oapd, runs
+//! it on that oapd with every option as given (`--quick`, `--count`,
+//! `--rate`: see its help), prints its report as a dated Markdown
+//! subsection and writes it under target/bench, to add under "Crawler" in
+//! docs/BENCHMARKS.md beside the earlier runs (a run never overwrites the
+//! recorded history).
 
 use anyhow::{Context, Result};
-use oap_bench::report::{CrawlLoadReport, Phase};
+use oap_bench::machine::loadavg;
+use oap_bench::report::CrawlLoadReport;
 
 use crate::bench_run;
 use crate::repo_root;
-
-/// Discovery p99 while crawling may be at most this multiple of idle.
-const TARGET_RATIO: f64 = 1.5;
 
 pub fn run(args: &[String]) -> Result<()> {
     if bench_run::wants_help(args) {
@@ -38,7 +33,7 @@ pub fn run(args: &[String]) -> Result<()> {
     } else {
         format!("cargo xtask bench-crawl {}", args.join(" "))
     };
-    let section = render(&result, &command, &load_before, &load_after);
+    let section = result.markdown_section(&command, &load_before, &load_after);
     println!("\n{section}");
     let out = root.join("target/bench/bench-crawl.markdown");
     if let Some(dir) = out.parent() {
@@ -50,86 +45,4 @@ pub fn run(args: &[String]) -> Result<()> {
         out.display()
     );
     Ok(())
-}
-
-fn render(r: &CrawlLoadReport, command: &str, load_before: &str, load_after: &str) -> String {
-    let idle = r.idle_before.p99_ms;
-    let idle_after = r.idle_after.p99_ms;
-    let during = r.during.p99_ms;
-    let ratio = during / idle;
-    let ratio_after = during / idle_after;
-    // The index grows from the bundled set to the full crawl while the
-    // crawl runs; the verdict takes the worse of the two baselines, so a
-    // noisy idle phase cannot make the crawl look cheap.
-    let worst = ratio.max(ratio_after);
-    let verdict = if worst <= TARGET_RATIO {
-        format!("meets the target (≤ {TARGET_RATIO}) against both baselines")
-    } else {
-        format!(
-            "misses the target (≤ {TARGET_RATIO}) against at least one baseline (worst \
-             {worst:.2}); see the analysis below the table"
-        )
-    };
-    let row = |name: &str, phase: &Phase| {
-        format!(
-            "| {name} | {} | {:.1} | {:.1} |\n",
-            phase.requests, phase.p50_ms, phase.p99_ms
-        )
-    };
-    let measured = now_utc();
-    format!(
-        "### `{command}`, {measured}\n\n\
-         `{command}` (`--quick`: 1,000 manifests). Machine: {}; load average (1/5/15 min) \
-         {load_before} before, {load_after} after; measured {measured} (a shared cloud machine: \
-         compare the ratios of one run, not absolute times across runs).\n\n\
-         Setup: {} generated manifests (`oap-bench make-corpus`, network ones only) served over loopback \
-         HTTPS (test CA, wildcard certificate) under one domain each (`m00000.crawl.bench` …, \
-         all mapped to 127.0.0.1 by `crawler.hosts`, allowed by `crawler.allow_private: \
-         [127.0.0.0/8]`), seeded through `crawler.seeds_file`; the real `oapd serve` with the \
-         embedding model, crawler concurrency 4 (default), `MALLOC_ARENA_MAX=2` as in the \
-         systemd unit. Rebuilds while serving run on idle-class threads (`SCHED_IDLE`, a pool \
-         of cores − 1), after every max(256, indexed / 4) domains, and wait for running \
-         queries between steps (4-text embedding chunks, the index write, its mapping and \
-         unmapping). Time counts from the daemon being \
-         ready until `/health` counts every crawled manifest in the index.\n\n\
-         | figure | value |\n|---|---|\n\
-         | manifests crawled and indexed | {} |\n\
-         | all fetched after | {} |\n\
-         | crawled + indexed (embedding included) after | {:.1} s |\n\
-         | **throughput** | **{:.1} manifests/s** |\n\
-         | daemon VmRSS while crawling, peak (sampled every 50 ms) | {:.0} MB |\n\
-         | … of which anonymous (heap) / mapped files (model, index) at that peak | {:.0} MB / {:.0} MB |\n\
-         | anonymous memory, peak | {:.0} MB |\n\
-         | index file at the end | {:.1} MB |\n\
-         | daemon VmRSS at the end / VmHWM | {:.0} MB / {:.0} MB |\n\n\
-         `/v1/discover` latency, one client, {} (ms):\n\n\
-         | phase | requests | p50 | p99 |\n|---|---|---|---|\n{}{}{}\n\
-         p99 during the crawl / idle p99: **{ratio:.2}** against the bundled index before \
-         the crawl, **{ratio_after:.2}** against the full index after it (same run) — \
-         {verdict}.\n",
-        machine_description(),
-        r.manifests,
-        r.manifests,
-        r.fetched_s.map_or("–".to_string(), |s| format!("{s:.1} s")),
-        r.crawl_s,
-        r.manifests_per_s,
-        r.rss_peak_mb,
-        r.rss_peak_anon_part_mb,
-        r.rss_peak_file_part_mb,
-        r.anon_peak_mb,
-        r.index_mb.unwrap_or(f64::NAN),
-        r.rss_end_mb,
-        r.hwm_mb,
-        match r.discover_rate_per_s {
-            rate if rate > 0.0 =>
-                format!("{rate} requests/s on a fixed schedule (latency from the scheduled start)"),
-            _ => "back to back".to_string(),
-        },
-        row(
-            &format!("idle, crawler off ({} bundled manifests)", r.bundled),
-            &r.idle_before
-        ),
-        row("during the crawl", &r.during),
-        row("idle after, full index", &r.idle_after),
-    )
 }

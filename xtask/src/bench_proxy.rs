@@ -14,8 +14,7 @@ use anyhow::Result;
 use oap_bench::machine::loadavg;
 use oap_bench::proxy_report::ProxyBenchReport;
 
-use crate::bench_procs::prologue;
-use crate::bench_run::{self, RunnerArgs};
+use crate::bench_run::{self, prologue, RunnerArgs};
 use crate::repo_root;
 
 const USAGE: &str = "usage: cargo xtask bench-proxy [--quick] [--no-peer] [--leak N]\n  \
@@ -33,6 +32,8 @@ pub fn run(args: &[String]) -> Result<()> {
     let (bench, bin, model_dir) = prologue()?;
     let mut command = bench_run::command(&bench, "proxy");
     command
+        // The tables are printed here, from the report, once.
+        .arg("--quiet")
         .arg("--oapd")
         .arg(bin.join("oapd"))
         .arg("--fake-ollama")

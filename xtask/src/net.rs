@@ -1,15 +1,13 @@
-//! Loopback HTTP helpers shared by the benchmark tasks (the test kit's).
-
-use std::net::SocketAddr;
-use std::time::Duration;
+//! Loopback HTTP helpers of the image tasks and their tests (the test kit's).
 
 /// `METHOD path` with no body over a fresh connection (`Connection:
 /// close`): the status and the body as text.
+#[cfg(test)]
 pub(crate) fn http(
-    addr: SocketAddr,
+    addr: std::net::SocketAddr,
     method: &str,
     path: &str,
-    read_timeout: Duration,
+    read_timeout: std::time::Duration,
 ) -> std::io::Result<(u16, String)> {
     oap_testkit::http::exchange(addr, method, path, "", read_timeout)
 }

@@ -1,12 +1,12 @@
 //! What the small-model features cost a request, each side by side with
-//! its baseline in the same run (`cargo xtask bench-fitness` starts the
-//! processes and renders the [`FitnessReport`]).
+//! its baseline in the same run (`cargo xtask bench-fitness` runs it and
+//! prints the [`FitnessReport`]'s rendering).
 //!
-//! Given the scripted fake Ollama and three `oapd serve` instances in
-//! front of it, differing only in `tool_bridge.url_policy` (off, flag,
-//! remove; the `off` one also has one `tool_bridge.force` rule,
-//! `^status report\b` → `local/date`), it sends one request at a time on a
-//! fresh loopback connection, the variants of each figure interleaved
+//! Starts the scripted fake Ollama and three `oapd serve` instances in
+//! front of it (the shared launchers of `procs.rs`), differing only in
+//! `tool_bridge.url_policy` (off, flag, remove; the `off` one also has one
+//! `tool_bridge.force` rule, `^status report\b` → `local/date`), and sends
+//! one request at a time on a fresh loopback connection, the variants of each figure interleaved
 //! round-robin so a load spike hits all alike:
 //!
 //! - (a) URL sanitisation: `/api/chat` `stream:true` answers of 20 chunks
@@ -24,8 +24,10 @@
 //!   `--full-suite` against a fake model scripted to pass every check.
 //!
 //! ```text
-//! oap-bench fitness --fake ADDR --off ADDR --flag ADDR --remove ADDR --oapd BIN [--quick]
+//! oap-bench fitness --oapd BIN --fake-ollama BIN --model-dir DIR [--quick]
 //! ```
+//!
+//! Every process started here is killed when the run ends, also on error.
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -37,6 +39,8 @@ use anyhow::{bail, Context, Result};
 use oap_bench::report::{FitnessGroup, FitnessReport, FitnessVariant};
 use serde_json::{json, Value};
 
+use crate::procs;
+
 /// The model the fake serves and every request names.
 const MODEL: &str = "bench";
 /// Per-chunk delay of the answer in (a), so first chunk and total differ.
@@ -44,25 +48,18 @@ const CHUNK_DELAY_MS: u64 = 2;
 const FORCED_TASK: &str = "Status report for the kitchen, please";
 const PLAIN_TASK: &str = "summarise the links about the kitchen renovation";
 
-/// Small-model fitness overheads against running daemons (see the module doc).
+/// Small-model fitness overheads (see the module doc).
 #[derive(clap::Args, Debug)]
 pub struct Args {
-    /// The fake Ollama all three daemons are in front of (its script is
-    /// re-armed per figure).
-    #[arg(long)]
-    fake: SocketAddr,
-    /// `oapd serve` with `url_policy: off` and the forced-tool rule.
-    #[arg(long)]
-    off: SocketAddr,
-    /// `oapd serve` with `url_policy: flag`.
-    #[arg(long)]
-    flag: SocketAddr,
-    /// `oapd serve` with `url_policy: remove`.
-    #[arg(long)]
-    remove: SocketAddr,
-    /// The `oapd` binary, run as `oapd validate-model` in (d).
+    /// The `oapd` binary: the three daemons, and `oapd validate-model` in (d).
     #[arg(long)]
     oapd: PathBuf,
+    /// The `fake-ollama` binary.
+    #[arg(long)]
+    fake_ollama: PathBuf,
+    /// The embedding model directory the daemons load.
+    #[arg(long)]
+    model_dir: PathBuf,
     /// Fewer requests per variant (about a minute in all).
     #[arg(long)]
     quick: bool,
@@ -248,20 +245,43 @@ fn chat_body(task: &str, stream: bool) -> String {
     .to_string()
 }
 
-/// Runs the four figures against the daemons and the fake of `args`.
+/// The forced-tool rule of the `url_policy: off` daemon.
+const FORCE_YAML: &str =
+    "  force:\n    - pattern: \"^status report\\\\b\"\n      tool: local/date\n";
+
+/// Starts the fake and the three daemons, then runs the four figures.
 pub fn run(args: Args) -> Result<FitnessReport> {
+    let tmp = tempfile::tempdir()?;
+    let fake = procs::start_fake(&args.fake_ollama, tmp.path(), &procs::fake_script(MODEL))?;
+    eprintln!("fake Ollama on {}", fake.addr);
+    let mut daemons = Vec::new();
+    for policy in ["off", "flag", "remove"] {
+        let mut yaml = format!("tool_bridge:\n  url_policy: \"{policy}\"\n");
+        if policy == "off" {
+            yaml.push_str(FORCE_YAML);
+        }
+        let oapd = procs::start_oapd(&args.oapd, fake.addr, &args.model_dir, &yaml)
+            .with_context(|| format!("oapd with url_policy {policy}"))?;
+        eprintln!("oapd (url_policy {policy}) on {}", oapd.addr);
+        daemons.push(oapd);
+    }
+    let [off, flag, remove] = [0, 1, 2].map(|i| daemons[i].addr);
+    measure(&args, fake.addr, [off, flag, remove])
+}
+
+/// The four figures against the fake and the daemons with `url_policy`
+/// off, flag and remove.
+fn measure(
+    args: &Args,
+    fake: SocketAddr,
+    [off, flag, remove]: [SocketAddr; 3],
+) -> Result<FitnessReport> {
     let (n_stream, n_force, n_validate) = if args.quick {
         (40, 15, 4)
     } else {
         (300, 60, 15)
     };
-    let fake = args.fake;
-    let oapds = [
-        ("off", args.off),
-        ("flag", args.flag),
-        ("remove", args.remove),
-    ];
-    let off = args.off;
+    let oapds = [("off", off), ("flag", flag), ("remove", remove)];
     // The answer of (a): chunks 2 ms apart, whatever the fake started with.
     control(
         fake,

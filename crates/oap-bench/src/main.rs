@@ -22,16 +22,21 @@ mod embed_batches;
 mod experience_replay;
 mod fitness;
 mod make_corpus;
+mod mcp_bench;
 mod memory_burst;
+mod procs;
 mod proxy_bench;
 mod proxy_load;
 mod relevance;
 mod request_tokens;
 mod retrieval;
+mod retrieval_compare;
 mod search;
 mod snapshot_swap;
 mod soak;
 mod soak_plot;
+mod speed;
+mod subprocess;
 mod tool_tokens;
 
 use std::path::PathBuf;
@@ -69,6 +74,9 @@ enum Bench {
     /// The latency oapd (and the peer) adds in front of a fake Ollama it
     /// starts, side by side, and oapd's memory over a long run.
     Proxy(proxy_bench::Args),
+    /// oapd and the peer side by side on the same MCP servers in front of
+    /// a fake Ollama it starts: latency, requests/s, tools injected, memory.
+    Mcp(mcp_bench::Args),
     /// The tools one recorded chat request offers and their tokens.
     RequestTokens(request_tokens::Args),
     /// Tool tokens per request: direct vs budget vs meta exposure.
@@ -82,11 +90,14 @@ enum Bench {
     SoakPlot(soak_plot::Args),
     /// What the small-model features cost a request (URL sanitisation,
     /// the chat endpoints, forced tools, `oapd validate-model`), against
-    /// daemons and a fake Ollama started by the caller.
+    /// three daemons and a fake Ollama it starts.
     Fitness(fitness::Args),
     /// A running daemon's resident memory around a burst of large chat
     /// bodies, and whether it gives it back.
     MemoryBurst(memory_burst::Args),
+    /// The same burst against daemon builds it starts, side by side, with
+    /// the verdicts of the last.
+    Memory(memory_burst::BuildsArgs),
     /// Write a deterministic corpus of valid manifests (no JSON report).
     MakeCorpus(make_corpus::Args),
     /// Dense and BM25 search over synthetic indexes.
@@ -95,6 +106,12 @@ enum Bench {
     Embed(embed::Args),
     /// CPU time per text of realistic queries embedded B at a time.
     EmbedBatches(embed_batches::Args),
+    /// Speed and footprint of the discovery engine: embedding, search, the
+    /// daemon under discovery load, start-up on a large index.
+    Speed(speed::Args),
+    /// The previous default's retrieval quality beside the new one's,
+    /// corpus by corpus, BM25 as the floor.
+    RetrievalCompare(retrieval_compare::Args),
     /// Recall@k, MRR and abstention of the retrieval modes. Boxed: its
     /// options outweigh every other subcommand's.
     Retrieval(Box<retrieval::Args>),
@@ -152,6 +169,11 @@ fn run(cli: Cli) -> anyhow::Result<bool> {
             table(report.render());
             emit(&report, json)?;
         }
+        Bench::Mcp(args) => {
+            let report = mcp_bench::run(args)?;
+            table(report.render());
+            emit(&report, json)?;
+        }
         Bench::RequestTokens(args) => {
             let report = request_tokens::run(args)?;
             table(format!(
@@ -182,13 +204,35 @@ fn run(cli: Cli) -> anyhow::Result<bool> {
             return Ok(report.passed);
         }
         Bench::SoakPlot(args) => soak_plot::run(args)?,
-        Bench::Fitness(args) => emit(&fitness::run(args)?, json)?,
+        Bench::Fitness(args) => {
+            let report = fitness::run(args)?;
+            table(report.render());
+            emit(&report, json)?;
+        }
         Bench::SnapshotSwap(args) => emit(&snapshot_swap::run(args)?, json)?,
         Bench::MemoryBurst(args) => emit(&memory_burst::run(args)?, json)?,
+        Bench::Memory(args) => {
+            let report = memory_burst::run_builds(args)?;
+            table(report.render());
+            emit(&report, json)?;
+        }
         Bench::MakeCorpus(args) => make_corpus::run(args)?,
         Bench::Search(args) => emit(&search::run(args)?, json)?,
         Bench::Embed(args) => emit(&embed::run(args)?, json)?,
         Bench::EmbedBatches(args) => emit(&embed_batches::run(args)?, json)?,
+        Bench::Speed(args) => {
+            let report = speed::run(args)?;
+            table(report.render());
+            emit(&report, json)?;
+        }
+        Bench::RetrievalCompare(args) => match args.plan() {
+            Some(plan) => emit(&plan, json)?,
+            None => {
+                let report = retrieval_compare::run(args)?;
+                table(report.render());
+                emit(&report, json)?;
+            }
+        },
         Bench::Retrieval(args) => {
             let report = retrieval::run(*args)?;
             table(report.table());
@@ -258,24 +302,112 @@ mod tests {
         assert!(undocumented.is_empty(), "no help text: {undocumented:?}");
     }
 
+    fn retrieval_compare(args: &[&str]) -> Result<Cli, clap::Error> {
+        Cli::try_parse_from(["oap-bench", "retrieval-compare"].iter().chain(args))
+    }
+
+    /// The plan of `retrieval-compare` for `args`: what the runner prepares.
+    fn plan(args: &[&str]) -> oap_bench::compare_report::RetrievalPlan {
+        let mut all = vec!["--plan"];
+        all.extend_from_slice(args);
+        match retrieval_compare(&all).expect("parsed").bench {
+            super::Bench::RetrievalCompare(args) => args.plan().expect("--plan"),
+            other => panic!("parsed as {other:?}"),
+        }
+    }
+
     #[test]
-    fn fitness_and_memory_burst_take_what_their_runners_pass() {
+    fn retrieval_compare_takes_one_corpus_option_or_none_and_plans_for_it() {
+        for args in [
+            &[][..],
+            &["--public-only"],
+            &["--relevance"],
+            &["--toollens", "COLT"],
+            &["--hwu64", "HWU", "--previous", "/tmp/old"],
+        ] {
+            let parsed = retrieval_compare(args);
+            assert!(parsed.is_ok(), "{args:?}: {parsed:?}");
+        }
+        let every = plan(&[]);
+        assert!(every.previous);
+        assert_eq!(every.models, ["multilingual-e5-small"]);
+        let languages = plan(&["--languages-only"]);
+        assert_eq!(languages.models, ["multilingual-e5-small"]);
+        let shared = plan(&["--shared-only"]);
+        assert!(shared.previous && shared.models.is_empty());
+        assert!(!plan(&["--catalog-size"]).previous);
+    }
+
+    #[test]
+    fn retrieval_compare_names_a_bad_option_before_anything_runs() {
+        let error = |args: &[&str]| {
+            retrieval_compare(args)
+                .map(|_| ())
+                .expect_err("refused")
+                .to_string()
+        };
+        assert!(error(&["--bogus"]).contains("--bogus"));
+        assert!(error(&["--hwu64"]).contains("--hwu64 <CLONE>"));
+        assert!(error(&["--toollens"]).contains("--toollens <CLONE>"));
+        let two = error(&["--shared-only", "--bfcl-only"]);
+        assert!(two.contains("cannot be used with"), "{two}");
+        assert!(error(&["--hwu64", "HWU", "more"]).contains("more"));
+    }
+
+    #[test]
+    fn speed_refuses_zero_runs_or_an_empty_corpus() {
+        let speed = |extra: &[&str]| {
+            let mut args = vec![
+                "oap-bench",
+                "speed",
+                "--oapd",
+                "target/release/oapd",
+                "--model-dir",
+                "models/all-MiniLM-L6-v2",
+                "--cache",
+                "target/bench",
+            ];
+            args.extend_from_slice(extra);
+            Cli::try_parse_from(args)
+        };
+        assert!(speed(&["--quick", "--runs", "3", "--corpus", "1000"]).is_ok());
+        for (flag, bad) in [("--runs", "0"), ("--corpus", "0")] {
+            let err = speed(&[flag, bad]).map(|_| ()).expect_err("refused");
+            assert!(err.to_string().contains(flag), "{err}");
+        }
+    }
+
+    #[test]
+    fn fitness_and_memory_take_what_their_runners_pass() {
         let fitness = Cli::try_parse_from([
             "oap-bench",
             "fitness",
-            "--fake",
-            "127.0.0.1:1",
-            "--off",
-            "127.0.0.1:2",
-            "--flag",
-            "127.0.0.1:3",
-            "--remove",
-            "127.0.0.1:4",
             "--oapd",
             "target/release/oapd",
+            "--fake-ollama",
+            "target/release/fake-ollama",
+            "--model-dir",
+            "models/all-MiniLM-L6-v2",
             "--quick",
         ]);
         assert!(fitness.is_ok(), "{fitness:?}");
+        let memory = Cli::try_parse_from([
+            "oap-bench",
+            "memory",
+            "--oapd",
+            "/tmp/new",
+            "--against",
+            "/tmp/old",
+            "--fake-ollama",
+            "target/release/fake-ollama",
+            "--model-dir",
+            "models/all-MiniLM-L6-v2",
+            "--clients",
+            "4",
+            "--mb",
+            "5",
+        ]);
+        assert!(memory.is_ok(), "{memory:?}");
         let burst = Cli::try_parse_from([
             "oap-bench",
             "memory-burst",

@@ -1,7 +1,9 @@
-//! What a burst of large chat bodies costs a running daemon in resident
-//! memory, and whether it gives it back (`cargo xtask bench-memory` starts
-//! the fake Ollama and the daemon, one build after another, and renders
-//! the [`MemoryBurstReport`]s side by side).
+//! What a burst of large chat bodies costs a daemon in resident memory, and
+//! whether it gives it back: `memory-burst` against a daemon the caller
+//! started, `memory` (what `cargo xtask bench-memory` runs) against daemon
+//! builds it starts itself, one after another, each in front of a fresh
+//! fake Ollama with the built-in defaults (bundled manifests, the real
+//! embedding model); its [`MemoryReport`] renders them side by side.
 //!
 //! Scripts the fake (one tools- and vision-capable model; every chat
 //! answered with a short reply after `--delay-ms`, as a model takes its
@@ -16,15 +18,20 @@
 //! ```text
 //! oap-bench memory-burst --addr ADDR --pid PID --fake ADDR \
 //!     [--clients 16] [--mb 30] [--delay-ms 2000] [--settle 30]
+//! oap-bench memory --oapd BIN [--against BIN] --fake-ollama BIN --model-dir DIR \
+//!     [burst options]
 //! ```
 
 use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use oap_bench::report::MemoryBurstReport;
+use oap_bench::report::{MemoryBurstReport, MemoryColumn, MemoryReport};
+
+use crate::procs;
 
 const MODEL: &str = "bench";
 
@@ -40,6 +47,33 @@ pub struct Args {
     /// The fake Ollama the daemon is in front of (scripted here).
     #[arg(long)]
     fake: SocketAddr,
+    #[command(flatten)]
+    burst: Burst,
+}
+
+/// The same burst against daemon builds started here, a column each.
+#[derive(clap::Args, Debug)]
+pub struct BuildsArgs {
+    /// The daemon binary to measure (the last column, whose verdicts count).
+    #[arg(long)]
+    oapd: PathBuf,
+    /// Another daemon binary (say, the one before a change), measured
+    /// first in the same run with the same warm-up and burst.
+    #[arg(long)]
+    against: Option<PathBuf>,
+    /// The `fake-ollama` binary.
+    #[arg(long)]
+    fake_ollama: PathBuf,
+    /// The embedding model directory the daemons load.
+    #[arg(long)]
+    model_dir: PathBuf,
+    #[command(flatten)]
+    burst: Burst,
+}
+
+/// The burst itself, the same for every daemon measured.
+#[derive(clap::Args, Debug)]
+pub struct Burst {
     /// Concurrent clients.
     #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..))]
     clients: u32,
@@ -137,11 +171,50 @@ fn alive(pid: u32) -> bool {
         .unwrap_or(false)
 }
 
-/// Warms up, bursts, waits `--settle` and reads the figures.
+/// Per build (`--against` first), a fresh fake Ollama and `oapd serve` in
+/// front of it, then the burst; both processes end with their column.
+pub fn run_builds(args: BuildsArgs) -> Result<MemoryReport> {
+    let mut builds = Vec::new();
+    if let Some(against) = &args.against {
+        if !against.is_file() {
+            bail!("--against {}: no such file", against.display());
+        }
+        builds.push(against.clone());
+    }
+    builds.push(args.oapd.clone());
+    let mut columns = Vec::new();
+    for oapd in builds {
+        let figures = measure_build(&args, &oapd)?;
+        columns.push(MemoryColumn {
+            oapd: oapd.display().to_string(),
+            figures,
+        });
+    }
+    Ok(MemoryReport { columns })
+}
+
+/// One build's column: the fake, the daemon with the built-in defaults in
+/// front of it, the burst.
+fn measure_build(args: &BuildsArgs, oapd_bin: &Path) -> Result<MemoryBurstReport> {
+    let tmp = tempfile::tempdir()?;
+    let fake = procs::start_fake(&args.fake_ollama, tmp.path(), &procs::fake_script(MODEL))?;
+    let oapd = procs::start_oapd(oapd_bin, fake.addr, &args.model_dir, "")?;
+    let pid = oapd.child.id();
+    eprintln!("oapd {} on {} (pid {pid})", oapd_bin.display(), oapd.addr);
+    // The unexpected answers are listed by the report's rendering.
+    burst(oapd.addr, pid, fake.addr, &args.burst)
+}
+
+/// [`burst`] against the daemon and fake the caller names.
 pub fn run(args: Args) -> Result<MemoryBurstReport> {
+    burst(args.addr, args.pid, args.fake, &args.burst)
+}
+
+/// Warms up, bursts, waits `--settle` and reads the figures.
+fn burst(addr: SocketAddr, pid: u32, fake: SocketAddr, args: &Burst) -> Result<MemoryBurstReport> {
     let script = fake_script(args.delay_ms);
     let (status, _) = oap_testkit::http::exchange(
-        args.fake,
+        fake,
         "POST",
         "/_fake/script",
         &script,
@@ -150,11 +223,10 @@ pub fn run(args: Args) -> Result<MemoryBurstReport> {
     if status != 200 {
         bail!("fake /_fake/script: {status}");
     }
-    let pid = args.pid;
 
     // Idle: after one small chat, so the pools and caches exist.
     let small = image_chat(MODEL, 4096);
-    match post(args.addr, "/api/chat", &small) {
+    match post(addr, "/api/chat", &small) {
         Outcome::Status { code: 200, .. } => {}
         other => bail!("the warm-up chat failed: {other:?}"),
     }
@@ -186,7 +258,6 @@ pub fn run(args: Args) -> Result<MemoryBurstReport> {
     let clients: Vec<_> = (0..args.clients)
         .map(|_| {
             let body = body.clone();
-            let addr = args.addr;
             std::thread::spawn(move || post(addr, "/api/chat", &body))
         })
         .collect();
@@ -202,7 +273,7 @@ pub fn run(args: Args) -> Result<MemoryBurstReport> {
     let peak = sampler.join().unwrap_or(0.0);
     let (after_burst, hwm) = rss_of(pid)?;
     let _ = oap_testkit::http::exchange(
-        args.fake,
+        fake,
         "DELETE",
         "/_fake/requests",
         "",

@@ -1176,6 +1176,26 @@ pub struct FitnessVariant {
     pub total_p95_ms: f64,
 }
 
+impl FitnessReport {
+    /// Every group's table, (a) with how often the policies acted.
+    pub fn render(&self) -> String {
+        let mut out = self.url.table();
+        out.push_str(&format!(
+            "(answers where the policy acted: {} of {})\n",
+            self.url_policy_acted, self.url_answers
+        ));
+        for group in [
+            &self.endpoints_plain,
+            &self.endpoints_stream,
+            &self.forced,
+            &self.validate,
+        ] {
+            out.push_str(&group.table());
+        }
+        out
+    }
+}
+
 impl FitnessGroup {
     /// The group as a Markdown table under a `==` title line, ratios to
     /// the first variant's p50.
@@ -1255,4 +1275,119 @@ pub struct MemoryBurstReport {
     pub burst_s: f64,
     /// Whether the daemon was still running after settling.
     pub alive: bool,
+}
+
+/// `bench-memory`'s peak target: VmRSS during the burst, MB.
+pub const TARGET_MEMORY_PEAK_MB: f64 = 400.0;
+/// VmRSS after settling may be at most this much above idle.
+pub const TARGET_SETTLED_RATIO: f64 = 1.2;
+
+/// `oap-bench memory`: the burst against one daemon build after another.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct MemoryReport {
+    /// A column per build, the one measured against first; the last one's
+    /// verdicts count.
+    pub columns: Vec<MemoryColumn>,
+}
+
+/// One daemon build's figures.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct MemoryColumn {
+    /// The daemon binary, as given.
+    pub oapd: String,
+    /// Its burst.
+    pub figures: MemoryBurstReport,
+}
+
+fn met(ok: bool) -> &'static str {
+    if ok {
+        "met"
+    } else {
+        "MISSED"
+    }
+}
+
+impl MemoryReport {
+    /// One Markdown table, a column per build, the verdicts of the last.
+    pub fn render(&self) -> String {
+        let Some(last) = self.columns.last().map(|c| &c.figures) else {
+            return String::new();
+        };
+        let mut out = String::new();
+        let mut row = |name: &str,
+                       cell: &dyn Fn(&MemoryBurstReport) -> String,
+                       target: &str,
+                       verdict: &str| {
+            let cells: Vec<String> = self.columns.iter().map(|c| cell(&c.figures)).collect();
+            out.push_str(&format!(
+                "| {name} | {} | {target} | {verdict} |\n",
+                cells.join(" | ")
+            ));
+        };
+        row(
+            "idle (after one small chat)",
+            &|f| format!("{:.1} MB", f.idle_mb),
+            "-",
+            "-",
+        );
+        row(
+            "peak during the burst (sampled every 10 ms; VmHWM)",
+            &|f| format!("{:.1} MB ({:.1})", f.peak_mb, f.hwm_mb),
+            &format!("≤ {TARGET_MEMORY_PEAK_MB} MB"),
+            met(last.peak_mb <= TARGET_MEMORY_PEAK_MB),
+        );
+        row(
+            "right after the last answer",
+            &|f| format!("{:.1} MB", f.after_burst_mb),
+            "-",
+            "-",
+        );
+        row(
+            &format!("{} s later", last.settle_s),
+            &|f| {
+                format!(
+                    "{:.1} MB ({:+.0} % of idle)",
+                    f.settled_mb,
+                    (f.settled_mb / f.idle_mb - 1.0) * 100.0
+                )
+            },
+            "≤ idle + 20 %",
+            met(last.settled_mb <= last.idle_mb * TARGET_SETTLED_RATIO),
+        );
+        row(
+            "answers: 200 / 503 with Retry-After / other / broken connections",
+            &|f| format!("{} / {} / {} / {}", f.ok, f.busy, f.other, f.broken),
+            "no other, none broken",
+            met(last.other == 0 && last.broken == 0),
+        );
+        row(
+            "burst wall time",
+            &|f| format!("{:.1} s", f.burst_s),
+            "-",
+            "-",
+        );
+        row(
+            "daemon alive afterwards",
+            &|f| f.alive.to_string(),
+            "yes",
+            met(last.alive),
+        );
+        let names: Vec<String> = self
+            .columns
+            .iter()
+            .map(|c| format!("`{}`", c.oapd))
+            .collect();
+        let unexpected: String = self
+            .columns
+            .iter()
+            .flat_map(|c| &c.figures.unexpected)
+            .map(|outcome| format!("unexpected answer: {outcome}\n"))
+            .collect();
+        format!(
+            "{unexpected}\n== figures (MB = 10^6 bytes, VmRSS of oapd)\n\
+             | figure | {} | target | verdict |\n|---|{}---|---|\n{out}",
+            names.join(" | "),
+            "---|".repeat(self.columns.len())
+        )
+    }
 }

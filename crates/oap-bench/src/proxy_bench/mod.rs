@@ -19,7 +19,6 @@
 //! started here is killed when the run ends, also on error.
 
 mod load;
-mod procs;
 
 use std::path::PathBuf;
 
@@ -28,10 +27,13 @@ use oap_bench::proxy_report::{
     ProxyBenchLine, ProxyBenchMemory, ProxyBenchReport, LEAK_BASELINE_REQUESTS,
 };
 
+use crate::procs;
 use load::{Load, Target};
 
 /// The model the fake offers and every request asks for.
 const MODEL: &str = "bench";
+/// The peer's config: no MCP servers, pure proxying.
+const EMPTY_SERVERS: &str = "{\"mcpServers\": {}}\n";
 /// Clients of the latency runs.
 const CONCURRENCY: &[usize] = &[1, 16, 64];
 
@@ -90,13 +92,13 @@ pub fn run(args: Args) -> anyhow::Result<ProxyBenchReport> {
     let tmp = tempfile::tempdir()?;
     let fake = procs::start_fake(&args.fake_ollama, tmp.path(), &procs::fake_script(MODEL))?;
     eprintln!("fake Ollama on {}", fake.addr);
-    let oapd = procs::start_oapd(&args.oapd, fake.addr, &args.model_dir)?;
+    let oapd = procs::start_oapd(&args.oapd, fake.addr, &args.model_dir, "")?;
     let oapd_pid = oapd.child.id();
     let rss_start = procs::rss_of(oapd_pid)?;
     eprintln!("oapd on {} (pid {oapd_pid})", oapd.addr);
     let mut notes = Vec::new();
     let peer = match &args.peer {
-        Some(bin) => match procs::start_peer(bin, tmp.path(), fake.addr) {
+        Some(bin) => match procs::start_peer(bin, tmp.path(), fake.addr, EMPTY_SERVERS) {
             Ok(peer) => {
                 eprintln!("ollama-mcp-bridge on {}", peer.addr);
                 Some(peer)
