@@ -1,5 +1,7 @@
-//! `cargo xtask fuzz TARGET|--all [--seconds N] [-- LIBFUZZER ARGS]`:
+//! `cargo xtask fuzz TARGET|--all [--seconds N] [--build-only] [-- LIBFUZZER ARGS]`:
 //! coverage-guided fuzzing of the parsers of outside input (fuzz/).
+//! `--build-only` builds the instrumented targets and runs none (CI builds
+//! them in the background while the tests run, then runs the smoke).
 //!
 //! The engine is libFuzzer (the `libfuzzer-sys` crate compiles it from its
 //! bundled source with the system C++ compiler) on the stable toolchain:
@@ -64,6 +66,7 @@ const RUSTFLAGS: &[&str] = &[
 struct Options {
     targets: Vec<String>,
     seconds: u64,
+    build_only: bool,
     extra: Vec<String>,
 }
 
@@ -71,10 +74,12 @@ fn parse(args: &[String]) -> Result<Options> {
     let mut targets = Vec::new();
     let mut seconds = 60;
     let mut extra = Vec::new();
+    let mut build_only = false;
     let mut it = args.iter();
     while let Some(arg) = it.next() {
         match arg.as_str() {
             "--all" => targets.extend(TARGETS.iter().map(|t| t.to_string())),
+            "--build-only" => build_only = true,
             "--seconds" => {
                 let value = it.next().context("--seconds needs a number")?;
                 seconds = value
@@ -88,6 +93,7 @@ fn parse(args: &[String]) -> Result<Options> {
                 return Ok(Options {
                     targets: Vec::new(),
                     seconds,
+                    build_only,
                     extra,
                 });
             }
@@ -108,6 +114,7 @@ fn parse(args: &[String]) -> Result<Options> {
     Ok(Options {
         targets,
         seconds,
+        build_only,
         extra,
     })
 }
@@ -254,13 +261,17 @@ fn run_one(bins: &Path, target: &str, seconds: u64, extra: &[String]) -> Result<
     Ok(Summary::read(&text))
 }
 
-/// `cargo xtask fuzz TARGET... | --all [--seconds N] [-- LIBFUZZER ARGS]`.
+/// `cargo xtask fuzz TARGET... | --all [--seconds N] [--build-only] [-- LIBFUZZER ARGS]`.
 pub fn run(args: &[String]) -> Result<()> {
     let options = parse(args)?;
     if options.targets.is_empty() {
         return Ok(());
     }
     let bins = build(&options.targets)?;
+    if options.build_only {
+        println!("built {} fuzz targets in {}", options.targets.len(), bins.display());
+        return Ok(());
+    }
     let mut failed = Vec::new();
     let mut rows = Vec::new();
     for target in &options.targets {

@@ -149,9 +149,10 @@ const COMMANDS: &[Command] = &[
     },
     Command {
         name: "fuzz",
-        usage: "fuzz TARGET...|--all|--list [--seconds N] [-- LIBFUZZER ARGS]\n      \
+        usage: "fuzz TARGET...|--all|--list [--seconds N] [--build-only] [-- LIBFUZZER ARGS]\n      \
                 coverage-guided fuzzing (libFuzzer, stable toolchain) of the parsers\n      \
-                of outside input, N seconds per target (default 60); fails on a crash",
+                of outside input, N seconds per target (default 60); fails on a crash\n      \
+                (--build-only: build the instrumented targets, run none)",
         run: fuzz::run,
     },
     Command {
