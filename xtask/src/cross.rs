@@ -10,14 +10,15 @@
 //! `-cpu cortex-a72`, Debian's arm64 kernel, a busybox initramfs; see
 //! `guest.rs`): candle inference on NEON, simsimd's NEON kernels and the
 //! daemon end to end, which qemu-user could not run (candle's matmul hangs
-//! there). The bridge, sandbox, MCP, crawler and discovery suites run
-//! whole: Landlock's network rules on trixie's kernel, the MCP SDK's Python
-//! servers and the npm one on Node, and discovery's index building with
-//! document vectors recorded on the host first ([`record_document_vectors`];
-//! the guest embeds the queries), all but its multilingual module. What
-//! the guest cannot run (the multilingual model, tools busybox lacks) or
-//! what takes minutes under TCG is skipped by name in one list,
-//! [`GUEST_SKIPS`], each with its reason, printed in the guest's console.
+//! there). The bridge, sandbox, MCP and crawler suites run whole, and
+//! discovery's but for its multilingual module: Landlock's network rules on
+//! trixie's kernel, the MCP SDK's Python servers and the npm one on Node,
+//! and discovery's index building with document vectors recorded on the
+//! host first ([`record_document_vectors`]; the guest embeds the queries).
+//! What the guest cannot run (the multilingual model, GNU `ls`'s exit
+//! status, `systemd-socket-activate`) or what takes minutes under TCG is
+//! skipped by name in one list, [`GUEST_SKIPS`], each with its reason,
+//! printed in the guest's console.
 //! A failing suite, or one still running at the deadline, fails the task
 //! by name; each suite's time is printed. `--suite NAME` (e.g.
 //! `oap-sandbox/it`) runs only the named suites and builds only their

@@ -377,14 +377,15 @@ fn npm_integrity(bytes: &[u8]) -> String {
     )
 }
 
-/// Node's arm64 binary ([`NODE_PACKAGE`]) without its debug information,
-/// from the cache or packed by npm from the registry, checked against
+/// Node's arm64 binary ([`NODE_PACKAGE`]) without its symbols (85 MB of
+/// 99; the guest's memory holds the initramfs twice while it boots), from
+/// the cache or packed by npm from the registry, checked against
 /// [`NODE_INTEGRITY`], and unpacked.
 fn node_binary(cache: &Path) -> Result<PathBuf> {
     use sha2::Digest;
     // Cached under the integrity it was checked against.
     let key = hex::encode(&sha2::Sha256::digest(NODE_INTEGRITY.as_bytes())[..8]);
-    let dir = cache.join(format!("node-{NODE_VERSION}-{key}"));
+    let dir = cache.join(format!("node-{NODE_VERSION}-{key}-stripped"));
     let node = dir.join("node");
     if node.is_file() {
         return Ok(node);
@@ -422,7 +423,7 @@ fn node_binary(cache: &Path) -> Result<PathBuf> {
     let partial = dir.join("node.partial");
     crate::tasks::run_in_root(
         Command::new("aarch64-linux-gnu-strip")
-            .arg("--strip-debug")
+            .arg("--strip-all")
             .arg("-o")
             .arg(&partial)
             .arg(download.join("package/bin/node")),
