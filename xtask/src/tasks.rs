@@ -115,9 +115,16 @@ fn prepare_python_side() -> anyhow::Result<std::path::PathBuf> {
 }
 
 /// The real MCP servers oap-mcp's tests drive: the pinned npm packages of
-/// tests/mcp into target/mcp-node (`npm ci`, no install scripts) and the
-/// Python SDK (tests/python/requirements.txt) into the target/pyclients venv.
+/// tests/mcp into target/mcp-node and the Python SDK
+/// (tests/python/requirements.txt) into the target/pyclients venv.
 fn mcp_servers() -> anyhow::Result<()> {
+    mcp_node_servers()?;
+    python_venv()
+}
+
+/// The pinned npm packages of tests/mcp into target/mcp-node (`npm ci`, no
+/// install scripts); the arm64 guest takes the same tree (pure JavaScript).
+pub(crate) fn mcp_node_servers() -> anyhow::Result<()> {
     let root = repo_root();
     let node = root.join("target/mcp-node");
     std::fs::create_dir_all(&node)?;
@@ -137,8 +144,7 @@ fn mcp_servers() -> anyhow::Result<()> {
                 "--prefix",
             ])
             .arg(&node),
-    )?;
-    python_venv()
+    )
 }
 
 /// The real `ollama` and `openai` Python packages, and Home Assistant core

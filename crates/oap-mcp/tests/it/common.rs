@@ -99,6 +99,12 @@ pub fn status(hub: &Hub, name: &str) -> ServerStatus {
         .unwrap_or_else(|| panic!("no server {name}"))
 }
 
+/// How long the SDK's stdio server may take to answer `initialize`:
+/// importing the SDK (pydantic building its models) takes about 2 s
+/// natively and half a minute under an emulator (the arm64 test guest's
+/// TCG), past [`settings`]' init timeout.
+pub const SDK_START: Duration = Duration::from_secs(120);
+
 /// Poll until `cond` holds for server `name` (generous deadline: this
 /// waits for processes to start, it measures nothing).
 pub async fn wait_until(
@@ -107,7 +113,18 @@ pub async fn wait_until(
     what: &str,
     cond: impl Fn(&ServerStatus) -> bool,
 ) -> ServerStatus {
-    let deadline = Instant::now() + Duration::from_secs(60);
+    wait_until_within(hub, name, what, Duration::from_secs(60), cond).await
+}
+
+/// [`wait_until`] with a deadline of `within`.
+pub async fn wait_until_within(
+    hub: &Hub,
+    name: &str,
+    what: &str,
+    within: Duration,
+    cond: impl Fn(&ServerStatus) -> bool,
+) -> ServerStatus {
+    let deadline = Instant::now() + within;
     loop {
         let s = status(hub, name);
         if cond(&s) {

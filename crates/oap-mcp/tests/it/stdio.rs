@@ -18,14 +18,20 @@ async fn sdk_server_lists_and_calls_with_results_errors_and_images() {
         available("the MCP Python SDK (target/pyclients)", false);
         return;
     };
-    let hub = hub();
+    let hub = hub_with(HubSettings {
+        init_timeout: SDK_START,
+        ..settings()
+    });
     let mut changes = hub.changes();
     hub.apply(vec![spec(
         "echo",
         json!({"command": python, "args": [script("echo_server.py"), "stdio"],
                "disabledTools": ["add"]}),
     )]);
-    let s = wait_until(&hub, "echo", "ready", |s| s.state == State::Ready).await;
+    let s = wait_until_within(&hub, "echo", "ready", SDK_START, |s| {
+        s.state == State::Ready
+    })
+    .await;
     assert_eq!(s.transport, "stdio");
     assert!(s.pid.is_some());
     assert!(changes.has_changed().unwrap());
@@ -151,8 +157,11 @@ async fn a_crash_mid_call_fails_that_call_and_the_server_comes_back() {
 #[tokio::test]
 async fn a_server_that_stops_answering_ping_is_restarted() {
     let dir = tempfile::tempdir().unwrap();
+    // The ping's answer may take the init timeout: 2 s restarted the
+    // well-behaved server too on a busy machine (an emulator starting
+    // another test's server beside it), so "left alone" needs slack.
     let hub = hub_with(HubSettings {
-        init_timeout: Duration::from_secs(2),
+        init_timeout: Duration::from_secs(10),
         ping_interval: Duration::from_millis(500),
         ..settings()
     });
