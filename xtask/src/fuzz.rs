@@ -269,7 +269,11 @@ pub fn run(args: &[String]) -> Result<()> {
     }
     let bins = build(&options.targets)?;
     if options.build_only {
-        println!("built {} fuzz targets in {}", options.targets.len(), bins.display());
+        println!(
+            "built {} fuzz targets in {}",
+            options.targets.len(),
+            bins.display()
+        );
         return Ok(());
     }
     let mut failed = Vec::new();
