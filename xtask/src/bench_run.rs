@@ -2,10 +2,8 @@
 //! per task, with whatever else the task runs) and reading the JSON report
 //! of one of its runs. No task reads what a benchmark prints for people.
 
-use std::io::Read;
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
-use std::time::Duration;
+use std::process::Command;
 
 use anyhow::{Context, Result};
 use oap_bench::machine::{loadavg, machine_description, now_utc};
@@ -67,50 +65,16 @@ pub(crate) fn command(bin: &std::path::Path, subcommand: &str) -> Command {
 /// reports them.
 pub(crate) fn report_and_status<T: DeserializeOwned>(
     command: &mut Command,
-    mut tick: impl FnMut(),
+    tick: impl FnMut(),
 ) -> Result<(T, bool)> {
     let shown = shown(command);
-    println!("$ {shown}");
-    let mut child = command
-        .current_dir(repo_root())
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .with_context(|| format!("cannot start {shown}"))?;
-    let mut stdout = child.stdout.take().context("no stdout pipe")?;
-    let reader = std::thread::spawn(move || {
-        let mut text = String::new();
-        stdout.read_to_string(&mut text).map(|_| text)
-    });
-    let status = loop {
-        tick();
-        if let Some(status) = child.try_wait()? {
-            break status;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    };
-    let text = reader
-        .join()
-        .map_err(|_| anyhow::anyhow!("{shown}: stdout reader failed"))?
-        .with_context(|| format!("{shown}: stdout"))?;
-    if !status.success() && text.trim().is_empty() {
-        // Refused its arguments or failed before measuring: it said why on stderr.
-        anyhow::bail!("{shown} failed ({status})");
-    }
-    let report = serde_json::from_str(&text)
-        .with_context(|| format!("{shown} ({status}) wrote no JSON report"))?;
-    Ok((report, status.success()))
+    oap_bench::child_report::report_and_status(command.current_dir(repo_root()), &shown, tick)
 }
 
 /// [`report_and_status`] for a run that must succeed.
 pub(crate) fn report<T: DeserializeOwned>(command: &mut Command) -> Result<T> {
     let shown = shown(command);
-    let (report, ok) = report_and_status(command, || {})?;
-    if !ok {
-        anyhow::bail!("{shown} failed");
-    }
-    Ok(report)
+    oap_bench::child_report::report(command.current_dir(repo_root()), &shown)
 }
 
 /// A command as it would be typed: the variables it sets (but `RUST_LOG`),

@@ -43,10 +43,15 @@
 //! **Architecture Invariant.** No caller reads what a benchmark prints for
 //! people: `cargo xtask bench-*` builds `oap-bench` once, runs it and reads
 //! its JSON through this library (`default-features = false`, so xtask
-//! compiles serde and nothing of the daemon's), printing the report's own
+//! compiles serde and anyhow, nothing of the daemon's), printing the report's own
 //! rendering. Daemons a benchmark starts go through the kit's
 //! `DaemonBuilder`.
 
+#[allow(
+    clippy::disallowed_methods,
+    reason = "reads a benchmark child's report from its stdout: this workspace's own binary, not daemon input"
+)]
+pub mod child_report;
 pub mod compare_report;
 pub mod crawl_report;
 #[allow(

@@ -4,10 +4,8 @@
 //! target's memory is sampled meanwhile): the child's stderr shown as it
 //! comes, its stdout read as its JSON report.
 
-use std::io::Read;
 use std::path::Path;
 use std::process::{Command, Stdio};
-use std::time::Duration;
 
 use anyhow::{Context, Result};
 use serde::de::DeserializeOwned;
@@ -34,54 +32,19 @@ fn shown(command: &Command) -> String {
     parts.join(" ")
 }
 
-/// Runs `command`, calling `tick` every 50 ms while it runs (to sample
-/// another process's memory, say). Returns its JSON report and whether it
-/// exited successfully: a load run with failed requests still reports.
+/// [`oap_bench::child_report::report_and_status`], shown as typed.
 pub(crate) fn report_and_status<T: DeserializeOwned>(
     command: &mut Command,
-    mut tick: impl FnMut(),
+    tick: impl FnMut(),
 ) -> Result<(T, bool)> {
     let shown = shown(command);
-    eprintln!("$ {shown}");
-    let mut child = command
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .with_context(|| format!("cannot start {shown}"))?;
-    let mut stdout = child.stdout.take().context("no stdout pipe")?;
-    let reader = std::thread::spawn(move || {
-        let mut text = String::new();
-        stdout.read_to_string(&mut text).map(|_| text)
-    });
-    let status = loop {
-        tick();
-        if let Some(status) = child.try_wait()? {
-            break status;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    };
-    let text = reader
-        .join()
-        .map_err(|_| anyhow::anyhow!("{shown}: stdout reader failed"))?
-        .with_context(|| format!("{shown}: stdout"))?;
-    if !status.success() && text.trim().is_empty() {
-        // Refused its arguments or failed before measuring: it said why on stderr.
-        anyhow::bail!("{shown} failed ({status})");
-    }
-    let report = serde_json::from_str(&text)
-        .with_context(|| format!("{shown} ({status}) wrote no JSON report"))?;
-    Ok((report, status.success()))
+    oap_bench::child_report::report_and_status(command, &shown, tick)
 }
 
-/// [`report_and_status`] for a run that must succeed.
+/// [`oap_bench::child_report::report`], shown as typed.
 pub(crate) fn report<T: DeserializeOwned>(command: &mut Command) -> Result<T> {
     let shown = shown(command);
-    let (report, ok) = report_and_status(command, || {})?;
-    if !ok {
-        anyhow::bail!("{shown} failed");
-    }
-    Ok(report)
+    oap_bench::child_report::report(command, &shown)
 }
 
 /// Runs `command` (one that writes no report) to its end, its output on
