@@ -16,7 +16,7 @@ use std::time::Instant;
 
 use anyhow::{bail, Result};
 use oap_bench::machine::loadavg;
-use oap_bench::mcp_report::McpBenchReport;
+use oap_bench::mcp_report::{McpBenchReport, PEER_VERSION};
 
 use crate::bench_run::{self, prologue, RunnerArgs};
 use crate::repo_root;
@@ -25,9 +25,6 @@ use crate::tasks::run_in_root;
 const USAGE: &str = "usage: cargo xtask bench-mcp [--quick] [--no-peer]\n  \
     --quick    300 requests (at most 15 s) per run instead of 2000 (60 s)\n  \
     --no-peer  measure oapd alone";
-
-/// The peer's pinned release.
-const PEER_VERSION: &str = "0.12.2";
 
 pub fn run(args: &[String]) -> Result<()> {
     if bench_run::wants_help(args) {

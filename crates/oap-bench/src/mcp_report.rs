@@ -7,6 +7,10 @@ use serde::{Deserialize, Serialize};
 
 use crate::report::{DiscoverLoadReport, ProxyLoadReport, RequestTokensReport};
 
+/// The peer's pinned release: what the runner installs and the benchmark
+/// checks it measured.
+pub const PEER_VERSION: &str = "0.12.2";
+
 /// oapd's requests/s over the peer's, at concurrency 16.
 pub const GOAL_THROUGHPUT_RATIO: f64 = 20.0;
 /// oapd's added latency on the tool round as a share of the peer's.

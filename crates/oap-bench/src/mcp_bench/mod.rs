@@ -44,7 +44,7 @@ use std::process::Command;
 
 use anyhow::{bail, Context, Result};
 use oap_bench::machine::{machine_description, now_utc};
-use oap_bench::mcp_report::{McpBenchReport, McpOffered};
+use oap_bench::mcp_report::{McpBenchReport, McpOffered, PEER_VERSION};
 use oap_bench::report::ProxyLoadReport;
 use oap_testkit::Daemon;
 use serde_json::{json, Value};
@@ -57,8 +57,6 @@ use runner::{injected, memory, Runner};
 const MODEL: &str = "bench";
 /// The user message of every request: a task the forecast tool fits.
 const PROMPT: &str = "Will it rain in Paris tomorrow? Get me the weather forecast.";
-/// The peer's pinned release.
-pub const PEER_VERSION: &str = "0.12.2";
 /// oapd's name of the home server's forecast tool.
 const OAPD_FORECAST: &str = "oap_get_forecast";
 
