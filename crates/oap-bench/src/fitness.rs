@@ -31,7 +31,6 @@
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -51,15 +50,10 @@ const PLAIN_TASK: &str = "summarise the links about the kitchen renovation";
 /// Small-model fitness overheads (see the module doc).
 #[derive(clap::Args, Debug)]
 pub struct Args {
-    /// The `oapd` binary: the three daemons, and `oapd validate-model` in (d).
-    #[arg(long)]
-    oapd: PathBuf,
-    /// The `fake-ollama` binary.
-    #[arg(long)]
-    fake_ollama: PathBuf,
-    /// The embedding model directory the daemons load.
-    #[arg(long)]
-    model_dir: PathBuf,
+    /// `--oapd` (the three daemons, and `oapd validate-model` in (d)),
+    /// `--fake-ollama`, `--model-dir`.
+    #[command(flatten)]
+    bins: procs::Binaries,
     /// Fewer requests per variant (about a minute in all).
     #[arg(long)]
     quick: bool,
@@ -252,7 +246,11 @@ const FORCE_YAML: &str =
 /// Starts the fake and the three daemons, then runs the four figures.
 pub fn run(args: Args) -> Result<FitnessReport> {
     let tmp = tempfile::tempdir()?;
-    let fake = procs::start_fake(&args.fake_ollama, tmp.path(), &procs::fake_script(MODEL))?;
+    let fake = procs::start_fake(
+        &args.bins.fake_ollama,
+        tmp.path(),
+        &procs::fake_script(MODEL),
+    )?;
     eprintln!("fake Ollama on {}", fake.addr);
     let mut daemons = Vec::new();
     for policy in ["off", "flag", "remove"] {
@@ -260,7 +258,7 @@ pub fn run(args: Args) -> Result<FitnessReport> {
         if policy == "off" {
             yaml.push_str(FORCE_YAML);
         }
-        let oapd = procs::start_oapd(&args.oapd, fake.addr, &args.model_dir, &yaml)
+        let oapd = procs::start_oapd(&args.bins.oapd, fake.addr, &args.bins.model_dir, &yaml)
             .with_context(|| format!("oapd with url_policy {policy}"))?;
         eprintln!("oapd (url_policy {policy}) on {}", oapd.addr);
         daemons.push(oapd);
@@ -446,7 +444,7 @@ fn measure(
         true,
     );
 
-    let validate = validate_model(&args.oapd, fake, n_validate)?;
+    let validate = validate_model(&args.bins.oapd, fake, n_validate)?;
     Ok(FitnessReport {
         url,
         url_policy_acted: flagged,

@@ -13,6 +13,21 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context};
 use oap_testkit::{Daemon, DaemonBuilder};
 
+/// The binaries a benchmark that starts its own daemons runs, and the model
+/// they load: one set of options for every such subcommand.
+#[derive(clap::Args, Debug, Clone)]
+pub(crate) struct Binaries {
+    /// The `oapd` binary.
+    #[arg(long)]
+    pub(crate) oapd: PathBuf,
+    /// The `fake-ollama` binary.
+    #[arg(long)]
+    pub(crate) fake_ollama: PathBuf,
+    /// The embedding model directory oapd loads.
+    #[arg(long)]
+    pub(crate) model_dir: PathBuf,
+}
+
 /// A child process, killed (SIGKILL) and reaped on drop.
 pub(crate) struct Proc {
     pub(crate) child: Child,

@@ -63,15 +63,9 @@ const OAPD_FORECAST: &str = "oap_get_forecast";
 /// oapd and `ollama-mcp-bridge` on the same MCP servers (see the module doc).
 #[derive(clap::Args, Debug)]
 pub struct Args {
-    /// The `oapd` binary.
-    #[arg(long)]
-    oapd: PathBuf,
-    /// The `fake-ollama` binary.
-    #[arg(long)]
-    fake_ollama: PathBuf,
-    /// The embedding model directory oapd loads.
-    #[arg(long)]
-    model_dir: PathBuf,
+    /// `--oapd`, `--fake-ollama`, `--model-dir`.
+    #[command(flatten)]
+    bins: procs::Binaries,
     /// A Python with the official MCP SDK, which runs the test servers.
     #[arg(long)]
     python: PathBuf,
@@ -145,9 +139,9 @@ impl Bench<'_> {
         std::fs::write(&file, serde_json::to_vec_pretty(servers)?)?;
         eprintln!("\n== {name}: {servers}");
         let oapd = procs::start_oapd(
-            &self.args.oapd,
+            &self.args.bins.oapd,
             self.fake.addr,
-            &self.args.model_dir,
+            &self.args.bins.model_dir,
             &oapd_yaml(&file),
         )?;
         let peer = match &self.peer {
@@ -185,7 +179,11 @@ pub fn run(args: Args) -> Result<McpBenchReport> {
         }
     }
     let tmp = tempfile::tempdir()?;
-    let fake = procs::start_fake(&args.fake_ollama, tmp.path(), &text_script().to_string())?;
+    let fake = procs::start_fake(
+        &args.bins.fake_ollama,
+        tmp.path(),
+        &text_script().to_string(),
+    )?;
     eprintln!("fake Ollama on {}", fake.addr);
     let (requests, duration) = if args.quick {
         (300, 15.0)

@@ -41,15 +41,9 @@ const CONCURRENCY: &[usize] = &[1, 16, 64];
 /// first-chunk time, memory.
 #[derive(clap::Args, Debug)]
 pub struct Args {
-    /// The `oapd` binary.
-    #[arg(long)]
-    oapd: PathBuf,
-    /// The `fake-ollama` binary.
-    #[arg(long)]
-    fake_ollama: PathBuf,
-    /// The embedding model directory oapd loads.
-    #[arg(long)]
-    model_dir: PathBuf,
+    /// `--oapd`, `--fake-ollama`, `--model-dir`.
+    #[command(flatten)]
+    bins: procs::Binaries,
     /// `ollama-mcp-bridge` to measure too (a missing one is a note, not an
     /// error).
     #[arg(long)]
@@ -90,9 +84,13 @@ impl Args {
 /// Starts the processes, runs every latency run, then the memory run.
 pub fn run(args: Args) -> anyhow::Result<ProxyBenchReport> {
     let tmp = tempfile::tempdir()?;
-    let fake = procs::start_fake(&args.fake_ollama, tmp.path(), &procs::fake_script(MODEL))?;
+    let fake = procs::start_fake(
+        &args.bins.fake_ollama,
+        tmp.path(),
+        &procs::fake_script(MODEL),
+    )?;
     eprintln!("fake Ollama on {}", fake.addr);
-    let oapd = procs::start_oapd(&args.oapd, fake.addr, &args.model_dir, "")?;
+    let oapd = procs::start_oapd(&args.bins.oapd, fake.addr, &args.bins.model_dir, "")?;
     let oapd_pid = oapd.child.id();
     let rss_start = procs::rss_of(oapd_pid)?;
     eprintln!("oapd on {} (pid {oapd_pid})", oapd.addr);
