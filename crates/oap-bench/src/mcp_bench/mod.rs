@@ -51,7 +51,7 @@ use serde_json::{json, Value};
 
 use crate::procs::{self, Proc};
 use bridge::{check_tool_round, set_script, text_script, tool_script, wait_indexed};
-use runner::{injected, memory, Runner};
+use runner::{injected, Runner};
 
 /// The model every request names.
 const MODEL: &str = "bench";
@@ -240,12 +240,11 @@ fn pure_proxy(bench: &Bench, runner: &mut Runner) -> Result<()> {
             runner.load(&format!("empty/peer/c{c}"), peer.addr, c, false)?;
         }
     }
-    let used = memory(
+    runner.record_memory(
         "pure-proxy",
         oapd.pid(),
         peer.as_ref().map(|p| p.child.id()),
     )?;
-    runner.report.memory.push(used);
     Ok(())
 }
 
@@ -303,12 +302,11 @@ fn tool_round(bench: &Bench, runner: &mut Runner) -> Result<()> {
         runner.load("home/peer/c1", peer.addr, 1, false)?;
         runner.load_with_cpu("home/peer/c16", peer.addr, 16, peer.child.id())?;
     }
-    let used = memory(
+    runner.record_memory(
         "tool-round",
         oapd.pid(),
         peer.as_ref().map(|p| p.child.id()),
     )?;
-    runner.report.memory.push(used);
     Ok(())
 }
 
@@ -366,11 +364,10 @@ fn fifty_tools(bench: &Bench, runner: &mut Runner) -> Result<()> {
             runner.load("office/peer/c1", peer.addr, 1, false)?;
         }
     }
-    let used = memory(
+    runner.record_memory(
         "fifty-tool",
         oapd.pid(),
         peer.as_ref().map(|p| p.child.id()),
     )?;
-    runner.report.memory.push(used);
     Ok(())
 }

@@ -40,6 +40,18 @@ pub(super) struct Runner {
 }
 
 impl Runner {
+    /// Records oapd's (and the peer's) memory after `configuration`'s runs.
+    pub(super) fn record_memory(
+        &mut self,
+        configuration: &str,
+        oapd: u32,
+        peer: Option<u32>,
+    ) -> Result<()> {
+        let used = memory(configuration, oapd, peer)?;
+        self.report.memory.push(used);
+        Ok(())
+    }
+
     /// A `proxy-load` run on `addr` at `concurrency`, recorded under `key`
     /// (`configuration/target/c`).
     pub(super) fn load(
@@ -195,7 +207,7 @@ pub(super) fn injected(
 }
 
 /// VmRSS and VmHWM (MB) of oapd and of the peer after `configuration`.
-pub(super) fn memory(configuration: &str, oapd: u32, peer: Option<u32>) -> Result<McpMemory> {
+fn memory(configuration: &str, oapd: u32, peer: Option<u32>) -> Result<McpMemory> {
     let (rss, hwm) = procs::rss_of(oapd)?;
     eprintln!("after the {configuration} runs: oapd VmRSS {rss:.1} MB, VmHWM {hwm:.1} MB");
     let mut memory = McpMemory {
