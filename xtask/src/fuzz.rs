@@ -309,3 +309,30 @@ pub fn run(args: &[String]) -> Result<()> {
     println!("{} passed, 0 failed (fuzz targets)", rows.len());
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::parse;
+
+    fn args(list: &[&str]) -> Vec<String> {
+        list.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn build_only_builds_every_target_and_runs_none() {
+        let options = parse(&args(&["--all", "--build-only"])).unwrap();
+        assert!(options.build_only);
+        assert_eq!(options.targets.len(), super::TARGETS.len());
+        assert!(!parse(&args(&["--all"])).unwrap().build_only);
+    }
+
+    #[test]
+    fn a_bad_option_or_number_is_refused_by_name() {
+        let unknown = parse(&args(&["--all", "--buildonly"])).err().unwrap();
+        assert!(unknown.to_string().contains("--buildonly"), "{unknown}");
+        let number = parse(&args(&["--all", "--seconds", "six"])).err().unwrap();
+        assert!(format!("{number:#}").contains("six"), "{number:#}");
+        let nothing = parse(&args(&["--build-only"])).err().unwrap();
+        assert!(nothing.to_string().contains("name a target"), "{nothing}");
+    }
+}
